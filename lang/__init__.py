@@ -1,0 +1,1 @@
+"""radixrt frontend language."""

@@ -1,0 +1,24 @@
+"""Attention backends, chosen by name; each is imported only when chosen."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from radixrt.attention.base import BaseAttnBackend
+
+# name -> "module:class"; modules are imported lazily so FlashInfer and CUDA stay optional.
+ATTENTION_BACKENDS: dict[str, str] = {
+    "torch_native": "radixrt.attention.torch_native:TorchNativeAttnBackend",
+}
+
+
+def get_attention_backend_cls(name: str) -> type[BaseAttnBackend]:
+    """Import and return the backend class registered as `name`; ValueError if unknown."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(
+            f"unknown attention backend {name!r}; choose from {sorted(ATTENTION_BACKENDS)}"
+        )
+    module_name, cls_name = ATTENTION_BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module_name), cls_name)

@@ -1,0 +1,66 @@
+"""The attention-backend interface every backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from radixrt.executor.forward_batch import ForwardBatch
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionLayer:
+    """Static facts about one attention layer that a backend needs."""
+
+    layer_id: int
+    num_heads: int  # query heads on this rank
+    num_kv_heads: int  # KV heads on this rank
+    head_dim: int
+    scaling: float
+
+
+class BaseAttnBackend(ABC):
+    """Paged attention over the token-slot KV pool.
+
+    Contract:
+    - `init_forward_metadata(fb)` is called once per forward pass, before any layer runs; it
+      may build index tensors from `fb.req_to_token_pool` and must not mutate the pools.
+    - `forward(q, k, v, layer, fb)` writes the new k/v of every token in the batch into the
+      pool at `fb.out_loc` (the caller owns those slots), then returns attention output over
+      each request's whole sequence (cached prefix + new tokens, causal within the new ones).
+      Shapes: q (T, num_heads * head_dim), k and v (T, num_kv_heads * head_dim), output
+      (T, num_heads * head_dim), all in the model dtype.
+    - Backends never allocate or free slots.
+    """
+
+    def init_forward_metadata(self, fb: ForwardBatch) -> None:  # noqa: B027 - optional hook
+        """Precompute per-batch metadata shared by all layers."""
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+    ) -> torch.Tensor:
+        k = k.view(-1, layer.num_kv_heads, layer.head_dim)
+        v = v.view(-1, layer.num_kv_heads, layer.head_dim)
+        fb.token_to_kv_pool.set_kv_buffer(layer.layer_id, fb.out_loc, k, v)
+        q = q.view(-1, layer.num_heads, layer.head_dim)
+        if fb.mode.value == "decode":
+            out = self.forward_decode(q, k, v, layer, fb)
+        else:
+            out = self.forward_extend(q, k, v, layer, fb)
+        return out.reshape(-1, layer.num_heads * layer.head_dim)
+
+    @abstractmethod
+    def forward_extend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+    ) -> torch.Tensor:
+        """q (T, H, D); k, v (T, Hkv, D) already stored; return (T, H, D)."""
+
+    @abstractmethod
+    def forward_decode(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+    ) -> torch.Tensor:
+        """One token per request: q (B, H, D); k, v (B, Hkv, D) already stored; return (B, H, D)."""

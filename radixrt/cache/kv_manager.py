@@ -1,0 +1,128 @@
+"""KVCacheManager: the glue that gives requests KV slots and hands them to the prefix cache.
+
+Ownership of a running request's token range (see Req in core.py):
+
+| tokens                 | owner                                   | released                        |
+|------------------------|-----------------------------------------|---------------------------------|
+| [0, cached_len)        | prefix cache, pinned by lock(last_node) | unlock at finish/retract; the   |
+|                        |                                         | cache evicts it later (LRU)     |
+| [cached_len, kv_len)   | the request                             | `release`: inserted into the    |
+|                        |                                         | cache; duplicates (and a        |
+|                        |                                         | partial page) freed at once     |
+| this step's out_loc    | the request, from `alloc`               | as the row above once computed  |
+
+So at any idle moment: free + evictable + protected == capacity.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixrt.cache.memory_pool import OutOfSlotsError, ReqToTokenPool, TokenSlotAllocator
+from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
+from radixrt.core import Req
+
+
+class KVCacheManager:
+    """Matches, locks, allocates and releases KV slots on behalf of requests."""
+
+    def __init__(
+        self, allocator: TokenSlotAllocator, req_to_token_pool: ReqToTokenPool, cache: BasePrefixCache
+    ) -> None:
+        self.allocator = allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.cache = cache
+        self.page_size = cache.page_size
+
+    @property
+    def available_size(self) -> int:
+        """Slots that can be had now: free plus evictable."""
+        return self.allocator.num_free + self.cache.evictable_size
+
+    def match(self, req: Req) -> MatchResult:
+        """The cached prefix `admit` would reuse (no lock taken; may split tree nodes)."""
+        return self.cache.match_prefix(self._match_key(req), req.extra_key)
+
+    def admit(self, req: Req) -> None:
+        """Give `req` a req_to_token row holding its cached prefix, locked. Raises OutOfSlotsError."""
+        match = self.cache.match_prefix(self._match_key(req), req.extra_key)
+        row = self.req_to_token_pool.alloc()
+        n = int(match.slots.numel())
+        self.req_to_token_pool.write(row, 0, match.slots)
+        self.cache.lock(match.last_node)
+        req.req_pool_idx, req.last_node = row, match.last_node
+        req.kv_len = req.cached_len = n
+        if not req.output_ids:  # the first admission; a retracted request keeps its metric
+            req.cached_tokens = n
+
+    def alloc(self, n: int) -> torch.Tensor:
+        """(n,) int64 fresh slots now owned by the caller, evicting from the cache if needed."""
+        if n > self.allocator.num_free:
+            self.cache.evict(n - self.allocator.num_free)
+        if n > self.allocator.num_free:
+            raise OutOfSlotsError(f"need {n} KV slots, only {self.available_size} can be freed")
+        return self.allocator.alloc(n)
+
+    def cache_unfinished(self, req: Req) -> None:
+        """Hand the computed tokens of a still-running request to the cache and re-pin them."""
+        row = req.req_pool_idx
+        assert row is not None
+        aligned = req.kv_len // self.page_size * self.page_size
+        key = req.fill_ids[:aligned]
+        ours = self.req_to_token_pool.req_to_token[row, :aligned].to(torch.int64)
+        self.cache.insert(key, ours.clone(), req.extra_key)
+        match = self.cache.match_prefix(key, req.extra_key)
+        n = int(match.slots.numel())
+        # The cache now owns [0, n). Where its slot differs from ours, ours was a duplicate:
+        # free it. [n, kv_len) (everything, with the cache off) stays ours.
+        lo = req.cached_len
+        dup = ours[lo:n] != match.slots[lo:n]
+        self.allocator.free(ours[lo:n][dup])
+        self.req_to_token_pool.write(row, 0, match.slots)
+        self.cache.lock(match.last_node)
+        self.cache.unlock(req.last_node)
+        req.last_node, req.cached_len = match.last_node, n
+
+    def release(self, req: Req) -> None:
+        """Finish or retract: hand [cached_len, kv_len) to the cache, unlock, free the row."""
+        row = req.req_pool_idx
+        if row is None:
+            return
+        aligned = self._insert(req, req.fill_ids[: req.kv_len])
+        if aligned < req.kv_len:  # a partial last page the cache cannot take: ours to free
+            tail = self.req_to_token_pool.req_to_token[row, max(aligned, req.cached_len) : req.kv_len]
+            self.allocator.free(tail.to(torch.int64))
+        self.cache.unlock(req.last_node)
+        self.req_to_token_pool.free(row)
+        req.req_pool_idx, req.last_node = None, None
+        req.kv_len = req.cached_len = 0
+
+    def check_whole(self, num_held_by_requests: int = 0) -> None:
+        """Raise RuntimeError unless free + evictable + protected + held == capacity."""
+        free, ev, prot = self.allocator.num_free, self.cache.evictable_size, self.cache.protected_size
+        total = free + ev + prot + num_held_by_requests
+        if total != self.allocator.capacity:
+            raise RuntimeError(
+                f"KV pool leak: free {free} + evictable {ev} + protected {prot} + held "
+                f"{num_held_by_requests} = {total} != capacity {self.allocator.capacity}"
+            )
+
+    def _match_key(self, req: Req) -> list[int]:
+        # Leave at least one token to compute (its logits pick the next token). With input
+        # logprobs from position s, position s-1 must be computed (its logits score token s).
+        end = req.seq_len - 1
+        p = req.sampling_params
+        if p.return_logprob and p.logprob_start_len >= 0 and not req.output_ids:
+            end = min(end, p.logprob_start_len - 1)
+        return req.fill_ids[: max(end, 0)]
+
+    def _insert(self, req: Req, key: list[int]) -> int:
+        """Insert the page-aligned part of key, free our duplicates; return the aligned length."""
+        row = req.req_pool_idx
+        slots = self.req_to_token_pool.req_to_token[row, : len(key)].to(torch.int64)
+        aligned = len(key) // self.page_size * self.page_size
+        present = self.cache.insert(key[:aligned], slots[:aligned].clone(), req.extra_key)
+        # [cached_len, present) duplicate what the cache already had: ours to free.
+        if present > req.cached_len:
+            self.allocator.free(slots[req.cached_len : present])
+        return aligned

@@ -1,0 +1,126 @@
+"""KV memory: the token-slot pool (K/V per layer), its slot allocator, and req_to_token.
+
+Slot 0 of the KV pool is a padding slot that is never allocated; usable slots are
+1..capacity. Ownership of a slot is tracked outside this file (by the request that
+allocated it, then by the prefix cache); the allocator only knows free vs not free.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class OutOfSlotsError(RuntimeError):
+    """Raised when more KV slots are asked for than are free."""
+
+
+class TokenToKVPool:
+    """Per-layer K and V buffers, each (capacity + 1, num_kv_heads, head_dim) of `dtype`."""
+
+    def __init__(
+        self,
+        capacity: int,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"KV pool capacity must be >= 1 token, got {capacity}")
+        self.capacity = capacity
+        self.num_layers = num_layers
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.dtype = dtype
+        self.device = torch.device(device)
+        shape = (capacity + 1, num_kv_heads, head_dim)
+        # torch.empty: pages are only touched when written, so a large CPU pool is cheap.
+        self.k_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        for buf in (*self.k_buffer, *self.v_buffer):
+            buf[0].zero_()  # padding slot: finite values for masked-out reads
+
+    @staticmethod
+    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+    @property
+    def size_bytes(self) -> int:
+        return (self.capacity + 1) * self.bytes_per_token(
+            self.num_layers, self.num_kv_heads, self.head_dim, self.dtype
+        )
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k_buffer[layer_id], self.v_buffer[layer_id]
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write k, v of shape (num_tokens, num_kv_heads, head_dim) at slots `loc` (num_tokens,)."""
+        self.k_buffer[layer_id][loc] = k.to(self.dtype)
+        self.v_buffer[layer_id][loc] = v.to(self.dtype)
+
+
+class TokenSlotAllocator:
+    """Free list of KV slots 1..capacity. `alloc` and `free` are the only mutators."""
+
+    def __init__(self, capacity: int, device: torch.device | str = "cpu") -> None:
+        self.capacity = capacity
+        self.device = torch.device(device)
+        self.clear()
+
+    def clear(self) -> None:
+        # (num_free,) int64 on the pool's device; order is allocation order.
+        self.free_slots = torch.arange(1, self.capacity + 1, dtype=torch.int64, device=self.device)
+
+    @property
+    def num_free(self) -> int:
+        return int(self.free_slots.numel())
+
+    def can_alloc(self, n: int) -> bool:
+        return n <= self.num_free
+
+    def alloc(self, n: int) -> torch.Tensor:
+        """Return (n,) int64 slot indices now owned by the caller; raise OutOfSlotsError."""
+        if n > self.num_free:
+            raise OutOfSlotsError(f"asked for {n} KV slots but only {self.num_free} are free")
+        out = self.free_slots[:n]
+        self.free_slots = self.free_slots[n:]
+        return out
+
+    def free(self, slots: torch.Tensor) -> None:
+        """Give back slots the caller owned. Freeing a slot twice corrupts the pool."""
+        if slots.numel() == 0:
+            return
+        self.free_slots = torch.cat([self.free_slots, slots.to(self.free_slots)])
+
+
+class ReqToTokenPool:
+    """Rows of `req_to_token` (max_reqs, max_context_len) int32: each running request's slots.
+
+    Row r, column i holds the KV slot of token i of the request that holds row r.
+    """
+
+    def __init__(self, max_reqs: int, max_context_len: int, device: torch.device | str) -> None:
+        self.max_reqs = max_reqs
+        self.max_context_len = max_context_len
+        self.req_to_token = torch.zeros((max_reqs, max_context_len), dtype=torch.int32, device=device)
+        self._free_rows = list(range(max_reqs))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free_rows)
+
+    def alloc(self) -> int:
+        if not self._free_rows:
+            raise OutOfSlotsError(f"all {self.max_reqs} request rows are in use")
+        return self._free_rows.pop()
+
+    def free(self, row: int) -> None:
+        self._free_rows.append(row)
+
+    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """Record `slots` (n,) as the KV slots of tokens start..start+n of row `row`."""
+        self.req_to_token[row, start : start + slots.numel()] = slots.to(torch.int32)
+
+    def clear(self) -> None:
+        self._free_rows = list(range(self.max_reqs))

@@ -1,0 +1,311 @@
+"""`RadixCache`: the token-granular radix tree of cached prefixes (SGLang's RadixAttention tree).
+
+Slot ownership:
+| slots                                   | owner                      | freed by                  |
+|-----------------------------------------|----------------------------|---------------------------|
+| `node.slots` of every node in the tree  | the tree                   | `evict`, `reset`          |
+| `slots[:n]` passed to `insert` (n = its | the caller (duplicates of  | the caller, right after   |
+| return value) that the caller allocated | slots the tree already has)| `insert`                  |
+| `slots[n:]` passed to `insert`          | the tree from then on      | `evict`, `reset`          |
+| slots returned by `match_prefix`        | the tree (lock to keep)    | `evict` once unlocked     |
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable, Iterator
+
+import torch
+
+from radixrt.cache.memory_pool import TokenSlotAllocator
+from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
+
+_node_ids = itertools.count()  # creation order: the LRU tie-break, so eviction is deterministic
+
+
+class TreeNode:
+    """One edge of the tree: a run of tokens and their KV slots below `parent`."""
+
+    __slots__ = (
+        "key",
+        "slots",
+        "children",
+        "parent",
+        "extra_key",
+        "lock_ref",
+        "last_access_time",
+        "id",
+    )
+
+    def __init__(
+        self,
+        key: list[int] | None = None,
+        slots: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        extra_key: str | None = None,
+    ) -> None:
+        self.key: list[int] = key if key is not None else []
+        # (len(key),) int64 on the allocator's device; never written in place (splits share it).
+        self.slots: torch.Tensor = slots if slots is not None else torch.empty(0, dtype=torch.int64)
+        # Keyed by (extra_key, first token) or (extra_key, tuple of the first page).
+        self.children: dict[Hashable, TreeNode] = {}
+        self.parent = parent
+        self.extra_key = extra_key  # namespace; the same on every node below a root child
+        # Locks taken on this node or any descendant: >= the sum over the children.
+        self.lock_ref = 0
+        self.last_access_time = 0  # the cache's logical clock, not wall time
+        self.id = next(_node_ids)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def __lt__(self, other: TreeNode) -> bool:
+        return (self.last_access_time, self.id) < (other.last_access_time, other.id)
+
+
+class RadixCache(BasePrefixCache):
+    """Radix tree over token ids; see `BasePrefixCache` for the contract."""
+
+    def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.allocator = allocator
+        self.page_size = page_size
+        self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
+        self._clock = 0  # logical time: +1 per match_prefix and insert; survives reset
+        self._init_tree()
+
+    def _init_tree(self) -> None:
+        self.root = TreeNode(slots=self._empty)
+        self._leaves: set[TreeNode] = set()  # every childless node except the root
+        self._evictable_size = 0
+        self._protected_size = 0
+
+    def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
+        """Return the longest cached whole-page prefix of `key`; split the node it ends in."""
+        key_len = len(key) - len(key) % self.page_size
+        now = self._tick()
+        node, pos, parts = self.root, 0, []
+        while pos < key_len:
+            child = node.children.get(self._child_key(extra_key, key, pos))
+            if child is None:
+                break
+            n = self._match_len(child.key, key, pos, key_len)
+            if n < len(child.key):
+                child = self._split(child, n)
+            child.last_access_time = now
+            parts.append(child.slots)
+            node, pos = child, pos + n
+        slots = torch.cat(parts) if len(parts) > 1 else parts[0] if parts else self._empty
+        return MatchResult(slots, node)
+
+    def insert(self, key: list[int], slots: torch.Tensor, extra_key: str | None = None) -> int:
+        """Add `key`/`slots`; return the cached-before length n, whose slots the caller frees."""
+        key_len = len(key)
+        if key_len != slots.numel():
+            raise ValueError(f"key has {key_len} tokens but {slots.numel()} slots were given")
+        if key_len % self.page_size:
+            raise ValueError(f"insert length {key_len} is not a multiple of {self.page_size}")
+        now = self._tick()
+        node, pos = self.root, 0
+        while pos < key_len:
+            child_key = self._child_key(extra_key, key, pos)
+            child = node.children.get(child_key)
+            if child is None:
+                self._add_leaf(node, child_key, key[pos:], slots[pos:], extra_key, now)
+                break
+            n = self._match_len(child.key, key, pos, key_len)
+            if n < len(child.key):
+                child = self._split(child, n)
+            child.last_access_time = now
+            node, pos = child, pos + n
+        return pos
+
+    def lock(self, node: TreeNode) -> None:
+        """Add one lock on `node` and every ancestor (the root counts all locks)."""
+        while node is not None:
+            if node.lock_ref == 0:
+                self._evictable_size -= len(node.key)
+                self._protected_size += len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+
+    def unlock(self, node: TreeNode) -> None:
+        """Remove one lock from `node` and every ancestor; raise if `node` holds none."""
+        if node.lock_ref <= 0:
+            raise RuntimeError(f"unlock of node {node.id} which holds no lock")
+        while node is not None:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self._evictable_size += len(node.key)
+                self._protected_size -= len(node.key)
+            node = node.parent
+
+    def evict(self, num_tokens: int) -> int:
+        """Free unlocked leaves, least recently used first, until `num_tokens` are freed."""
+        heap = [leaf for leaf in self._leaves if leaf.lock_ref == 0]
+        heapq.heapify(heap)
+        freed: list[torch.Tensor] = []
+        num_freed = 0
+        while num_freed < num_tokens and heap:
+            leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[self._child_key(leaf.extra_key, leaf.key, 0)]
+            self._leaves.discard(leaf)
+            leaf.parent = None
+            freed.append(leaf.slots)
+            num_freed += len(leaf.key)
+            if parent is not self.root and not parent.children:
+                self._leaves.add(parent)
+                pass
+        self._evictable_size -= num_freed
+        if freed:
+            self.allocator.free(torch.cat(freed))
+        return num_freed
+
+    def reset(self) -> None:
+        """Free every tree-owned slot and start empty; raise while anything is locked."""
+        if self.root.lock_ref:
+            raise RuntimeError(f"reset with {self.root.lock_ref} locks held")
+        owned = [node.slots for node in self._nodes() if node is not self.root]
+        if owned:
+            self.allocator.free(torch.cat(owned))
+        self._init_tree()
+
+    @property
+    def evictable_size(self) -> int:
+        return self._evictable_size
+
+    @property
+    def protected_size(self) -> int:
+        return self._protected_size
+
+    def pretty_print(self) -> str:
+        """One line per node, indented by depth: tokens, first ids, lock ref, time, slots."""
+        lines = [
+            f"RadixCache page_size={self.page_size} evictable={self._evictable_size} "
+            f"protected={self._protected_size} locks={self.root.lock_ref}"
+        ]
+        stack = [(child, 1) for child in reversed(self.root.children.values())]
+        while stack:
+            node, depth = stack.pop()
+            ns = f" ns={node.extra_key!r}" if depth == 1 and node.extra_key is not None else ""
+            more = "..." if len(node.key) > 8 else ""
+            lines.append(
+                f"{'  ' * depth}[{len(node.key)} tok]{ns} key={node.key[:8]}{more} "
+                f"ref={node.lock_ref} t={node.last_access_time} "
+                f"slots={node.slots[:8].tolist()}{more}"
+            )
+            stack.extend((child, depth + 1) for child in reversed(node.children.values()))
+        return "\n".join(lines)
+
+    def check_integrity(self) -> None:
+        """Assert tree shape, lock refs, size counters and slot ownership are consistent."""
+        evictable = protected = 0
+        leaves: set[TreeNode] = set()
+        owned: list[torch.Tensor] = []
+        assert self.root.parent is None and not self.root.key, "root must be empty"
+        for node in self._nodes():
+            assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), (
+                f"node {node.id}: lock_ref {node.lock_ref} below its children's sum"
+            )
+            for child_key, child in node.children.items():
+                assert child.parent is node, f"node {child.id}: wrong parent"
+                assert child_key == self._child_key(child.extra_key, child.key, 0), (
+                    f"node {child.id} keyed {child_key!r} under its parent"
+                )
+                if node is not self.root:
+                    assert child.extra_key == node.extra_key, f"node {child.id}: namespace"
+            if node is self.root:
+                continue
+            assert node.key and len(node.key) % self.page_size == 0, f"node {node.id}: key len"
+            assert node.slots.dtype == torch.int64, f"node {node.id}: slots dtype"
+            assert node.slots.shape == (len(node.key),), f"node {node.id}: key/slot length"
+            if node.lock_ref:
+                protected += len(node.key)
+            else:
+                evictable += len(node.key)
+            if node.is_leaf:
+                leaves.add(node)
+            owned.append(node.slots)
+        assert (evictable, protected) == (self._evictable_size, self._protected_size), (
+            f"sizes (evictable, protected) recount {(evictable, protected)} != "
+            f"{(self._evictable_size, self._protected_size)}"
+        )
+        assert leaves == self._leaves, "leaf set out of date"
+        self._check_slots(torch.cat(owned) if owned else self._empty)
+
+    def _check_slots(self, owned: torch.Tensor) -> None:
+        assert owned.numel() == torch.unique(owned).numel(), "a slot is owned twice"
+        if owned.numel():
+            assert int(owned.min()) >= 1, "slot 0 (padding) or a negative slot is owned"
+            assert int(owned.max()) <= self.allocator.capacity, "slot beyond capacity owned"
+        free = self.allocator.free_slots.to(owned.device)
+        assert not torch.isin(owned, free).any(), "a tree-owned slot is also free"
+
+    # Private helpers: keys, splitting, traversal.
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _child_key(self, extra_key: str | None, key: list[int], pos: int) -> Hashable:
+        if self.page_size == 1:
+            return (extra_key, key[pos])
+        return (extra_key, tuple(key[pos : pos + self.page_size]))
+
+    def _match_len(self, node_key: list[int], key: list[int], pos: int, key_len: int) -> int:
+        """Length of the common prefix of node_key and key[pos:key_len], in whole pages."""
+        m = min(len(node_key), key_len - pos)
+        if key[pos : pos + m] == (node_key if m == len(node_key) else node_key[:m]):
+            return m
+        lo, hi = 0, m  # node_key[:lo] matches and node_key[:hi] does not
+        while hi - lo > 16:
+            mid = (lo + hi) // 2
+            if key[pos + lo : pos + mid] == node_key[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+        while key[pos + lo] == node_key[lo]:
+            lo += 1
+        return lo - lo % self.page_size
+
+    def _split(self, child: TreeNode, n: int) -> TreeNode:
+        """Cut `child` after n tokens; return the new upper node. `child` stays the lower part,
+        so locks held on it (and on its descendants) stay valid."""
+        parent = child.parent
+        assert parent is not None
+        upper = TreeNode(child.key[:n], child.slots[:n], parent, child.extra_key)
+        upper.lock_ref = child.lock_ref  # same descendants' locks; sizes do not change
+        upper.last_access_time = child.last_access_time
+        parent.children[self._child_key(child.extra_key, child.key, 0)] = upper
+        child.key, child.slots, child.parent = child.key[n:], child.slots[n:], upper
+        upper.children[self._child_key(child.extra_key, child.key, 0)] = child
+        return upper
+
+    def _add_leaf(
+        self,
+        parent: TreeNode,
+        child_key: Hashable,
+        key: list[int],
+        slots: torch.Tensor,
+        extra_key: str | None,
+        now: int,
+    ) -> None:
+        slots = slots.to(device=self.allocator.device, dtype=torch.int64, copy=True)
+        leaf = TreeNode(key, slots, parent, extra_key)
+        leaf.last_access_time = now
+        parent.children[child_key] = leaf
+        self._leaves.discard(parent)
+        self._leaves.add(leaf)
+        self._evictable_size += len(key)
+
+    def _nodes(self) -> Iterator[TreeNode]:
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())

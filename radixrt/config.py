@@ -1,0 +1,91 @@
+"""Frozen configuration, one dataclass per layer; the CLI and Engine take defaults from here."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model, on which device, in which dtype."""
+
+    model_path: str | None = None  # None: the bundled SmolLM2-135M-Instruct
+    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    device: str = "auto"  # auto: cuda when available
+    context_length: int | None = None  # None: the model's max_position_embeddings
+    attention_backend: str | None = None  # None: the best available for the device
+    tp_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(f"context_length must be >= 2, got {self.context_length}")
+        if self.tp_size < 1:
+            raise ValueError(f"tp_size must be >= 1, got {self.tp_size}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """KV pool size and prefix-cache behaviour."""
+
+    max_total_tokens: int | None = None  # KV pool size in tokens; overrides the fraction
+    mem_fraction_static: float | None = None  # None: 0.85 of GPU memory, 0.25 of RAM on CPU
+    page_size: int = 1
+    disable_radix_cache: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_total_tokens is not None and self.max_total_tokens < 1:
+            raise ValueError(f"max_total_tokens must be >= 1, got {self.max_total_tokens}")
+        f = self.mem_fraction_static
+        if f is not None and not 0 < f < 1:
+            raise ValueError(f"mem_fraction_static must be in (0, 1), got {f}")
+        if self.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Batching limits and the admission policy."""
+
+    max_running_requests: int = 64
+    chunked_prefill_size: int = 2048  # max prompt tokens computed per step
+    schedule_policy: str = "lpm"
+    # Decode steps reserved per running request when admitting new ones.
+    decode_reserve_tokens: int = 8
+    # A waiting request older than this (seconds) is admitted first, whatever the policy.
+    max_wait_s: float = 10.0
+    random_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
+        if self.chunked_prefill_size < 1:
+            raise ValueError(f"chunked_prefill_size must be >= 1, got {self.chunked_prefill_size}")
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(
+                f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
+            )
+
+
+ENGINE_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig)
+
+
+def split_kwargs(kwargs: dict[str, Any]) -> tuple[ModelConfig, CacheConfig, SchedulerConfig]:
+    """Route flat snake_case keyword arguments to the config that owns each; TypeError if unknown."""
+    buckets: list[dict[str, Any]] = [{} for _ in ENGINE_CONFIGS]
+    owners = {f.name: i for i, c in enumerate(ENGINE_CONFIGS) for f in dataclasses.fields(c)}
+    for key, value in kwargs.items():
+        if key not in owners:
+            raise TypeError(f"unknown engine option {key!r}; known: {sorted(owners)}")
+        buckets[owners[key]][key] = value
+    model, cache, sched = (c(**b) for c, b in zip(ENGINE_CONFIGS, buckets))
+    return model, cache, sched  # type: ignore[return-value]

@@ -1,0 +1,233 @@
+"""Shared nouns of the runtime: sampling parameters, requests, finish reasons and batches.
+
+Everything here is plain Python (no torch) so the server and the language can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+# Fields accepted by SamplingParams.from_dict besides the dataclass fields (aliases).
+_ALIASES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """How one request samples and when it stops; validated by `validate()`."""
+
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1 or 0: off
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    n: int = 1
+    skip_special_tokens: bool = True
+    # Logprobs: per output token (and top-k alternatives); input tokens from logprob_start_len
+    # (-1: none) when return_logprob is set.
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    logprob_start_len: int = -1
+    # Constrained decoding specs (at most one); used by the grammar subsystem.
+    regex: str | None = None
+    json_schema: str | None = None
+    ebnf: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
+        """Build from a dict (unknown keys raise ValueError), copy a SamplingParams, or defaults."""
+        if d is None:
+            return cls()
+        if isinstance(d, SamplingParams):
+            return dataclasses.replace(d, stop=list(d.stop), stop_token_ids=list(d.stop_token_ids))
+        if not isinstance(d, dict):
+            raise ValueError(f"sampling_params must be a dict, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in d.items():
+            key = _ALIASES.get(key, key)
+            if key not in names:
+                raise ValueError(f"unknown sampling parameter {key!r}")
+            kwargs[key] = value
+        params = cls(**kwargs)
+        params.normalize()
+        params.validate()
+        return params
+
+    def normalize(self) -> None:
+        """Coerce convenience forms: a single stop string, a json_schema given as a dict."""
+        if self.stop is None:
+            self.stop = []
+        elif isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+        if self.json_schema is not None and not isinstance(self.json_schema, str):
+            import json
+
+            self.json_schema = json.dumps(self.json_schema)
+        if self.top_k == 0:
+            self.top_k = -1
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        checks = [
+            ("max_new_tokens", isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,
+             "must be an integer >= 0"),
+            ("min_new_tokens", isinstance(self.min_new_tokens, int)
+             and 0 <= self.min_new_tokens <= self.max_new_tokens,
+             "must be an integer in [0, max_new_tokens]"),
+            ("temperature", _is_num(self.temperature) and self.temperature >= 0, "must be >= 0"),
+            ("top_p", _is_num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
+             "must be -1 (off) or >= 1"),
+            ("min_p", _is_num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("repetition_penalty", _is_num(self.repetition_penalty)
+             and self.repetition_penalty > 0, "must be > 0"),
+            ("frequency_penalty", _is_num(self.frequency_penalty)
+             and -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+            ("presence_penalty", _is_num(self.presence_penalty)
+             and -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            ("seed", self.seed is None or isinstance(self.seed, int), "must be an integer"),
+            ("stop", isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
+             "must be a non-empty string or a list of them"),
+            ("stop_token_ids", isinstance(self.stop_token_ids, list)
+             and all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+             "must be a list of token ids"),
+            ("n", isinstance(self.n, int) and self.n >= 1, "must be an integer >= 1"),
+            ("top_logprobs_num", isinstance(self.top_logprobs_num, int)
+             and self.top_logprobs_num >= 0, "must be an integer >= 0"),
+            ("logprob_start_len", isinstance(self.logprob_start_len, int)
+             and self.logprob_start_len >= -1, "must be an integer >= -1"),
+        ]
+        for name, ok, why in checks:
+            if not ok:
+                raise ValueError(f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}")
+        specs = [s for s in (self.regex, self.json_schema, self.ebnf) if s is not None]
+        if len(specs) > 1:
+            raise ValueError("at most one of regex, json_schema and ebnf may be given")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _is_num(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+class FinishKind(str, enum.Enum):
+    STOP = "stop"  # EOS, a stop token id or a stop string
+    LENGTH = "length"  # max_new_tokens or the context length
+    ABORT = "abort"  # aborted by the client or rejected
+
+
+@dataclass(frozen=True, slots=True)
+class FinishReason:
+    kind: FinishKind
+    matched: int | str | None = None  # the stop token id or stop string that matched
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"type": self.kind.value}
+        if self.matched is not None:
+            d["matched"] = self.matched
+        if self.message is not None:
+            d["message"] = self.message
+        if self.kind == FinishKind.LENGTH:
+            d["length"] = None
+        return {k: v for k, v in d.items() if v is not None or k == "type"}
+
+
+@dataclass(slots=True)
+class Req:
+    """One generation request as the scheduler sees it.
+
+    Token bookkeeping: `fill_ids` = prompt + output. The first `kv_len` of them have K/V in
+    the pool at slots `req_to_token[req_pool_idx, :kv_len]`. Of those, the first `cached_len`
+    slots are owned by the prefix cache (kept alive by the lock on `last_node`); slots
+    [cached_len, kv_len) are owned by this request until it hands them to the cache or frees
+    them. `cached_tokens` is the metric: prompt tokens served from the cache at admission.
+    """
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    extra_key: str | None = None  # prefix-cache namespace (cache salt / tenant)
+    output_ids: list[int] = field(default_factory=list)
+    req_pool_idx: int | None = None
+    kv_len: int = 0
+    cached_len: int = 0
+    cached_tokens: int = 0
+    # Prefix-cache handle (a locked tree node) while running; None when not holding one.
+    last_node: Any = None
+    extend_len: int = 0  # tokens this step computes (set by the scheduler per step)
+    finish_reason: FinishReason | None = None
+    # Logprobs: per output token (logprob, token id) and top-k [(logprob, id), ...].
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
+    input_logprobs: list[float | None] = field(default_factory=list)
+    input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
+    # Detokenized-text scan position for stop strings.
+    stop_scan_offset: int = 0
+    num_retractions: int = 0
+    arrival_time: float = 0.0
+    first_token_time: float | None = None
+    generator: Any = None  # per-request torch.Generator when seeded
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.input_ids) + len(self.output_ids)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def finish(self, reason: FinishReason) -> None:
+        if self.finish_reason is None:
+            self.finish_reason = reason
+
+
+@dataclass(slots=True)
+class Batch:
+    """The requests of one forward pass; each computes `req.extend_len` new tokens.
+
+    A request with extend_len == 1 and kv_len > 0 is decoding; longer extends are prefill
+    chunks. One batch may mix both. `sample_mask[i]` says whether request i's last computed
+    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary.
+    """
+
+    reqs: list[Req]
+    sample_mask: list[bool]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.extend_len for r in self.reqs)
+
+    @property
+    def is_decode(self) -> bool:
+        return all(r.extend_len == 1 and r.kv_len > 0 for r in self.reqs)
+
+    def __len__(self) -> int:
+        return len(self.reqs)

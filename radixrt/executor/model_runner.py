@@ -1,0 +1,120 @@
+"""ModelRunner: owns the model weights, the KV pools and the attention backend on one device."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import torch
+
+from radixrt.attention import get_attention_backend_cls
+from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenToKVPool
+from radixrt.config import CacheConfig, ModelConfig
+from radixrt.core import Batch
+from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.models import get_model_cls
+from radixrt.models.arch import ArchConfig
+from radixrt.models.loader import load_hf_config, load_weights, resolve_model_path
+
+logger = logging.getLogger("radixrt")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CPU_MEM_FRACTION = 0.25
+_CUDA_MEM_FRACTION = 0.85
+
+
+class ModelRunner:
+    """Loads the model, sizes and owns the KV pools, and runs forward passes."""
+
+    def __init__(self, model_config: ModelConfig, cache_config: CacheConfig, max_running_requests: int):
+        self.model_config = model_config
+        self.cache_config = cache_config
+        self._init_device()
+        self._init_model()
+        self._init_memory_pool(max_running_requests)
+        self._init_attention_backend()
+
+    def _init_device(self) -> None:
+        dev = self.model_config.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        if dev == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
+        self.device = torch.device(dev)
+        name = self.model_config.dtype
+        if name == "auto":
+            name = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.dtype = _DTYPES[name]
+
+    def _init_model(self) -> None:
+        t0 = time.perf_counter()
+        self.model_path = resolve_model_path(self.model_config.model_path)
+        self.hf_config = load_hf_config(self.model_path)
+        self.arch = ArchConfig.from_hf(self.hf_config)
+        ctx = self.model_config.context_length or self.arch.max_position_embeddings
+        self.context_len = ctx
+        cls = get_model_cls(self.arch.architecture)
+        with torch.device("meta"):  # no random init: every tensor comes from the checkpoint
+            model = cls(self.arch, max_position=max(ctx, self.arch.max_position_embeddings))
+        model = model.to_empty(device=self.device).to(self.dtype)
+        model.load_weights(load_weights(self.model_path))
+        self.model = model.to(self.device).eval()
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        logger.info(
+            "loaded %s (%s, %.1fM params, %s) in %.1f s", self.model_path.name, self.arch.architecture,
+            sum(p.numel() for p in self.model.parameters()) / 1e6, self.dtype, time.perf_counter() - t0,
+        )
+
+    def _init_memory_pool(self, max_running_requests: int) -> None:
+        a = self.arch
+        per_token = TokenToKVPool.bytes_per_token(
+            a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.dtype
+        )
+        capacity = self.cache_config.max_total_tokens or self._kv_budget_bytes() // per_token
+        if capacity < 2:
+            raise ValueError(
+                f"no memory left for the KV cache after {self.weight_bytes / 2**30:.2f} GiB of "
+                "weights; raise mem_fraction_static or set max_total_tokens"
+            )
+        self.token_to_kv_pool = TokenToKVPool(
+            capacity, a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.dtype, self.device
+        )
+        self.allocator = TokenSlotAllocator(capacity, self.device)
+        self.req_to_token_pool = ReqToTokenPool(
+            max_running_requests + 1, self.context_len + 1, self.device
+        )
+        self.max_total_tokens = capacity
+
+    def _kv_budget_bytes(self) -> int:
+        if self.device.type == "cuda":
+            fraction = self.cache_config.mem_fraction_static or _CUDA_MEM_FRACTION
+            free, total = torch.cuda.mem_get_info(self.device)
+            return int(free - total * (1 - fraction))
+        fraction = self.cache_config.mem_fraction_static or _CPU_MEM_FRACTION
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return int(total * fraction) - self.weight_bytes
+
+    def _init_attention_backend(self) -> None:
+        name = self.model_config.attention_backend or "torch_native"
+        self.attn_backend = get_attention_backend_cls(name)(self.device)
+
+    def forward(self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]) -> torch.Tensor:
+        """Run one pass; K/V of new tokens go to `out_loc` (T,). Returns (N, vocab) float32 logits."""
+        input_ids: list[int] = []
+        for r in batch.reqs:
+            input_ids.extend(r.fill_ids[r.kv_len : r.kv_len + r.extend_len])
+        fb = ForwardBatch.build(
+            input_ids=input_ids,
+            out_loc=out_loc,
+            req_pool_indices=[r.req_pool_idx for r in batch.reqs],  # type: ignore[misc]
+            prefix_lens=[r.kv_len for r in batch.reqs],
+            extend_lens=[r.extend_len for r in batch.reqs],
+            logits_indices=logits_indices,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool=self.token_to_kv_pool,
+            attn_backend=self.attn_backend,
+            device=self.device,
+        )
+        self.attn_backend.init_forward_metadata(fb)
+        return self.model(fb)

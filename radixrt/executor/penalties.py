@@ -1,0 +1,109 @@
+"""Logit penalties applied before sampling: repetition, frequency, presence, min_new_tokens.
+
+Work is proportional to the tokens penalized, not to B x V: token lists become flat indices
+`row * V + token_id` into the (B, V) logits, and each penalty is one gather/scatter.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+
+from radixrt.core import Req
+
+
+def apply_penalties(
+    logits: torch.Tensor, reqs: list[Req], eos_token_ids: list[int]
+) -> torch.Tensor:
+    """Return penalized logits: a new tensor when any row is penalized, else `logits` itself."""
+    rep_rows = [i for i, r in enumerate(reqs) if r.sampling_params.repetition_penalty != 1.0]
+    freq_rows = [i for i, r in enumerate(reqs) if r.output_ids and _has_output_penalty(r)]
+    ban_rows = [
+        i for i, r in enumerate(reqs) if len(r.output_ids) < r.sampling_params.min_new_tokens
+    ]
+    if not (rep_rows or freq_rows or ban_rows):
+        return logits
+    out = logits.clone(memory_format=torch.contiguous_format)  # (B, V) float32
+    if rep_rows:
+        _apply_repetition(out, [reqs[i] for i in rep_rows], rep_rows)
+    if freq_rows:
+        _apply_frequency_presence(out, [reqs[i] for i in freq_rows], freq_rows)
+    if ban_rows:
+        _ban_stop_tokens(out, [reqs[i] for i in ban_rows], ban_rows, eos_token_ids)
+    return out
+
+
+def _has_output_penalty(req: Req) -> bool:
+    params = req.sampling_params
+    return params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+
+
+def _flat_keys(
+    logits: torch.Tensor, rows: list[int], seqs: list[Iterable[int]], lens: list[int]
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Flat indices row * V + token for every token of seqs[j] (row rows[j]), and their j."""
+    vocab = logits.shape[1]
+    tokens = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=sum(lens))
+    owner = np.repeat(np.arange(len(rows)), lens)  # (N,) index into rows
+    valid = (tokens >= 0) & (tokens < vocab)
+    tokens, owner = tokens[valid], owner[valid]
+    keys = np.asarray(rows, dtype=np.int64)[owner] * vocab + tokens
+    return torch.from_numpy(keys).to(logits.device), owner
+
+
+def _per_token(logits: torch.Tensor, values: list[float], owner: np.ndarray) -> torch.Tensor:
+    """Broadcast one value per row to its tokens: (N,) float32 on the logits' device."""
+    return torch.from_numpy(np.asarray(values, dtype=np.float32)[owner]).to(logits.device)
+
+
+def _apply_repetition(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
+    """CTRL-style over prompt + output: positive logits / p, negative logits * p (once a token)."""
+    seqs = [itertools.chain(r.input_ids, r.output_ids) for r in reqs]
+    keys, owner = _flat_keys(logits, rows, seqs, [r.seq_len for r in reqs])
+    penalty = _per_token(logits, [r.sampling_params.repetition_penalty for r in reqs], owner)
+    flat = logits.view(-1)
+    # Duplicate keys read the same old value and write the same new one, so each token
+    # is penalized once however often it occurs.
+    old = flat[keys]
+    flat[keys] = torch.where(old > 0, old / penalty, old * penalty)
+
+
+def _apply_frequency_presence(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
+    """OpenAI-style over output tokens: logit -= frequency * count + presence * (count > 0)."""
+    keys, owner = _flat_keys(
+        logits, rows, [r.output_ids for r in reqs], [len(r.output_ids) for r in reqs]
+    )
+    flat = logits.view(-1)
+    presence = [r.sampling_params.presence_penalty for r in reqs]
+    if any(presence):
+        flat[keys] = flat[keys] - _per_token(logits, presence, owner)  # once per distinct key
+    frequency = [r.sampling_params.frequency_penalty for r in reqs]
+    if any(frequency):
+        flat.index_add_(0, keys, -_per_token(logits, frequency, owner))  # once per occurrence
+
+
+def _ban_stop_tokens(
+    logits: torch.Tensor, reqs: list[Req], rows: list[int], eos_token_ids: list[int]
+) -> None:
+    """Set EOS and stop_token_ids to -inf, except in a row where that would leave no token."""
+    banned = [
+        sorted(
+            set(r.sampling_params.stop_token_ids)
+            | (set() if r.sampling_params.ignore_eos else set(eos_token_ids))
+        )
+        for r in reqs
+    ]
+    keys, owner = _flat_keys(logits, rows, banned, [len(b) for b in banned])
+    if keys.numel() == 0:
+        return
+    flat = logits.view(-1)
+    old = flat[keys]
+    flat[keys] = float("-inf")
+    row_idx = torch.tensor(rows, device=logits.device)
+    is_dead = logits.index_select(0, row_idx).amax(-1) == float("-inf")  # (R,) bool
+    if bool(is_dead.any()):
+        restore = is_dead[torch.from_numpy(owner).to(logits.device)]
+        flat[keys[restore]] = old[restore]

@@ -1,0 +1,32 @@
+"""Assemble a Scheduler from the configs: model runner, tokenizer, prefix cache, glue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixrt.cache.kv_manager import KVCacheManager
+from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
+from radixrt.cache.radix_cache import RadixCache
+from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.executor.model_runner import ModelRunner
+from radixrt.models.loader import eos_token_ids, load_tokenizer
+from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.scheduler import Scheduler
+
+
+def build_scheduler(
+    model_config: ModelConfig, cache_config: CacheConfig, scheduler_config: SchedulerConfig
+) -> tuple[Scheduler, Any]:
+    """Load the model and build everything a scheduler loop needs; returns (scheduler, tokenizer)."""
+    runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests)
+    tokenizer = load_tokenizer(runner.model_path)
+    cache_cls: type[BasePrefixCache] = (
+        NoPrefixCache if cache_config.disable_radix_cache else RadixCache
+    )
+    cache = cache_cls(runner.allocator, page_size=cache_config.page_size)
+    kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache)
+    finish = FinishChecker(
+        eos_token_ids(runner.model_path, tokenizer),
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    )
+    return Scheduler(runner, kv, finish, scheduler_config), tokenizer

@@ -1,0 +1,38 @@
+"""Input-token logprobs: the logprob of each prompt token given the tokens before it."""
+
+from __future__ import annotations
+
+import torch
+
+from radixrt.core import Req
+
+
+def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
+    """Record prompt-token logprobs from logits (n, V) of positions start_pos..start_pos+n-1.
+
+    Row j predicts the token at position start_pos + j + 1. Entries are kept for prompt
+    positions from `logprob_start_len` on (position 0 has no logprob: None). Recording is
+    idempotent, so a recomputed chunk (after a retraction) adds nothing twice.
+    """
+    p = req.sampling_params
+    first = p.logprob_start_len
+    k = p.top_logprobs_num
+    if first == 0 and not req.input_logprobs:
+        req.input_logprobs.append(None)
+        req.input_top_logprobs.append(None)
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (n, V)
+    positions = torch.arange(start_pos + 1, start_pos + 1 + logits.shape[0])
+    keep = (positions >= first + len(req.input_logprobs)) & (positions < req.prompt_len)
+    rows = keep.nonzero().flatten().tolist()
+    if not rows:
+        return
+    targets = torch.tensor([req.input_ids[start_pos + 1 + j] for j in rows])
+    chosen = logp[rows].gather(1, targets[:, None].to(logp.device)).flatten().tolist()
+    top = torch.topk(logp[rows], k, dim=-1) if k > 0 else None
+    for i, lp in enumerate(chosen):
+        req.input_logprobs.append(lp)
+        if top is not None:
+            vals, ids = top.values[i].tolist(), top.indices[i].tolist()
+            req.input_top_logprobs.append(list(zip(vals, ids)))
+        else:
+            req.input_top_logprobs.append(None)

@@ -1,0 +1,255 @@
+"""The scheduler: continuous batching over a waiting queue and a running batch.
+
+Each `step()` admits waiting requests (prefix-cache aware, chunked prefill), runs one forward
+pass over a batch that may mix prefill chunks and decodes, samples, and retires finished
+requests into the prefix cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from radixrt.cache.kv_manager import KVCacheManager
+from radixrt.config import SchedulerConfig
+from radixrt.core import Batch, FinishKind, FinishReason, Req
+from radixrt.executor.model_runner import ModelRunner
+from radixrt.executor.sampler import Sampler
+from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.logprobs import add_input_logprobs
+from radixrt.scheduler.policy import SchedulePolicy
+
+logger = logging.getLogger("radixrt")
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    """Counters since start: cache hit rate = cached_tokens / prompt_tokens."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    forward_passes: int = 0
+    retractions: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+class Scheduler:
+    """Owns the queues; every mutation of requests and KV ownership happens in `step()`."""
+
+    def __init__(
+        self, runner: ModelRunner, kv: KVCacheManager, finish: FinishChecker, config: SchedulerConfig
+    ) -> None:
+        self.runner = runner
+        self.kv = kv
+        self.finish = finish
+        self.config = config
+        self.sampler = Sampler(runner.arch.vocab_size, finish.eos_token_ids)
+        self.policy = SchedulePolicy(
+            config.schedule_policy, self._match, config.max_wait_s, config.random_seed
+        )
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []  # admitted: prefilling (kv_len < seq_len - 1) or decoding
+        self.stats = SchedulerStats()
+
+    # ---- requests in and out -------------------------------------------------------------
+
+    def add_request(self, req: Req) -> None:
+        """Queue a request; one that can never run is finished at once with an abort reason."""
+        req.arrival_time = req.arrival_time or time.monotonic()
+        error = self._reject_reason(req)
+        if error:
+            req.finish(FinishReason(FinishKind.ABORT, message=error))
+            return
+        self.waiting.append(req)
+
+    def abort(self, rid: str) -> Req | None:
+        """Finish request `rid` (waiting or running) with an abort reason; return it if found."""
+        for queue in (self.waiting, self.running):
+            for req in queue:
+                if req.rid == rid:
+                    req.finish(FinishReason(FinishKind.ABORT, message="aborted"))
+                    queue.remove(req)
+                    self.kv.release(req)
+                    return req
+        return None
+
+    @property
+    def is_idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def check_pool_whole(self) -> None:
+        """When idle: free + evictable + protected == capacity, else RuntimeError."""
+        if self.is_idle:
+            self.kv.check_whole()
+
+    # ---- one step ------------------------------------------------------------------------
+
+    def step(self) -> list[Req]:
+        """Run one forward pass; return the requests that got a new token or finished."""
+        batch = self._schedule()
+        if batch is None:
+            return []
+        out_loc = self.kv.alloc(batch.num_tokens)
+        logits_rows, sample_rows = self._layout(batch, out_loc)
+        logits = self.runner.forward(batch, out_loc, logits_rows)
+        self.stats.forward_passes += 1
+        return self._process(batch, logits, sample_rows)
+
+    def _schedule(self) -> Batch | None:
+        decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]
+        while decoding and self.kv.available_size < len(decoding):
+            self._retract(decoding.pop())  # newest last: it gives up its slots first
+        for r in decoding:
+            r.extend_len = 1
+        budget = self.config.chunked_prefill_size
+        prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
+        reserved = len(decoding) * self.config.decode_reserve_tokens
+        avail = self.kv.available_size - len(decoding)
+        for r in prefilling:  # an unfinished chunked prefill continues first
+            r.extend_len = max(min(r.seq_len - r.kv_len, budget, avail), 0)
+            budget -= r.extend_len
+            avail -= r.extend_len
+            reserved += r.extend_len
+        prefilling = [r for r in prefilling if r.extend_len > 0]
+        prefilling += self._admit(budget, reserved + len(decoding))
+        reqs = prefilling + decoding
+        if not reqs:
+            if self.running:  # stuck mid-prefill without slots: free the newest and retry
+                self._retract(self.running[-1])
+                return self._schedule()
+            return None
+        return Batch(reqs, [r.kv_len + r.extend_len == r.seq_len for r in reqs])
+
+    def _admit(self, budget: int, reserved: int) -> list[Req]:
+        admitted: list[Req] = []
+        for req in self.policy.order(self.waiting):
+            if budget <= 0 or len(self.running) >= self.config.max_running_requests:
+                break
+            if self.kv.req_to_token_pool.num_free == 0:
+                break
+            if self._shares_uncached_prefix(req, admitted):
+                continue  # admit it next step, when the first one's prefix is cached
+            need = req.seq_len - int(self.kv.match(req).slots.numel())
+            extend = min(need, budget)
+            if self.kv.available_size < extend + reserved and (self.running or admitted):
+                break
+            if self.kv.available_size < extend:
+                break
+            self.kv.admit(req)
+            req.extend_len = min(req.seq_len - req.kv_len, budget)
+            self.waiting.remove(req)
+            self.running.append(req)
+            admitted.append(req)
+            budget -= req.extend_len
+            reserved += req.extend_len + self.config.decode_reserve_tokens
+            if req.num_retractions == 0:
+                self.stats.prompt_tokens += req.prompt_len
+                self.stats.cached_tokens += req.cached_tokens
+        return admitted
+
+    def _shares_uncached_prefix(self, req: Req, admitted: list[Req], min_len: int = 32) -> bool:
+        ids = req.fill_ids
+        for other in admitted:
+            o = other.fill_ids
+            if len(o) > other.kv_len + min_len and ids[other.kv_len : other.kv_len + min_len] == o[
+                other.kv_len : other.kv_len + min_len
+            ] and ids[: other.kv_len] == o[: other.kv_len]:
+                return True
+        return False
+
+    def _layout(self, batch: Batch, out_loc: torch.Tensor) -> tuple[list[int], list[int]]:
+        """Write out_loc into req_to_token; choose logits rows (all, last, or none per request)."""
+        logits_rows: list[int] = []
+        sample_rows: list[int] = []  # index into logits_rows of each sampled request's last row
+        start = 0
+        for req, sample in zip(batch.reqs, batch.sample_mask):
+            e = req.extend_len
+            self.kv.req_to_token_pool.write(req.req_pool_idx, req.kv_len, out_loc[start : start + e])
+            if self._wants_input_logprobs(req):
+                logits_rows.extend(range(start, start + e))
+            elif sample:
+                logits_rows.append(start + e - 1)
+            sample_rows.append(len(logits_rows) - 1 if sample else -1)
+            start += e
+        return logits_rows, sample_rows
+
+    def _process(self, batch: Batch, logits: torch.Tensor, sample_rows: list[int]) -> list[Req]:
+        row = 0
+        to_sample: list[Req] = []
+        sample_idx: list[int] = []
+        touched: list[Req] = []
+        for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
+            if self._wants_input_logprobs(req):
+                n = req.extend_len
+                add_input_logprobs(req, logits[row : row + n], req.kv_len)
+                row += n
+            elif sample:
+                row += 1
+            req.kv_len += req.extend_len
+            if not sample:
+                self.kv.cache_unfinished(req)  # a finished chunk becomes shareable at once
+            elif len(req.output_ids) >= req.sampling_params.max_new_tokens:
+                req.finish(FinishReason(FinishKind.LENGTH))  # max_new_tokens == 0: scoring only
+                touched.append(req)
+            else:
+                to_sample.append(req)
+                sample_idx.append(last)
+        if to_sample:
+            out = self.sampler.sample(logits[sample_idx], to_sample)
+            now = time.monotonic()
+            for i, req in enumerate(to_sample):
+                req.output_ids.append(out.next_token_ids[i])
+                req.first_token_time = req.first_token_time or now
+                if req.sampling_params.return_logprob and out.logprobs is not None:
+                    req.output_logprobs.append(out.logprobs[i])
+                    if out.top_logprobs is not None:
+                        req.output_top_logprobs.append(out.top_logprobs[i])
+                self.finish.check(req, self.runner.context_len)
+                touched.append(req)
+            self.stats.generated_tokens += len(to_sample)
+        for req in touched:
+            if req.is_finished:
+                self.running.remove(req)
+                self.kv.release(req)
+        return touched
+
+    def _retract(self, req: Req) -> None:
+        """Give a running request's slots back (computed tokens go to the cache); re-queue it."""
+        self.kv.release(req)
+        self.running.remove(req)
+        req.num_retractions += 1
+        self.waiting.insert(0, req)
+        self.stats.retractions += 1
+        logger.info("retracted request %s (out of KV slots)", req.rid)
+
+    def _match(self, req: Req) -> tuple[int, object]:
+        m = self.kv.match(req)
+        return int(m.slots.numel()), m.last_node
+
+    def _wants_input_logprobs(self, req: Req) -> bool:
+        p = req.sampling_params
+        return (
+            p.return_logprob and p.logprob_start_len >= 0 and not req.output_ids
+            and req.kv_len < req.prompt_len
+        )
+
+    def _reject_reason(self, req: Req) -> str | None:
+        ctx = self.runner.context_len
+        if req.prompt_len == 0:
+            return "the prompt is empty"
+        if req.prompt_len >= ctx:
+            return f"the prompt has {req.prompt_len} tokens; the context length is {ctx}"
+        if req.prompt_len + 1 > self.kv.allocator.capacity:
+            return (f"the prompt has {req.prompt_len} tokens but the KV pool holds only "
+                    f"{self.kv.allocator.capacity}")
+        vocab = self.runner.arch.vocab_size
+        if any(not 0 <= t < vocab for t in req.input_ids):
+            return f"input_ids must be in [0, {vocab})"
+        return None

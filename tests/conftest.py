@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny random Llama/Qwen2 checkpoints and the default SmolLM2 folder."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from radixrt.models.loader import resolve_model_path
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """The default model converted to a safetensors folder (converted once, then cached)."""
+    return resolve_model_path(None)
+
+
+def _make_tiny(tmp: Path, smollm2: Path, kind: str, **overrides: object) -> Path:
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, eos_token_id=2, bos_token_id=1,
+    )
+    common.update(overrides)
+    cfg = LlamaConfig(**common) if kind == "llama" else Qwen2Config(**common)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+    with torch.no_grad():  # larger weights so random models give peaked, stable argmaxes
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.08)
+    model.save_pretrained(tmp, safe_serialization=True)
+    for name in _TOKENIZER_FILES:
+        if (smollm2 / name).exists():
+            shutil.copy(smollm2 / name, tmp / name)
+    return tmp
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    return _make_tiny(tmp_path_factory.mktemp("tiny_llama"), smollm2_path, "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    return _make_tiny(tmp_path_factory.mktemp("tiny_qwen2"), smollm2_path, "qwen2",
+                      tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama3_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """Llama with Llama-3 rope scaling and GQA 4:1."""
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    return _make_tiny(tmp_path_factory.mktemp("tiny_llama3"), smollm2_path, "llama",
+                      num_key_value_heads=1, rope_scaling=scaling, rope_theta=500000.0)
+
+
+def assert_pool_whole(engine) -> None:
+    """free + evictable + protected == capacity, with nothing running."""
+    sched = engine.scheduler
+    assert sched.is_idle, "requests still queued or running"
+    sched.kv.check_whole()
+    sched.kv.cache.check_integrity()

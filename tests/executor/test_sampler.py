@@ -1,0 +1,225 @@
+"""Sampler and penalties on CPU: each SamplingParams feature, seeds and logprobs."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from radixrt.core import Req, SamplingParams
+from radixrt.executor.penalties import apply_penalties
+from radixrt.executor.sampler import Sampler
+
+EOS = 0
+
+
+def make_req(input_ids: list[int] | None = None, output_ids: list[int] | None = None, **sp) -> Req:
+    return Req("r", input_ids or [1], SamplingParams(**sp), output_ids=list(output_ids or []))
+
+
+def draw(logits: list[float], n: int = 2000, **sp) -> Counter:
+    """Token counts of n independent draws from one row of logits."""
+    sampler = Sampler(len(logits), [EOS])
+    batch = torch.tensor([logits]).repeat(n, 1)
+    return Counter(sampler.sample(batch, [make_req(**sp) for _ in range(n)]).next_token_ids)
+
+
+def log_probs(probs: list[float]) -> list[float]:
+    return [math.log(p) for p in probs]
+
+
+def test_greedy_is_argmax_and_input_untouched() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(8, 100)
+    before = logits.clone()
+    reqs = [make_req(temperature=0.0, repetition_penalty=1.3, input_ids=[5, 6]) for _ in range(8)]
+    Sampler(100, [EOS]).sample(logits, reqs)
+    assert torch.equal(logits, before)
+    out = Sampler(100, [EOS]).sample(logits, [make_req(temperature=0.0) for _ in range(8)])
+    assert out.next_token_ids == logits.argmax(-1).tolist()
+    assert out.logprobs is None and out.top_logprobs is None
+
+
+def test_top_k_one_equals_greedy() -> None:
+    torch.manual_seed(1)
+    logits = torch.randn(16, 50)
+    out = Sampler(50, [EOS]).sample(logits, [make_req(top_k=1) for _ in range(16)])
+    assert out.next_token_ids == logits.argmax(-1).tolist()
+
+
+def test_temperature_controls_entropy() -> None:
+    logits = [2.0, 1.5, 1.0, 0.5, 0.0, -0.5]
+    cold = draw(logits, temperature=0.05)
+    hot = draw(logits, temperature=5.0)
+    assert cold[0] == sum(cold.values())
+    assert len(hot) == len(logits) and max(hot.values()) < 0.4 * sum(hot.values())
+
+
+def test_plain_sampling_matches_softmax() -> None:
+    probs = [0.5, 0.25, 0.15, 0.1]
+    counts = draw(log_probs(probs), n=20000)
+    for token, p in enumerate(probs):
+        assert abs(counts[token] / 20000 - p) < 0.02
+
+
+def test_top_k_never_leaves_top_k() -> None:
+    torch.manual_seed(2)
+    logits = torch.randn(200).tolist()
+    top5 = set(torch.tensor(logits).topk(5).indices.tolist())
+    counts = draw(logits, n=4000, top_k=5, temperature=3.0)
+    assert set(counts) == top5
+
+
+def test_small_top_p_keeps_only_top_token() -> None:
+    torch.manual_seed(3)
+    logits = torch.randn(300).tolist()
+    counts = draw(logits, top_p=1e-6, temperature=2.0)
+    assert set(counts) == {max(range(300), key=logits.__getitem__)}
+
+
+def test_top_p_keeps_smallest_set_reaching_p() -> None:
+    counts = draw(log_probs([0.4, 0.3, 0.2, 0.1]), top_p=0.5)
+    assert set(counts) == {0, 1}
+    assert abs(counts[0] / 2000 - 0.4 / 0.7) < 0.05
+
+
+def test_top_p_is_relative_to_top_k_mass() -> None:
+    # Top-2 renormalized is [0.57, 0.43]: top_p=0.5 then keeps token 0 alone.
+    counts = draw(log_probs([0.4, 0.3, 0.2, 0.1]), top_k=2, top_p=0.5)
+    assert set(counts) == {0}
+
+
+def test_min_p_drops_tokens_below_fraction_of_max() -> None:
+    counts = draw(log_probs([0.5, 0.3, 0.15, 0.05]), n=4000, min_p=0.2)
+    assert set(counts) == {0, 1, 2}
+
+
+def test_nucleus_falls_back_to_whole_vocab() -> None:
+    # One token of mass ~0.94 and a flat tail below p_max * 2**-16 holding the rest.
+    logits = [0.0] + [-11.5] * 5000
+    counts = draw(logits, n=1000, top_p=0.999)
+    p_top = 1 / (1 + 5000 * math.exp(-11.5))
+    assert abs(counts[0] / 1000 - p_top / 0.999) < 0.025
+    assert len(counts) > 20
+
+
+def test_repetition_penalty_changes_argmax() -> None:
+    logits = torch.tensor([[2.0, 1.9, -1.0, 0.5]])
+    req = make_req(input_ids=[0], output_ids=[2], temperature=0.0, repetition_penalty=1.2)
+    out = apply_penalties(logits, [req], [EOS])
+    assert torch.allclose(out, torch.tensor([[2.0 / 1.2, 1.9, -1.2, 0.5]]))
+    assert Sampler(4, [EOS]).sample(logits, [req]).next_token_ids == [1]
+
+
+def test_frequency_and_presence_penalties_use_output_counts() -> None:
+    logits = torch.zeros(2, 5)
+    reqs = [
+        make_req(input_ids=[4, 4], output_ids=[1, 1, 1, 2], frequency_penalty=0.5),
+        make_req(input_ids=[4, 4], output_ids=[1, 1, 1, 2], presence_penalty=0.7),
+    ]
+    out = apply_penalties(logits, reqs, [EOS])
+    assert torch.allclose(out[0], torch.tensor([0.0, -1.5, -0.5, 0.0, 0.0]))
+    assert torch.allclose(out[1], torch.tensor([0.0, -0.7, -0.7, 0.0, 0.0]))
+    assert torch.equal(logits, torch.zeros(2, 5))
+    greedy = make_req(output_ids=[3, 3], temperature=0.0, frequency_penalty=1.0)
+    assert (
+        Sampler(5, [EOS]).sample(torch.tensor([[0, 0, 0, 1.5, 0]]), [greedy]).next_token_ids[0] != 3
+    )
+
+
+def test_min_new_tokens_blocks_eos_then_allows_it() -> None:
+    logits = torch.tensor([[5.0, 1.0, 4.0, 0.0]])
+    sampler = Sampler(4, [EOS])
+    sp = dict(temperature=0.0, min_new_tokens=2, stop_token_ids=[2])
+    assert sampler.sample(logits, [make_req(output_ids=[3], **sp)]).next_token_ids == [1]
+    assert sampler.sample(logits, [make_req(output_ids=[3, 3], **sp)]).next_token_ids == [0]
+    # Banning every token with finite logit would leave nothing: the row is left as it was.
+    masked = torch.tensor([[5.0, -math.inf, 4.0, -math.inf]])
+    assert sampler.sample(masked, [make_req(output_ids=[3], **sp)]).next_token_ids == [0]
+
+
+def test_padded_vocab_columns_are_never_sampled() -> None:
+    logits = torch.zeros(500, 6)
+    logits[:, 4:] = 100.0
+    out = Sampler(4, [EOS]).sample(logits, [make_req() for _ in range(500)])
+    assert max(out.next_token_ids) < 4
+
+
+SEEDED_PARAMS = [
+    dict(),
+    dict(top_k=20, temperature=0.8),
+    dict(top_p=0.9),
+    dict(min_p=0.05, temperature=1.3),
+    dict(top_k=50, top_p=0.8, min_p=0.01, frequency_penalty=0.3),
+]
+
+
+@pytest.mark.parametrize("sp", SEEDED_PARAMS)
+def test_same_seed_same_tokens_in_any_batch(sp: dict) -> None:
+    torch.manual_seed(4)
+    steps = [torch.randn(1000) * 2 for _ in range(8)]
+    alone, crowded = make_req(seed=7, **sp), make_req(seed=7, **sp)
+    others = [make_req(), make_req(seed=8, top_k=3), make_req(temperature=0.0), make_req(top_p=0.5)]
+    sampler = Sampler(1000, [EOS])
+    for logits in steps:
+        a = sampler.sample(logits[None], [alone]).next_token_ids[0]
+        batch = torch.stack([torch.randn(1000), logits, *[torch.randn(1000)] * 3])
+        b = sampler.sample(batch, [others[0], crowded, *others[1:]]).next_token_ids[1]
+        assert a == b
+        alone.output_ids.append(a)
+        crowded.output_ids.append(b)
+    other_seed = make_req(seed=9, **sp)
+    for logits in steps:
+        other_seed.output_ids += sampler.sample(logits[None], [other_seed]).next_token_ids
+    assert other_seed.output_ids != alone.output_ids
+
+
+def test_logprobs_come_from_raw_logits() -> None:
+    torch.manual_seed(5)
+    logits = torch.randn(3, 40)
+    reqs = [
+        make_req(return_logprob=True, top_logprobs_num=5, temperature=0.5, repetition_penalty=2.0),
+        make_req(),
+        make_req(return_logprob=True, temperature=0.0, presence_penalty=1.0, output_ids=[3]),
+    ]
+    out = Sampler(40, [EOS]).sample(logits, reqs)
+    ref = torch.log_softmax(logits, dim=-1)
+    assert out.logprobs is not None and out.top_logprobs is not None
+    for i in (0, 2):
+        assert out.logprobs[i] == pytest.approx(ref[i, out.next_token_ids[i]].item(), abs=1e-5)
+    assert math.isnan(out.logprobs[1])
+    vals, ids = ref[0].topk(5)
+    assert [t for _, t in out.top_logprobs[0]] == ids.tolist()
+    assert [v for v, _ in out.top_logprobs[0]] == pytest.approx(vals.tolist(), abs=1e-5)
+    assert out.top_logprobs[1] == [] and out.top_logprobs[2] == []
+
+
+def allowed_tokens(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) -> set[int]:
+    """Reference filter by full sort: top_k, then top_p on the renormalized rest, then min_p."""
+    probs, ids = torch.softmax(logits.double(), -1).sort(descending=True)
+    if top_k > 0:
+        probs, ids = probs[:top_k], ids[:top_k]
+    probs = probs / probs.sum()
+    keep = (probs.cumsum(0) - probs < top_p) & (probs >= min_p * probs[0])
+    return set(ids[keep].tolist())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    vocab=st.integers(2, 30),
+    top_k=st.sampled_from([-1, 2, 5]),
+    top_p=st.sampled_from([1.0, 0.9, 0.6, 0.3]),
+    min_p=st.sampled_from([0.0, 0.05, 0.3]),
+)
+def test_samples_stay_inside_reference_filter(
+    seed: int, vocab: int, top_k: int, top_p: float, min_p: float
+) -> None:
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(seed)) * 2
+    allowed = allowed_tokens(logits, top_k, top_p, min_p)
+    counts = draw(logits.tolist(), n=300, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert set(counts) <= allowed
