@@ -16,9 +16,11 @@ from radixrt.executor.penalties import apply_penalties
 
 # Temperatures below this are clamped (only reached by rows that are not greedy).
 _MIN_TEMPERATURE = 1e-5
-# top_p rows without top_k look for the nucleus among tokens with prob >= ratio * max prob,
-# trying each ratio until the candidates hold top_p of the mass; 0.0 means the whole vocab.
-_NUCLEUS_RATIOS = (2.0**-8, 2.0**-16, 0.0)
+# top_p without top_k: a histogram of log(p_max / p) in 1/32-nat buckets (the last bucket takes
+# everything below e**-32 * p_max) finds the bucket where the nucleus ends; only that bucket
+# is sorted, never the whole vocab.
+_NUCLEUS_BUCKETS = 1024
+_BUCKETS_PER_NAT = 32.0
 
 
 @dataclass(slots=True)
@@ -76,33 +78,38 @@ def _sample_rows(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
     device = logits.device
     params = [r.sampling_params for r in reqs]
     temps = torch.tensor([max(p.temperature, _MIN_TEMPERATURE) for p in params], device=device)
-    probs = torch.softmax(logits / temps[:, None], dim=-1)  # (S, V) float32
+    scaled = logits / temps[:, None]  # (S, V) float32
+    probs = torch.softmax(scaled, dim=-1)  # (S, V) float32
     u = _uniforms(reqs, device)  # (S,) float32 in [0, 1)
     vocab = probs.shape[1]
     top_k = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]  # 0: off
-    out = torch.empty(len(reqs), dtype=torch.int64, device=device)
-    groups: dict[str, list[int]] = {"plain": [], "top_k": [], "nucleus": []}
-    for i, p in enumerate(params):
-        if top_k[i]:
-            groups["top_k"].append(i)
-        elif p.top_p < 1.0 or p.min_p > 0.0:
-            groups["nucleus"].append(i)
-        else:
-            groups["plain"].append(i)
-    if rows := groups["plain"]:
-        out[_index(rows, device)] = _sample_vocab_order(_select(probs, rows), _select(u, rows))
     top_p = torch.tensor([p.top_p if p.top_p < 1.0 else 2.0 for p in params], device=device)
     min_p = torch.tensor([p.min_p for p in params], device=device)
-    if rows := groups["top_k"]:
+    out = torch.empty(len(reqs), dtype=torch.int64, device=device)
+    plain: list[int] = []
+    nucleus: list[int] = []  # top_p and/or min_p without top_k
+    for i, p in enumerate(params):
+        if not top_k[i]:
+            (plain if p.top_p == 1.0 and p.min_p == 0.0 else nucleus).append(i)
+    if plain:
+        out[_index(plain, device)] = _sample_vocab_order(_select(probs, plain), _select(u, plain))
+    if rows := [i for i in range(len(reqs)) if top_k[i]]:
         idx = _index(rows, device)
         k = torch.tensor([top_k[i] for i in rows], device=device)
         vals, ids = _select(probs, rows).topk(int(k.max()), dim=-1)  # (R, K) sorted desc
         vals = vals * (torch.arange(vals.shape[1], device=device) < k[:, None])
         mass = vals.cumsum(dim=-1)[:, -1]  # top_p renormalizes over the top-k set
         out[idx] = _sample_sorted(vals, ids, top_p[idx], min_p[idx], u[idx], mass)
-    if rows := groups["nucleus"]:
-        idx = _index(rows, device)
-        out[idx] = _sample_nucleus(_select(probs, rows), top_p[idx], min_p[idx], u[idx])
+    if nucleus:
+        idx = _index(nucleus, device)
+        sub = _select(probs, nucleus)
+        threshold = min_p[idx] * sub.amax(dim=-1)  # (R,) smallest prob kept
+        if p_rows := [j for j, i in enumerate(nucleus) if params[i].top_p < 1.0]:
+            p_idx = _index(p_rows, device)
+            cut = _nucleus_threshold(_select(scaled, nucleus)[p_idx], sub[p_idx], top_p[idx][p_idx])
+            threshold[p_idx] = torch.maximum(threshold[p_idx], cut)
+        kept = torch.where(sub >= threshold[:, None], sub, 0.0)
+        out[idx] = _sample_vocab_order(kept, u[idx])
     return out
 
 
@@ -134,50 +141,35 @@ def _sample_vocab_order(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-def _sample_nucleus(
-    probs: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor, u: torch.Tensor
+def _nucleus_threshold(
+    scaled: torch.Tensor, probs: torch.Tensor, top_p: torch.Tensor
 ) -> torch.Tensor:
-    """Sample (R,) rows that use top_p and/or min_p but not top_k, mostly without a full sort."""
-    out = torch.empty(probs.shape[0], dtype=torch.int64, device=probs.device)
-    p_max = probs.amax(dim=-1)  # (R,)
-    pending = torch.arange(probs.shape[0], device=probs.device)
-    for level in _NUCLEUS_RATIOS:
-        sub = probs if pending.numel() == probs.shape[0] else probs[pending]
-        if level == 0.0:
-            vals, ids = sub.sort(dim=-1, descending=True, stable=True)
-            is_done = torch.ones(pending.numel(), dtype=torch.bool, device=probs.device)
-        else:
-            # Every kept token has prob >= min_p * p_max, so ratio <= min_p always suffices;
-            # min_p-only rows (top_p == 2.0) start there.
-            is_top_p = top_p[pending] <= 1.0
-            ratio = torch.where(is_top_p, min_p[pending].clamp(min=level), min_p[pending])
-            vals, ids = _candidates(sub, ratio * p_max[pending])
-            # cumsum, not sum: trailing zero padding then cannot change the result.
-            is_done = (ratio <= min_p[pending]) | (vals.cumsum(dim=-1)[:, -1] >= top_p[pending])
-        done = pending[is_done]
-        if done.numel() > 0:
-            mass = torch.ones(done.numel(), device=probs.device)
-            out[done] = _sample_sorted(
-                vals[is_done], ids[is_done], top_p[done], min_p[done], u[done], mass
-            )
-        pending = pending[~is_done]
-        if pending.numel() == 0:
-            break
-    return out
+    """Smallest prob in each row's nucleus (most likely tokens whose mass first reaches top_p).
+
+    A nucleus that reaches the last bucket (p < e**-32 * p_max) gets threshold 0: keep all.
+    """
+    nb = _NUCLEUS_BUCKETS
+    dist = scaled.amax(dim=-1, keepdim=True) - scaled  # (R, V) log(p_max / p) >= 0
+    bucket = dist.mul_(_BUCKETS_PER_NAT).clamp_(max=nb - 1).long()  # (R, V) int64
+    mass = torch.zeros(probs.shape[0], nb, device=probs.device).scatter_add_(1, bucket, probs)
+    cum = mass.cumsum(dim=-1)  # (R, nb)
+    end = (cum < top_p[:, None]).sum(dim=-1, keepdim=True).clamp_(max=nb - 1)  # (R, 1)
+    above = torch.nn.functional.pad(cum[:, :-1], (1, 0)).gather(1, end)  # mass before `end`
+    end = torch.where(end == nb - 1, -1, end)  # no bucket -1: threshold 0
+    vals = _sorted_values(probs, bucket == end)  # (R, K) the end bucket, desc, zero padded
+    is_kept = (above + vals.cumsum(dim=-1) - vals < top_p[:, None]) & (vals > 0)
+    num_kept = is_kept.sum(dim=-1, keepdim=True).clamp_(min=1)
+    return vals.gather(1, num_kept - 1)[:, 0]
 
 
-def _candidates(probs: torch.Tensor, threshold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens with prob >= threshold per row, sorted desc: vals/ids (P, K), zero padded."""
-    is_cand = probs >= threshold[:, None]  # (P, V) bool; each row's max qualifies
-    count = is_cand.sum(dim=-1)  # (P,)
-    row, col = is_cand.nonzero(as_tuple=True)  # row-major, col ascending
+def _sorted_values(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's probs where mask, sorted descending: (R, K) zero padded, K = max count."""
+    count = mask.sum(dim=-1)  # (R,)
+    row, col = mask.nonzero(as_tuple=True)  # row-major
     pos = torch.arange(row.numel(), device=row.device) - (count.cumsum(0) - count)[row]
-    vals = torch.zeros(probs.shape[0], int(count.max()), device=probs.device)
-    ids = torch.zeros_like(vals, dtype=torch.int64)
-    vals[row, pos], ids[row, pos] = probs[row, col], col
-    # Stable: equal probs keep token-id order, so the draw does not depend on the batch.
-    vals, order = vals.sort(dim=-1, descending=True, stable=True)
-    return vals, ids.gather(1, order)
+    vals = torch.zeros(probs.shape[0], max(int(count.max()), 1), device=probs.device)
+    vals[row, pos] = probs[row, col]
+    return vals.sort(dim=-1, descending=True).values
 
 
 def _sample_sorted(

@@ -136,14 +136,12 @@ class Scheduler:
                 break
             if self._shares_uncached_prefix(req, admitted):
                 continue  # admit it next step, when the first one's prefix is cached
-            need = req.seq_len - int(self.kv.match(req).slots.numel())
-            extend = min(need, budget)
-            if self.kv.available_size < extend + reserved and (self.running or admitted):
-                break
-            if self.kv.available_size < extend:
-                break
-            self.kv.admit(req)
+            self.kv.admit(req)  # locks the cached prefix: it no longer counts as evictable
             req.extend_len = min(req.seq_len - req.kv_len, budget)
+            must_keep = reserved if (self.running or admitted) else 0
+            if self.kv.available_size < req.extend_len + must_keep:
+                self.kv.release(req)  # nothing computed yet: just unlock and free the row
+                break
             self.waiting.remove(req)
             self.running.append(req)
             admitted.append(req)
@@ -193,9 +191,11 @@ class Scheduler:
             elif sample:
                 row += 1
             req.kv_len += req.extend_len
+            if req.extend_len > 1:
+                self.kv.cache_unfinished(req)  # a prefilled chunk becomes shareable at once
             if not sample:
-                self.kv.cache_unfinished(req)  # a finished chunk becomes shareable at once
-            elif len(req.output_ids) >= req.sampling_params.max_new_tokens:
+                continue
+            if len(req.output_ids) >= req.sampling_params.max_new_tokens:
                 req.finish(FinishReason(FinishKind.LENGTH))  # max_new_tokens == 0: scoring only
                 touched.append(req)
             else:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from radixrt.core import Req, SamplingParams
 from radixrt.executor.penalties import apply_penalties
-from radixrt.executor.sampler import Sampler
+from radixrt.executor.sampler import Sampler, _nucleus_threshold
 
 EOS = 0
 
@@ -98,8 +98,8 @@ def test_min_p_drops_tokens_below_fraction_of_max() -> None:
     assert set(counts) == {0, 1, 2}
 
 
-def test_nucleus_falls_back_to_whole_vocab() -> None:
-    # One token of mass ~0.94 and a flat tail below p_max * 2**-16 holding the rest.
+def test_nucleus_reaching_into_a_long_flat_tail() -> None:
+    # One token of mass ~0.95 and 5000 tied tokens holding the rest: the nucleus ends in the tail.
     logits = [0.0] + [-11.5] * 5000
     counts = draw(logits, n=1000, top_p=0.999)
     p_top = 1 / (1 + 5000 * math.exp(-11.5))
@@ -223,3 +223,23 @@ def test_samples_stay_inside_reference_filter(
     allowed = allowed_tokens(logits, top_k, top_p, min_p)
     counts = draw(logits.tolist(), n=300, top_k=top_k, top_p=top_p, min_p=min_p)
     assert set(counts) <= allowed
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    scale=st.sampled_from([0.3, 1.0, 3.0, 8.0]),
+    top_p=st.floats(0.05, 0.99),
+)
+def test_nucleus_threshold_is_the_smallest_set_reaching_top_p(
+    seed: int, scale: float, top_p: float
+) -> None:
+    logits = torch.randn(4, 3000, generator=torch.Generator().manual_seed(seed)) * scale
+    probs = torch.softmax(logits, dim=-1)
+    cut = _nucleus_threshold(logits, probs, torch.full((4,), top_p))
+    for row, threshold in zip(probs.double(), cut.tolist(), strict=True):
+        kept = row[row >= threshold]
+        # Up to float32 rounding: the kept set reaches top_p, and without its least likely
+        # token it would not.
+        assert kept.sum() >= top_p - 1e-5
+        assert kept.sum() - kept.min() < top_p + 1e-5
