@@ -11,7 +11,19 @@ if TYPE_CHECKING:
 # name -> "module:class"; modules are imported lazily so FlashInfer and CUDA stay optional.
 ATTENTION_BACKENDS: dict[str, str] = {
     "torch_native": "radixrt.attention.torch_native:TorchNativeAttnBackend",
+    "flashinfer": "radixrt.attention.flashinfer_backend:FlashInferAttnBackend",
 }
+
+
+def default_backend(device: object) -> str:
+    """The backend to use when none is named: flashinfer on CUDA if it imports, else torch_native."""
+    if str(device).split(":")[0] != "cuda":
+        return "torch_native"
+    try:
+        import flashinfer  # noqa: F401
+    except Exception:  # not installed, or unusable here (ABI, CUDA): fall back quietly
+        return "torch_native"
+    return "flashinfer"
 
 
 def get_attention_backend_cls(name: str) -> type[BaseAttnBackend]:

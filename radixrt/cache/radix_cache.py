@@ -160,7 +160,8 @@ class RadixCache(BasePrefixCache):
             num_freed += len(leaf.key)
             if parent is not self.root and not parent.children:
                 self._leaves.add(parent)
-                pass
+                if parent.lock_ref == 0:
+                    heapq.heappush(heap, parent)
         self._evictable_size -= num_freed
         if freed:
             self.allocator.free(torch.cat(freed))
@@ -263,7 +264,7 @@ class RadixCache(BasePrefixCache):
         if key[pos : pos + m] == (node_key if m == len(node_key) else node_key[:m]):
             return m
         lo, hi = 0, m  # node_key[:lo] matches and node_key[:hi] does not
-        while hi - lo > 16:
+        while hi - lo > 1000:
             mid = (lo + hi) // 2
             if key[pos + lo : pos + mid] == node_key[lo:mid]:
                 lo = mid

@@ -96,7 +96,9 @@ class ModelRunner:
         return int(total * fraction) - self.weight_bytes
 
     def _init_attention_backend(self) -> None:
-        name = self.model_config.attention_backend or "torch_native"
+        from radixrt.attention import default_backend
+
+        name = self.model_config.attention_backend or default_backend(self.device)
         self.attn_backend = get_attention_backend_cls(name)(self.device)
 
     def forward(self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]) -> torch.Tensor:

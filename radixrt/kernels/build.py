@@ -43,14 +43,43 @@ def nvcc_path() -> str | None:
     return shutil.which("nvcc")
 
 
+def cuda_home() -> Path | None:
+    """The CUDA toolkit root holding include/cuda_runtime.h, found from CUDA_HOME or nvcc.
+
+    nvcc on PATH may be a wrapper script (/usr/local/bin/nvcc -> /usr/local/cuda-13.0/bin),
+    where torch's own guess (two folders above nvcc) has no CUDA headers.
+    """
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = nvcc_path()
+    if nvcc is not None:
+        candidates += [str(Path(nvcc).resolve().parent.parent), _home_from_wrapper(nvcc)]
+    candidates.append("/usr/local/cuda")
+    for c in candidates:
+        if c and (Path(c) / "include" / "cuda_runtime.h").is_file():
+            return Path(c)
+    return None
+
+
+def _home_from_wrapper(nvcc: str) -> str | None:
+    """For a tiny shell wrapper that execs the real nvcc, that nvcc's toolkit root."""
+    try:
+        text = Path(nvcc).read_text(errors="ignore") if Path(nvcc).stat().st_size < 4096 else ""
+    except OSError:
+        return None
+    for word in text.split():
+        if word.endswith("/bin/nvcc") and Path(word).is_file():
+            return str(Path(word).parent.parent)
+    return None
+
+
 def cannot_build_reason() -> str | None:
     """Why the extension cannot be built here, or None when it can be tried."""
     if os.environ.get("RADIXRT_DISABLE_KERNELS", "") not in ("", "0"):
         return "RADIXRT_DISABLE_KERNELS is set"
     if torch.version.cuda is None:
         return "torch is a CPU-only build"
-    if nvcc_path() is None:
-        return "nvcc not found (set CUDA_HOME or put nvcc on PATH)"
+    if nvcc_path() is None or cuda_home() is None:
+        return "no CUDA toolkit found (set CUDA_HOME or put nvcc on PATH)"
     missing = [s for s in (*KERNEL_SOURCES, BINDING_SOURCE) if not (CSRC_DIR / s).is_file()]
     if missing:
         return f"CUDA sources missing under {CSRC_DIR}: {missing}"
@@ -67,6 +96,12 @@ def get_ops() -> ModuleType | None:
         return None
     from torch.utils import cpp_extension
 
+    home = cuda_home()
+    torch_home = cpp_extension.CUDA_HOME
+    if torch_home is None or not (Path(torch_home) / "include" / "cuda_runtime.h").is_file():
+        # torch guessed the folder two levels above a wrapper nvcc; point it at the toolkit.
+        os.environ["CUDA_HOME"] = str(home)
+        cpp_extension.CUDA_HOME = str(home)
     t0 = time.perf_counter()
     try:
         ops = cpp_extension.load(

@@ -1,0 +1,256 @@
+"""Prefill and decode throughput of radixrt against transformers, beside this machine's roofline.
+
+    python -m radixrt.bench.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32]
+
+radixrt runs on a scheduler stepped in this thread (no engine thread, radix cache off), so the
+timings are of forward passes alone: prefill = the one step that computes a prompt and samples
+its first token; decode = steps in which every request of the batch decodes one token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from radixrt.bench.hf_peer import hf_generate, load_hf_model
+from radixrt.bench.roofline import Roofline, format_roofline, machine_info, measure_roofline
+from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core import Req, SamplingParams
+
+PREFILL_LENS = (256, 1024, 2048)
+BATCH_SIZES = (1, 8, 32)
+DECODE_STEPS = 32
+DECODE_PROMPT_LEN = 128
+REPEATS = 2
+SEED = 0
+_FIRST_ID = 256  # random prompts avoid the low ids, where tokenizers keep special tokens
+
+
+@dataclass(slots=True)
+class PrefillRow:
+    prompt_len: int
+    radixrt_tok_s: float
+    hf_tok_s: float | None
+    roofline_tok_s: float
+    first_token_match: bool | None  # radixrt's first greedy token == transformers'
+
+
+@dataclass(slots=True)
+class DecodeRow:
+    batch_size: int
+    radixrt_tok_s: float
+    radixrt_ms_step: float
+    hf_tok_s: float | None
+    hf_ms_step: float | None
+    roofline_tok_s: float
+    roofline_ms_step: float
+    greedy_match: int | None  # requests whose greedy tokens equal transformers' exactly
+
+
+def random_prompts(num: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:
+    """`num` prompts of `length` uniform random token ids (fixed seed)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(_FIRST_ID, vocab_size) for _ in range(length)] for _ in range(num)]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure everything; print the tables and return them as a dict."""
+    from radixrt.scheduler.builder import build_scheduler
+
+    machine = machine_info()
+    roof = measure_roofline()
+    max_batch, max_len = max(args.batch_sizes), max(args.prefill_lens)
+    pool = max(max_len + 64, max_batch * (args.decode_prompt_len + args.decode_steps + 64))
+    sched, _ = build_scheduler(
+        ModelConfig(args.model_path, dtype="float32", device="cpu"),
+        CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
+        SchedulerConfig(max_running_requests=max(max_batch, 64),
+                        chunked_prefill_size=max(max_len, 2048)),
+    )
+    params = list(sched.runner.model.parameters())
+    num_params = sum(p.numel() for p in params)
+    weight_bytes = sum(p.numel() * p.element_size() for p in params)
+    vocab = sched.runner.arch.vocab_size
+    hf = None if args.skip_hf else load_hf_model(sched.runner.model_path)
+    print(f"machine: {machine}")
+    print(format_roofline(roof, num_params, weight_bytes))
+
+    _warm_up(sched, hf, vocab)
+    prefill = [_prefill_row(sched, hf, roof, num_params, vocab, n, args)
+               for n in args.prefill_lens]
+    decode = [_decode_row(sched, hf, roof, num_params, weight_bytes, vocab, b, args)
+              for b in args.batch_sizes]
+    sched.check_pool_whole()
+    machine["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    print(format_tables(prefill, decode))
+    print(f"load average (1 min) before {machine['load_avg_1m']}, "
+          f"after {machine['load_avg_1m_after']}")
+    return {
+        "machine": machine, "roofline": roof.to_dict(), "num_params": num_params,
+        "weight_bytes": weight_bytes, "repeats": args.repeats,
+        "decode_prompt_len": args.decode_prompt_len, "decode_steps": args.decode_steps,
+        "prefill": [asdict(r) for r in prefill], "decode": [asdict(r) for r in decode],
+    }
+
+
+def format_tables(prefill: list[PrefillRow], decode: list[DecodeRow]) -> str:
+    """Two markdown tables: prefill tokens/s by prompt length, decode tokens/s by batch size."""
+    lines = [
+        "| prompt tokens | radixrt tok/s | transformers tok/s | radixrt/transformers "
+        "| roofline tok/s | radixrt/roofline | first token same |",
+        "|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for r in prefill:
+        lines.append(
+            f"| {r.prompt_len} | {r.radixrt_tok_s:.0f} | {_num(r.hf_tok_s, '.0f')} "
+            f"| {_ratio(r.radixrt_tok_s, r.hf_tok_s)} | {r.roofline_tok_s:.0f} "
+            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {_num(r.first_token_match)} |"
+        )
+    lines += [
+        "",
+        "| batch | radixrt tok/s (ms/step) | transformers tok/s (ms/step) | radixrt/transformers "
+        "| roofline tok/s (ms/step) | radixrt/roofline | greedy tokens same |",
+        "|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for r in decode:
+        hf = "-" if r.hf_tok_s is None else f"{r.hf_tok_s:.1f} ({r.hf_ms_step:.0f})"
+        match = "-" if r.greedy_match is None else f"{r.greedy_match}/{r.batch_size}"
+        lines.append(
+            f"| {r.batch_size} | {r.radixrt_tok_s:.1f} ({r.radixrt_ms_step:.0f}) | {hf} "
+            f"| {_ratio(r.radixrt_tok_s, r.hf_tok_s)} "
+            f"| {r.roofline_tok_s:.1f} ({r.roofline_ms_step:.0f}) "
+            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {match} |"
+        )
+    return "\n".join(lines)
+
+
+# ---- radixrt --------------------------------------------------------------------------------
+
+
+def radixrt_prefill(sched: Any, ids: list[int]) -> tuple[float, int]:
+    """(seconds, first token) of prefilling `ids` and sampling one token on an idle scheduler."""
+    req = _req(ids, max_new_tokens=1)
+    sched.add_request(req)
+    t0 = time.perf_counter()
+    while not sched.is_idle:
+        sched.step()
+    elapsed = time.perf_counter() - t0
+    if req.finish_reason is None or len(req.output_ids) != 1:
+        raise RuntimeError(f"prefill request ended badly: {req.finish_reason}, {req.output_ids}")
+    return elapsed, req.output_ids[0]
+
+
+def radixrt_decode(sched: Any, prompts: list[list[int]], steps: int) -> tuple[float, list[list[int]]]:
+    """(seconds of `steps` decode steps with the whole batch decoding, greedy tokens so far).
+
+    Prefill steps run untimed until every request has its first token; the requests ask for
+    more tokens than are timed and are aborted afterwards, so no timed step loses a request.
+    """
+    reqs = [_req(ids, max_new_tokens=steps + 64) for ids in prompts]
+    for r in reqs:
+        sched.add_request(r)
+    while sched.waiting or any(not r.output_ids for r in reqs):
+        sched.step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        touched = sched.step()
+        if len(touched) != len(reqs) or any(r.is_finished for r in reqs):
+            raise RuntimeError(f"a decode step touched {len(touched)} of {len(reqs)} requests")
+    elapsed = time.perf_counter() - t0
+    for r in reqs:
+        sched.abort(r.rid)
+    sched.check_pool_whole()
+    return elapsed, [list(r.output_ids) for r in reqs]
+
+
+def _req(ids: list[int], max_new_tokens: int) -> Req:
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
+    return Req(uuid.uuid4().hex, list(ids), params)
+
+
+# ---- rows -----------------------------------------------------------------------------------
+
+
+def _warm_up(sched: Any, hf: Any, vocab: int) -> None:
+    prompts = random_prompts(2, 32, vocab, SEED + 99)
+    radixrt_prefill(sched, prompts[0])
+    radixrt_decode(sched, prompts, 2)
+    if hf is not None:
+        hf_generate(hf, prompts, 3)
+
+
+def _prefill_row(sched: Any, hf: Any, roof: Roofline, num_params: int, vocab: int, n: int,
+                 args: argparse.Namespace) -> PrefillRow:
+    ids = random_prompts(1, n, vocab, args.seed + n)[0]
+    runs = [radixrt_prefill(sched, ids) for _ in range(args.repeats)]
+    ours = min(t for t, _ in runs)
+    hf_s, match = None, None
+    if hf is not None:
+        hf_runs = [hf_generate(hf, [ids], 1) for _ in range(args.repeats)]
+        hf_s = min(r.ttft_s for r in hf_runs)
+        match = hf_runs[0].output_ids[0][0] == runs[0][1]
+    return PrefillRow(n, n / ours, None if hf_s is None else n / hf_s,
+                      roof.prefill_tok_s(num_params), match)
+
+
+def _decode_row(sched: Any, hf: Any, roof: Roofline, num_params: int, weight_bytes: int,
+                vocab: int, batch: int, args: argparse.Namespace) -> DecodeRow:
+    steps = args.decode_steps
+    prompts = random_prompts(batch, args.decode_prompt_len, vocab, args.seed + 1000 + batch)
+    ours_s, ours_ids = radixrt_decode(sched, prompts, steps)
+    roof_s = roof.decode_step_s(weight_bytes, num_params, batch)
+    row = DecodeRow(batch, batch * steps / ours_s, 1e3 * ours_s / steps, None, None,
+                    batch / roof_s, 1e3 * roof_s, None)
+    if hf is not None:
+        # max_new_tokens = steps + 1: one token from the prefill, then `steps` decode passes.
+        r = hf_generate(hf, prompts, steps + 1)
+        row.hf_tok_s = batch * r.num_decode_steps / r.decode_s
+        row.hf_ms_step = 1e3 * r.decode_s / r.num_decode_steps
+        row.greedy_match = sum(a[: steps + 1] == b for a, b in zip(ours_ids, r.output_ids))
+    return row
+
+
+def _ratio(a: float, b: float | None) -> str:
+    return "-" if b is None else f"{a / b:.2f}"
+
+
+def _num(x: float | bool | None, fmt: str = "") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    return format(x, fmt)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-path", default=None, help="default: SmolLM2-135M-Instruct")
+    p.add_argument("--prefill-lens", type=int, nargs="+", default=list(PREFILL_LENS))
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    p.add_argument("--decode-steps", type=int, default=DECODE_STEPS, help="timed steps per batch")
+    p.add_argument("--decode-prompt-len", type=int, default=DECODE_PROMPT_LEN)
+    p.add_argument("--repeats", type=int, default=REPEATS, help="prefill: best of this many")
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--skip-hf", action="store_true", help="radixrt and the roofline only")
+    p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    results = run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()

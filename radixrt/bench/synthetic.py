@@ -1,0 +1,96 @@
+"""Synthetic KV pools and ForwardBatches with a scattered slot layout, for tests and benchmarks.
+
+Slot ownership here is simple: every request made by `make_batch` owns its row and its slots
+until `reset()`, which frees everything at once; nothing is shared with a prefix cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixrt.attention.base import BaseAttnBackend
+from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from radixrt.executor.forward_batch import ForwardBatch
+
+
+class SyntheticPools:
+    """A KV pool whose free slots come in a random order, so requests' slots interleave."""
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        max_reqs: int,
+        max_context_len: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        seed: int = 0,
+    ) -> None:
+        self.device = torch.device(device)
+        self.kv = TokenToKVPool(capacity, num_layers, num_kv_heads, head_dim, dtype, self.device)
+        self.req_to_token = ReqToTokenPool(max_reqs, max_context_len, self.device)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.reset()
+
+    def reset(self) -> None:
+        """Free every row and slot; the next slots come in a fresh random order."""
+        self.req_to_token.clear()
+        perm = torch.randperm(self.kv.capacity, generator=self.gen) + 1  # slots 1..capacity
+        self._free_slots = perm.to(self.device)
+        self._next = 0
+
+    def alloc_slots(self, n: int) -> torch.Tensor:
+        """(n,) int64 slots on the pool's device, in the pool's random order."""
+        if self._next + n > self.kv.capacity:
+            raise ValueError(f"synthetic pool of {self.kv.capacity} slots is out of space")
+        out = self._free_slots[self._next : self._next + n]
+        self._next += n
+        return out
+
+    def fill_random(self, slots: torch.Tensor, std: float = 1.0) -> None:
+        """Write random K/V (every layer) at `slots`, as if a prefix had been computed there."""
+        for k_buf, v_buf in zip(self.kv.k_buffer, self.kv.v_buffer):
+            shape = (slots.numel(), *k_buf.shape[1:])
+            k_buf.index_copy_(0, slots, (torch.randn(shape, device=self.device) * std).to(k_buf.dtype))
+            v_buf.index_copy_(0, slots, (torch.randn(shape, device=self.device) * std).to(v_buf.dtype))
+
+    def make_batch(
+        self,
+        prefix_lens: list[int],
+        extend_lens: list[int],
+        attn_backend: BaseAttnBackend,
+        *,
+        vocab_size: int = 32000,
+        fill_prefix: bool = True,
+    ) -> ForwardBatch:
+        """A batch of new requests: request i has a cached prefix of prefix_lens[i] tokens (random
+        K/V when `fill_prefix`) and computes extend_lens[i] new tokens."""
+        out_locs: list[torch.Tensor] = []
+        rows: list[int] = []
+        logits_indices: list[int] = []
+        for p, e in zip(prefix_lens, extend_lens):
+            row = self.req_to_token.alloc()
+            slots = self.alloc_slots(p + e)
+            self.req_to_token.write(row, 0, slots)
+            if fill_prefix and p > 0:
+                self.fill_random(slots[:p])
+            rows.append(row)
+            out_locs.append(slots[p:])
+            logits_indices.append(sum(extend_lens[: len(rows)]) - 1)
+        num_tokens = sum(extend_lens)
+        input_ids = torch.randint(0, vocab_size, (num_tokens,), generator=self.gen).tolist()
+        return ForwardBatch.build(
+            input_ids=input_ids,
+            out_loc=torch.cat(out_locs),
+            req_pool_indices=rows,
+            prefix_lens=list(prefix_lens),
+            extend_lens=list(extend_lens),
+            logits_indices=logits_indices,
+            req_to_token_pool=self.req_to_token,
+            token_to_kv_pool=self.kv,
+            attn_backend=attn_backend,
+            device=self.device,
+        )
