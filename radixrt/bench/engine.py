@@ -19,7 +19,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from radixrt.bench.hf_peer import hf_generate, load_hf_model
-from radixrt.bench.roofline import Roofline, format_roofline, machine_info, measure_roofline
+from radixrt.bench.roofline import (
+    Roofline,
+    add_roofline_args,
+    format_roofline,
+    machine_info,
+    measure_roofline,
+)
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import Req, SamplingParams
 
@@ -64,7 +70,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from radixrt.scheduler.builder import build_scheduler
 
     machine = machine_info()
-    roof = measure_roofline()
+    roof = measure_roofline(args.copy_mib, args.matmul_n)
     max_batch, max_len = max(args.batch_sizes), max(args.prefill_lens)
     pool = max(max_len + 64, max_batch * (args.decode_prompt_len + args.decode_steps + 64))
     sched, _ = build_scheduler(
@@ -239,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=REPEATS, help="prefill: best of this many")
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--skip-hf", action="store_true", help="radixrt and the roofline only")
+    add_roofline_args(p)
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     return p
 

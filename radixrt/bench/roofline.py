@@ -92,6 +92,12 @@ def format_roofline(r: Roofline, num_params: int | None = None, weight_bytes: in
     )
 
 
+def add_roofline_args(p: argparse.ArgumentParser) -> None:
+    """The measurement sizes, shared by every benchmark that prints a roofline."""
+    p.add_argument("--copy-mib", type=int, default=COPY_MIB, help="roofline copy buffer MiB")
+    p.add_argument("--matmul-n", type=int, default=MATMUL_N, help="roofline matmul size")
+
+
 def _best(fn: Any, repeats: int) -> float:
     times = []
     for _ in range(max(repeats, 1)):
@@ -103,8 +109,7 @@ def _best(fn: Any, repeats: int) -> float:
 
 def main(argv: list[str] | None = None) -> Roofline:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--copy-mib", type=int, default=COPY_MIB)
-    p.add_argument("--matmul-n", type=int, default=MATMUL_N)
+    add_roofline_args(p)
     p.add_argument("--repeats", type=int, default=REPEATS)
     args = p.parse_args(argv)
     print(f"machine: {machine_info()}")

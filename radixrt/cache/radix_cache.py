@@ -138,7 +138,7 @@ class RadixCache(BasePrefixCache):
             raise RuntimeError(f"unlock of node {node.id} which holds no lock")
         while node is not None:
             node.lock_ref -= 1
-            if node.lock_ref == 0:
+            if node.lock_ref == 1:
                 self._evictable_size += len(node.key)
                 self._protected_size -= len(node.key)
             node = node.parent
@@ -264,7 +264,7 @@ class RadixCache(BasePrefixCache):
         if key[pos : pos + m] == (node_key if m == len(node_key) else node_key[:m]):
             return m
         lo, hi = 0, m  # node_key[:lo] matches and node_key[:hi] does not
-        while hi - lo > 1000:
+        while hi - lo > 16:
             mid = (lo + hi) // 2
             if key[pos + lo : pos + mid] == node_key[lo:mid]:
                 lo = mid

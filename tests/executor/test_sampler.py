@@ -53,7 +53,7 @@ def test_top_k_one_equals_greedy() -> None:
 
 def test_temperature_controls_entropy() -> None:
     logits = [2.0, 1.5, 1.0, 0.5, 0.0, -0.5]
-    cold = draw(logits, temperature=0.05)
+    cold = draw(logits, temperature=0.02)
     hot = draw(logits, temperature=5.0)
     assert cold[0] == sum(cold.values())
     assert len(hot) == len(logits) and max(hot.values()) < 0.4 * sum(hot.values())
@@ -103,7 +103,7 @@ def test_nucleus_reaching_into_a_long_flat_tail() -> None:
     logits = [0.0] + [-11.5] * 5000
     counts = draw(logits, n=1000, top_p=0.999)
     p_top = 1 / (1 + 5000 * math.exp(-11.5))
-    assert abs(counts[0] / 1000 - p_top / 0.999) < 0.025
+    assert abs(counts[0] / 1000 - p_top / 0.999) < 0.03
     assert len(counts) > 20
 
 
@@ -147,6 +147,27 @@ def test_padded_vocab_columns_are_never_sampled() -> None:
     logits[:, 4:] = 100.0
     out = Sampler(4, [EOS]).sample(logits, [make_req() for _ in range(500)])
     assert max(out.next_token_ids) < 4
+
+
+def test_large_mixed_batch_respects_each_row() -> None:
+    torch.manual_seed(6)
+    logits = torch.randn(64, 50_000) * 3
+    kinds = [dict(temperature=0.0), dict(), dict(top_k=40), dict(top_p=0.9), dict(min_p=0.2)]
+    reqs = [make_req(**kinds[i % len(kinds)], seed=i if i % 2 else None) for i in range(64)]
+    out = Sampler(50_000, [EOS]).sample(logits, reqs).next_token_ids
+    probs = torch.softmax(logits, dim=-1)
+    chosen = probs.gather(1, torch.tensor(out)[:, None])  # (64, 1)
+    is_above = probs > chosen
+    num_above, mass_above = is_above.sum(-1).tolist(), (probs * is_above).sum(-1).tolist()
+    for i, kind in enumerate(kinds[i % len(kinds)] for i in range(64)):
+        if "temperature" in kind:
+            assert num_above[i] == 0
+        if "top_k" in kind:
+            assert num_above[i] < 40
+        if "top_p" in kind:
+            assert mass_above[i] < 0.9
+        if "min_p" in kind:
+            assert chosen[i] >= 0.2 * probs[i].max()
 
 
 SEEDED_PARAMS = [

@@ -1,0 +1,107 @@
+"""CPU checks of the FlashInfer page table: the same slots per request as torch_native attends,
+and a plain-torch paged attention driven by that table reproduces torch_native's output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from radixrt.attention.base import AttentionLayer
+from radixrt.attention.flashinfer_backend import FlashInferMetadata, build_flashinfer_metadata
+from radixrt.attention.torch_native import TorchNativeAttnBackend
+from radixrt.bench.synthetic import SyntheticPools
+from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
+
+LAYER = AttentionLayer(layer_id=1, num_heads=4, num_kv_heads=2, head_dim=16, scaling=16**-0.5)
+MIXED = ([0, 7, 12, 3, 0], [9, 1, 5, 1, 1])  # prefills, decodes, an extend after a prefix
+DECODE = ([4, 17, 1], [1, 1, 1])
+
+
+def _pools(seed: int = 0) -> SyntheticPools:
+    return SyntheticPools(
+        num_layers=2, num_kv_heads=LAYER.num_kv_heads, head_dim=LAYER.head_dim, capacity=200,
+        max_reqs=8, max_context_len=64, dtype=torch.float32, device="cpu", seed=seed,
+    )
+
+
+def _torch_native_slots(backend: TorchNativeAttnBackend, fb: ForwardBatch) -> list[list[int]]:
+    """The pool slots torch_native attends to for each request, from its own metadata."""
+    slots: dict[int, list[int]] = {}
+    starts = fb.extend_start_loc.tolist()
+    for r in backend._extends:
+        i = starts.index(r.q_start)
+        slots[i] = (r.kv_idx.tolist() if r.kv_idx is not None
+                    else fb.out_loc[r.q_start : r.q_start + r.q_len].tolist())
+    if backend._decode is not None:
+        g = backend._decode
+        for row, idx, mask in zip(g.rows.tolist(), g.kv_idx, g.mask[:, 0, 0]):
+            slots[starts.index(row)] = idx[mask].tolist()
+    return [slots[i] for i in range(fb.batch_size)]
+
+
+def _paged_attention(q: torch.Tensor, meta: FlashInferMetadata, fb: ForwardBatch) -> torch.Tensor:
+    """FlashInfer's semantics in plain torch: page size 1, causal aligned to each KV's end."""
+    k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(LAYER.layer_id)
+    out = torch.empty_like(q)
+    qo, kv = meta.qo_indptr.tolist(), meta.kv_indptr.tolist()
+    for b in range(fb.batch_size):
+        slots = meta.kv_indices[kv[b] : kv[b + 1]].long()
+        q_len, kv_len = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+        q_pos = torch.arange(kv_len - q_len, kv_len)
+        mask = torch.arange(kv_len)[None, :] <= q_pos[:, None]  # (q_len, kv_len)
+        out[qo[b] : qo[b + 1]] = F.scaled_dot_product_attention(
+            q[qo[b] : qo[b + 1]].transpose(0, 1), k_buf[slots].transpose(0, 1),
+            v_buf[slots].transpose(0, 1), attn_mask=mask, scale=LAYER.scaling, enable_gqa=True,
+        ).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("lens", [MIXED, DECODE], ids=["mixed", "decode"])
+def test_metadata_matches_torch_native_slots(lens: tuple[list[int], list[int]]) -> None:
+    pools = _pools()
+    native = TorchNativeAttnBackend("cpu")
+    fb = pools.make_batch(*lens, native)
+    native.init_forward_metadata(fb)
+    meta = build_flashinfer_metadata(fb)
+
+    assert meta.is_decode == (fb.mode == ForwardMode.DECODE) == (lens is DECODE)
+    assert meta.qo_indptr.dtype == meta.kv_indptr.dtype == meta.kv_indices.dtype == torch.int32
+    assert meta.qo_indptr[:-1].tolist() == fb.extend_start_loc.tolist()
+    assert meta.qo_indptr[-1] == fb.num_tokens
+    assert torch.diff(meta.kv_indptr).tolist() == fb.seq_lens_cpu
+    assert meta.kv_last_page_len.tolist() == [1] * fb.batch_size
+    assert meta.kv_indices.numel() == sum(fb.seq_lens_cpu)
+    assert int(meta.kv_indices.min()) >= 1  # slot 0 is padding, never attended
+    kv = meta.kv_indptr.tolist()
+    got = [meta.kv_indices[kv[b] : kv[b + 1]].tolist() for b in range(fb.batch_size)]
+    assert got == _torch_native_slots(native, fb)
+
+
+@pytest.mark.parametrize("lens", [MIXED, DECODE], ids=["mixed", "decode"])
+def test_paged_attention_on_metadata_matches_torch_native(lens: tuple[list[int], list[int]]) -> None:
+    torch.manual_seed(0)
+    pools = _pools(seed=3)
+    native = TorchNativeAttnBackend("cpu")
+    fb = pools.make_batch(*lens, native)
+    native.init_forward_metadata(fb)
+    t, h, hkv, d = fb.num_tokens, LAYER.num_heads, LAYER.num_kv_heads, LAYER.head_dim
+    q, k, v = torch.randn(t, h * d), torch.randn(t, hkv * d), torch.randn(t, hkv * d)
+    want = native.forward(q, k, v, LAYER, fb)  # also stores k/v at out_loc
+    got = _paged_attention(q.view(t, h, d), build_flashinfer_metadata(fb), fb)
+    torch.testing.assert_close(got.reshape(t, h * d), want, rtol=1e-5, atol=1e-5)
+
+
+def test_flashinfer_backend_refuses_cpu() -> None:
+    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
+
+    with pytest.raises(ValueError, match="CUDA"):
+        FlashInferAttnBackend("cpu")
+
+
+def test_registry_lists_flashinfer_and_defaults_to_torch_native_on_cpu() -> None:
+    from radixrt.attention import ATTENTION_BACKENDS, default_backend
+
+    assert "flashinfer" in ATTENTION_BACKENDS
+    assert default_backend("cpu") == "torch_native"
+    assert default_backend(torch.device("cpu")) == "torch_native"

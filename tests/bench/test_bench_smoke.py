@@ -1,0 +1,77 @@
+"""Each benchmark's code path end to end at tiny sizes, on the tiny random Llama."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixrt.bench import engine as engine_bench
+from radixrt.bench import roofline, shared_prefix
+
+SMALL_ROOFLINE = ["--copy-mib", "8", "--matmul-n", "128"]
+
+
+def test_roofline_measures_positive_rates() -> None:
+    r = roofline.main([*SMALL_ROOFLINE, "--repeats", "2"])
+    assert r.copy_gbs > 0 and r.read_gbs > 0 and r.matmul_gflops > 0
+    assert r.prefill_tok_s(10**8) == pytest.approx(r.matmul_gflops * 1e9 / 2e8)
+    one = r.decode_step_s(4 * 10**8, 10**8)
+    assert one == pytest.approx(max(4e8 / (r.copy_gbs * 1e9), 2e8 / (r.matmul_gflops * 1e9)))
+    assert r.decode_step_s(4 * 10**8, 10**8, batch_size=10**4) > one  # compute-bound at last
+
+
+def test_engine_bench_matches_hf_on_tiny_model(tiny_llama_path, tmp_path, capsys) -> None:
+    out = tmp_path / "engine.json"
+    engine_bench.main([
+        "--model-path", str(tiny_llama_path), "--prefill-lens", "16", "40",
+        "--batch-sizes", "1", "3", "--decode-steps", "3", "--decode-prompt-len", "12",
+        "--repeats", "1", "--json", str(out), *SMALL_ROOFLINE,
+    ])
+    printed = capsys.readouterr().out
+    assert "| prompt tokens |" in printed and "| batch |" in printed
+    data = json.loads(out.read_text())
+    assert [r["prompt_len"] for r in data["prefill"]] == [16, 40]
+    assert all(r["radixrt_tok_s"] > 0 and r["hf_tok_s"] > 0 for r in data["prefill"])
+    assert all(r["first_token_match"] for r in data["prefill"])
+    for row, batch in zip(data["decode"], [1, 3]):
+        assert row["batch_size"] == batch and row["radixrt_tok_s"] > 0 and row["hf_tok_s"] > 0
+        assert row["greedy_match"] == batch
+
+
+def test_engine_bench_skip_hf(tiny_llama_path) -> None:
+    data = engine_bench.main([
+        "--model-path", str(tiny_llama_path), "--prefill-lens", "8", "--batch-sizes", "2",
+        "--decode-steps", "2", "--decode-prompt-len", "8", "--repeats", "1", "--skip-hf",
+        *SMALL_ROOFLINE,
+    ])
+    assert data["prefill"][0]["hf_tok_s"] is None and data["decode"][0]["hf_tok_s"] is None
+
+
+def test_shared_prefix_bench_on_tiny_model(tiny_llama_path, tmp_path, capsys) -> None:
+    out = tmp_path / "shared.json"
+    shared_prefix.main([
+        "--model-path", str(tiny_llama_path), "-G", "2", "-P", "3", "-S", "40", "-Q", "4",
+        "-O", "2", "--hf-requests", "2", "--hf-batch-size", "2", "--max-total-tokens", "1024",
+        "--json", str(out),
+    ])
+    printed = capsys.readouterr().out
+    assert "optimal 0.606" in printed  # (6 - 2) * 40 / (6 * 44)
+    assert "identical for 6/6 requests" in printed
+    data = json.loads(out.read_text())
+    on, off, hf = data["results"]
+    assert on["num_requests"] == off["num_requests"] == 6 and hf["num_requests"] == 2
+    assert hf["extrapolated"] and hf["hit_rate"] is None
+    assert 0 < on["hit_rate"] <= data["optimal_hit_rate"] + 1e-9
+    assert off["hit_rate"] == 0
+    assert all(r["req_s"] > 0 and r["mean_ttft_s"] > 0 for r in data["results"])
+
+
+def test_optimal_hit_rate_formula() -> None:
+    w = shared_prefix.Workload(groups=8, per_group=16, system_len=1024, question_len=64,
+                               output_len=32)
+    assert w.optimal_hit_rate == pytest.approx(120 * 1024 / (128 * 1088))
+    prompts = shared_prefix.build_prompts(w, 49152, seed=0)
+    assert len(prompts) == 128 and all(len(p) == 1088 for p in prompts)
+    assert len({tuple(p[:1024]) for p in prompts}) == 8
+    assert len({tuple(p) for p in prompts}) == 128
