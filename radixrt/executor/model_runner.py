@@ -98,7 +98,7 @@ class ModelRunner:
     def _init_attention_backend(self) -> None:
         from radixrt.attention import default_backend
 
-        name = self.model_config.attention_backend or default_backend(self.device)
+        name = self.model_config.attention_backend or default_backend(self.device, self.dtype)
         self.attn_backend = get_attention_backend_cls(name)(self.device)
 
     def forward(self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]) -> torch.Tensor:

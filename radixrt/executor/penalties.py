@@ -18,7 +18,10 @@ from radixrt.core import Req
 def apply_penalties(
     logits: torch.Tensor, reqs: list[Req], eos_token_ids: list[int]
 ) -> torch.Tensor:
-    """Return penalized logits: a new tensor when any row is penalized, else `logits` itself."""
+    """Penalize (B, V) logits and ban stop tokens before min_new_tokens; never writes `logits`.
+
+    Returns a new tensor when any row is affected, else `logits` itself.
+    """
     rep_rows = [i for i, r in enumerate(reqs) if r.sampling_params.repetition_penalty != 1.0]
     freq_rows = [i for i, r in enumerate(reqs) if r.output_ids and _has_output_penalty(r)]
     ban_rows = [

@@ -1,8 +1,10 @@
 """Sampler: next tokens (and logprobs) for a batch from its (B, V) last-position logits.
 
-Per row: penalties (penalties.py), then greedy argmax, or temperature, top_k, top_p, min_p and
-a draw. Every draw is inverse-CDF sampling with one uniform per row, so a seeded row consumes
-exactly one number from `req.generator` per step and its tokens do not depend on the batch.
+Per row: penalties (penalties.py), then greedy argmax, or temperature, top_k, top_p (over the
+top-k mass when both are set), min_p and a draw. Every draw is inverse-CDF sampling with one
+uniform per row, so a seeded row consumes exactly one number from `req.generator` per step and
+its tokens do not depend on the batch (on GPU, up to the float order of scatter_add's sums).
+Ties at a cut: top_p and min_p keep every tied token; top_k keeps k of them, unspecified which.
 """
 
 from __future__ import annotations
@@ -76,11 +78,17 @@ def _select(t: torch.Tensor, rows: list[int]) -> torch.Tensor:
 
 
 def _sample_rows(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """Sample (S,) int64 token ids from (S, V) penalized logits of non-greedy rows."""
+    """Sample (S,) int64 token ids from (S, V) penalized logits of non-greedy rows.
+
+    Rows split into disjoint groups; each _sample_* helper may overwrite the probs it gets,
+    which are a copy unless its group is every row.
+    """
     device = logits.device
     params = [r.sampling_params for r in reqs]
-    temps = torch.tensor([max(p.temperature, _MIN_TEMPERATURE) for p in params], device=device)
-    scaled = logits / temps[:, None]  # (S, V) float32
+    scaled = logits  # (S, V) float32
+    if any(p.temperature != 1.0 for p in params):
+        temps = [max(p.temperature, _MIN_TEMPERATURE) for p in params]
+        scaled = logits / torch.tensor(temps, device=device)[:, None]
     probs = torch.softmax(scaled, dim=-1)  # (S, V) float32
     u = _uniforms(reqs, device)  # (S,) float32 in [0, 1)
     groups: tuple[list[int], list[int], list[int]] = ([], [], [])  # plain, top_k, nucleus
@@ -91,8 +99,6 @@ def _sample_rows(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
             groups[0 if p.top_p == 1.0 and p.min_p == 0.0 else 2].append(i)
     plain, top_k, nucleus = groups
     out = torch.empty(len(reqs), dtype=torch.int64, device=device)
-    if plain:
-        out[_index(plain, device)] = _sample_vocab_order(_select(probs, plain), _select(u, plain))
     if top_k:
         out[_index(top_k, device)] = _sample_top_k(
             _select(probs, top_k), [params[i] for i in top_k], _select(u, top_k)
@@ -104,6 +110,8 @@ def _sample_rows(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
             [params[i] for i in nucleus],
             _select(u, nucleus),
         )
+    if plain:
+        out[_index(plain, device)] = _sample_vocab_order(_select(probs, plain), _select(u, plain))
     return out
 
 
@@ -131,10 +139,12 @@ def _sample_top_k(
 def _sample_nucleus(
     scaled: torch.Tensor, probs: torch.Tensor, params: list[SamplingParams], u: torch.Tensor
 ) -> torch.Tensor:
-    """(R,) draws from tokens that pass top_p and min_p (no top_k), in vocab order."""
+    """(R,) draws from tokens that pass top_p and min_p (no top_k), in vocab order; eats probs."""
     device = probs.device
-    min_p = torch.tensor([p.min_p for p in params], device=device)
-    threshold = min_p * probs.amax(dim=-1)  # (R,) smallest prob kept
+    threshold = torch.zeros(probs.shape[0], device=device)  # (R,) smallest prob kept
+    if any(p.min_p > 0.0 for p in params):
+        min_p = torch.tensor([p.min_p for p in params], device=device)
+        threshold = min_p * probs.amax(dim=-1)
     if p_rows := [j for j, p in enumerate(params) if p.top_p < 1.0]:
         top_p = torch.tensor([params[j].top_p for j in p_rows], device=device)
         cut = _nucleus_threshold(_select(scaled, p_rows), _select(probs, p_rows), top_p)
@@ -160,24 +170,21 @@ def _uniforms(reqs: list[Req], device: torch.device) -> torch.Tensor:
 
 
 def _drop_below(probs: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """(R, V) weights proportional to probs where probs >= threshold (R,), else 0."""
-    # Dividing by the threshold turns per-row cuts into one cut at 1.0 that F.threshold makes
-    # in one vectorized pass (a bool mask plus torch.where is ~3x slower on CPU). Rows with
-    # threshold 0 drop only probs below _MIN_THRESHOLD.
-    ratio = probs / threshold.clamp(min=_MIN_THRESHOLD)[:, None]
-    return torch.nn.functional.threshold(ratio, _BELOW_ONE, 0.0)  # keeps ratio > _BELOW_ONE
+    """Turn (R, V) probs in place into weights: prob / threshold (R,) where >= 1, else 0."""
+    # One cut at 1.0 for every row is a single vectorized F.threshold pass (a bool mask plus
+    # torch.where is ~3x slower on CPU). Threshold-0 rows drop only probs below _MIN_THRESHOLD.
+    probs.div_(threshold.clamp(min=_MIN_THRESHOLD)[:, None])
+    return torch.nn.functional.threshold(probs, _BELOW_ONE, 0.0, inplace=True)
 
 
-def _sample_vocab_order(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw over (R, V) unnormalized weights in vocab order: (R,) int64."""
-    cdf = probs.cumsum(dim=-1)  # (R, V); token j owns [cdf[j-1], cdf[j]), empty when p_j == 0
-    ids = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
-    ids = ids.clamp_(max=probs.shape[1] - 1)
-    # u * total can round up to total; such rows fall back to their most likely token.
-    is_bad = probs.gather(1, ids[:, None])[:, 0] == 0
-    if bool(is_bad.any()):
-        ids = torch.where(is_bad, probs.argmax(dim=-1), ids)
-    return ids
+def _sample_vocab_order(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw over (R, V) unnormalized weights in vocab order; overwrites weights."""
+    # In place: on CPU a fresh (R, V) buffer costs as much in page faults as the scan.
+    cdf = weights.cumsum_(dim=-1)  # token j owns [cdf[j-1], cdf[j]), empty when its weight is 0
+    total = cdf[:, -1:]  # (R, 1)
+    # u * total may round up to total; the largest float below total still lands on a token.
+    x = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, x, right=True)[:, 0]
 
 
 def _nucleus_threshold(
@@ -188,8 +195,9 @@ def _nucleus_threshold(
     A nucleus that reaches the last bucket (p < e**-32 * p_max) gets threshold 0: keep all.
     """
     nb = _NUCLEUS_BUCKETS
-    dist = scaled.amax(dim=-1, keepdim=True) - scaled  # (R, V) log(p_max / p) >= 0
-    bucket = dist.mul_(_BUCKETS_PER_NAT).clamp_(max=nb - 1).long()  # (R, V) int64
+    # (R, V) int64 bucket of log(p_max / p) = max(scaled) - scaled, in one pass before clamping.
+    top = scaled.amax(dim=-1, keepdim=True) * _BUCKETS_PER_NAT
+    bucket = torch.sub(top, scaled, alpha=_BUCKETS_PER_NAT).clamp_(max=nb - 1).long()
     mass = torch.zeros(probs.shape[0], nb, device=probs.device).scatter_add_(1, bucket, probs)
     cum = mass.cumsum(dim=-1)  # (R, nb)
     end = (cum < top_p[:, None]).sum(dim=-1, keepdim=True).clamp_(max=nb - 1)  # (R, 1)

@@ -28,6 +28,11 @@ def draw(logits: list[float], n: int = 2000, **sp) -> Counter:
     return Counter(sampler.sample(batch, [make_req(**sp) for _ in range(n)]).next_token_ids)
 
 
+def entropy(counts: Counter) -> float:
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values())
+
+
 def log_probs(probs: list[float]) -> list[float]:
     return [math.log(p) for p in probs]
 
@@ -55,8 +60,8 @@ def test_temperature_controls_entropy() -> None:
     logits = [2.0, 1.5, 1.0, 0.5, 0.0, -0.5]
     cold = draw(logits, temperature=0.02)
     hot = draw(logits, temperature=5.0)
-    assert cold[0] == sum(cold.values())
-    assert len(hot) == len(logits) and max(hot.values()) < 0.4 * sum(hot.values())
+    assert entropy(cold) == 0.0 and cold[0] == 2000
+    assert entropy(hot) > 1.6  # ln(6) = 1.79 is uniform
 
 
 def test_plain_sampling_matches_softmax() -> None:
@@ -184,7 +189,12 @@ def test_same_seed_same_tokens_in_any_batch(sp: dict) -> None:
     torch.manual_seed(4)
     steps = [torch.randn(1000) * 2 for _ in range(8)]
     alone, crowded = make_req(seed=7, **sp), make_req(seed=7, **sp)
-    others = [make_req(), make_req(seed=8, top_k=3), make_req(temperature=0.0), make_req(top_p=0.5)]
+    others = [
+        make_req(),
+        make_req(seed=8, top_k=100),
+        make_req(temperature=0.0),
+        make_req(top_p=0.5),
+    ]
     sampler = Sampler(1000, [EOS])
     for logits in steps:
         a = sampler.sample(logits[None], [alone]).next_token_ids[0]
