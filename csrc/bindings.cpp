@@ -40,7 +40,12 @@ void check_rows(const at::Tensor& t, const char* name) {
   }
 }
 
-int64_t row_numel(const at::Tensor& t) { return t.dim() == 0 ? 1 : t.numel() / t.size(0); }
+// Elements in one row t[i] (product of every size but the first); safe for zero rows.
+int64_t row_numel(const at::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
 
 }  // namespace
 

@@ -14,10 +14,15 @@ ATTENTION_BACKENDS: dict[str, str] = {
     "flashinfer": "radixrt.attention.flashinfer_backend:FlashInferAttnBackend",
 }
 
+_FLASHINFER_DTYPES = ("float16", "bfloat16")
 
-def default_backend(device: object) -> str:
-    """The backend to use when none is named: flashinfer on CUDA if it imports, else torch_native."""
+
+def default_backend(device: object, dtype: object = None) -> str:
+    """Backend used when none is named: flashinfer on CUDA in 16-bit dtypes if it imports, else
+    torch_native. `device` and `dtype` may be torch objects or their strings."""
     if str(device).split(":")[0] != "cuda":
+        return "torch_native"
+    if dtype is not None and str(dtype).removeprefix("torch.") not in _FLASHINFER_DTYPES:
         return "torch_native"
     try:
         import flashinfer  # noqa: F401

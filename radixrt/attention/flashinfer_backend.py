@@ -91,7 +91,10 @@ class FlashInferAttnBackend(BaseAttnBackend):
         self.geometry: AttentionGeometry | None = None
         if num_heads is not None and num_kv_heads is not None and head_dim is not None:
             self.geometry = AttentionGeometry(
-                num_heads, num_kv_heads, head_dim, scaling if scaling is not None else head_dim**-0.5
+                num_heads,
+                num_kv_heads,
+                head_dim,
+                scaling if scaling is not None else head_dim**-0.5,
             )
         # (workspace_bytes,) uint8; FlashInfer wants it zeroed before first use.
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=self.device)
@@ -106,6 +109,12 @@ class FlashInferAttnBackend(BaseAttnBackend):
         self._planned: AttentionGeometry | None = None
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
+        kv_dtype = fb.token_to_kv_pool.dtype
+        if kv_dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(
+                f"flashinfer attends over float16/bfloat16 KV only, not {kv_dtype}; "
+                "use attention_backend='torch_native'"
+            )
         self.metadata = build_flashinfer_metadata(fb)
         self._dtype = fb.token_to_kv_pool.dtype
         self._planned = None
@@ -113,13 +122,23 @@ class FlashInferAttnBackend(BaseAttnBackend):
             self._plan(self.geometry)
 
     def forward_extend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        fb: ForwardBatch,
     ) -> torch.Tensor:
         self._ensure_plan(layer)
         return self.prefill_wrapper.run(q, self._paged_kv(layer, fb))
 
     def forward_decode(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        fb: ForwardBatch,
     ) -> torch.Tensor:
         self._ensure_plan(layer)
         return self.decode_wrapper.run(q, self._paged_kv(layer, fb))
@@ -138,13 +157,27 @@ class FlashInferAttnBackend(BaseAttnBackend):
         dtypes = dict(q_data_type=self._dtype, kv_data_type=self._dtype, sm_scale=g.scaling)
         if m.is_decode:
             self.decode_wrapper.plan(
-                m.kv_indptr, m.kv_indices, m.kv_last_page_len,
-                g.num_heads, g.num_kv_heads, g.head_dim, PAGE_SIZE, **dtypes,
+                m.kv_indptr,
+                m.kv_indices,
+                m.kv_last_page_len,
+                g.num_heads,
+                g.num_kv_heads,
+                g.head_dim,
+                PAGE_SIZE,
+                **dtypes,
             )
         else:
             self.prefill_wrapper.plan(
-                m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_last_page_len,
-                g.num_heads, g.num_kv_heads, g.head_dim, PAGE_SIZE, causal=True, **dtypes,
+                m.qo_indptr,
+                m.kv_indptr,
+                m.kv_indices,
+                m.kv_last_page_len,
+                g.num_heads,
+                g.num_kv_heads,
+                g.head_dim,
+                PAGE_SIZE,
+                causal=True,
+                **dtypes,
             )
         self._planned = g
 

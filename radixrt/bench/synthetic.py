@@ -52,10 +52,9 @@ class SyntheticPools:
 
     def fill_random(self, slots: torch.Tensor, std: float = 1.0) -> None:
         """Write random K/V (every layer) at `slots`, as if a prefix had been computed there."""
-        for k_buf, v_buf in zip(self.kv.k_buffer, self.kv.v_buffer):
-            shape = (slots.numel(), *k_buf.shape[1:])
-            k_buf.index_copy_(0, slots, (torch.randn(shape, device=self.device) * std).to(k_buf.dtype))
-            v_buf.index_copy_(0, slots, (torch.randn(shape, device=self.device) * std).to(v_buf.dtype))
+        for buf in (*self.kv.k_buffer, *self.kv.v_buffer):
+            values = torch.randn((slots.numel(), *buf.shape[1:]), device=self.device) * std
+            buf.index_copy_(0, slots, values.to(buf.dtype))
 
     def make_batch(
         self,
@@ -63,15 +62,16 @@ class SyntheticPools:
         extend_lens: list[int],
         attn_backend: BaseAttnBackend,
         *,
+        input_ids: list[int] | None = None,
         vocab_size: int = 32000,
         fill_prefix: bool = True,
     ) -> ForwardBatch:
         """A batch of new requests: request i has a cached prefix of prefix_lens[i] tokens (random
-        K/V when `fill_prefix`) and computes extend_lens[i] new tokens."""
+        K/V when `fill_prefix`) and computes extend_lens[i] new tokens (random ids by default).
+        Logits are asked for each request's last token."""
         out_locs: list[torch.Tensor] = []
         rows: list[int] = []
-        logits_indices: list[int] = []
-        for p, e in zip(prefix_lens, extend_lens):
+        for p, e in zip(prefix_lens, extend_lens, strict=True):
             row = self.req_to_token.alloc()
             slots = self.alloc_slots(p + e)
             self.req_to_token.write(row, 0, slots)
@@ -79,16 +79,44 @@ class SyntheticPools:
                 self.fill_random(slots[:p])
             rows.append(row)
             out_locs.append(slots[p:])
-            logits_indices.append(sum(extend_lens[: len(rows)]) - 1)
-        num_tokens = sum(extend_lens)
-        input_ids = torch.randint(0, vocab_size, (num_tokens,), generator=self.gen).tolist()
+        if input_ids is None:
+            input_ids = torch.randint(
+                0, vocab_size, (sum(extend_lens),), generator=self.gen
+            ).tolist()
+        return self._build(
+            rows, prefix_lens, extend_lens, input_ids, torch.cat(out_locs), attn_backend
+        )
+
+    def decode_batch(
+        self,
+        rows: list[int],
+        seq_lens: list[int],
+        input_ids: list[int],
+        attn_backend: BaseAttnBackend,
+    ) -> ForwardBatch:
+        """One more token for requests already in `rows` holding seq_lens[i] tokens each."""
+        out_loc = self.alloc_slots(len(rows))
+        for i, (row, n) in enumerate(zip(rows, seq_lens, strict=True)):
+            self.req_to_token.write(row, n, out_loc[i : i + 1])
+        return self._build(rows, seq_lens, [1] * len(rows), input_ids, out_loc, attn_backend)
+
+    def _build(
+        self,
+        rows: list[int],
+        prefix_lens: list[int],
+        extend_lens: list[int],
+        input_ids: list[int],
+        out_loc: torch.Tensor,
+        attn_backend: BaseAttnBackend,
+    ) -> ForwardBatch:
+        ends = torch.tensor(extend_lens).cumsum(0) - 1  # each request's last new token
         return ForwardBatch.build(
-            input_ids=input_ids,
-            out_loc=torch.cat(out_locs),
+            input_ids=list(input_ids),
+            out_loc=out_loc,
             req_pool_indices=rows,
             prefix_lens=list(prefix_lens),
             extend_lens=list(extend_lens),
-            logits_indices=logits_indices,
+            logits_indices=ends.tolist(),
             req_to_token_pool=self.req_to_token,
             token_to_kv_pool=self.kv,
             attn_backend=attn_backend,

@@ -46,7 +46,12 @@ class BasePrefixCache(ABC):
     Nodes are opaque handles to the caller: pass them back to `lock`/`unlock` only.
     """
 
-    page_size: int
+    def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
+        """Cache over `allocator`'s slots in pages of `page_size` tokens; ValueError if < 1."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.allocator = allocator
+        self.page_size = page_size
 
     @abstractmethod
     def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
@@ -143,8 +148,7 @@ class NoPrefixCache(BasePrefixCache):
         # Deferred: radix_cache imports this module for the base class.
         from radixrt.cache.radix_cache import TreeNode
 
-        self.allocator = allocator
-        self.page_size = page_size
+        super().__init__(allocator, page_size)
         self.root = TreeNode()
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
 

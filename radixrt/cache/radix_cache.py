@@ -69,10 +69,7 @@ class RadixCache(BasePrefixCache):
     """Radix tree over token ids; see `BasePrefixCache` for the contract."""
 
     def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
-        self.allocator = allocator
-        self.page_size = page_size
+        super().__init__(allocator, page_size)
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
         self._clock = 0  # logical time: +1 per match_prefix and insert; survives reset
         self._init_tree()
@@ -85,6 +82,7 @@ class RadixCache(BasePrefixCache):
 
     def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
         """Return the longest cached whole-page prefix of `key`; split the node it ends in."""
+        key = key if isinstance(key, list) else list(key)  # slices must compare list to list
         key_len = len(key) - len(key) % self.page_size
         now = self._tick()
         node, pos, parts = self.root, 0, []
@@ -108,6 +106,7 @@ class RadixCache(BasePrefixCache):
             raise ValueError(f"key has {key_len} tokens but {slots.numel()} slots were given")
         if key_len % self.page_size:
             raise ValueError(f"insert length {key_len} is not a multiple of {self.page_size}")
+        key = key if isinstance(key, list) else list(key)
         now = self._tick()
         node, pos = self.root, 0
         while pos < key_len:
@@ -125,23 +124,25 @@ class RadixCache(BasePrefixCache):
 
     def lock(self, node: TreeNode) -> None:
         """Add one lock on `node` and every ancestor (the root counts all locks)."""
-        while node is not None:
-            if node.lock_ref == 0:
-                self._evictable_size -= len(node.key)
-                self._protected_size += len(node.key)
-            node.lock_ref += 1
-            node = node.parent
+        cur: TreeNode | None = node
+        while cur is not None:
+            if cur.lock_ref == 0:
+                self._evictable_size -= len(cur.key)
+                self._protected_size += len(cur.key)
+            cur.lock_ref += 1
+            cur = cur.parent
 
     def unlock(self, node: TreeNode) -> None:
         """Remove one lock from `node` and every ancestor; raise if `node` holds none."""
         if node.lock_ref <= 0:
             raise RuntimeError(f"unlock of node {node.id} which holds no lock")
-        while node is not None:
-            node.lock_ref -= 1
-            if node.lock_ref == 1:
-                self._evictable_size += len(node.key)
-                self._protected_size -= len(node.key)
-            node = node.parent
+        cur: TreeNode | None = node
+        while cur is not None:
+            cur.lock_ref -= 1
+            if cur.lock_ref == 0:
+                self._evictable_size += len(cur.key)
+                self._protected_size -= len(cur.key)
+            cur = cur.parent
 
     def evict(self, num_tokens: int) -> int:
         """Free unlocked leaves, least recently used first, until `num_tokens` are freed."""

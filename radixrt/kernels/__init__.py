@@ -7,6 +7,7 @@ both give the same result up to floating-point rounding. Importing this package 
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 
 import torch
@@ -32,7 +33,11 @@ _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def store_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    loc: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
 ) -> None:
     """Write k, v (T, Hkv, D) or (T, Hkv*D) into caches (S, Hkv, D) at slots loc (T,) int64."""
     ops = _ops_for(k_cache, v_cache, loc, k, v)
@@ -108,7 +113,9 @@ def build_kv_indices(
     dev = req_to_token.device
     ops = _ops_for(req_to_token)
     if ops is None or req_to_token.stride(-1) != 1:
-        return build_kv_indices_ref(req_to_token, req_pool_indices, seq_lens, kv_indptr, num_indices)
+        return build_kv_indices_ref(
+            req_to_token, req_pool_indices, seq_lens, kv_indptr, num_indices
+        )
     out = torch.empty(num_indices, dtype=torch.int32, device=dev)
     ops.build_kv_indices(
         req_to_token,
@@ -121,10 +128,17 @@ def build_kv_indices(
 
 
 def _ops_for(*tensors: torch.Tensor) -> ModuleType | None:
-    """The extension when every tensor is on CUDA and it builds; else None."""
-    if not all(t.is_cuda for t in tensors):
+    """The extension when every tensor is on one sm_80+ CUDA device and it builds; else None."""
+    if not all(t.is_cuda and t.device == tensors[0].device for t in tensors):
+        return None
+    if not _is_supported_gpu(tensors[0].device.index or 0):
         return None
     return get_ops()
+
+
+@functools.cache
+def _is_supported_gpu(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 0)  # the build targets sm_80+
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:

@@ -24,10 +24,12 @@ EXT_NAME = "radixrt_kernels"
 CSRC_DIR = Path(__file__).resolve().parents[2] / "csrc"
 KERNEL_SOURCES = ("store_kv.cu", "fused_add_rmsnorm.cu", "rotary.cu", "kv_indices.cu")
 BINDING_SOURCE = "bindings.cpp"
-# Ampere (A100) and Hopper (H100/H200) machine code; no PTX, so other GPUs use the references.
+# Machine code for Ampere/Ada (sm_80, also runs on sm_86/89) and Hopper (sm_90), plus sm_90
+# PTX that newer GPUs compile at load. bf16 needs sm_80, so older GPUs are not targeted.
 CUDA_ARCH_FLAGS = (
     "-gencode=arch=compute_80,code=sm_80",
     "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_90,code=compute_90",
 )
 CUDA_CFLAGS = ("-O3", "--expt-relaxed-constexpr", *CUDA_ARCH_FLAGS)
 

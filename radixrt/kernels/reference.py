@@ -10,7 +10,11 @@ import torch
 
 
 def store_kv_ref(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    loc: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
 ) -> None:
     """k_cache[loc] = k; v_cache[loc] = v. Caches (S, Hkv, D); k, v (T, Hkv, D) or (T, Hkv*D)."""
     # index_copy_, not cache[loc] = k: advanced-index assignment is far slower on large CPU pools.
@@ -65,8 +69,12 @@ def build_kv_indices_ref(
     """
     dev = req_to_token.device
     seq_lens = seq_lens.to(dev, torch.int64)
-    rows = req_pool_indices.to(dev, torch.int64).repeat_interleave(seq_lens, output_size=num_indices)
-    starts = kv_indptr[:-1].to(dev, torch.int64).repeat_interleave(seq_lens, output_size=num_indices)
+    rows = req_pool_indices.to(dev, torch.int64).repeat_interleave(
+        seq_lens, output_size=num_indices
+    )
+    starts = (
+        kv_indptr[:-1].to(dev, torch.int64).repeat_interleave(seq_lens, output_size=num_indices)
+    )
     cols = torch.arange(num_indices, device=dev, dtype=torch.int64) - starts
     flat_idx = rows * req_to_token.shape[1] + cols
     return req_to_token.reshape(-1).index_select(0, flat_idx).to(torch.int32)

@@ -20,8 +20,15 @@ DECODE = ([4, 17, 1], [1, 1, 1])
 
 def _pools(seed: int = 0) -> SyntheticPools:
     return SyntheticPools(
-        num_layers=2, num_kv_heads=LAYER.num_kv_heads, head_dim=LAYER.head_dim, capacity=200,
-        max_reqs=8, max_context_len=64, dtype=torch.float32, device="cpu", seed=seed,
+        num_layers=2,
+        num_kv_heads=LAYER.num_kv_heads,
+        head_dim=LAYER.head_dim,
+        capacity=200,
+        max_reqs=8,
+        max_context_len=64,
+        dtype=torch.float32,
+        device="cpu",
+        seed=seed,
     )
 
 
@@ -31,11 +38,14 @@ def _torch_native_slots(backend: TorchNativeAttnBackend, fb: ForwardBatch) -> li
     starts = fb.extend_start_loc.tolist()
     for r in backend._extends:
         i = starts.index(r.q_start)
-        slots[i] = (r.kv_idx.tolist() if r.kv_idx is not None
-                    else fb.out_loc[r.q_start : r.q_start + r.q_len].tolist())
+        slots[i] = (
+            r.kv_idx.tolist()
+            if r.kv_idx is not None
+            else fb.out_loc[r.q_start : r.q_start + r.q_len].tolist()
+        )
     if backend._decode is not None:
         g = backend._decode
-        for row, idx, mask in zip(g.rows.tolist(), g.kv_idx, g.mask[:, 0, 0]):
+        for row, idx, mask in zip(g.rows.tolist(), g.kv_idx, g.mask[:, 0, 0], strict=True):
             slots[starts.index(row)] = idx[mask].tolist()
     return [slots[i] for i in range(fb.batch_size)]
 
@@ -51,8 +61,12 @@ def _paged_attention(q: torch.Tensor, meta: FlashInferMetadata, fb: ForwardBatch
         q_pos = torch.arange(kv_len - q_len, kv_len)
         mask = torch.arange(kv_len)[None, :] <= q_pos[:, None]  # (q_len, kv_len)
         out[qo[b] : qo[b + 1]] = F.scaled_dot_product_attention(
-            q[qo[b] : qo[b + 1]].transpose(0, 1), k_buf[slots].transpose(0, 1),
-            v_buf[slots].transpose(0, 1), attn_mask=mask, scale=LAYER.scaling, enable_gqa=True,
+            q[qo[b] : qo[b + 1]].transpose(0, 1),
+            k_buf[slots].transpose(0, 1),
+            v_buf[slots].transpose(0, 1),
+            attn_mask=mask,
+            scale=LAYER.scaling,
+            enable_gqa=True,
         ).transpose(0, 1)
     return out
 
@@ -79,7 +93,9 @@ def test_metadata_matches_torch_native_slots(lens: tuple[list[int], list[int]]) 
 
 
 @pytest.mark.parametrize("lens", [MIXED, DECODE], ids=["mixed", "decode"])
-def test_paged_attention_on_metadata_matches_torch_native(lens: tuple[list[int], list[int]]) -> None:
+def test_paged_attention_on_metadata_matches_torch_native(
+    lens: tuple[list[int], list[int]],
+) -> None:
     torch.manual_seed(0)
     pools = _pools(seed=3)
     native = TorchNativeAttnBackend("cpu")
@@ -105,3 +121,4 @@ def test_registry_lists_flashinfer_and_defaults_to_torch_native_on_cpu() -> None
     assert "flashinfer" in ATTENTION_BACKENDS
     assert default_backend("cpu") == "torch_native"
     assert default_backend(torch.device("cpu")) == "torch_native"
+    assert default_backend("cuda", torch.float32) == "torch_native"  # flashinfer has no fp32

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from radixrt.cache.memory_pool import TokenSlotAllocator
-from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
+from radixrt.cache.prefix_cache import NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache, TreeNode
 
 CAPACITY = 64
@@ -18,9 +18,11 @@ CAPACITY = 64
 class Harness:
     """A cache over a small pool, plus the slots the test's "requests" hold."""
 
-    def __init__(self, cache_cls: type[BasePrefixCache] = RadixCache, page_size: int = 1) -> None:
+    def __init__(
+        self, cache_cls: type[RadixCache] | type[NoPrefixCache] = RadixCache, page_size: int = 1
+    ) -> None:
         self.alloc = TokenSlotAllocator(CAPACITY)
-        self.cache = cache_cls(self.alloc, page_size=page_size)
+        self.cache: RadixCache | NoPrefixCache = cache_cls(self.alloc, page_size=page_size)
         self.held = 0  # slots allocated by requests and not yet handed over or freed
 
     def check(self) -> None:
@@ -29,7 +31,9 @@ class Harness:
         assert total + self.held == CAPACITY
         assert self.cache.total_size() == self.cache.evictable_size + self.cache.protected_size
 
-    def insert_fresh(self, key: list[int], extra_key: str | None = None) -> tuple[int, torch.Tensor]:
+    def insert_fresh(
+        self, key: list[int], extra_key: str | None = None
+    ) -> tuple[int, torch.Tensor]:
         """Insert `key` with newly allocated slots; free the duplicates like a caller must."""
         slots = self.alloc.alloc(len(key))
         n = self.cache.insert(key, slots, extra_key)
@@ -123,6 +127,17 @@ def test_insert_rejects_length_mismatch() -> None:
         h.cache.insert([1, 2, 3], h.alloc.alloc(2))
 
 
+def test_insert_copies_slots() -> None:
+    h = Harness()
+    row = h.alloc.alloc(3).to(torch.int32)  # e.g. a req_to_token row, reused after insert
+    assert h.cache.insert([1, 2, 3], row) == 0
+    expected = row.tolist()
+    row.zero_()
+    m = h.cache.match_prefix([1, 2, 3])
+    assert m.slots.dtype == torch.int64 and m.slots.tolist() == expected
+    h.check()
+
+
 def test_request_path_keeps_pool_whole() -> None:
     h = Harness()
     assert h.run_request([1, 2, 3, 4]) == 0
@@ -150,6 +165,20 @@ def test_lock_protects_from_evict() -> None:
     assert h.cache.evict(1) == 3  # whole nodes go
     h.check()
     assert h.cache.total_size() == 0 and h.alloc.num_free == CAPACITY
+
+
+def test_evict_stops_when_enough_is_freed() -> None:
+    h = Harness()
+    h.insert_fresh([1, 2, 3])
+    h.insert_fresh([1, 2, 4])
+    h.cache.match_prefix([1, 2, 4])
+    assert h.cache.evict(1) == 1  # [3] only; [1, 2] keeps [4]
+    h.check()
+    assert h.cache.evict(1) == 1  # [4]; [1, 2] is now a leaf and stays
+    h.check()
+    assert h.cache.match_prefix([1, 2, 4]).slots.numel() == 2
+    assert h.cache.evict(1) == 2
+    h.check()
 
 
 def test_lock_on_descendant_protects_ancestors() -> None:
@@ -214,12 +243,12 @@ def test_evict_lru_leaves_first_then_parents() -> None:
 
 def test_page_size_matches_and_inserts_whole_pages_only() -> None:
     h = Harness(page_size=4)
-    _, slots = h.insert_fresh(list(range(1, 9)))  # two pages
-    assert h.cache.match_prefix(list(range(1, 8))).slots.numel() == 4  # 7 tokens: one page
+    _, slots = h.insert_fresh(list(range(1, 9)))  # two pages, one node
     m = h.cache.match_prefix([1, 2, 3, 4, 5, 6, 0, 8])  # mismatch inside page two
     h.check()
     assert slot_list(m.slots) == slot_list(slots[:4])
     assert m.last_node.key == [1, 2, 3, 4]  # split at the page boundary
+    assert h.cache.match_prefix(list(range(1, 8))).slots.numel() == 4  # 7 tokens: one page
     assert h.cache.match_prefix([1, 2, 3, 0]).slots.numel() == 0
     assert h.cache.match_prefix([1, 2, 3]).slots.numel() == 0
     with pytest.raises(ValueError):
@@ -328,3 +357,13 @@ def test_no_prefix_cache_contract() -> None:
     cache.reset()
     h.check()
     assert "off" in cache.pretty_print()
+
+
+def test_tuple_keys_behave_like_lists() -> None:
+    h = Harness()
+    slots = h.alloc.alloc(4)
+    assert h.cache.insert((1, 2, 3, 4), slots) == 0  # type: ignore[arg-type]
+    h.check()
+    assert h.cache.match_prefix((1, 2, 3, 9)).slots.numel() == 3  # type: ignore[arg-type]
+    h.check()
+    assert h.cache.match_prefix([1, 2, 3, 4]).slots.tolist() == slots.tolist()

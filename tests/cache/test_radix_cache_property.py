@@ -36,11 +36,23 @@ class OpenReq:
     new: torch.Tensor  # request-owned slots of key[cached_len:]
 
 
+def tree_nodes(cache: RadixCache) -> list[TreeNode]:
+    """Every node but the root."""
+    out, stack = [], list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
+
+
 def tree_prefixes(cache: RadixCache) -> dict[Prefix, tuple[list[int], int]]:
     """Every whole-page prefix in the tree -> (slots of its last page, node access time)."""
     out: dict[Prefix, tuple[list[int], int]] = {}
     p = cache.page_size
-    stack = [(child, ()) for child in cache.root.children.values()]
+    stack: list[tuple[TreeNode, tuple[int, ...]]] = [
+        (child, ()) for child in cache.root.children.values()
+    ]
     while stack:
         node, above = stack.pop()
         slots = node.slots.tolist()
@@ -127,8 +139,8 @@ class RadixCacheMachine(RuleBasedStateMachine):
         # LRU: nothing evicted was touched after an unlocked leaf that stayed.
         if gone:
             latest_gone = max(t for _, t in gone.values())
-            for node in self.cache._leaves:
-                if node.lock_ref == 0:
+            for node in tree_nodes(self.cache):
+                if node.is_leaf and node.lock_ref == 0:
                     assert node.last_access_time >= latest_gone
         for p in gone:
             del self.ref[p]
@@ -208,7 +220,7 @@ class PagedRadixCacheMachine(RadixCacheMachine):
     page_size = 2
 
 
-_SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None)
+_SETTINGS = settings(max_examples=150, stateful_step_count=50, deadline=None)
 TestRadixCache = RadixCacheMachine.TestCase
 TestRadixCache.settings = _SETTINGS
 TestPagedRadixCache = PagedRadixCacheMachine.TestCase

@@ -31,9 +31,18 @@ def test_every_cu_file_is_listed() -> None:
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 def test_cuda_kernel_compiles(source: str, arch: str, tmp_path: Path) -> None:
     cmd = [
-        str(nvcc_path()), "-c", "-std=c++17", "-O2", f"-arch={arch}", "--expt-relaxed-constexpr",
-        *TORCH_NVCC_DEFINES, "-I", str(CSRC_DIR), str(CSRC_DIR / source),
-        "-o", str(tmp_path / f"{source}.o"),
+        str(nvcc_path()),
+        "-c",
+        "-std=c++17",
+        "-O2",
+        f"-arch={arch}",
+        "--expt-relaxed-constexpr",
+        *TORCH_NVCC_DEFINES,
+        "-I",
+        str(CSRC_DIR),
+        str(CSRC_DIR / source),
+        "-o",
+        str(tmp_path / f"{source}.o"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -44,8 +53,12 @@ def test_cuda_kernel_compiles(source: str, arch: str, tmp_path: Path) -> None:
 def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
     """Syntax-check bindings.cpp as torch would compile it (CUDA headers from nvcc's toolkit)."""
     cuda_include = Path(str(cuda_home())) / "include"
-    includes = [*cpp_extension.include_paths(), str(cuda_include), str(CSRC_DIR),
-                sysconfig.get_paths()["include"]]
+    includes = [
+        *cpp_extension.include_paths(),
+        str(cuda_include),
+        str(CSRC_DIR),
+        sysconfig.get_paths()["include"],
+    ]
     torch_include = Path(cpp_extension.include_paths()[0])
     if not (torch_include / "c10/cuda/impl/cuda_cmake_macros.h").exists():
         # CPU builds of torch ship c10/cuda headers but not this generated one.
@@ -53,7 +66,13 @@ def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
         stub.mkdir(parents=True)
         (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
         includes.insert(0, str(tmp_path / "stub"))
-    cmd = ["g++", "-fsyntax-only", "-std=c++20", "-DTORCH_EXTENSION_NAME=radixrt_kernels",
-           *(f"-I{d}" for d in includes), str(CSRC_DIR / BINDING_SOURCE)]
+    cmd = [
+        "g++",
+        "-fsyntax-only",
+        "-std=c++20",
+        "-DTORCH_EXTENSION_NAME=radixrt_kernels",
+        *(f"-I{d}" for d in includes),
+        str(CSRC_DIR / BINDING_SOURCE),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

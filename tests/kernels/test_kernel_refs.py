@@ -73,7 +73,9 @@ def test_build_kv_indices_ref_matches_loop() -> None:
     seq_lens = torch.tensor([5, 1, 33])
     kv_indptr = torch.tensor([0, 5, 6, 39], dtype=torch.int32)
     got = build_kv_indices_ref(req_to_token, rows, seq_lens, kv_indptr, 39)
-    want = torch.cat([req_to_token[r, :n] for r, n in zip(rows.tolist(), seq_lens.tolist())])
+    want = torch.cat(
+        [req_to_token[r, :n] for r, n in zip(rows.tolist(), seq_lens.tolist(), strict=True)]
+    )
     assert got.dtype == torch.int32
     assert torch.equal(got, want)
 
@@ -98,5 +100,7 @@ def test_public_functions_use_references_on_cpu() -> None:
     assert torch.equal(q, q0) and torch.equal(k, k0)
 
     r2t = torch.arange(20, dtype=torch.int32).view(2, 10)
-    out = kernels.build_kv_indices(r2t, torch.tensor([1]), torch.tensor([3]), torch.tensor([0, 3]), 3)
+    out = kernels.build_kv_indices(
+        r2t, torch.tensor([1]), torch.tensor([3]), torch.tensor([0, 3]), 3
+    )
     assert out.tolist() == [10, 11, 12]

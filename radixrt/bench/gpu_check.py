@@ -1,0 +1,148 @@
+"""The one GPU check: `python -m radixrt.bench.gpu_check --out DIR [--dry-run]`.
+
+Stages run in order, each on its own: a failing stage prints its traceback and the next one
+starts. (1) env, (2) install FlashInfer from .whl/ when `import flashinfer` fails, (3) build the
+csrc extension, (4) warm FlashInfer's kernels up, (5) `pytest -m gpu`, (6) greedy SmolLM2 through
+Engine with flashinfer vs torch_native, (7) Llama-3-8B-shaped throughput beside the roofline.
+A short table is printed last; DIR gets gpu_check.log, pytest_gpu.log and summary.json.
+`--dry-run` runs the same logic on CPU with tiny sizes (CI runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BUDGET_S = 480.0  # 8 minutes for everything
+
+
+@dataclass(slots=True)
+class StageResult:
+    name: str
+    status: str  # "ok", "FAIL" or "skip"
+    seconds: float
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Check:
+    """Runs stages against a wall-clock budget and logs to stdout and DIR/gpu_check.log."""
+
+    def __init__(self, out_dir: Path, budget_s: float, dry_run: bool) -> None:
+        self.out_dir = out_dir
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.dry_run = dry_run
+        self.deadline = time.monotonic() + budget_s
+        self.results: list[StageResult] = []
+        self._log: TextIO = open(out_dir / "gpu_check.log", "w", buffering=1)  # noqa: SIM115
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def log(self, *parts: object) -> None:
+        line = " ".join(str(p) for p in parts)
+        print(line, flush=True)
+        self._log.write(line + "\n")
+
+    def stage(
+        self, name: str, fn: Callable[[Check, dict[str, Any]], str], min_left_s: float
+    ) -> None:
+        """Run fn(check, details) -> summary; an exception marks the stage FAIL, never stops us."""
+        if self.seconds_left() < min_left_s:
+            self._record(name, "skip", 0.0, f"only {self.seconds_left():.0f}s left", {})
+            return
+        self.log(f"\n===== {name} ({self.seconds_left():.0f}s left) =====")
+        details: dict[str, Any] = {}
+        t0 = time.perf_counter()
+        try:
+            summary = fn(self, details)
+            status = "skip" if summary.startswith("skipped") else "ok"
+        except Exception as e:  # every stage is independent: record, print, carry on
+            self.log(traceback.format_exc())
+            status, summary = "FAIL", f"{type(e).__name__}: {e}"
+        self._record(name, status, time.perf_counter() - t0, summary, details)
+
+    def finish(self) -> int:
+        """Write summary.json, print the table; exit status 1 if any stage failed."""
+        (self.out_dir / "summary.json").write_text(
+            json.dumps([asdict(r) for r in self.results], indent=2, default=str)
+        )
+        self.log("\n" + format_table(self.results))
+        self._log.close()
+        return 1 if any(r.status == "FAIL" for r in self.results) else 0
+
+    def _record(self, name: str, status: str, seconds: float, summary: str, details: dict) -> None:
+        self.results.append(StageResult(name, status, seconds, summary, details))
+        self.log(f"----- {name}: {status} in {seconds:.1f}s: {summary}")
+
+
+def format_table(results: list[StageResult]) -> str:
+    """Stage table, then the benchmark rows if any."""
+    lines = [f"{'stage':<20} {'status':<6} {'secs':>7}  summary"]
+    for r in results:
+        lines.append(f"{r.name:<20} {r.status:<6} {r.seconds:>7.1f}  {r.summary[:110]}")
+    bench = [row for r in results for row in r.details.get("bench", [])]
+    if bench:
+        lines.append(
+            f"\n{'measurement':<22} {'backend':<13} {'tok/s':>11} {'roofline':>11} "
+            f"{'%roof':>6} {'ms/step':>9}"
+        )
+        for b in bench:
+            lines.append(
+                f"{b['name']:<22} {b['backend']:<13} {b['tokens_per_s']:>11.1f} "
+                f"{b['roofline_tokens_per_s']:>11.1f} {100 * b['fraction']:>5.1f}% "
+                f"{b['ms_per_step']:>9.2f}"
+            )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="folder for the logs and summary.json")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: exercise the logic")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
+    p.add_argument(
+        "--wheels",
+        type=Path,
+        default=REPO_ROOT / ".whl",
+        help="wheels to install when flashinfer is missing (aot/ holds prebuilt kernels)",
+    )
+    p.add_argument("--site", type=Path, default=Path("/tmp/site"), help="pip --target folder")
+    p.add_argument(
+        "--smollm2",
+        default=None,
+        help="converted SmolLM2 folder (default: the first one under .gpu/); 'random': "
+        "a random-weight model of its shape, also used when no folder is found",
+    )
+    p.add_argument("--bench-backends", default="flashinfer,torch_native")
+    p.add_argument("--pytest-args", default=None, help="override the pytest arguments")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from radixrt.bench import gpu_model_stages as m
+    from radixrt.bench import gpu_stages as s
+
+    args = parse_args(argv)
+    check = Check(args.out, args.budget_s, args.dry_run)
+    check.log(f"gpu_check: {'DRY RUN on CPU' if args.dry_run else 'GPU run'}; argv={sys.argv[1:]}")
+    check.stage("env", lambda c, d: s.stage_env(c, d), min_left_s=0)
+    check.stage("install_flashinfer", lambda c, d: s.stage_install(c, d, args), min_left_s=30)
+    check.stage("build_kernels", lambda c, d: s.stage_build_kernels(c, d), min_left_s=60)
+    check.stage("flashinfer_warmup", lambda c, d: s.stage_flashinfer_warmup(c, d), min_left_s=60)
+    check.stage("pytest_gpu", lambda c, d: s.stage_pytest(c, d, args), min_left_s=60)
+    check.stage("smollm2_greedy", lambda c, d: m.stage_smollm2(c, d, args), min_left_s=45)
+    check.stage("bench", lambda c, d: m.stage_bench(c, d, args), min_left_s=30)
+    return check.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
