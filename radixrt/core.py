@@ -82,37 +82,69 @@ class SamplingParams:
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
         checks = [
-            ("max_new_tokens", isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,
-             "must be an integer >= 0"),
-            ("min_new_tokens", isinstance(self.min_new_tokens, int)
-             and 0 <= self.min_new_tokens <= self.max_new_tokens,
-             "must be an integer in [0, max_new_tokens]"),
+            (
+                "max_new_tokens",
+                isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,
+                "must be an integer >= 0",
+            ),
+            (
+                "min_new_tokens",
+                isinstance(self.min_new_tokens, int)
+                and 0 <= self.min_new_tokens <= self.max_new_tokens,
+                "must be an integer in [0, max_new_tokens]",
+            ),
             ("temperature", _is_num(self.temperature) and self.temperature >= 0, "must be >= 0"),
             ("top_p", _is_num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("top_k", isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
-             "must be -1 (off) or >= 1"),
+            (
+                "top_k",
+                isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
+                "must be -1 (off) or >= 1",
+            ),
             ("min_p", _is_num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
-            ("repetition_penalty", _is_num(self.repetition_penalty)
-             and self.repetition_penalty > 0, "must be > 0"),
-            ("frequency_penalty", _is_num(self.frequency_penalty)
-             and -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
-            ("presence_penalty", _is_num(self.presence_penalty)
-             and -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            (
+                "repetition_penalty",
+                _is_num(self.repetition_penalty) and self.repetition_penalty > 0,
+                "must be > 0",
+            ),
+            (
+                "frequency_penalty",
+                _is_num(self.frequency_penalty) and -2 <= self.frequency_penalty <= 2,
+                "must be in [-2, 2]",
+            ),
+            (
+                "presence_penalty",
+                _is_num(self.presence_penalty) and -2 <= self.presence_penalty <= 2,
+                "must be in [-2, 2]",
+            ),
             ("seed", self.seed is None or isinstance(self.seed, int), "must be an integer"),
-            ("stop", isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
-             "must be a non-empty string or a list of them"),
-            ("stop_token_ids", isinstance(self.stop_token_ids, list)
-             and all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
-             "must be a list of token ids"),
+            (
+                "stop",
+                isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
+                "must be a non-empty string or a list of them",
+            ),
+            (
+                "stop_token_ids",
+                isinstance(self.stop_token_ids, list)
+                and all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+                "must be a list of token ids",
+            ),
             ("n", isinstance(self.n, int) and self.n >= 1, "must be an integer >= 1"),
-            ("top_logprobs_num", isinstance(self.top_logprobs_num, int)
-             and self.top_logprobs_num >= 0, "must be an integer >= 0"),
-            ("logprob_start_len", isinstance(self.logprob_start_len, int)
-             and self.logprob_start_len >= -1, "must be an integer >= -1"),
+            (
+                "top_logprobs_num",
+                isinstance(self.top_logprobs_num, int) and self.top_logprobs_num >= 0,
+                "must be an integer >= 0",
+            ),
+            (
+                "logprob_start_len",
+                isinstance(self.logprob_start_len, int) and self.logprob_start_len >= -1,
+                "must be an integer >= -1",
+            ),
         ]
         for name, ok, why in checks:
             if not ok:
-                raise ValueError(f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}")
+                raise ValueError(
+                    f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}"
+                )
         specs = [s for s in (self.regex, self.json_schema, self.ebnf) if s is not None]
         if len(specs) > 1:
             raise ValueError("at most one of regex, json_schema and ebnf may be given")

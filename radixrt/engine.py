@@ -75,9 +75,12 @@ class Engine:
     def get_stats(self) -> dict[str, Any]:
         s = self.scheduler.stats
         return {
-            "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
-            "hit_rate": s.hit_rate, "generated_tokens": s.generated_tokens,
-            "forward_passes": s.forward_passes, "retractions": s.retractions,
+            "prompt_tokens": s.prompt_tokens,
+            "cached_tokens": s.cached_tokens,
+            "hit_rate": s.hit_rate,
+            "generated_tokens": s.generated_tokens,
+            "forward_passes": s.forward_passes,
+            "retractions": s.retractions,
             "max_total_tokens": self.scheduler.kv.allocator.capacity,
         }
 
@@ -97,7 +100,11 @@ class Engine:
     # ---- submission ----------------------------------------------------------------------
 
     def _submit(
-        self, prompt: Any, input_ids: Any, sampling_params: Any, extra_key: str | None,
+        self,
+        prompt: Any,
+        input_ids: Any,
+        sampling_params: Any,
+        extra_key: str | None,
         logprob_args: dict[str, Any],
     ) -> tuple[list[RequestOutput], bool]:
         if self._error is not None:
@@ -113,7 +120,11 @@ class Engine:
         else:
             single = bool(input_ids) and isinstance(input_ids[0], int)
             id_lists = [list(input_ids)] if single else [list(x) for x in input_ids]
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(id_lists)
+        params = (
+            sampling_params
+            if isinstance(sampling_params, list)
+            else [sampling_params] * len(id_lists)
+        )
         if len(params) != len(id_lists):
             raise ValueError(f"{len(params)} sampling_params for {len(id_lists)} prompts")
         outs: list[RequestOutput] = []
@@ -122,8 +133,11 @@ class Engine:
             if logprob_args:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
             for i in range(sp.n):
-                seeded = sp if sp.seed is None or i == 0 else SamplingParams.from_dict(
-                    {**sp.to_dict(), "seed": sp.seed + i})
+                seeded = (
+                    sp
+                    if sp.seed is None or i == 0
+                    else SamplingParams.from_dict({**sp.to_dict(), "seed": sp.seed + i})
+                )
                 req = Req(uuid.uuid4().hex, list(ids), seeded, extra_key=extra_key)
                 req.arrival_time = time.monotonic()
                 out = RequestOutput(req, self.tokenizer)
@@ -176,7 +190,9 @@ class Engine:
     def _drain(self, block: bool) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = []
         try:
-            items.append(self._inbox.get(timeout=_IDLE_WAIT_S) if block else self._inbox.get_nowait())
+            items.append(
+                self._inbox.get(timeout=_IDLE_WAIT_S) if block else self._inbox.get_nowait()
+            )
             while True:
                 items.append(self._inbox.get_nowait())
         except queue.Empty:

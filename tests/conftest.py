@@ -32,9 +32,17 @@ def _make_tiny(tmp: Path, smollm2: Path, kind: str, **overrides: object) -> Path
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     common = dict(
-        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        rms_norm_eps=1e-5, tie_word_embeddings=False, eos_token_id=2, bos_token_id=1,
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        bos_token_id=1,
     )
     common.update(overrides)
     cfg = LlamaConfig(**common) if kind == "llama" else Qwen2Config(**common)
@@ -58,17 +66,29 @@ def tiny_llama_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
 
 @pytest.fixture(scope="session")
 def tiny_qwen2_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
-    return _make_tiny(tmp_path_factory.mktemp("tiny_qwen2"), smollm2_path, "qwen2",
-                      tie_word_embeddings=True)
+    return _make_tiny(
+        tmp_path_factory.mktemp("tiny_qwen2"), smollm2_path, "qwen2", tie_word_embeddings=True
+    )
 
 
 @pytest.fixture(scope="session")
 def tiny_llama3_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
     """Llama with Llama-3 rope scaling and GQA 4:1."""
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-    return _make_tiny(tmp_path_factory.mktemp("tiny_llama3"), smollm2_path, "llama",
-                      num_key_value_heads=1, rope_scaling=scaling, rope_theta=500000.0)
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    return _make_tiny(
+        tmp_path_factory.mktemp("tiny_llama3"),
+        smollm2_path,
+        "llama",
+        num_key_value_heads=1,
+        rope_scaling=scaling,
+        rope_theta=500000.0,
+    )
 
 
 def assert_pool_whole(engine) -> None:

@@ -17,16 +17,20 @@ def load_hf(path: Path):
 def hf_greedy(model, ids: list[int], max_new_tokens: int, eos: set[int] | None = None):
     """(tokens, logprobs) of greedy decoding with a KV cache; stops after an id in `eos`."""
     out = model.generate(
-        torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False,
-        output_logits=True, return_dict_in_generate=True,
-        eos_token_id=sorted(eos) if eos else None, pad_token_id=0,
+        torch.tensor([ids]),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        eos_token_id=sorted(eos) if eos else None,
+        pad_token_id=0,
         min_new_tokens=0 if eos else max_new_tokens,
-        temperature=None, top_p=None, top_k=None,
+        temperature=None,
+        top_p=None,
+        top_k=None,
     )
-    tokens = out.sequences[0, len(ids):].tolist()
-    logprobs = [
-        torch.log_softmax(lg[0].float(), -1)[t].item() for lg, t in zip(out.logits, tokens)
-    ]
+    tokens = out.sequences[0, len(ids) :].tolist()
+    logprobs = [torch.log_softmax(lg[0].float(), -1)[t].item() for lg, t in zip(out.logits, tokens)]
     return tokens, logprobs
 
 

@@ -14,11 +14,22 @@ from radixrt.core import FinishKind, FinishReason, SamplingParams
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
-        ("min_p", 1.5), ("max_new_tokens", -1), ("min_new_tokens", 500),
-        ("repetition_penalty", 0.0), ("frequency_penalty", 3.0), ("presence_penalty", -3.0),
-        ("n", 0), ("stop", [""]), ("stop_token_ids", [-1]), ("top_logprobs_num", -1),
-        ("logprob_start_len", -2), ("seed", "x"),
+        ("temperature", -0.1),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -2),
+        ("min_p", 1.5),
+        ("max_new_tokens", -1),
+        ("min_new_tokens", 500),
+        ("repetition_penalty", 0.0),
+        ("frequency_penalty", 3.0),
+        ("presence_penalty", -3.0),
+        ("n", 0),
+        ("stop", [""]),
+        ("stop_token_ids", [-1]),
+        ("top_logprobs_num", -1),
+        ("logprob_start_len", -2),
+        ("seed", "x"),
     ],
 )
 def test_invalid_values_name_the_field(field: str, value: object) -> None:
@@ -27,8 +38,9 @@ def test_invalid_values_name_the_field(field: str, value: object) -> None:
 
 
 def test_defaults_aliases_and_normalisation() -> None:
-    p = SamplingParams.from_dict({"max_tokens": 5, "stop": "\n", "top_k": 0,
-                                  "json_schema": {"type": "object"}})
+    p = SamplingParams.from_dict(
+        {"max_tokens": 5, "stop": "\n", "top_k": 0, "json_schema": {"type": "object"}}
+    )
     assert p.max_new_tokens == 5 and p.stop == ["\n"] and p.top_k == -1
     assert p.json_schema == '{"type": "object"}'
     assert SamplingParams.from_dict({"temperature": 0}).is_greedy

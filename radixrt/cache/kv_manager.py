@@ -2,14 +2,14 @@
 
 Ownership of a running request's token range (see Req in core.py):
 
-| tokens                 | owner                                   | released                        |
-|------------------------|-----------------------------------------|---------------------------------|
-| [0, cached_len)        | prefix cache, pinned by lock(last_node) | unlock at finish/retract; the   |
-|                        |                                         | cache evicts it later (LRU)     |
-| [cached_len, kv_len)   | the request                             | `release`: inserted into the    |
-|                        |                                         | cache; duplicates (and a        |
-|                        |                                         | partial page) freed at once     |
-| this step's out_loc    | the request, from `alloc`               | as the row above once computed  |
+| tokens               | owner                                   | released                        |
+|----------------------|-----------------------------------------|---------------------------------|
+| [0, cached_len)      | prefix cache, pinned by lock(last_node) | unlock at finish/retract; the   |
+|                      |                                         | cache evicts it later (LRU)     |
+| [cached_len, kv_len) | the request                             | `release`: inserted into the    |
+|                      |                                         | cache; duplicates (and a        |
+|                      |                                         | partial page) freed at once     |
+| this step's out_loc  | the request, from `alloc`               | as the row above, once computed |
 
 So at any idle moment: free + evictable + protected == capacity.
 """
@@ -27,7 +27,10 @@ class KVCacheManager:
     """Matches, locks, allocates and releases KV slots on behalf of requests."""
 
     def __init__(
-        self, allocator: TokenSlotAllocator, req_to_token_pool: ReqToTokenPool, cache: BasePrefixCache
+        self,
+        allocator: TokenSlotAllocator,
+        req_to_token_pool: ReqToTokenPool,
+        cache: BasePrefixCache,
     ) -> None:
         self.allocator = allocator
         self.req_to_token_pool = req_to_token_pool
@@ -44,7 +47,7 @@ class KVCacheManager:
         return self.cache.match_prefix(self._match_key(req), req.extra_key)
 
     def admit(self, req: Req) -> None:
-        """Give `req` a req_to_token row holding its cached prefix, locked. Raises OutOfSlotsError."""
+        """Give `req` a req_to_token row holding its cached prefix, locked (OutOfSlotsError)."""
         match = self.cache.match_prefix(self._match_key(req), req.extra_key)
         row = self.req_to_token_pool.alloc()
         n = int(match.slots.numel())
@@ -90,7 +93,9 @@ class KVCacheManager:
             return
         aligned = self._insert(req, req.fill_ids[: req.kv_len])
         if aligned < req.kv_len:  # a partial last page the cache cannot take: ours to free
-            tail = self.req_to_token_pool.req_to_token[row, max(aligned, req.cached_len) : req.kv_len]
+            tail = self.req_to_token_pool.req_to_token[
+                row, max(aligned, req.cached_len) : req.kv_len
+            ]
             self.allocator.free(tail.to(torch.int64))
         self.cache.unlock(req.last_node)
         self.req_to_token_pool.free(row)
@@ -99,7 +104,11 @@ class KVCacheManager:
 
     def check_whole(self, num_held_by_requests: int = 0) -> None:
         """Raise RuntimeError unless free + evictable + protected + held == capacity."""
-        free, ev, prot = self.allocator.num_free, self.cache.evictable_size, self.cache.protected_size
+        free, ev, prot = (
+            self.allocator.num_free,
+            self.cache.evictable_size,
+            self.cache.protected_size,
+        )
         total = free + ev + prot + num_held_by_requests
         if total != self.allocator.capacity:
             raise RuntimeError(

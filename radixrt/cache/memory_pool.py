@@ -42,8 +42,12 @@ class TokenToKVPool:
             buf[0].zero_()  # padding slot: finite values for masked-out reads
 
     @staticmethod
-    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    def bytes_per_token(
+        num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        return (
+            2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        )
 
     @property
     def size_bytes(self) -> int:
@@ -54,7 +58,9 @@ class TokenToKVPool:
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k_buffer[layer_id], self.v_buffer[layer_id]
 
-    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def set_kv_buffer(
+        self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
         """Write k, v of shape (num_tokens, num_kv_heads, head_dim) at slots `loc` (num_tokens,)."""
         # index_copy_ rather than `buf[loc] = k`: advanced-index assignment on CPU costs
         # milliseconds on a large buffer, index_copy_ microseconds.
@@ -105,7 +111,9 @@ class ReqToTokenPool:
     def __init__(self, max_reqs: int, max_context_len: int, device: torch.device | str) -> None:
         self.max_reqs = max_reqs
         self.max_context_len = max_context_len
-        self.req_to_token = torch.zeros((max_reqs, max_context_len), dtype=torch.int32, device=device)
+        self.req_to_token = torch.zeros(
+            (max_reqs, max_context_len), dtype=torch.int32, device=device
+        )
         self._free_rows = list(range(max_reqs))
 
     @property

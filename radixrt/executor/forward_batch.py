@@ -66,7 +66,7 @@ class ForwardBatch:
         attn_backend: BaseAttnBackend,
         device: torch.device,
     ) -> ForwardBatch:
-        """Pack host lists into device tensors; positions run prefix_len .. prefix_len+extend_len."""
+        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1."""
         batch_size = len(extend_lens)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
         positions: list[int] = []

@@ -30,14 +30,16 @@ class ArchConfig:
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> ArchConfig:
-        """Parse a Hugging Face config.json dict; ValueError names what is missing or unsupported."""
+        """Parse an HF config.json dict; ValueError names what is missing or unsupported."""
         archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
         arch = archs[0]
         try:
             heads = int(cfg["num_attention_heads"])
             hidden = int(cfg["hidden_size"])
             rope = dict(cfg.get("rope_parameters") or {})
-            scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+            scaling = cfg.get("rope_scaling") or (
+                rope if rope.get("rope_type", "default") != "default" else None
+            )
             theta = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
             if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
                 raise ValueError("sliding-window attention is not supported")

@@ -17,7 +17,7 @@ from radixrt.scheduler.scheduler import Scheduler
 def build_scheduler(
     model_config: ModelConfig, cache_config: CacheConfig, scheduler_config: SchedulerConfig
 ) -> tuple[Scheduler, Any]:
-    """Load the model and build everything a scheduler loop needs; returns (scheduler, tokenizer)."""
+    """Load the model and build what a scheduler loop needs; returns (scheduler, tokenizer)."""
     runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests)
     tokenizer = load_tokenizer(runner.model_path)
     cache_cls: type[BasePrefixCache] = (

@@ -17,8 +17,9 @@ class SchedulePolicy:
     """Orders the waiting queue before each admission round.
 
     `match(req)` gives (cached-prefix length, deepest matched tree node) of a request; it may
-    split tree nodes but never allocates or frees. Nodes expose `.parent`. Requests that waited longer than `max_wait_s` go first, oldest
-    first, whatever the policy, so cold requests are never starved.
+    split tree nodes but never allocates or frees. Nodes expose `.parent`. Requests that
+    waited longer than `max_wait_s` go first, oldest first, whatever the policy, so cold
+    requests are never starved.
     """
 
     def __init__(
@@ -32,8 +33,10 @@ class SchedulePolicy:
     def order(self, waiting: list[Req]) -> list[Req]:
         """Return the waiting requests in admission order (a new list)."""
         now = time.monotonic()
-        aged = sorted((r for r in waiting if now - r.arrival_time > self.max_wait_s),
-                      key=lambda r: r.arrival_time)
+        aged = sorted(
+            (r for r in waiting if now - r.arrival_time > self.max_wait_s),
+            key=lambda r: r.arrival_time,
+        )
         aged_ids = {id(r) for r in aged}
         rest = [r for r in waiting if id(r) not in aged_ids]
         if self.name == "fcfs" or len(rest) > _MAX_SORTED_QUEUE:

@@ -44,7 +44,11 @@ class Scheduler:
     """Owns the queues; every mutation of requests and KV ownership happens in `step()`."""
 
     def __init__(
-        self, runner: ModelRunner, kv: KVCacheManager, finish: FinishChecker, config: SchedulerConfig
+        self,
+        runner: ModelRunner,
+        kv: KVCacheManager,
+        finish: FinishChecker,
+        config: SchedulerConfig,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -156,9 +160,12 @@ class Scheduler:
         ids = req.fill_ids
         for other in admitted:
             o = other.fill_ids
-            if len(o) > other.kv_len + min_len and ids[other.kv_len : other.kv_len + min_len] == o[
-                other.kv_len : other.kv_len + min_len
-            ] and ids[: other.kv_len] == o[: other.kv_len]:
+            if (
+                len(o) > other.kv_len + min_len
+                and ids[other.kv_len : other.kv_len + min_len]
+                == o[other.kv_len : other.kv_len + min_len]
+                and ids[: other.kv_len] == o[: other.kv_len]
+            ):
                 return True
         return False
 
@@ -169,7 +176,9 @@ class Scheduler:
         start = 0
         for req, sample in zip(batch.reqs, batch.sample_mask):
             e = req.extend_len
-            self.kv.req_to_token_pool.write(req.req_pool_idx, req.kv_len, out_loc[start : start + e])
+            self.kv.req_to_token_pool.write(
+                req.req_pool_idx, req.kv_len, out_loc[start : start + e]
+            )
             if self._wants_input_logprobs(req):
                 logits_rows.extend(range(start, start + e))
             elif sample:
@@ -236,7 +245,9 @@ class Scheduler:
     def _wants_input_logprobs(self, req: Req) -> bool:
         p = req.sampling_params
         return (
-            p.return_logprob and p.logprob_start_len >= 0 and not req.output_ids
+            p.return_logprob
+            and p.logprob_start_len >= 0
+            and not req.output_ids
             and req.kv_len < req.prompt_len
         )
 
@@ -247,8 +258,10 @@ class Scheduler:
         if req.prompt_len >= ctx:
             return f"the prompt has {req.prompt_len} tokens; the context length is {ctx}"
         if req.prompt_len + 1 > self.kv.allocator.capacity:
-            return (f"the prompt has {req.prompt_len} tokens but the KV pool holds only "
-                    f"{self.kv.allocator.capacity}")
+            return (
+                f"the prompt has {req.prompt_len} tokens but the KV pool holds only "
+                f"{self.kv.allocator.capacity}"
+            )
         vocab = self.runner.arch.vocab_size
         if any(not 0 <= t < vocab for t in req.input_ids):
             return f"input_ids must be in [0, {vocab})"

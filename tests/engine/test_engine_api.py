@@ -20,8 +20,10 @@ def engine(smollm2_path):
 @pytest.fixture(scope="module")
 def france(engine) -> str:
     return engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False,
-        add_generation_prompt=True)
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
 
 
 def test_greedy_answer(engine, france) -> None:
@@ -39,14 +41,18 @@ def test_stop_string_spanning_tokens(engine, france) -> None:
     out = engine.generate(france, {"temperature": 0, "max_new_tokens": 16, "stop": ["of Fr"]})
     assert out["text"] == "The capital "
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": "of Fr"}
-    stream = list(engine.generate(france, {"temperature": 0, "max_new_tokens": 16,
-                                           "stop": "of Fr"}, stream=True))
+    stream = list(
+        engine.generate(
+            france, {"temperature": 0, "max_new_tokens": 16, "stop": "of Fr"}, stream=True
+        )
+    )
     assert all("of" not in s["text"] for s in stream) and stream[-1]["text"] == "The capital "
 
 
 def test_stop_token_ids_and_length(engine, france) -> None:
-    out = engine.generate(france, {"temperature": 0, "max_new_tokens": 16,
-                                   "stop_token_ids": [4649]})  # " France"
+    out = engine.generate(
+        france, {"temperature": 0, "max_new_tokens": 16, "stop_token_ids": [4649]}
+    )  # " France"
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": 4649}
     out = engine.generate(france, {"temperature": 0, "max_new_tokens": 3})
     assert out["meta_info"]["finish_reason"]["type"] == "length" and len(out["output_ids"]) == 3
@@ -76,9 +82,16 @@ def test_streaming_is_cumulative(engine, france) -> None:
 
 def test_input_and_output_logprobs(engine) -> None:
     ids = engine.tokenizer.encode("The capital of France is Paris. The capital of Spain is")
-    out = engine.generate(input_ids=ids, sampling_params={
-        "temperature": 0, "max_new_tokens": 3, "return_logprob": True, "logprob_start_len": 0,
-        "top_logprobs_num": 2})
+    out = engine.generate(
+        input_ids=ids,
+        sampling_params={
+            "temperature": 0,
+            "max_new_tokens": 3,
+            "return_logprob": True,
+            "logprob_start_len": 0,
+            "top_logprobs_num": 2,
+        },
+    )
     meta = out["meta_info"]
     inp = meta["input_token_logprobs"]
     assert len(inp) == len(ids) and inp[0][0] is None
@@ -88,8 +101,10 @@ def test_input_and_output_logprobs(engine) -> None:
     top = meta["output_top_logprobs"][0]
     assert len(top) == 2 and top[0][1] == out["output_ids"][0]  # greedy picks the top-1
     # Scoring only (max_new_tokens=0), from a later start, reusing the cache.
-    again = engine.generate(input_ids=ids, sampling_params={
-        "max_new_tokens": 0, "return_logprob": True, "logprob_start_len": 5})
+    again = engine.generate(
+        input_ids=ids,
+        sampling_params={"max_new_tokens": 0, "return_logprob": True, "logprob_start_len": 5},
+    )
     got = [lp for lp, _, _ in again["meta_info"]["input_token_logprobs"]]
     assert got == pytest.approx([lp for lp, _, _ in inp[5:]], abs=1e-4)
     assert again["output_ids"] == []

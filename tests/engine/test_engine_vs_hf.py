@@ -49,8 +49,9 @@ def test_smollm2_matches_hf_generate(smollm2_path) -> None:
     with Engine(str(smollm2_path), max_total_tokens=4096) as engine:
         tok = engine.tokenizer
         prompts = [
-            tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                    add_generation_prompt=True)
+            tok.apply_chat_template(
+                [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+            )
             for q in questions
         ]
         ids = [tok.encode(p) for p in prompts]

@@ -9,6 +9,7 @@ from radixrt.cache.radix_cache import RadixCache
 from radixrt.core import Req, SamplingParams
 from radixrt.scheduler.policy import SchedulePolicy
 
+
 def _setup():
     alloc = TokenSlotAllocator(1000)
     cache = RadixCache(alloc)
@@ -21,23 +22,31 @@ def _setup():
 
     return cache, match
 
+
 def _req(rid: str, ids: list[int], age: float = 0.0) -> Req:
     r = Req(rid, ids, SamplingParams())
     r.arrival_time = time.monotonic() - age
     return r
 
+
 def test_lpm_orders_by_cached_prefix_and_keeps_ties_fcfs() -> None:
     _, match = _setup()
-    reqs = [_req("none", [8, 8, 8]), _req("short", [7, 7, 0, 0]),
-            _req("long", [1, 2, 3, 4, 5, 0]), _req("none2", [9, 9])]
+    reqs = [
+        _req("none", [8, 8, 8]),
+        _req("short", [7, 7, 0, 0]),
+        _req("long", [1, 2, 3, 4, 5, 0]),
+        _req("none2", [9, 9]),
+    ]
     order = SchedulePolicy("lpm", match, max_wait_s=60).order(reqs)
     assert [r.rid for r in order] == ["long", "short", "none", "none2"]
+
 
 def test_aging_beats_policy() -> None:
     _, match = _setup()
     reqs = [_req("long", [1, 2, 3, 4, 5, 0]), _req("old", [8, 8], age=100)]
     order = SchedulePolicy("lpm", match, max_wait_s=10).order(reqs)
     assert [r.rid for r in order] == ["old", "long"]
+
 
 def test_dfs_weight_groups_shared_subtrees_heaviest_first() -> None:
     _, match = _setup()
@@ -51,6 +60,7 @@ def test_dfs_weight_groups_shared_subtrees_heaviest_first() -> None:
     ]
     order = [r.rid for r in SchedulePolicy("dfs-weight", match, max_wait_s=60).order(reqs)]
     assert order == ["b1", "b2", "b3", "c1", "c2", "a1"]
+
 
 def test_fcfs_and_random() -> None:
     _, match = _setup()

@@ -14,8 +14,11 @@ from radixrt.scheduler.builder import build_scheduler
 def _build(path, max_total_tokens=4096, disable_radix_cache=False, page_size=1, **sched):
     scheduler, _ = build_scheduler(
         ModelConfig(model_path=str(path), context_length=512),
-        CacheConfig(max_total_tokens=max_total_tokens, disable_radix_cache=disable_radix_cache,
-                    page_size=page_size),
+        CacheConfig(
+            max_total_tokens=max_total_tokens,
+            disable_radix_cache=disable_radix_cache,
+            page_size=page_size,
+        ),
         SchedulerConfig(**sched),
     )
     return scheduler
