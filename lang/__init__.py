@@ -1,1 +1,44 @@
-"""radixrt frontend language."""
+"""radixrt's frontend language: programs that interleave Python with generation.
+
+Never imports torch or the runtime: it talks to a server over HTTP, or to an in-process
+Engine through a duck-typed adapter.
+"""
+
+from lang.api import assistant, gen, gen_int, gen_string, select, system, user
+from lang.backends import BaseBackend, OpenAICompatible, RuntimeEndpoint
+from lang.choices import (
+    greedy_token_selection,
+    token_length_normalized,
+    unconditional_likelihood_normalized,
+)
+from lang.errors import BackendError, NotSupportedError, OutputParseError, ProgramError
+from lang.ir import SamplingParams
+from lang.program import Program, function, get_default_backend, set_default_backend
+from lang.state import ProgramState, ProgramStateGroup
+
+__all__ = [
+    "BackendError",
+    "BaseBackend",
+    "NotSupportedError",
+    "OpenAICompatible",
+    "OutputParseError",
+    "Program",
+    "ProgramError",
+    "ProgramState",
+    "ProgramStateGroup",
+    "RuntimeEndpoint",
+    "SamplingParams",
+    "assistant",
+    "function",
+    "gen",
+    "gen_int",
+    "gen_string",
+    "get_default_backend",
+    "greedy_token_selection",
+    "select",
+    "set_default_backend",
+    "system",
+    "token_length_normalized",
+    "unconditional_likelihood_normalized",
+    "user",
+]
