@@ -1,4 +1,8 @@
-"""Attention backends, chosen by name; each is imported only when chosen."""
+"""Attention backends, chosen by name; each is imported only when chosen.
+
+Every backend is constructed as `cls(device, num_heads=, num_kv_heads=, head_dim=, scaling=)`:
+the head layout comes up front so a backend can plan a whole batch before the first layer.
+"""
 
 from __future__ import annotations
 
@@ -39,3 +43,23 @@ def get_attention_backend_cls(name: str) -> type[BaseAttnBackend]:
         )
     module_name, cls_name = ATTENTION_BACKENDS[name].split(":")
     return getattr(importlib.import_module(module_name), cls_name)
+
+
+def create_attention_backend(
+    name: str,
+    device: object,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    scaling: float | None = None,
+) -> BaseAttnBackend:
+    """The backend registered as `name`, built for one head layout (scaling: head_dim**-0.5)."""
+    cls = get_attention_backend_cls(name)
+    return cls(  # type: ignore[call-arg]  # the registry's constructor protocol (module doc)
+        device,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        scaling=head_dim**-0.5 if scaling is None else scaling,
+    )

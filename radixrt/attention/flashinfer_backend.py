@@ -4,6 +4,8 @@ Once per batch, `init_forward_metadata` builds the page table (qo_indptr, kv_ind
 kv_indices, last_page_len) and plans one FlashInfer wrapper: the paged prefill wrapper for
 EXTEND batches (ragged q, causal, so mixed prefill + single-token rows go through it too) and
 the paged decode wrapper for DECODE batches. Every layer then runs with that plan.
+For CUDA graphs (executor/cuda_graph.py) each captured decode batch size gets its own decode
+wrapper over fixed page-table buffers; it is planned before every replay.
 Written against flashinfer-python 0.6.x (plan()/run(); NHD layout).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -19,7 +22,8 @@ from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import build_kv_indices
 
 PAGE_SIZE = 1  # one token slot per page: kv_indices are the pool's slot indices
-WORKSPACE_BYTES = 256 * 2**20  # FlashInfer's float workspace, shared by both wrappers
+WORKSPACE_BYTES = 256 * 2**20  # FlashInfer's float workspace, shared by every wrapper
+PADDING_SLOT = 0  # the pool's never-allocated slot: padded graph rows attend to it alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,18 +72,19 @@ def build_flashinfer_metadata(fb: ForwardBatch) -> FlashInferMetadata:
 class FlashInferAttnBackend(BaseAttnBackend):
     """Paged prefill/decode attention through FlashInfer's batch wrappers (CUDA only).
 
-    Give the head geometry to the constructor to plan inside `init_forward_metadata`; without
-    it the first batch plans at its first layer and later batches plan up front.
-    `kernel_backend` is FlashInfer's prefill backend: "fa2" (default: one JIT module serves
-    prefill and tensor-core decode) or "auto" (FA3 on Hopper, with a longer first compile).
+    The head layout is fixed at construction, so `init_forward_metadata` plans each batch
+    before its first layer runs. `kernel_backend` is FlashInfer's prefill backend: "fa2"
+    (default: one JIT module serves prefill and tensor-core decode) or "auto" (FA3 on Hopper,
+    with a longer first compile).
     """
 
     def __init__(
         self,
         device: torch.device | str,
-        num_heads: int | None = None,
-        num_kv_heads: int | None = None,
-        head_dim: int | None = None,
+        *,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
         scaling: float | None = None,
         kernel_backend: str = "fa2",
         workspace_bytes: int = WORKSPACE_BYTES,
@@ -87,39 +92,47 @@ class FlashInferAttnBackend(BaseAttnBackend):
         self.device = torch.device(device)
         if self.device.type != "cuda":
             raise ValueError(f"the flashinfer backend needs a CUDA device, got {self.device}")
-        fi = _import_flashinfer()
-        self.geometry: AttentionGeometry | None = None
-        if num_heads is not None and num_kv_heads is not None and head_dim is not None:
-            self.geometry = AttentionGeometry(
-                num_heads,
-                num_kv_heads,
-                head_dim,
-                scaling if scaling is not None else head_dim**-0.5,
-            )
+        self._fi = _import_flashinfer()
+        self.geometry = AttentionGeometry(
+            num_heads, num_kv_heads, head_dim, head_dim**-0.5 if scaling is None else scaling
+        )
         # (workspace_bytes,) uint8; FlashInfer wants it zeroed before first use.
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=self.device)
-        self.prefill_wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(
+        self.prefill_wrapper = self._fi.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, "NHD", backend=kernel_backend
         )
-        self.decode_wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(
+        self.decode_wrapper = self._fi.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, "NHD", use_tensor_cores=True
         )
         self.metadata: FlashInferMetadata | None = None
         self._dtype = torch.bfloat16
-        self._planned: AttentionGeometry | None = None
+        self._decode: Any = self.decode_wrapper  # the decode wrapper the next layers run
+        self._graph_wrappers: dict[int, Any] = {}  # captured batch size -> its decode wrapper
+
+    # ---- eager forward passes -----------------------------------------------------------
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        kv_dtype = fb.token_to_kv_pool.dtype
-        if kv_dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(
-                f"flashinfer attends over float16/bfloat16 KV only, not {kv_dtype}; "
-                "use attention_backend='torch_native'"
-            )
-        self.metadata = build_flashinfer_metadata(fb)
-        self._dtype = fb.token_to_kv_pool.dtype
-        self._planned = None
-        if self.geometry is not None:
-            self._plan(self.geometry)
+        self._set_dtype(fb)
+        m = self.metadata = build_flashinfer_metadata(fb)
+        self._decode = self.decode_wrapper
+        if m.is_decode:
+            self._plan_decode(self.decode_wrapper, m.kv_indptr, m.kv_indices, m.kv_last_page_len)
+            return
+        g = self.geometry
+        self.prefill_wrapper.plan(
+            m.qo_indptr,
+            m.kv_indptr,
+            m.kv_indices,
+            m.kv_last_page_len,
+            g.num_heads,
+            g.num_kv_heads,
+            g.head_dim,
+            PAGE_SIZE,
+            causal=True,
+            q_data_type=self._dtype,
+            kv_data_type=self._dtype,
+            sm_scale=g.scaling,
+        )
 
     def forward_extend(
         self,
@@ -129,7 +142,7 @@ class FlashInferAttnBackend(BaseAttnBackend):
         layer: AttentionLayer,
         fb: ForwardBatch,
     ) -> torch.Tensor:
-        self._ensure_plan(layer)
+        self._check_layer(layer)
         return self.prefill_wrapper.run(q, self._paged_kv(layer, fb))
 
     def forward_decode(
@@ -140,46 +153,102 @@ class FlashInferAttnBackend(BaseAttnBackend):
         layer: AttentionLayer,
         fb: ForwardBatch,
     ) -> torch.Tensor:
-        self._ensure_plan(layer)
-        return self.decode_wrapper.run(q, self._paged_kv(layer, fb))
+        self._check_layer(layer)
+        return self._decode.run(q, self._paged_kv(layer, fb))
+
+    # ---- CUDA graphs (the protocol in executor/cuda_graph.py) -----------------------------
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_indices: int) -> None:
+        """Allocate the fixed page-table buffers that every captured batch size shares."""
+        dev = self.device
+        self._graph_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=dev)  # (max_bs+1,)
+        self._graph_indices = torch.zeros(max_num_indices, dtype=torch.int32, device=dev)
+        self._graph_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=dev)
+        self._graph_ones_cpu = torch.ones(max_bs, dtype=torch.int32)  # (max_bs,) int32 CPU
+        self._graph_wrappers = {}
+
+    def init_forward_metadata_capture(self, fb: ForwardBatch) -> None:
+        """Make and plan the decode wrapper of batch size fb.batch_size for capture; every row
+        attends to the padding slot alone (the real page table comes with each replay)."""
+        bs = fb.batch_size
+        self._set_dtype(fb)
+        wrapper = self._graph_wrappers.get(bs)
+        if wrapper is None:
+            wrapper = self._fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace,
+                "NHD",
+                use_cuda_graph=True,
+                use_tensor_cores=True,
+                paged_kv_indptr_buffer=self._graph_indptr[: bs + 1],
+                paged_kv_indices_buffer=self._graph_indices,
+                paged_kv_last_page_len_buffer=self._graph_last_page_len[:bs],
+            )
+            self._graph_wrappers[bs] = wrapper
+        indices = torch.full((bs,), PADDING_SLOT, dtype=torch.int32, device=self.device)
+        indptr = torch.arange(bs + 1, dtype=torch.int32)
+        self._plan_decode(wrapper, indptr, indices, self._graph_ones_cpu[:bs])
+        self._decode = wrapper
+
+    def init_forward_metadata_replay(self, fb: ForwardBatch, bs: int) -> None:
+        """Plan the captured wrapper of batch size `bs` for the decode batch fb (B <= bs
+        requests); rows B..bs-1 are padding and attend to the padding slot alone."""
+        if fb.mode != ForwardMode.DECODE:
+            raise ValueError("CUDA graphs replay decode batches only")
+        self._set_dtype(fb)
+        m = build_flashinfer_metadata(fb)
+        pad, n = bs - fb.batch_size, m.kv_indices.numel()
+        if n + pad > self._graph_indices.numel():
+            raise ValueError(
+                f"{n + pad} KV indices exceed the graph buffer's {self._graph_indices.numel()}"
+            )
+        indptr = m.kv_indptr
+        if pad:
+            tail = indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)
+            indptr = torch.cat([indptr, tail])
+            self._graph_indices[n : n + pad].fill_(PADDING_SLOT)
+        self._plan_decode(self._graph_wrappers[bs], indptr, m.kv_indices, self._graph_ones_cpu[:bs])
+        self._decode = self._graph_wrappers[bs]
 
     # ---- private ------------------------------------------------------------------------
 
-    def _ensure_plan(self, layer: AttentionLayer) -> None:
-        g = AttentionGeometry(layer.num_heads, layer.num_kv_heads, layer.head_dim, layer.scaling)
-        if g != self._planned:
-            self.geometry = g
-            self._plan(g)
+    def _set_dtype(self, fb: ForwardBatch) -> None:
+        kv_dtype = fb.token_to_kv_pool.dtype
+        if kv_dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(
+                f"flashinfer attends over float16/bfloat16 KV only, not {kv_dtype}; "
+                "use attention_backend='torch_native'"
+            )
+        self._dtype = kv_dtype
 
-    def _plan(self, g: AttentionGeometry) -> None:
-        m = self.metadata
-        assert m is not None, "forward before init_forward_metadata"
-        dtypes = dict(q_data_type=self._dtype, kv_data_type=self._dtype, sm_scale=g.scaling)
-        if m.is_decode:
-            self.decode_wrapper.plan(
-                m.kv_indptr,
-                m.kv_indices,
-                m.kv_last_page_len,
-                g.num_heads,
-                g.num_kv_heads,
-                g.head_dim,
-                PAGE_SIZE,
-                **dtypes,
-            )
-        else:
-            self.prefill_wrapper.plan(
-                m.qo_indptr,
-                m.kv_indptr,
-                m.kv_indices,
-                m.kv_last_page_len,
-                g.num_heads,
-                g.num_kv_heads,
-                g.head_dim,
-                PAGE_SIZE,
-                causal=True,
-                **dtypes,
-            )
-        self._planned = g
+    def _plan_decode(
+        self,
+        wrapper: Any,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+    ) -> None:
+        g = self.geometry
+        wrapper.plan(
+            kv_indptr,
+            kv_indices,
+            last_page_len,
+            g.num_heads,
+            g.num_kv_heads,
+            g.head_dim,
+            PAGE_SIZE,
+            q_data_type=self._dtype,
+            kv_data_type=self._dtype,
+            sm_scale=g.scaling,
+        )
+
+    def _check_layer(self, layer: AttentionLayer) -> None:
+        g = self.geometry
+        if (layer.num_heads, layer.num_kv_heads, layer.head_dim) != (
+            g.num_heads,
+            g.num_kv_heads,
+            g.head_dim,
+        ):
+            raise ValueError(f"layer {layer} does not match the planned head layout {g}")
 
     @staticmethod
     def _paged_kv(layer: AttentionLayer, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:

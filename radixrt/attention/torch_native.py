@@ -37,7 +37,18 @@ class _DecodeGroup:
 class TorchNativeAttnBackend(BaseAttnBackend):
     """Gathers each request's K/V from the pool by req_to_token and calls SDPA."""
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        device: torch.device | str = "cpu",
+        *,
+        num_heads: int | None = None,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scaling: float | None = None,
+    ) -> None:
+        # The head layout is part of the registry's constructor protocol; this backend reads
+        # it from each layer instead, so it is accepted and ignored.
+        del num_heads, num_kv_heads, head_dim, scaling
         self.device = torch.device(device)
         self._extends: list[_ExtendReq] = []
         self._decode: _DecodeGroup | None = None

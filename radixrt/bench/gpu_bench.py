@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from radixrt.attention import get_attention_backend_cls
+from radixrt.attention import create_attention_backend
 from radixrt.attention.base import BaseAttnBackend
 from radixrt.bench.synthetic import SyntheticPools
+from radixrt.executor.cuda_graph import CudaGraphRunner
 from radixrt.models.arch import ArchConfig
 from radixrt.models.llama import LlamaForCausalLM
 
@@ -143,7 +144,8 @@ def time_it(fn: Callable[[], object], device: torch.device, iters: int, warmup: 
 
 
 class LlamaBench:
-    """Drives `model` with synthetic batches: init_forward_metadata + forward per step."""
+    """Drives `model` with synthetic batches: init_forward_metadata + forward per step, or, for
+    decode with `graph_batch_sizes`, a CUDA-graph replay (inputs, plan, replay) per step."""
 
     def __init__(
         self,
@@ -152,11 +154,17 @@ class LlamaBench:
         backend_name: str,
         roof: Roofline,
         pools: SyntheticPools,
+        graph_batch_sizes: tuple[int, ...] = (),
     ) -> None:
         self.arch, self.model, self.roof, self.pools = arch, model, roof, pools
-        self.backend_name = backend_name
+        self.backend_name = backend_name + ("+graph" if graph_batch_sizes else "")
         self.device = pools.device
         self.backend = make_backend(backend_name, arch, self.device)
+        self.graphs: CudaGraphRunner | None = None
+        if graph_batch_sizes:
+            self.graphs = CudaGraphRunner(
+                model, self.backend, pools.req_to_token, pools.kv, list(graph_batch_sizes)
+            )
         # Matmul weights per token: the decoder layers' and the LM head's (one row in prefill).
         self.layer_params = sum(p.numel() for p in model.model.layers.parameters() if p.dim() == 2)
         self.head_params = arch.vocab_size * arch.hidden_size
@@ -182,7 +190,8 @@ class LlamaBench:
         fb = self.pools.make_batch(
             [context] * batch, [1] * batch, self.backend, vocab_size=self.arch.vocab_size
         )
-        s = time_it(lambda: self._step(fb), self.device, iters)
+        step = self._step if self.graphs is None else self.graphs.replay
+        s = time_it(lambda: step(fb), self.device, iters)
         a = self.arch
         kv_per_token = a.num_hidden_layers * 2 * a.num_key_value_heads * a.head_dim * self.elem
         attn = 4 * a.num_hidden_layers * a.num_attention_heads * a.head_dim * context
@@ -229,16 +238,14 @@ def greedy_tokens(
 
 
 def make_backend(name: str, arch: ArchConfig, device: torch.device) -> BaseAttnBackend:
-    """The named backend; flashinfer gets the head layout so it plans once per batch up front."""
-    cls = get_attention_backend_cls(name)
-    if name == "flashinfer":
-        return cls(
-            device,
-            num_heads=arch.num_attention_heads,  # type: ignore[call-arg]
-            num_kv_heads=arch.num_key_value_heads,
-            head_dim=arch.head_dim,
-        )
-    return cls(device)
+    """The named backend for `arch`'s head layout."""
+    return create_attention_backend(
+        name,
+        device,
+        num_heads=arch.num_attention_heads,
+        num_kv_heads=arch.num_key_value_heads,
+        head_dim=arch.head_dim,
+    )
 
 
 def _sync(device: torch.device) -> None:

@@ -3,14 +3,18 @@
 Stages run in order, each on its own: a failing stage prints its traceback and the next one
 starts. (1) env, (2) install FlashInfer from .whl/ when `import flashinfer` fails, (3) build the
 csrc extension, (4) warm FlashInfer's kernels up, (5) `pytest -m gpu`, (6) greedy SmolLM2 through
-Engine with flashinfer vs torch_native, (7) Llama-3-8B-shaped throughput beside the roofline.
-A short table is printed last; DIR gets gpu_check.log, pytest_gpu.log and summary.json.
+Engine with flashinfer vs torch_native (when a converted folder exists), (7) correctness: random
+models' logits per backend and with CUDA graphs against a float32 reference, (8) Llama-3-8B-shaped
+throughput (CUDA graphs on and off) beside the roofline, (9) the shared-prefix workload with the
+radix cache on and off. A short table is printed last; DIR gets gpu_check.log, pytest_gpu.log
+and summary.json.
 `--dry-run` runs the same logic on CPU with tiny sizes (CI runs it).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -22,6 +26,18 @@ from typing import Any, TextIO
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUDGET_S = 480.0  # 8 minutes for everything
+# (name, module, function, takes the CLI args, seconds that must be left to start it)
+STAGES = (
+    ("env", "gpu_stages", "stage_env", False, 0),
+    ("install_flashinfer", "gpu_stages", "stage_install", True, 30),
+    ("build_kernels", "gpu_stages", "stage_build_kernels", False, 60),
+    ("flashinfer_warmup", "gpu_stages", "stage_flashinfer_warmup", False, 60),
+    ("pytest_gpu", "gpu_stages", "stage_pytest", True, 60),
+    ("smollm2_greedy", "gpu_model_stages", "stage_smollm2", True, 45),
+    ("correctness", "gpu_correctness", "stage_correctness", False, 45),
+    ("bench", "gpu_model_stages", "stage_bench", True, 60),
+    ("shared_prefix", "gpu_shared_prefix", "stage_shared_prefix", False, 45),
+)
 
 
 @dataclass(slots=True)
@@ -92,12 +108,12 @@ def format_table(results: list[StageResult]) -> str:
     bench = [row for r in results for row in r.details.get("bench", [])]
     if bench:
         lines.append(
-            f"\n{'measurement':<22} {'backend':<13} {'tok/s':>11} {'roofline':>11} "
+            f"\n{'measurement':<22} {'backend':<17} {'tok/s':>11} {'roofline':>11} "
             f"{'%roof':>6} {'ms/step':>9}"
         )
         for b in bench:
             lines.append(
-                f"{b['name']:<22} {b['backend']:<13} {b['tokens_per_s']:>11.1f} "
+                f"{b['name']:<22} {b['backend']:<17} {b['tokens_per_s']:>11.1f} "
                 f"{b['roofline_tokens_per_s']:>11.1f} {100 * b['fraction']:>5.1f}% "
                 f"{b['ms_per_step']:>9.2f}"
             )
@@ -119,29 +135,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--smollm2",
         default=None,
-        help="converted SmolLM2 folder (default: the first one under .gpu/); 'random': "
-        "a random-weight model of its shape, also used when no folder is found",
+        help="converted SmolLM2 folder (default: the first one under .gpu/, else the stage is "
+        "skipped); 'random': a random-weight model of its shape",
     )
-    p.add_argument("--bench-backends", default="flashinfer,torch_native")
+    p.add_argument(
+        "--bench-backends",
+        default="flashinfer+graph,flashinfer,torch_native",
+        help="'+graph': decode through CUDA graphs",
+    )
     p.add_argument("--pytest-args", default=None, help="override the pytest arguments")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from radixrt.bench import gpu_model_stages as m
-    from radixrt.bench import gpu_stages as s
-
     args = parse_args(argv)
     check = Check(args.out, args.budget_s, args.dry_run)
     check.log(f"gpu_check: {'DRY RUN on CPU' if args.dry_run else 'GPU run'}; argv={sys.argv[1:]}")
-    check.stage("env", lambda c, d: s.stage_env(c, d), min_left_s=0)
-    check.stage("install_flashinfer", lambda c, d: s.stage_install(c, d, args), min_left_s=30)
-    check.stage("build_kernels", lambda c, d: s.stage_build_kernels(c, d), min_left_s=60)
-    check.stage("flashinfer_warmup", lambda c, d: s.stage_flashinfer_warmup(c, d), min_left_s=60)
-    check.stage("pytest_gpu", lambda c, d: s.stage_pytest(c, d, args), min_left_s=60)
-    check.stage("smollm2_greedy", lambda c, d: m.stage_smollm2(c, d, args), min_left_s=45)
-    check.stage("bench", lambda c, d: m.stage_bench(c, d, args), min_left_s=30)
+    for name, module, fn, extra, min_left_s in STAGES:
+        check.stage(name, _stage_fn(module, fn, args if extra else None), min_left_s)
     return check.finish()
+
+
+def _stage_fn(
+    module: str, fn: str, args: argparse.Namespace | None
+) -> Callable[[Check, dict[str, Any]], str]:
+    """Import the stage's module when it runs, so an import error fails only that stage."""
+
+    def run(c: Check, d: dict[str, Any]) -> str:
+        stage = getattr(importlib.import_module(f"radixrt.bench.{module}"), fn)
+        return stage(c, d) if args is None else stage(c, d, args)
+
+    return run
 
 
 if __name__ == "__main__":

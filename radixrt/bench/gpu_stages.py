@@ -172,7 +172,7 @@ def stage_pytest(c: Check, d: dict[str, Any], args: argparse.Namespace) -> str:
         "--continue-on-collection-errors",  # one module needing an absent package stops nothing
         *targets,
     ]
-    timeout = max(30.0, min(300.0, c.seconds_left() - 150))
+    timeout = max(30.0, min(300.0, c.seconds_left() - 210))  # leave the model stages ~3.5 min
     log_path = c.out_dir / "pytest_gpu.log"
     c.log("  $", " ".join(cmd), f"(timeout {timeout:.0f}s)")
     with open(log_path, "w") as f:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 
 import torch
+from torch import nn
 
-from radixrt.attention import get_attention_backend_cls
+from radixrt.attention import create_attention_backend
 from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenToKVPool
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
+from radixrt.executor.cuda_graph import CudaGraphRunner, GraphAttnBackend, capture_batch_sizes
 from radixrt.executor.forward_batch import ForwardBatch
 from radixrt.models import get_model_cls
 from radixrt.models.arch import ArchConfig
@@ -25,15 +28,30 @@ _CUDA_MEM_FRACTION = 0.85
 
 
 class ModelRunner:
-    """Loads the model, sizes and owns the KV pools, and runs forward passes."""
+    """Loads the model, sizes and owns the KV pools, and runs forward passes.
 
-    def __init__(self, model_config: ModelConfig, cache_config: CacheConfig, max_running_requests: int):
+    `model` (benchmarks only) replaces loading from model_config.model_path: an nn.Module on
+    the device whose `config` is an ArchConfig; its parameters' dtype overrides
+    model_config.dtype, and model_path is then a placeholder naming no folder.
+    """
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        cache_config: CacheConfig,
+        max_running_requests: int,
+        model: nn.Module | None = None,
+    ) -> None:
         self.model_config = model_config
         self.cache_config = cache_config
         self._init_device()
-        self._init_model()
+        if model is None:
+            self._init_model()
+        else:
+            self._init_given_model(model)
         self._init_memory_pool(max_running_requests)
         self._init_attention_backend()
+        self._init_cuda_graphs(max_running_requests)
 
     def _init_device(self) -> None:
         dev = self.model_config.device
@@ -62,9 +80,27 @@ class ModelRunner:
         self.model = model.to(self.device).eval()
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         logger.info(
-            "loaded %s (%s, %.1fM params, %s) in %.1f s", self.model_path.name, self.arch.architecture,
-            sum(p.numel() for p in self.model.parameters()) / 1e6, self.dtype, time.perf_counter() - t0,
+            "loaded %s (%s, %.1fM params, %s) in %.1f s",
+            self.model_path.name,
+            self.arch.architecture,
+            sum(p.numel() for p in self.model.parameters()) / 1e6,
+            self.dtype,
+            time.perf_counter() - t0,
         )
+
+    def _init_given_model(self, model: nn.Module) -> None:
+        arch, param = getattr(model, "config", None), next(model.parameters())
+        if not isinstance(arch, ArchConfig) or param.device.type != self.device.type:
+            raise ValueError(
+                f"the given model needs an ArchConfig `config` and {self.device} weights"
+            )
+        self.model_path = Path(f"<in-memory {type(model).__name__}>")
+        self.hf_config = {}
+        self.arch = arch
+        self.context_len = self.model_config.context_length or self.arch.max_position_embeddings
+        self.dtype = param.dtype
+        self.model = model.eval()
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
         a = self.arch
@@ -78,7 +114,12 @@ class ModelRunner:
                 "weights; raise mem_fraction_static or set max_total_tokens"
             )
         self.token_to_kv_pool = TokenToKVPool(
-            capacity, a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.dtype, self.device
+            capacity,
+            a.num_hidden_layers,
+            a.num_key_value_heads,
+            a.head_dim,
+            self.dtype,
+            self.device,
         )
         self.allocator = TokenSlotAllocator(capacity, self.device)
         self.req_to_token_pool = ReqToTokenPool(
@@ -99,10 +140,44 @@ class ModelRunner:
         from radixrt.attention import default_backend
 
         name = self.model_config.attention_backend or default_backend(self.device, self.dtype)
-        self.attn_backend = get_attention_backend_cls(name)(self.device)
+        a = self.arch
+        self.attn_backend = create_attention_backend(
+            name,
+            self.device,
+            num_heads=a.num_attention_heads,
+            num_kv_heads=a.num_key_value_heads,
+            head_dim=a.head_dim,
+        )
 
-    def forward(self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]) -> torch.Tensor:
-        """Run one pass; K/V of new tokens go to `out_loc` (T,). Returns (N, vocab) float32 logits."""
+    def _init_cuda_graphs(self, max_running_requests: int) -> None:
+        """Capture decode graphs on CUDA unless disabled or the backend cannot run in them."""
+        self.graph_runner: CudaGraphRunner | None = None
+        if self.device.type != "cuda" or self.model_config.disable_cuda_graph:
+            return
+        if not isinstance(self.attn_backend, GraphAttnBackend):
+            logger.info(
+                "CUDA graphs off: %s does not support them", type(self.attn_backend).__name__
+            )
+            return
+        max_bs = min(self.model_config.cuda_graph_max_bs, max_running_requests)
+        try:
+            self.graph_runner = CudaGraphRunner(
+                self.model,
+                self.attn_backend,
+                self.req_to_token_pool,
+                self.token_to_kv_pool,
+                capture_batch_sizes(max_bs),
+            )
+        except Exception as e:
+            raise RuntimeError(
+                f"capturing CUDA graphs failed ({type(e).__name__}: {e}); "
+                "disable_cuda_graph=True (--disable-cuda-graph) runs decode eagerly"
+            ) from e
+
+    def forward(
+        self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]
+    ) -> torch.Tensor:
+        """Run one pass; new K/V go to `out_loc` (T,). Returns (N, vocab) float32 logits."""
         input_ids: list[int] = []
         for r in batch.reqs:
             input_ids.extend(r.fill_ids[r.kv_len : r.kv_len + r.extend_len])
@@ -118,5 +193,12 @@ class ModelRunner:
             attn_backend=self.attn_backend,
             device=self.device,
         )
+        return self.forward_batch(fb)
+
+    def forward_batch(self, fb: ForwardBatch) -> torch.Tensor:
+        """Run a built ForwardBatch (a decode batch replays a CUDA graph when one fits):
+        (N, vocab) float32 logits of fb.logits_indices."""
+        if self.graph_runner is not None and self.graph_runner.can_run(fb):
+            return self.graph_runner.replay(fb)
         self.attn_backend.init_forward_metadata(fb)
         return self.model(fb)

@@ -112,7 +112,7 @@ def test_flashinfer_backend_refuses_cpu() -> None:
     from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
 
     with pytest.raises(ValueError, match="CUDA"):
-        FlashInferAttnBackend("cpu")
+        FlashInferAttnBackend("cpu", num_heads=4, num_kv_heads=2, head_dim=16)
 
 
 def test_registry_lists_flashinfer_and_defaults_to_torch_native_on_cpu() -> None:
@@ -122,3 +122,16 @@ def test_registry_lists_flashinfer_and_defaults_to_torch_native_on_cpu() -> None
     assert default_backend("cpu") == "torch_native"
     assert default_backend(torch.device("cpu")) == "torch_native"
     assert default_backend("cuda", torch.float32) == "torch_native"  # flashinfer has no fp32
+
+
+def test_create_attention_backend_takes_the_head_layout_up_front() -> None:
+    from radixrt.attention import create_attention_backend
+
+    backend = create_attention_backend(
+        "torch_native", "cpu", num_heads=4, num_kv_heads=2, head_dim=16
+    )
+    assert isinstance(backend, TorchNativeAttnBackend)
+    with pytest.raises(ValueError, match="CUDA"):  # geometry accepted; the device is refused
+        create_attention_backend("flashinfer", "cpu", num_heads=4, num_kv_heads=2, head_dim=16)
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        create_attention_backend("nope", "cpu", num_heads=4, num_kv_heads=2, head_dim=16)

@@ -25,7 +25,9 @@ def _run(tmp_path: Path, *extra: str) -> dict[str, dict]:
         "flashinfer_warmup",
         "pytest_gpu",
         "smollm2_greedy",
+        "correctness",
         "bench",
+        "shared_prefix",
     ]
     assert all(r["status"] in ("ok", "skip") for r in results.values()), log[-3000:]
     assert "measurement" in log and (out / "pytest_gpu.log").exists()
@@ -62,3 +64,24 @@ def test_stage_failure_is_recorded_and_later_stages_still_run(tmp_path: Path) ->
     statuses = [(r.name, r.status) for r in check.results]
     assert statuses == [("first", "FAIL"), ("second", "ok"), ("third", "skip")]
     assert "planned failure" in (tmp_path / "gpu_check.log").read_text()
+
+
+def test_correctness_flags_a_backend_only_beyond_twice_the_bf16_noise() -> None:
+    from radixrt.bench.gpu_correctness import _flags
+
+    def cfg(first: float, decode: float, row_first: float = 0.0) -> dict:
+        rows = {"a": {"first_step_err": row_first or first, "decode_err_mean": decode}}
+        return {"first_step_err": first, "decode_err": decode, "rows": rows}
+
+    same = {"torch_native_bf16": cfg(0.1, 0.1), "flashinfer_bf16": cfg(0.15, 0.12)}
+    assert _flags(same) == []
+    assert _flags({**same, "flashinfer_graph": cfg(0.15, 0.5)}) == [
+        "flashinfer_graph decode_err 5.00e-01 > 2x flashinfer_bf16's 1.20e-01",
+        "flashinfer_graph a decode_err_mean 5.00e-01 vs flashinfer_bf16's 1.20e-01",
+    ]
+    tiny = {"torch_native_bf16": cfg(1e-4, 1e-4), "flashinfer_bf16": cfg(1e-3, 1e-3)}
+    assert _flags(tiny) == []  # under the floors: both are rounding noise
+    one_row = {"torch_native_bf16": cfg(0.01, 0.01), "flashinfer_bf16": cfg(0.015, 0.01, 0.2)}
+    assert _flags(one_row) == [
+        "flashinfer_bf16 a first_step_err 2.00e-01 vs torch_native_bf16's 1.00e-02"
+    ]
