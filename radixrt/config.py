@@ -9,6 +9,7 @@ from typing import Any
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class ModelConfig:
     context_length: int | None = None  # None: the model's max_position_embeddings
     attention_backend: str | None = None  # None: the best available for the device
     tp_size: int = 1
+    disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer on CUDA only)
+    cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -31,6 +34,8 @@ class ModelConfig:
             raise ValueError(f"context_length must be >= 2, got {self.context_length}")
         if self.tp_size < 1:
             raise ValueError(f"tp_size must be >= 1, got {self.tp_size}")
+        if self.cuda_graph_max_bs < 1:
+            raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,33 @@ class SchedulerConfig:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
             )
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The HTTP server: address, auth, admission limit, logging, metrics."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None  # when set, every endpoint but /health needs the bearer token
+    max_queued_requests: int = 1024  # waiting (not yet running) requests; more get 503
+    log_level: str = "info"
+    enable_metrics: bool = False  # serve Prometheus text at /metrics
+    grammar_backend: str | None = None  # None: the best available (stored for the grammar layer)
+    served_model_name: str | None = None  # None: the model file or folder name
+    drain_timeout_s: float = 30.0  # on SIGTERM, how long running requests may take to finish
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65536), got {self.port}")
+        if self.max_queued_requests < 0:
+            raise ValueError(f"max_queued_requests must be >= 0, got {self.max_queued_requests}")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
 
 
 ENGINE_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig)
