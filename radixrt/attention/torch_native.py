@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from radixrt.attention.base import AttentionLayer, BaseAttnBackend
+from radixrt.attention.decode_cascade import DecodePlan, attend_decode, build_decode_plan
 from radixrt.executor.forward_batch import ForwardBatch
 
-
-# Decode batches with at most this many (request, key) pairs skip SDPA.
+# Decode batches with more (request, key) pairs than this and no shared prefix use SDPA.
 _SMALL_DECODE_TOKENS = 4096
 
 
@@ -30,8 +30,7 @@ class _ExtendReq:
 @dataclass(slots=True)
 class _DecodeGroup:
     rows: torch.Tensor  # (Bd,) int64 rows of the packed batch that decode
-    kv_idx: torch.Tensor  # (Bd, Lmax) int64 pool slots; padding points at slot 0
-    mask: torch.Tensor  # (Bd, 1, 1, Lmax) bool, True = attend
+    plan: DecodePlan  # shared-prefix groups and per-row suffix slots
 
 
 class TorchNativeAttnBackend(BaseAttnBackend):
@@ -59,7 +58,9 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         starts = fb.extend_start_loc.tolist()
         decode_ids: list[int] = []
         self._extends = []
-        for i, (row, p, e) in enumerate(zip(rows, fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu)):
+        for i, (row, p, e) in enumerate(
+            zip(rows, fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu)
+        ):
             if e == 1 and p > 0:
                 decode_ids.append(i)
                 continue
@@ -69,21 +70,28 @@ class TorchNativeAttnBackend(BaseAttnBackend):
             kv_idx = req_to_token[row, : p + e].to(torch.int64)
             q_pos = torch.arange(p, p + e, device=req_to_token.device)
             kv_pos = torch.arange(p + e, device=req_to_token.device)
-            self._extends.append(_ExtendReq(starts[i], e, kv_idx, kv_pos[None, :] <= q_pos[:, None]))
+            self._extends.append(
+                _ExtendReq(starts[i], e, kv_idx, kv_pos[None, :] <= q_pos[:, None])
+            )
         self._decode = self._build_decode_group(fb, decode_ids) if decode_ids else None
 
     def _build_decode_group(self, fb: ForwardBatch, ids: list[int]) -> _DecodeGroup:
         dev = fb.req_to_token_pool.req_to_token.device
         idx = torch.tensor(ids, dtype=torch.int64, device=dev)
-        seq_lens = fb.seq_lens[idx]
         max_len = max(fb.seq_lens_cpu[i] for i in ids)
-        table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices[idx], :max_len].to(torch.int64)
-        mask = torch.arange(max_len, device=dev)[None, :] < seq_lens[:, None]
-        kv_idx = torch.where(mask, table, torch.zeros_like(table))
-        return _DecodeGroup(fb.extend_start_loc[idx], kv_idx, mask[:, None, None, :])
+        table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices[idx], :max_len].to(
+            torch.int64
+        )
+        plan = build_decode_plan(table, [fb.seq_lens_cpu[i] for i in ids])
+        return _DecodeGroup(fb.extend_start_loc[idx], plan)
 
     def forward_extend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        fb: ForwardBatch,
     ) -> torch.Tensor:
         out = torch.empty_like(q)
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
@@ -100,7 +108,12 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         return out
 
     def forward_decode(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer, fb: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        fb: ForwardBatch,
     ) -> torch.Tensor:
         assert self._decode is not None, "decode batch without decode metadata"
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
@@ -108,25 +121,29 @@ class TorchNativeAttnBackend(BaseAttnBackend):
 
     @staticmethod
     def _attend_decode(
-        q: torch.Tensor, g: _DecodeGroup, k_buf: torch.Tensor, v_buf: torch.Tensor, layer: AttentionLayer
+        q: torch.Tensor,
+        g: _DecodeGroup,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        layer: AttentionLayer,
     ) -> torch.Tensor:
         # q (Bd, H, D); gathered k/v (Bd, Lmax, Hkv, D) -> (Bd, Hkv, Lmax, D). index_select,
         # not buf[idx]: advanced indexing into a large CPU buffer is orders of magnitude slower.
-        shape = (*g.kv_idx.shape, *k_buf.shape[1:])
-        kk = k_buf.index_select(0, g.kv_idx.flatten()).view(shape).transpose(1, 2)
-        vv = v_buf.index_select(0, g.kv_idx.flatten()).view(shape).transpose(1, 2)
-        if kk.shape[0] * kk.shape[2] > _SMALL_DECODE_TOKENS:
-            out = F.scaled_dot_product_attention(
-                q.unsqueeze(2), kk, vv, attn_mask=g.mask, scale=layer.scaling,
-                enable_gqa=layer.num_heads != layer.num_kv_heads,
-            )
-            return out.squeeze(2)  # (Bd, H, D)
-        # Small batches: two matmuls beat SDPA's per-call overhead on CPU by ~10x.
-        bd, hkv, group = q.shape[0], layer.num_kv_heads, layer.num_heads // layer.num_kv_heads
-        scores = torch.matmul(q.view(bd, hkv, group, -1), kk.transpose(-1, -2)) * layer.scaling
-        scores = scores.masked_fill(~g.mask, float("-inf"))  # (Bd, Hkv, group, Lmax)
-        out = torch.matmul(torch.softmax(scores.float(), -1).to(vv.dtype), vv)
-        return out.view(bd, layer.num_heads, -1)
+        plan = g.plan
+        if plan.groups or plan.kv_idx.numel() <= _SMALL_DECODE_TOKENS:
+            return attend_decode(q, plan, k_buf, v_buf, layer.num_kv_heads, layer.scaling)
+        shape = (*plan.kv_idx.shape, *k_buf.shape[1:])
+        kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
+        vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2),
+            kk,
+            vv,
+            attn_mask=plan.mask,
+            scale=layer.scaling,
+            enable_gqa=layer.num_heads != layer.num_kv_heads,
+        )
+        return out.squeeze(2)  # (Bd, H, D)
 
 
 def _sdpa(
