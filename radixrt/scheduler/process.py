@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -173,12 +174,28 @@ def _top(pairs: list[tuple[float, int]]) -> list[tuple[float, int]]:
     return [(float(lp), int(t)) for lp, t in pairs]
 
 
+def _exit_with_parent() -> None:
+    """On Linux, get SIGTERM when the HTTP process dies, even while the model loads; the
+    loop's parent-pid check covers the rest."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the scheduler, announce ReadyMsg, run the loop; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     args = msgspec.json.decode(argv[0], type=SchedulerArgsMsg)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s scheduler: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the HTTP process's to handle
+    _exit_with_parent()
+    if os.getppid() != args.parent_pid:  # the parent went before the death signal was set
+        return 0
     ctx = zmq.Context()
     recv_sock, send_sock = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
     recv_sock.connect(args.in_addr)
@@ -190,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 
         scheduler, _ = build_scheduler(args.model, args.cache, args.scheduler)
     except Exception as e:
-        logger.exception("could not start the scheduler")
+        if not isinstance(e, ValueError):  # a bad path or flag: the HTTP process says why
+            logger.exception("could not start the scheduler")
         send_sock.send(encoder.encode(FatalErrorMsg(f"{type(e).__name__}: {e}")))
         return 1
     runner = scheduler.runner
@@ -200,7 +218,14 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=runner.arch.vocab_size, device=str(runner.device),
         dtype=str(runner.dtype).removeprefix("torch."),
     )))
-    return SchedulerLoop(scheduler, recv_sock, send_sock, args.parent_pid).run()
+    # The loop runs on its own thread, as in the Engine: torch's CPU kernels called from the
+    # main thread were measured several times slower when other processes compete for cores.
+    loop = SchedulerLoop(scheduler, recv_sock, send_sock, args.parent_pid)
+    status: list[int] = []
+    thread = threading.Thread(target=lambda: status.append(loop.run()), name="scheduler-loop")
+    thread.start()
+    thread.join()
+    return status[0] if status else 1
 
 
 if __name__ == "__main__":

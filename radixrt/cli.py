@@ -1,0 +1,30 @@
+"""The `radixrt` console script: `radixrt serve [flags]` (same flags as launch_server)."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: radixrt <command> [flags]
+
+commands:
+  serve   serve a model over HTTP (radixrt serve --help lists the flags)
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="", file=sys.stdout if argv else sys.stderr)
+        sys.exit(0 if argv else 2)
+    command, rest = argv[0], argv[1:]
+    if command == "serve":
+        from radixrt.launch_server import main as serve
+
+        serve(rest)
+    else:
+        print(f"radixrt: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

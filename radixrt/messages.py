@@ -1,0 +1,138 @@
+"""Typed messages between the HTTP process and the scheduler process (msgpack over ZMQ).
+
+Every message is a tagged msgspec Struct, so a decoder checks types on the way in and nothing
+is pickled. Token outputs are incremental: each BatchTokenOutMsg carries only the tokens a
+request gained since the previous one; the HTTP side accumulates them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core import FinishKind, FinishReason
+
+TopLogprobs = list[tuple[float, int]]  # [(logprob, token id), ...] best first
+
+
+# ---- HTTP process -> scheduler -------------------------------------------------------------
+
+
+class GenerateReqMsg(msgspec.Struct, tag=True):
+    rid: str
+    input_ids: list[int]
+    sampling_params: dict[str, Any]  # SamplingParams.to_dict(), already validated, n == 1
+    extra_key: str | None = None
+
+
+class AbortReqMsg(msgspec.Struct, tag=True):
+    rid: str
+
+
+class FlushCacheReqMsg(msgspec.Struct, tag=True):
+    reply_id: int
+
+
+class GetInfoReqMsg(msgspec.Struct, tag=True):
+    reply_id: int
+
+
+ToSchedulerMsg = GenerateReqMsg | AbortReqMsg | FlushCacheReqMsg | GetInfoReqMsg
+
+
+# ---- scheduler -> HTTP process -------------------------------------------------------------
+
+
+class FinishMsg(msgspec.Struct):
+    type: str  # a FinishKind value: stop, length, abort
+    matched: int | str | None = None
+    message: str | None = None
+
+
+class ReqOutMsg(msgspec.Struct, array_like=True):
+    """One request's progress in one step: tokens and logprobs gained since the last message."""
+
+    rid: str
+    new_ids: list[int]
+    new_logprobs: list[float]
+    new_top_logprobs: list[TopLogprobs]
+    finish: FinishMsg | None
+    cached_tokens: int
+    # Prompt-token logprobs, sent once with the finishing message when asked for.
+    input_logprobs: list[float | None] = []
+    input_top_logprobs: list[TopLogprobs | None] = []
+
+
+class BatchTokenOutMsg(msgspec.Struct, tag=True):
+    outputs: list[ReqOutMsg]
+    num_running: int
+    num_waiting: int
+
+
+class ReadyMsg(msgspec.Struct, tag=True):
+    """Sent once the model and KV pool are up."""
+
+    model_path: str  # the resolved local folder (the tokenizer loads from here)
+    max_total_tokens: int
+    kv_pool_bytes: int
+    context_length: int
+    vocab_size: int
+    device: str
+    dtype: str
+
+
+class InfoReplyMsg(msgspec.Struct, tag=True):
+    reply_id: int
+    max_total_tokens: int
+    free_tokens: int
+    evictable_tokens: int
+    protected_tokens: int
+    num_running_reqs: int
+    num_queued_reqs: int
+    prompt_tokens: int
+    cached_tokens: int
+    generated_tokens: int
+    cache_hit_rate: float
+    forward_passes: int
+    retractions: int
+
+
+class FlushCacheReplyMsg(msgspec.Struct, tag=True):
+    reply_id: int
+    success: bool
+
+
+class FatalErrorMsg(msgspec.Struct, tag=True):
+    """The scheduler loop failed; the process exits right after sending this."""
+
+    message: str
+
+
+FromSchedulerMsg = BatchTokenOutMsg | ReadyMsg | InfoReplyMsg | FlushCacheReplyMsg | FatalErrorMsg
+
+
+# ---- start-up arguments (JSON on the scheduler's command line) -----------------------------
+
+
+class SchedulerArgsMsg(msgspec.Struct):
+    model: ModelConfig
+    cache: CacheConfig
+    scheduler: SchedulerConfig
+    in_addr: str  # the scheduler PULLs requests here
+    out_addr: str  # the scheduler PUSHes outputs here
+    parent_pid: int  # the scheduler exits when this process goes
+    log_level: str = "info"
+
+
+def finish_to_msg(reason: FinishReason | None) -> FinishMsg | None:
+    if reason is None:
+        return None
+    return FinishMsg(reason.kind.value, reason.matched, reason.message)
+
+
+def finish_from_msg(msg: FinishMsg | None) -> FinishReason | None:
+    if msg is None:
+        return None
+    return FinishReason(FinishKind(msg.type), msg.matched, msg.message)

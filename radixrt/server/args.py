@@ -1,0 +1,106 @@
+"""Command-line flags for `radixrt serve`, built from the config dataclasses' fields.
+
+Every flag is `--field-name` of one of ModelConfig, CacheConfig, SchedulerConfig and
+ServerConfig, and its default is the dataclass default, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, NamedTuple
+
+from radixrt.attention import ATTENTION_BACKENDS
+from radixrt.config import (
+    DEVICES,
+    DTYPES,
+    LOG_LEVELS,
+    SCHEDULE_POLICIES,
+    CacheConfig,
+    ModelConfig,
+    SchedulerConfig,
+    ServerConfig,
+)
+
+SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
+
+# Extra spellings besides --field-name.
+_ALIASES = {"tp_size": ("--tp",)}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "dtype": DTYPES,
+    "device": DEVICES,
+    "schedule_policy": SCHEDULE_POLICIES,
+    "attention_backend": tuple(ATTENTION_BACKENDS),
+    "log_level": LOG_LEVELS,
+}
+_HELP = {
+    "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
+    "dtype": "weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)",
+    "device": "auto picks cuda when available",
+    "context_length": "max tokens per request; None: the model's",
+    "attention_backend": "None: the best available for the device",
+    "tp_size": "tensor-parallel ranks (only 1 is supported yet)",
+    "max_total_tokens": "KV pool size in tokens; overrides --mem-fraction-static",
+    "mem_fraction_static": "memory fraction for weights + KV pool; None: 0.85 of GPU, 0.25 of RAM",
+    "page_size": "tokens per KV page",
+    "disable_radix_cache": "turn off prefix caching",
+    "max_running_requests": "requests decoded together at most",
+    "chunked_prefill_size": "prompt tokens computed per step at most",
+    "schedule_policy": "order of the waiting queue",
+    "host": "address to bind",
+    "port": "port to bind",
+    "api_key": "require `Authorization: Bearer <key>` on every endpoint but /health",
+    "max_queued_requests": "waiting requests beyond this are refused with 503",
+    "log_level": "logging level",
+    "enable_metrics": "serve Prometheus metrics at /metrics",
+    "grammar_backend": "constrained-decoding backend name",
+    "served_model_name": "model name reported by /v1/models; None: the file or folder name",
+    "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
+}
+
+
+class ServerArgs(NamedTuple):
+    model: ModelConfig
+    cache: CacheConfig
+    scheduler: SchedulerConfig
+    server: ServerConfig
+
+
+def make_parser(prog: str = "radixrt serve") -> argparse.ArgumentParser:
+    """An ArgumentParser with one flag per config field; defaults come from the dataclasses."""
+    parser = argparse.ArgumentParser(prog=prog, description="Serve a model over HTTP.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for cls in SERVER_CONFIGS:
+        group = parser.add_argument_group(cls.__name__)
+        for f in dataclasses.fields(cls):
+            _add_flag(group, f)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> ServerArgs:
+    """Parse flags into the four frozen configs; exits with a usage error on a bad value."""
+    parser = make_parser()
+    ns = vars(parser.parse_args(argv))
+    try:
+        configs = [cls(**{f.name: ns[f.name] for f in dataclasses.fields(cls)})
+                   for cls in SERVER_CONFIGS]
+    except ValueError as e:
+        parser.error(str(e))
+    args = ServerArgs(*configs)  # type: ignore[arg-type]  # one instance per SERVER_CONFIGS
+    if args.model.tp_size > 1:
+        parser.error("--tp > 1: tensor parallelism is not supported yet")
+    return args
+
+
+def _add_flag(group: Any, f: dataclasses.Field) -> None:
+    flags = [f"--{f.name.replace('_', '-')}", *_ALIASES.get(f.name, ())]
+    kind = str(f.type).replace(" ", "")
+    kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": _HELP.get(f.name, "")}
+    if kind == "bool":
+        kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+    else:
+        base = kind.removesuffix("|None")
+        kwargs["type"] = {"int": int, "float": float, "str": str}[base]
+        if f.name in _CHOICES:
+            kwargs["choices"] = _CHOICES[f.name]
+    group.add_argument(*flags, **kwargs)

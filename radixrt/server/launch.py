@@ -1,0 +1,115 @@
+"""Start-up and shut-down of the server: scheduler process first, then uvicorn on uvloop.
+
+Exit status: 0 after a normal stop, 1 when the scheduler fails to start or dies. SIGTERM and
+SIGINT let running requests finish for up to `drain_timeout_s`, then stop the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from radixrt.server.args import ServerArgs
+from radixrt.server.scheduler_client import SchedulerClient, SchedulerStartError
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from radixrt.server.tokenizer_manager import TokenizerManager
+
+logger = logging.getLogger("radixrt")
+
+_ABORT_GRACE_S = 5  # after aborting at the drain deadline, time for the answers to go out
+
+
+def run_server(args: ServerArgs) -> int:
+    """Serve until stopped; returns the process exit status."""
+    level = args.server.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        import uvloop
+    except ImportError:  # Windows: plain asyncio
+        return asyncio.run(_serve(args))
+    return uvloop.run(_serve(args))
+
+
+async def _serve(args: ServerArgs) -> int:
+    import uvicorn
+
+    from radixrt.models.loader import load_tokenizer
+    from radixrt.server.http_server import create_app
+    from radixrt.server.metrics import Metrics, NoMetrics
+    from radixrt.server.tokenizer_manager import TokenizerManager
+
+    client = SchedulerClient(args)
+    try:
+        client.start()
+        preload = asyncio.create_task(asyncio.to_thread(_preload_tokenizer_libs))
+        try:
+            ready = await client.wait_ready()
+        except SchedulerStartError as e:
+            logger.error("the scheduler could not start: %s", e)
+            return 1
+        await preload
+        tokenizer = load_tokenizer(Path(ready.model_path))
+        metrics = Metrics() if args.server.enable_metrics else NoMetrics()
+        tm = TokenizerManager(client, tokenizer, ready, args.server, metrics)
+
+        async def on_shutdown() -> None:
+            await tm.close()
+            client.stop()  # before uvicorn re-raises a captured SIGTERM
+
+        app = create_app(tm, args, on_shutdown)
+        s = args.server
+        uvicorn_level = "debug" if s.log_level == "debug" else "warning"
+        server = uvicorn.Server(uvicorn.Config(
+            app, host=s.host, port=s.port, log_config=None, log_level=uvicorn_level,
+            access_log=False,
+            # Requests still running at the drain deadline are aborted (see _drain); this is
+            # the hard stop for connections that still have not finished after that.
+            timeout_graceful_shutdown=math.ceil(s.drain_timeout_s) + _ABORT_GRACE_S,
+        ))
+        exit_code = 0
+
+        def on_dead(reason: str) -> None:
+            nonlocal exit_code
+            exit_code = 1
+            server.should_exit = True
+
+        tm.start(on_dead)
+        gib = ready.kv_pool_bytes / 2**30
+        line = (f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); KV pool "
+                f"{ready.max_total_tokens} tokens ({gib:.2f} GiB); http://{s.host}:{s.port}")
+        helpers = [asyncio.create_task(_announce(server, line)),
+                   asyncio.create_task(_drain(server, tm, s.drain_timeout_s))]
+        await server.serve()
+        for task in helpers:
+            task.cancel()
+        return exit_code
+    finally:
+        client.stop()
+
+
+def _preload_tokenizer_libs() -> None:
+    """Import transformers while the scheduler loads the model (seconds saved on start-up)."""
+    from transformers import AutoTokenizer  # noqa: F401
+
+
+async def _drain(server: uvicorn.Server, tm: TokenizerManager, drain_timeout_s: float) -> None:
+    """Once uvicorn starts shutting down, give running requests `drain_timeout_s`, then abort
+    the rest so their clients still get an answer (finish_reason abort)."""
+    while not server.should_exit:
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(drain_timeout_s)
+    if tm.states:
+        logger.warning("drain timeout: aborting %d requests", len(tm.states))
+        tm.abort_all()
+
+
+async def _announce(server: uvicorn.Server, line: str) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    logger.info(line)

@@ -1,0 +1,92 @@
+"""Prometheus metrics of the HTTP process; `NoMetrics` is the null object when they are off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixrt.core import Req
+from radixrt.messages import InfoReplyMsg
+
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_E2E_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class NoMetrics:
+    """Records nothing; `render` is never called because /metrics is not served."""
+
+    enabled = False
+
+    def observe_first_token(self, seconds: float) -> None:
+        pass
+
+    def observe_finished(self, req: Req, seconds: float) -> None:
+        pass
+
+    def render(self, info: InfoReplyMsg) -> bytes:
+        raise RuntimeError("metrics are disabled")
+
+
+class Metrics(NoMetrics):
+    """Token counters, latency histograms, and pool / queue gauges refreshed at each scrape."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            disable_created_metrics,
+        )
+
+        disable_created_metrics()  # no *_created series: they only add noise to a scrape
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.prompt_tokens = Counter("radixrt_prompt_tokens", "Prompt tokens of finished "
+                                     "requests", registry=r)
+        self.generation_tokens = Counter("radixrt_generation_tokens", "Generated tokens of "
+                                         "finished requests", registry=r)
+        self.cached_tokens = Counter("radixrt_cached_tokens", "Prompt tokens served from the "
+                                     "prefix cache", registry=r)
+        self.requests = Counter("radixrt_requests", "Finished requests", ["finish_reason"],
+                                registry=r)
+        self.ttft = Histogram("radixrt_time_to_first_token_seconds", "Time to first token",
+                              buckets=_TTFT_BUCKETS, registry=r)
+        self.e2e = Histogram("radixrt_e2e_request_latency_seconds", "Request latency",
+                             buckets=_E2E_BUCKETS, registry=r)
+        self.gauges: dict[str, Any] = {
+            name: Gauge(f"radixrt_{name}", doc, registry=r) for name, doc in (
+                ("cache_hit_rate", "Cached / prompt tokens since start (scheduler side)"),
+                ("num_running_reqs", "Requests in the running batch"),
+                ("num_queued_reqs", "Requests waiting to be admitted"),
+                ("max_total_tokens", "KV pool capacity in tokens"),
+                ("free_tokens", "KV slots on the free list"),
+                ("evictable_tokens", "KV slots held by the prefix cache and evictable"),
+                ("protected_tokens", "KV slots held by the prefix cache and locked"),
+                ("token_usage", "Fraction of KV slots not free"),
+            )
+        }
+
+    def observe_first_token(self, seconds: float) -> None:
+        self.ttft.observe(seconds)
+
+    def observe_finished(self, req: Req, seconds: float) -> None:
+        self.prompt_tokens.inc(req.prompt_len)
+        self.generation_tokens.inc(len(req.output_ids))
+        self.cached_tokens.inc(req.cached_tokens)
+        kind = req.finish_reason.kind.value if req.finish_reason is not None else "abort"
+        self.requests.labels(kind).inc()
+        self.e2e.observe(seconds)
+
+    def render(self, info: InfoReplyMsg) -> bytes:
+        from prometheus_client import generate_latest
+
+        g = self.gauges
+        for name in ("cache_hit_rate", "num_running_reqs", "num_queued_reqs", "max_total_tokens",
+                     "free_tokens", "evictable_tokens", "protected_tokens"):
+            g[name].set(getattr(info, name))
+        cap = info.max_total_tokens
+        g["token_usage"].set((cap - info.free_tokens) / cap if cap else 0.0)
+        return generate_latest(self.registry)

@@ -1,0 +1,191 @@
+"""OpenAI-compatible endpoints: /v1/completions, /v1/chat/completions (JSON or SSE deltas)
+and /v1/models, in the shapes the official `openai` client parses."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from functools import lru_cache
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from radixrt.server.http_common import (
+    SSE_DONE,
+    ClientGoneError,
+    error_body,
+    json_response,
+    sse_event,
+    sse_response,
+    updates,
+    wait_finished,
+)
+from radixrt.server.openai_protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    prepare_chat,
+    prepare_completion,
+)
+from radixrt.server.protocol import Limits, PreparedRequest, decode_body
+from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, TokenizerManager
+
+
+class OpenAIServing:
+    """Handlers for the OpenAI routes; choice i is prompt i // n, sample i % n."""
+
+    def __init__(self, tm: TokenizerManager, limits: Limits, model_name: str) -> None:
+        self.tm = tm
+        self.limits = limits
+        self.model_name = model_name
+        self.created = int(time.time())
+        self._token_str = lru_cache(maxsize=65536)(self._decode_token)
+
+    def add_routes(self, app: FastAPI) -> None:
+        app.post("/v1/completions")(self.completions)
+        app.post("/v1/chat/completions")(self.chat_completions)
+        app.get("/v1/models")(self.models)
+
+    async def models(self) -> Response:
+        return json_response({"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": self.created,
+            "owned_by": "radixrt", "max_model_len": self.limits.context_length,
+        }]})
+
+    async def completions(self, request: Request) -> Response:
+        body = decode_body(await request.body(), CompletionRequest)
+        prepared = prepare_completion(body, self.tm.tokenizer, self.limits)
+        return await self._serve(request, body, prepared, is_chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = decode_body(await request.body(), ChatCompletionRequest)
+        prepared = prepare_chat(body, self.tm.tokenizer, self.limits)
+        return await self._serve(request, body, prepared, is_chat=True)
+
+    # ---- serving ---------------------------------------------------------------------------
+
+    async def _serve(
+        self, request: Request, body: Any, prepared: PreparedRequest, is_chat: bool
+    ) -> Response:
+        states = self.tm.submit(prepared.prompts, prepared.params, prepared.rids)
+        rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return sse_response(self._stream(rid, states, body.n, is_chat, usage), self.tm, states)
+        try:
+            await wait_finished(request, self.tm, states)
+        except ClientGoneError:
+            return Response(status_code=499)
+        choices = []
+        for i, state in enumerate(states):
+            result = state.result()
+            choice = self._choice(i, state, result["text"], 0, is_chat)
+            if is_chat:
+                choice["message"] = {"role": "assistant", "content": choice.pop("delta")}
+            else:
+                choice["text"] = choice.pop("delta")
+            choices.append(choice)
+        return json_response({
+            "id": rid, "object": "chat.completion" if is_chat else "text_completion",
+            "created": int(time.time()), "model": self.model_name, "choices": choices,
+            "usage": _usage(states, body.n),
+        })
+
+    async def _stream(
+        self, rid: str, states: list[ReqState], n: int, is_chat: bool, include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        head = {"id": rid, "object": "chat.completion.chunk" if is_chat else "text_completion",
+                "created": int(time.time()), "model": self.model_name}
+        sent_text = [""] * len(states)
+        sent_tokens = [0] * len(states)
+        is_done = [False] * len(states)
+        try:
+            if is_chat:
+                for i in range(len(states)):
+                    first = {"index": i, "delta": {"role": "assistant", "content": ""},
+                             "logprobs": None, "finish_reason": None}
+                    yield sse_event({**head, "choices": [first]})
+            async for _ in updates(states):
+                for i, state in enumerate(states):
+                    if is_done[i]:
+                        continue
+                    result = state.result()
+                    text, finished = result["text"], state.req.is_finished
+                    if text == sent_text[i] and not finished:
+                        continue
+                    choice = self._choice(i, state, text[len(sent_text[i]):], sent_tokens[i],
+                                          is_chat)
+                    if is_chat:
+                        choice["delta"] = {"content": choice["delta"]}
+                    else:
+                        choice["text"] = choice.pop("delta")
+                    sent_text[i], sent_tokens[i] = text, len(result["output_ids"])
+                    is_done[i] = finished
+                    yield sse_event({**head, "choices": [choice]})
+            if include_usage:
+                yield sse_event({**head, "choices": [], "usage": _usage(states, n)})
+        except SchedulerDeadError as e:
+            yield sse_event(error_body(str(e), 503))
+        yield SSE_DONE
+
+    def _choice(
+        self, index: int, state: ReqState, text: str, first_token: int, is_chat: bool
+    ) -> dict[str, Any]:
+        """A choice with its text (as `delta`) and the logprobs of tokens from `first_token`."""
+        req = state.req
+        reason = req.finish_reason
+        choice: dict[str, Any] = {
+            "index": index, "delta": text, "logprobs": None,
+            "finish_reason": None if reason is None else reason.kind.value,
+        }
+        if req.sampling_params.return_logprob:
+            choice["logprobs"] = (self._chat_logprobs if is_chat else self._text_logprobs)(
+                state, first_token)
+        return choice
+
+    def _chat_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
+        req = state.req
+        ids = req.output_ids[start:]
+        tops = req.output_top_logprobs[start:] or [[] for _ in ids]
+        content = []
+        for t, lp, top in zip(ids, req.output_logprobs[start:], tops, strict=False):
+            entry = self._token_entry(lp, t)
+            entry["top_logprobs"] = [self._token_entry(tlp, tt) for tlp, tt in top]
+            content.append(entry)
+        return {"content": content, "refusal": None}
+
+    def _text_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
+        req = state.req
+        tokens = [self._token_str(t) for t in req.output_ids]
+        offsets = [0]
+        for s in tokens[:-1]:
+            offsets.append(offsets[-1] + len(s))
+        has_top = req.sampling_params.top_logprobs_num > 0
+        return {
+            "tokens": tokens[start:],
+            "token_logprobs": list(req.output_logprobs[start:]),
+            "top_logprobs": [{self._token_str(t): lp for lp, t in top}
+                             for top in req.output_top_logprobs[start:]] if has_top else None,
+            "text_offset": offsets[start:len(tokens)],
+        }
+
+    def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:
+        s = self._token_str(token_id)
+        return {"token": s, "logprob": logprob, "bytes": list(s.encode())}
+
+    def _decode_token(self, token_id: int) -> str:
+        return self.tm.tokenizer.decode([token_id])
+
+
+def _usage(states: list[ReqState], n: int) -> dict[str, Any]:
+    """Prompt tokens count once per prompt (its first sample), completions once per sample."""
+    firsts = states[::n]
+    prompt = sum(s.req.prompt_len for s in firsts)
+    completion = sum(len(s.req.output_ids) for s in states)
+    return {
+        "prompt_tokens": prompt, "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(s.req.cached_tokens for s in firsts)},
+    }

@@ -1,0 +1,162 @@
+"""OpenAI request bodies (completions, chat) and their translation into prompts and
+SamplingParams. Fields radixrt cannot honour are refused with 400 rather than ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from radixrt.server.protocol import (
+    BadRequestError,
+    Limits,
+    PreparedRequest,
+    check_token_ids,
+    fit_to_context,
+    to_sampling_params,
+)
+
+MAX_OPENAI_TOP_LOGPROBS = 20
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
+    """Fields both endpoints share, plus radixrt's extensions (top_k, min_p, ...)."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None
+    rid: str | None = None
+
+    def sampling_dict(self) -> dict[str, Any]:
+        names = ("temperature", "top_p", "n", "stop", "seed", "presence_penalty",
+                 "frequency_penalty", "top_k", "min_p", "repetition_penalty", "stop_token_ids",
+                 "ignore_eos", "skip_special_tokens")
+        d = {k: v for k in names if (v := getattr(self, k)) is not None}
+        if self.min_tokens is not None:
+            d["min_new_tokens"] = self.min_tokens
+        if self.logit_bias:
+            raise BadRequestError("logit_bias is not supported")
+        return d
+
+
+class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
+    prompt: str | list[Any]
+    logprobs: int | None = None
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class ContentPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+def prepare_completion(
+    req: CompletionRequest, tokenizer: Any, limits: Limits
+) -> PreparedRequest:
+    """Prompts (text, texts, ids or lists of ids) and one SamplingParams per prompt."""
+    if req.echo or req.suffix is not None or (req.best_of or 1) > 1:
+        raise BadRequestError("echo, suffix and best_of are not supported")
+    p = req.prompt
+    if isinstance(p, str):
+        prompts = [tokenizer.encode(p)]
+    elif p and all(isinstance(x, str) for x in p):
+        prompts = [tokenizer.encode(x) for x in p]
+    elif p and all(isinstance(x, list) for x in p):
+        prompts = [check_token_ids(x, "prompt") for x in p]
+    else:
+        prompts = [check_token_ids(p, "prompt")]
+    d = req.sampling_dict()
+    if req.logprobs is not None:
+        if not 0 <= req.logprobs <= MAX_OPENAI_TOP_LOGPROBS:
+            raise BadRequestError(f"logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
+        d.update(return_logprob=True, top_logprobs_num=req.logprobs)
+    max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
+    return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
+
+
+def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
+    """Render the messages with the tokenizer's chat template; one prompt."""
+    if not req.messages:
+        raise BadRequestError("messages must be a non-empty list")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise BadRequestError("this model's tokenizer has no chat template")
+    messages = [{"role": m.role, "content": _content_text(m)} for m in req.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # jinja raises for conversations its template refuses
+        raise BadRequestError(f"the chat template rejected the messages: {e}") from None
+    prompts = [tokenizer.encode(text, add_special_tokens=False)]
+    d = req.sampling_dict()
+    if req.top_logprobs is not None and not req.logprobs:
+        raise BadRequestError("top_logprobs needs logprobs: true")
+    if req.logprobs:
+        top = req.top_logprobs or 0
+        if not 0 <= top <= MAX_OPENAI_TOP_LOGPROBS:
+            raise BadRequestError(f"top_logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
+        d.update(return_logprob=True, top_logprobs_num=top)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
+        else req.max_tokens
+    if max_tokens is not None:
+        d["max_new_tokens"] = max_tokens
+    return _prepare(prompts, d, max_tokens, limits, req.rid)
+
+
+def _prepare(prompts: list[list[int]], d: dict[str, Any], explicit_max: int | None,
+             limits: Limits, rid: str | None) -> PreparedRequest:
+    params = []
+    for ids in prompts:
+        sp = to_sampling_params(d)
+        if explicit_max is None and "max_new_tokens" not in d:
+            sp.max_new_tokens = limits.context_length  # until EOS; clamped to fit below
+        params.append(fit_to_context(ids, sp, limits, explicit_max is not None))
+    if rid is not None and len(prompts) > 1:
+        raise BadRequestError("rid takes a single prompt")
+    return PreparedRequest(prompts, params, None if rid is None else [rid], len(prompts) == 1)
+
+
+def _content_text(m: ChatMessage) -> str:
+    if m.content is None or isinstance(m.content, str):
+        return m.content or ""
+    parts = []
+    for part in m.content:
+        if part.type != "text" or part.text is None:
+            raise BadRequestError(f"message content of type {part.type!r} is not supported")
+        parts.append(part.text)
+    return "".join(parts)

@@ -1,0 +1,172 @@
+"""Request bodies of /generate and the checks every endpoint applies before a request is sent.
+
+Anything a client can get wrong is caught here and becomes a 400 (BadRequestError): the
+scheduler only ever sees prompts that fit and sampling parameters that validated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from radixrt.core import _ALIASES as SAMPLING_ALIASES  # max_tokens -> max_new_tokens, ...
+from radixrt.core import SamplingParams
+from radixrt.messages import ReadyMsg
+
+MAX_N = 64  # samples per prompt
+MAX_TOP_LOGPROBS = 100
+_UNSET = msgspec.UNSET
+
+
+class BadRequestError(ValueError):
+    """The client's request is invalid; answered with 400 and this message."""
+
+
+class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    text: str | list[str] | None = None
+    input_ids: list[Any] | None = None  # list[int] (one prompt) or list[list[int]]
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    stream: bool = False
+    return_logprob: bool | msgspec.UnsetType = _UNSET
+    logprob_start_len: int | msgspec.UnsetType = _UNSET
+    top_logprobs_num: int | msgspec.UnsetType = _UNSET
+    rid: str | list[str] | None = None
+    extra_key: str | None = None  # prefix-cache namespace
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a prompt must fit, as measured by the scheduler at start-up."""
+
+    context_length: int
+    max_total_tokens: int
+    vocab_size: int
+
+    @classmethod
+    def from_ready(cls, ready: ReadyMsg) -> Limits:
+        return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size)
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    prompts: list[list[int]]
+    params: list[SamplingParams]
+    rids: list[str] | None
+    is_single: bool  # one prompt given bare (not in a list): answer with one object
+
+
+def decode_body(body: bytes, cls: type[Any]) -> Any:
+    """Parse a JSON body into `cls`; malformed JSON, unknown fields or wrong types raise 400."""
+    try:
+        return msgspec.json.decode(body, type=cls)
+    except msgspec.ValidationError as e:
+        raise BadRequestError(f"invalid request: {e}") from None
+    except msgspec.DecodeError as e:
+        raise BadRequestError(f"malformed JSON: {e}") from None
+
+
+def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
+    """Tokenize and validate a /generate body."""
+    if (req.text is None) == (req.input_ids is None):
+        raise BadRequestError("give exactly one of text and input_ids")
+    if req.text is not None:
+        is_single = isinstance(req.text, str)
+        texts = [req.text] if isinstance(req.text, str) else req.text
+        prompts = [tokenizer.encode(t) for t in texts]
+    else:
+        ids = req.input_ids or []
+        is_single = not ids or not isinstance(ids[0], list)
+        prompts = [ids] if is_single else ids
+        prompts = [check_token_ids(p, "input_ids") for p in prompts]
+    if not prompts:
+        raise BadRequestError("the prompt list is empty")
+    raw = req.sampling_params
+    dicts = raw if isinstance(raw, list) else [raw or {}] * len(prompts)
+    if len(dicts) != len(prompts):
+        raise BadRequestError(f"{len(dicts)} sampling_params for {len(prompts)} prompts")
+    rids = [req.rid] if isinstance(req.rid, str) else req.rid
+    if rids is not None and len(rids) != len(prompts):
+        raise BadRequestError(f"{len(rids)} rids for {len(prompts)} prompts")
+    logprob_args = {k: v for k in ("return_logprob", "logprob_start_len", "top_logprobs_num")
+                    if (v := getattr(req, k)) is not _UNSET}
+    params = []
+    for ids, d in zip(prompts, dicts, strict=True):
+        explicit_max = "max_new_tokens" in d or "max_tokens" in d
+        sp = to_sampling_params({**d, **logprob_args})
+        params.append(fit_to_context(ids, sp, limits, explicit_max))
+    return PreparedRequest(prompts, params, rids, is_single)
+
+
+def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
+    """Validate a sampling dict (core checks plus field types and the server's bounds)."""
+    kinds = {f.name: str(f.type).replace(" ", "") for f in dataclasses.fields(SamplingParams)}
+    for key, value in d.items():
+        name = SAMPLING_ALIASES.get(key, key)
+        # Unknown names are from_dict's to refuse; json_schema may be an object (normalized).
+        if name in kinds and name != "json_schema":
+            _check_type(name, kinds[name], value)
+    try:
+        sp = SamplingParams.from_dict(d)
+    except (ValueError, TypeError) as e:
+        raise BadRequestError(str(e)) from None
+    if sp.n > MAX_N:
+        raise BadRequestError(f"invalid sampling parameter n={sp.n}: must be <= {MAX_N}")
+    if sp.top_logprobs_num > MAX_TOP_LOGPROBS:
+        raise BadRequestError(f"invalid sampling parameter top_logprobs_num="
+                              f"{sp.top_logprobs_num}: must be <= {MAX_TOP_LOGPROBS}")
+    if any(s is not None for s in (sp.regex, sp.json_schema, sp.ebnf)):
+        raise BadRequestError("constrained decoding (regex, json_schema, ebnf) is not available "
+                              "in this server yet")
+    return sp
+
+
+def fit_to_context(
+    ids: list[int], sp: SamplingParams, limits: Limits, explicit_max: bool
+) -> SamplingParams:
+    """Check the prompt against the model and pool; clamp a default max_new_tokens to fit."""
+    n = len(ids)
+    if n == 0:
+        raise BadRequestError("the prompt is empty")
+    bad = next((t for t in [*ids, *sp.stop_token_ids] if not 0 <= t < limits.vocab_size), None)
+    if bad is not None:
+        raise BadRequestError(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
+    ctx = limits.context_length
+    if n >= ctx:
+        raise BadRequestError(f"the prompt has {n} tokens; the context length is {ctx}")
+    if n + 1 > limits.max_total_tokens:
+        raise BadRequestError(f"the prompt has {n} tokens but the KV pool holds only "
+                              f"{limits.max_total_tokens}")
+    # A request must fit the pool on its own too, or it could never be scheduled again after
+    # a retraction.
+    room = min(ctx, limits.max_total_tokens)
+    if n + sp.max_new_tokens > room:
+        if explicit_max:
+            raise BadRequestError(
+                f"the prompt has {n} tokens and max_new_tokens is {sp.max_new_tokens}: more "
+                f"than fits (context length {ctx}, KV pool {limits.max_total_tokens} tokens)")
+        sp.max_new_tokens = room - n
+        sp.min_new_tokens = min(sp.min_new_tokens, sp.max_new_tokens)
+    return sp
+
+
+def check_token_ids(ids: Any, name: str) -> list[int]:
+    """A list of ints (not bools), else 400."""
+    if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+        raise BadRequestError(f"{name} must be a list of integers or a list of such lists")
+    return ids
+
+
+def _check_type(name: str, kind: str, value: Any) -> None:
+    if value is None and kind.endswith("|None"):
+        return
+    base = kind.removesuffix("|None")
+    ok = {"bool": lambda v: isinstance(v, bool),
+          "int": lambda v: type(v) is int,
+          "float": lambda v: type(v) in (int, float),
+          "str": lambda v: isinstance(v, str)}.get(base, lambda v: True)(value)
+    if not ok:
+        raise BadRequestError(f"invalid sampling parameter {name}={value!r}: must be of type "
+                              f"{kind.replace('|', ' | ')}")

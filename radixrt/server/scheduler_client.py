@@ -1,0 +1,119 @@
+"""SchedulerClient: starts the scheduler process and carries typed messages to and from it.
+
+The HTTP process binds two ipc sockets in a private temp folder; the scheduler connects to
+both. Requests go out on a PUSH socket that never blocks (no high-water mark); outputs come
+back on an asyncio PULL socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from radixrt.messages import (
+    FatalErrorMsg,
+    FromSchedulerMsg,
+    ReadyMsg,
+    SchedulerArgsMsg,
+    ToSchedulerMsg,
+)
+from radixrt.server.args import ServerArgs
+
+logger = logging.getLogger("radixrt")
+
+_POLL_S = 0.2
+
+
+class SchedulerStartError(RuntimeError):
+    """The scheduler process exited or failed before it was ready."""
+
+
+class SchedulerClient:
+    """Owns the scheduler subprocess and both ends of the ZMQ channel on this side."""
+
+    def __init__(self, args: ServerArgs) -> None:
+        self.args = args
+        self._ipc_dir = tempfile.mkdtemp(prefix="radixrt-")
+        self._in_addr = f"ipc://{self._ipc_dir}/in"
+        self._out_addr = f"ipc://{self._ipc_dir}/out"
+        self._ctx = zmq.Context()
+        self._send_sock = self._ctx.socket(zmq.PUSH)
+        self._send_sock.setsockopt(zmq.SNDHWM, 0)
+        self._send_sock.setsockopt(zmq.LINGER, 0)
+        self._send_sock.bind(self._in_addr)
+        self._actx = zmq.asyncio.Context()
+        self._recv_sock = self._actx.socket(zmq.PULL)
+        self._recv_sock.setsockopt(zmq.RCVHWM, 0)
+        self._recv_sock.setsockopt(zmq.LINGER, 0)
+        self._recv_sock.bind(self._out_addr)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(FromSchedulerMsg)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Spawn the scheduler process (its arguments travel as JSON on its command line)."""
+        a = self.args
+        start_args = SchedulerArgsMsg(
+            a.model, a.cache, a.scheduler, self._in_addr, self._out_addr, os.getpid(),
+            a.server.log_level,
+        )
+        cmd = [sys.executable, "-m", "radixrt.scheduler.process",
+               msgspec.json.encode(start_args).decode()]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+    async def wait_ready(self) -> ReadyMsg:
+        """Wait for ReadyMsg; SchedulerStartError if the process fails or exits first."""
+        while True:
+            if await self._recv_sock.poll(int(_POLL_S * 1000)):
+                msg = await self.recv()
+                if isinstance(msg, ReadyMsg):
+                    return msg
+                if isinstance(msg, FatalErrorMsg):
+                    raise SchedulerStartError(msg.message)
+            elif self.returncode is not None:
+                raise SchedulerStartError(f"scheduler process exited with status {self.returncode}")
+
+    def send(self, msg: ToSchedulerMsg) -> None:
+        """Queue a message for the scheduler; never blocks."""
+        self._send_sock.send(self._encoder.encode(msg), zmq.NOBLOCK, copy=False)
+
+    async def recv(self) -> FromSchedulerMsg:
+        raw = await self._recv_sock.recv(copy=False)
+        return self._decoder.decode(raw.buffer)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """None while the scheduler process runs (or before it starts)."""
+        return self.proc.poll() if self.proc is not None else None
+
+    async def wait_exit(self) -> int:
+        """Return the scheduler's exit status once it has exited."""
+        while (rc := self.returncode) is None:
+            await asyncio.sleep(_POLL_S)
+        return rc
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Terminate the scheduler (kill it after `timeout_s`) and close the sockets."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._send_sock.close()
+        self._recv_sock.close()
+        shutil.rmtree(self._ipc_dir, ignore_errors=True)

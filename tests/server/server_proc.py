@@ -1,0 +1,118 @@
+"""A real server process on 127.0.0.1 (its own process group, logging to a file)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+START_TIMEOUT_S = 240.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m radixrt.launch_server` in its own process group, logging to a file."""
+
+    def __init__(self, model_path: Path, log_path: Path, *flags: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        cmd = [sys.executable, "-m", "radixrt.launch_server", "--model-path", str(model_path),
+               "--host", "127.0.0.1", "--port", str(self.port), "--max-total-tokens", "4096",
+               *flags]
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.headers: dict[str, str] = {}
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"server not ready after {START_TIMEOUT_S} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return httpx.get(self.url + path, headers=self.headers, timeout=60, **kw)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        kw.setdefault("timeout", 120)
+        return httpx.post(self.url + path, headers=self.headers, **kw)
+
+    def scheduler_pid(self) -> int:
+        """The scheduler child's pid (found by parent pid in /proc)."""
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    return int(entry)
+        raise AssertionError("no scheduler process found")
+
+    def wait_idle_and_whole(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Poll /get_server_info until nothing runs; then the pool must be whole."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.get("/get_server_info").json()
+            idle = info["num_running_reqs"] == 0 and info["num_queued_reqs"] == 0 \
+                and info["num_inflight_reqs"] == 0
+            if idle or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert idle, f"server still busy: {info}"
+        total = info["free_tokens"] + info["evictable_tokens"] + info["protected_tokens"]
+        assert total == info["max_total_tokens"], info
+        return info
+
+    def stop(self) -> None:
+        """SIGTERM the group, then SIGKILL whatever is left of it."""
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._log.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def start_server(model_path: Path, tmp: Path, *flags: str) -> ServerProcess:
+    server = ServerProcess(model_path, tmp / "server.log", *flags)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
