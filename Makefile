@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint clean-venv
+.PHONY: demo test install lint compile-cuda clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# nvcc-compile every csrc/*.cu (sm_90, sm_80) and syntax-check the torch binding; on a CUDA
+# torch build also build and load the extension (cached in TORCH_EXTENSIONS_DIR).
+compile-cuda: $(STAMP)
+	$(PY) -m pytest -q tests/kernels/test_kernel_compile.py
+	$(PY) -m radixrt.kernels
 
 lint: $(STAMP)
 	$(PY) -m ruff check radixrt lang tests

@@ -1,5 +1,6 @@
 """`make demo`: start the server with the default model, send a few chat requests (one twice,
-to show the prefix cache at work), print the answers and the server's cache figures, stop it."""
+to show the prefix cache at work), print the answers and the server's cache figures, run two
+frontend-language programs against it, and stop it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 QUESTIONS = [
@@ -38,6 +40,7 @@ def main() -> None:
         _wait_healthy(url, server)
         print(f"server ready in {time.perf_counter() - t0:.1f} s\n", flush=True)
         _run_requests(url)
+        _run_programs(url)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -67,6 +70,18 @@ def _run_requests(url: str) -> None:
           f"({info['cached_tokens']}/{info['prompt_tokens']} prompt tokens); KV pool "
           f"{info['max_total_tokens']} tokens = {info['free_tokens']} free + "
           f"{info['evictable_tokens']} cached (evictable) + {info['protected_tokens']} in use\n")
+
+
+def _run_programs(url: str) -> None:
+    """Run two frontend-language programs from examples/ against the same server."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for name in ("few_shot.py", "select_classifier.py"):
+        if not (examples / name).exists():
+            print(f"(examples/{name} not found: skipped)")
+            continue
+        print(f"$ python examples/{name} --url {url}", flush=True)
+        subprocess.run([sys.executable, str(examples / name), "--url", url], check=True)
+        print()
 
 
 def _chat(url: str, question: str) -> dict[str, Any]:
