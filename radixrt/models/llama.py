@@ -26,16 +26,17 @@ _ACTIVATIONS = {"silu": nn.functional.silu, "gelu": nn.functional.gelu}
 class LlamaMLP(nn.Module):
     def __init__(self, cfg: ArchConfig) -> None:
         super().__init__()
-        bias = cfg.mlp_bias
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=bias)
+        bias, inter = cfg.mlp_bias, cfg.intermediate_size
+        # gate_proj and up_proj of the checkpoint, stacked: rows [0, I) gate, [I, 2I) up.
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * inter, bias=bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=bias)
         if cfg.hidden_act not in _ACTIVATIONS:
             raise ValueError(f"unsupported hidden_act {cfg.hidden_act!r}")
         self.act = _ACTIVATIONS[cfg.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)
 
 
 class LlamaAttention(nn.Module):
@@ -43,17 +44,18 @@ class LlamaAttention(nn.Module):
         super().__init__()
         d, h, hkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
         bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, h * d, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, hkv * d, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, hkv * d, bias=bias)
+        # q_proj, k_proj and v_proj of the checkpoint, stacked along the output rows.
+        self.qkv_proj = nn.Linear(cfg.hidden_size, (h + 2 * hkv) * d, bias=bias)
+        self.qkv_sizes = (h * d, hkv * d, hkv * d)
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=cfg.o_proj_bias)
         self.head_dim = d
         self.attn = RadixAttention(layer_id, h, hkv, d, d**-0.5)
 
     def forward(self, rope: Rope, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        q = apply_rotary(self.q_proj(x), *rope, self.head_dim)
-        k = apply_rotary(self.k_proj(x), *rope, self.head_dim)
-        return self.o_proj(self.attn(q, k, self.v_proj(x), fb))
+        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q = apply_rotary(q, *rope, self.head_dim)
+        k = apply_rotary(k, *rope, self.head_dim)
+        return self.o_proj(self.attn(q, k, v, fb))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -124,9 +126,13 @@ class LlamaForCausalLM(nn.Module):
                 continue
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
-            if name not in params:
+            target, shard = self._stacked_target(name)
+            if target not in params:
                 raise ValueError(f"checkpoint tensor {name!r} has no matching parameter")
-            param = params[name]
+            param = params[target]
+            if shard is not None:
+                offset, size = shard
+                param = param.narrow(0, offset, size)
             if tuple(param.shape) != tuple(tensor.shape):
                 raise ValueError(
                     f"checkpoint tensor {name!r} has shape {tuple(tensor.shape)}, "
@@ -135,8 +141,45 @@ class LlamaForCausalLM(nn.Module):
             with torch.no_grad():
                 param.copy_(tensor)
             loaded.add(name)
-        missing = set(params) - loaded
-        if self.config.tie_word_embeddings:
-            missing.discard("lm_head.weight")
+        expected = {n for n in self._checkpoint_names() if not n.startswith("lm_head.")}
+        if not self.config.tie_word_embeddings:
+            expected.add("lm_head.weight")
+        missing = expected - loaded
         if missing:
             raise ValueError(f"checkpoint lacks tensors: {sorted(missing)[:5]}")
+
+    def _stacked_target(self, name: str) -> tuple[str, tuple[int, int] | None]:
+        """Map a checkpoint name to (parameter name, (row offset, rows) within a stacked one)."""
+        cfg = self.config
+        d = cfg.head_dim
+        sizes = {
+            "q_proj": ("qkv_proj", 0, cfg.num_attention_heads * d),
+            "k_proj": ("qkv_proj", cfg.num_attention_heads * d, cfg.num_key_value_heads * d),
+            "v_proj": (
+                "qkv_proj",
+                (cfg.num_attention_heads + cfg.num_key_value_heads) * d,
+                cfg.num_key_value_heads * d,
+            ),
+            "gate_proj": ("gate_up_proj", 0, cfg.intermediate_size),
+            "up_proj": ("gate_up_proj", cfg.intermediate_size, cfg.intermediate_size),
+        }
+        for part, (fused, offset, size) in sizes.items():
+            if f".{part}." in name:
+                return name.replace(f".{part}.", f".{fused}."), (offset, size)
+        return name, None
+
+    def _checkpoint_names(self) -> set[str]:
+        """The tensor names a checkpoint for this model has (stacked ones split back)."""
+        names = set()
+        for name, _ in self.named_parameters():
+            if ".qkv_proj." in name:
+                names |= {
+                    name.replace(".qkv_proj.", f".{p}.") for p in ("q_proj", "k_proj", "v_proj")
+                }
+            elif ".gate_up_proj." in name:
+                names |= {
+                    name.replace(".gate_up_proj.", f".{p}.") for p in ("gate_proj", "up_proj")
+                }
+            else:
+                names.add(name)
+        return names
