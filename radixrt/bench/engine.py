@@ -3,25 +3,28 @@
     python -m radixrt.bench.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32]
 
 radixrt runs on a scheduler stepped in this thread (no engine thread, radix cache off), so the
-timings are of forward passes alone: prefill = the one step that computes a prompt and samples
-its first token; decode = steps in which every request of the batch decodes one token.
+timings are of steps alone: prefill = the one step that computes a prompt and samples its first
+token (best of --repeats); decode = steps in which every request of the batch decodes one token
+(median step; interference from other processes only ever adds time, in spikes).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
+import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from radixrt.bench.hf_peer import hf_generate, load_hf_model
 from radixrt.bench.roofline import (
-    Roofline,
+    OtherLoad,
     add_roofline_args,
+    close_machine_info,
     format_roofline,
     machine_info,
     measure_roofline,
@@ -35,6 +38,9 @@ DECODE_STEPS = 32
 DECODE_PROMPT_LEN = 128
 REPEATS = 2
 SEED = 0
+RETRIES = 2
+MAX_OTHER_CPU = 0.1
+_RETRY_WAIT_S = 5.0
 _FIRST_ID = 256  # random prompts avoid the low ids, where tokenizers keep special tokens
 
 
@@ -45,18 +51,43 @@ class PrefillRow:
     hf_tok_s: float | None
     roofline_tok_s: float
     first_token_match: bool | None  # radixrt's first greedy token == transformers'
+    other_cpu: float | None  # CPU share of other processes while this row ran
 
 
 @dataclass(slots=True)
 class DecodeRow:
     batch_size: int
-    radixrt_tok_s: float
-    radixrt_ms_step: float
-    hf_tok_s: float | None
-    hf_ms_step: float | None
-    roofline_tok_s: float
+    radixrt_ms_step: float  # median
+    radixrt_ms_mean: float
+    hf_ms_step: float | None  # median
+    hf_ms_mean: float | None
     roofline_ms_step: float
     greedy_match: int | None  # requests whose greedy tokens equal transformers' exactly
+    other_cpu: float | None
+
+    @property
+    def radixrt_tok_s(self) -> float:
+        return 1e3 * self.batch_size / self.radixrt_ms_step
+
+    @property
+    def hf_tok_s(self) -> float | None:
+        return None if self.hf_ms_step is None else 1e3 * self.batch_size / self.hf_ms_step
+
+    @property
+    def roofline_tok_s(self) -> float:
+        return 1e3 * self.batch_size / self.roofline_ms_step
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            radixrt_tok_s=self.radixrt_tok_s,
+            hf_tok_s=self.hf_tok_s,
+            roofline_tok_s=self.roofline_tok_s,
+        )
+        return d
+
+
+_Row = TypeVar("_Row", "PrefillRow", "DecodeRow")
 
 
 def random_prompts(num: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:
@@ -69,69 +100,93 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure everything; print the tables and return them as a dict."""
     from radixrt.scheduler.builder import build_scheduler
 
-    machine = machine_info()
+    machine, load = machine_info(), OtherLoad()
+    print(f"machine: {machine}", flush=True)
     roof = measure_roofline(args.copy_mib, args.matmul_n)
     max_batch, max_len = max(args.batch_sizes), max(args.prefill_lens)
     pool = max(max_len + 64, max_batch * (args.decode_prompt_len + args.decode_steps + 64))
     sched, _ = build_scheduler(
         ModelConfig(args.model_path, dtype="float32", device="cpu"),
         CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
-        SchedulerConfig(max_running_requests=max(max_batch, 64),
-                        chunked_prefill_size=max(max_len, 2048)),
+        SchedulerConfig(
+            max_running_requests=max(max_batch, 64), chunked_prefill_size=max(max_len, 2048)
+        ),
     )
     params = list(sched.runner.model.parameters())
     num_params = sum(p.numel() for p in params)
     weight_bytes = sum(p.numel() * p.element_size() for p in params)
     vocab = sched.runner.arch.vocab_size
     hf = None if args.skip_hf else load_hf_model(sched.runner.model_path)
-    print(f"machine: {machine}")
-    print(format_roofline(roof, num_params, weight_bytes))
 
     _warm_up(sched, hf, vocab)
-    prefill = [_prefill_row(sched, hf, roof, num_params, vocab, n, args)
-               for n in args.prefill_lens]
-    decode = [_decode_row(sched, hf, roof, num_params, weight_bytes, vocab, b, args)
-              for b in args.batch_sizes]
+    prefill = [
+        _quietest(lambda n=n: _prefill_row(sched, hf, vocab, n, args), args)
+        for n in args.prefill_lens
+    ]
+    decode = [
+        _quietest(lambda b=b: _decode_row(sched, hf, vocab, b, args), args)
+        for b in args.batch_sizes
+    ]
     sched.check_pool_whole()
-    machine["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
-    print(format_tables(prefill, decode))
-    print(f"load average (1 min) before {machine['load_avg_1m']}, "
-          f"after {machine['load_avg_1m_after']}")
+    # The rooflines use the better of a measurement before and one after the runs.
+    roof = roof.best(measure_roofline(args.copy_mib, args.matmul_n))
+    for p in prefill:
+        p.roofline_tok_s = roof.prefill_tok_s(num_params)
+    for d in decode:
+        d.roofline_ms_step = 1e3 * roof.decode_step_s(weight_bytes, num_params, d.batch_size)
+    print(format_roofline(roof, num_params, weight_bytes))
+    print(format_tables(prefill, decode, args))
+    print(close_machine_info(machine, load))
     return {
-        "machine": machine, "roofline": roof.to_dict(), "num_params": num_params,
-        "weight_bytes": weight_bytes, "repeats": args.repeats,
-        "decode_prompt_len": args.decode_prompt_len, "decode_steps": args.decode_steps,
-        "prefill": [asdict(r) for r in prefill], "decode": [asdict(r) for r in decode],
+        "machine": machine,
+        "roofline": roof.to_dict(),
+        "num_params": num_params,
+        "weight_bytes": weight_bytes,
+        "repeats": args.repeats,
+        "decode_prompt_len": args.decode_prompt_len,
+        "decode_steps": args.decode_steps,
+        "prefill": [asdict(r) for r in prefill],
+        "decode": [r.to_dict() for r in decode],
     }
 
 
-def format_tables(prefill: list[PrefillRow], decode: list[DecodeRow]) -> str:
+def format_tables(
+    prefill: list[PrefillRow], decode: list[DecodeRow], args: argparse.Namespace
+) -> str:
     """Two markdown tables: prefill tokens/s by prompt length, decode tokens/s by batch size."""
     lines = [
+        f"prefill: one prompt of random tokens, best of {args.repeats}",
+        "",
         "| prompt tokens | radixrt tok/s | transformers tok/s | radixrt/transformers "
-        "| roofline tok/s | radixrt/roofline | first token same |",
-        "|---:|---:|---:|---:|---:|---:|:---:|",
+        "| roofline tok/s | radixrt/roofline | first token same | others' CPU |",
+        "|---:|---:|---:|---:|---:|---:|:---:|---:|",
     ]
     for r in prefill:
         lines.append(
-            f"| {r.prompt_len} | {r.radixrt_tok_s:.0f} | {_num(r.hf_tok_s, '.0f')} "
+            f"| {r.prompt_len} | {r.radixrt_tok_s:.0f} | {_fmt(r.hf_tok_s, '.0f')} "
             f"| {_ratio(r.radixrt_tok_s, r.hf_tok_s)} | {r.roofline_tok_s:.0f} "
-            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {_num(r.first_token_match)} |"
+            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {_fmt(r.first_token_match)} "
+            f"| {_pct(r.other_cpu)} |"
         )
     lines += [
         "",
-        "| batch | radixrt tok/s (ms/step) | transformers tok/s (ms/step) | radixrt/transformers "
-        "| roofline tok/s (ms/step) | radixrt/roofline | greedy tokens same |",
-        "|---:|---:|---:|---:|---:|---:|:---:|",
+        f"decode: prompts of {args.decode_prompt_len} random tokens, median of "
+        f"{args.decode_steps} steps (mean in brackets)",
+        "",
+        "| batch | radixrt tok/s | radixrt ms/step | transformers tok/s | transformers ms/step "
+        "| radixrt/transformers | roofline tok/s (ms/step) | radixrt/roofline "
+        "| greedy tokens same | others' CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|",
     ]
     for r in decode:
-        hf = "-" if r.hf_tok_s is None else f"{r.hf_tok_s:.1f} ({r.hf_ms_step:.0f})"
+        hf_ms = "-" if r.hf_ms_step is None else f"{r.hf_ms_step:.0f} ({r.hf_ms_mean:.0f})"
         match = "-" if r.greedy_match is None else f"{r.greedy_match}/{r.batch_size}"
         lines.append(
-            f"| {r.batch_size} | {r.radixrt_tok_s:.1f} ({r.radixrt_ms_step:.0f}) | {hf} "
-            f"| {_ratio(r.radixrt_tok_s, r.hf_tok_s)} "
-            f"| {r.roofline_tok_s:.1f} ({r.roofline_ms_step:.0f}) "
-            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {match} |"
+            f"| {r.batch_size} | {r.radixrt_tok_s:.1f} "
+            f"| {r.radixrt_ms_step:.0f} ({r.radixrt_ms_mean:.0f}) | {_fmt(r.hf_tok_s, '.1f')} "
+            f"| {hf_ms} | {_ratio(r.radixrt_tok_s, r.hf_tok_s)} "
+            f"| {r.roofline_tok_s:.0f} ({r.roofline_ms_step:.0f}) "
+            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {match} | {_pct(r.other_cpu)} |"
         )
     return "\n".join(lines)
 
@@ -152,8 +207,10 @@ def radixrt_prefill(sched: Any, ids: list[int]) -> tuple[float, int]:
     return elapsed, req.output_ids[0]
 
 
-def radixrt_decode(sched: Any, prompts: list[list[int]], steps: int) -> tuple[float, list[list[int]]]:
-    """(seconds of `steps` decode steps with the whole batch decoding, greedy tokens so far).
+def radixrt_decode(
+    sched: Any, prompts: list[list[int]], steps: int
+) -> tuple[list[float], list[list[int]]]:
+    """(seconds of each of `steps` steps with the whole batch decoding, greedy tokens so far).
 
     Prefill steps run untimed until every request has its first token; the requests ask for
     more tokens than are timed and are aborted afterwards, so no timed step loses a request.
@@ -163,16 +220,17 @@ def radixrt_decode(sched: Any, prompts: list[list[int]], steps: int) -> tuple[fl
         sched.add_request(r)
     while sched.waiting or any(not r.output_ids for r in reqs):
         sched.step()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(steps):
+        t0 = time.perf_counter()
         touched = sched.step()
+        times.append(time.perf_counter() - t0)
         if len(touched) != len(reqs) or any(r.is_finished for r in reqs):
             raise RuntimeError(f"a decode step touched {len(touched)} of {len(reqs)} requests")
-    elapsed = time.perf_counter() - t0
     for r in reqs:
         sched.abort(r.rid)
     sched.check_pool_whole()
-    return elapsed, [list(r.output_ids) for r in reqs]
+    return times, [list(r.output_ids) for r in reqs]
 
 
 def _req(ids: list[int], max_new_tokens: int) -> Req:
@@ -180,7 +238,7 @@ def _req(ids: list[int], max_new_tokens: int) -> Req:
     return Req(uuid.uuid4().hex, list(ids), params)
 
 
-# ---- rows -----------------------------------------------------------------------------------
+# ---- rows (rooflines are filled in by `run`) ------------------------------------------------
 
 
 def _warm_up(sched: Any, hf: Any, vocab: int) -> None:
@@ -191,34 +249,56 @@ def _warm_up(sched: Any, hf: Any, vocab: int) -> None:
         hf_generate(hf, prompts, 3)
 
 
-def _prefill_row(sched: Any, hf: Any, roof: Roofline, num_params: int, vocab: int, n: int,
-                 args: argparse.Namespace) -> PrefillRow:
+def _quietest(measure: Callable[[], _Row], args: argparse.Namespace) -> _Row:
+    """Measure a row; while other processes used more than --max-other-cpu of the cores, wait
+    a little and measure it again (at most --retries times), keeping the least disturbed."""
+    best = measure()
+    for _ in range(args.retries):
+        if best.other_cpu is None or best.other_cpu <= args.max_other_cpu:
+            break
+        time.sleep(_RETRY_WAIT_S)
+        row = measure()
+        if row.other_cpu is not None and row.other_cpu < best.other_cpu:
+            best = row
+    return best
+
+
+def _prefill_row(sched: Any, hf: Any, vocab: int, n: int, args: argparse.Namespace) -> PrefillRow:
+    load = OtherLoad()
     ids = random_prompts(1, n, vocab, args.seed + n)[0]
     runs = [radixrt_prefill(sched, ids) for _ in range(args.repeats)]
-    ours = min(t for t, _ in runs)
-    hf_s, match = None, None
+    row = PrefillRow(n, n / min(t for t, _ in runs), None, 0.0, None, None)
     if hf is not None:
         hf_runs = [hf_generate(hf, [ids], 1) for _ in range(args.repeats)]
-        hf_s = min(r.ttft_s for r in hf_runs)
-        match = hf_runs[0].output_ids[0][0] == runs[0][1]
-    return PrefillRow(n, n / ours, None if hf_s is None else n / hf_s,
-                      roof.prefill_tok_s(num_params), match)
+        row.hf_tok_s = n / min(r.ttft_s for r in hf_runs)
+        row.first_token_match = hf_runs[0].output_ids[0][0] == runs[0][1]
+    row.other_cpu = load.fraction()
+    return row
 
 
-def _decode_row(sched: Any, hf: Any, roof: Roofline, num_params: int, weight_bytes: int,
-                vocab: int, batch: int, args: argparse.Namespace) -> DecodeRow:
+def _decode_row(sched: Any, hf: Any, vocab: int, batch: int, args: argparse.Namespace) -> DecodeRow:
+    load = OtherLoad()
     steps = args.decode_steps
     prompts = random_prompts(batch, args.decode_prompt_len, vocab, args.seed + 1000 + batch)
-    ours_s, ours_ids = radixrt_decode(sched, prompts, steps)
-    roof_s = roof.decode_step_s(weight_bytes, num_params, batch)
-    row = DecodeRow(batch, batch * steps / ours_s, 1e3 * ours_s / steps, None, None,
-                    batch / roof_s, 1e3 * roof_s, None)
+    times, ours_ids = radixrt_decode(sched, prompts, steps)
+    row = DecodeRow(
+        batch,
+        1e3 * statistics.median(times),
+        1e3 * statistics.mean(times),
+        None,
+        None,
+        0.0,
+        None,
+        None,
+    )
     if hf is not None:
         # max_new_tokens = steps + 1: one token from the prefill, then `steps` decode passes.
         r = hf_generate(hf, prompts, steps + 1)
-        row.hf_tok_s = batch * r.num_decode_steps / r.decode_s
-        row.hf_ms_step = 1e3 * r.decode_s / r.num_decode_steps
-        row.greedy_match = sum(a[: steps + 1] == b for a, b in zip(ours_ids, r.output_ids))
+        row.hf_ms_step = 1e3 * statistics.median(r.step_s)
+        row.hf_ms_mean = 1e3 * statistics.mean(r.step_s)
+        pairs = zip(ours_ids, r.output_ids, strict=True)
+        row.greedy_match = sum(a[: steps + 1] == b for a, b in pairs)
+    row.other_cpu = load.fraction()
     return row
 
 
@@ -226,17 +306,22 @@ def _ratio(a: float, b: float | None) -> str:
     return "-" if b is None else f"{a / b:.2f}"
 
 
-def _num(x: float | bool | None, fmt: str = "") -> str:
+def _fmt(x: float | bool | None, spec: str = "") -> str:
     if x is None:
         return "-"
     if isinstance(x, bool):
         return "yes" if x else "NO"
-    return format(x, fmt)
+    return format(x, spec)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model-path", default=None, help="default: SmolLM2-135M-Instruct")
     p.add_argument("--prefill-lens", type=int, nargs="+", default=list(PREFILL_LENS))
     p.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
@@ -244,9 +329,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-prompt-len", type=int, default=DECODE_PROMPT_LEN)
     p.add_argument("--repeats", type=int, default=REPEATS, help="prefill: best of this many")
     p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=RETRIES,
+        help="re-measure a row disturbed by other processes up to this many times",
+    )
+    p.add_argument(
+        "--max-other-cpu",
+        type=float,
+        default=MAX_OTHER_CPU,
+        help="a row is disturbed when other processes used more than this share of the cores",
+    )
     p.add_argument("--skip-hf", action="store_true", help="radixrt and the roofline only")
-    add_roofline_args(p)
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
+    add_roofline_args(p)
     return p
 
 

@@ -36,6 +36,14 @@ class Roofline:
         compute = batch_size * 2 * num_params / (self.matmul_gflops * 1e9)
         return max(read, compute)
 
+    def best(self, other: Roofline) -> Roofline:
+        """Each rate's better measurement: interference only ever slows a measurement down."""
+        return Roofline(
+            max(self.copy_gbs, other.copy_gbs),
+            max(self.read_gbs, other.read_gbs),
+            max(self.matmul_gflops, other.matmul_gflops),
+        )
+
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
@@ -79,10 +87,57 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def format_roofline(r: Roofline, num_params: int | None = None, weight_bytes: int | None = None) -> str:
+class OtherLoad:
+    """CPU used by other processes while a benchmark runs, as a fraction of all cores.
+
+    From /proc/stat (busy time of the whole machine) minus this process's CPU time; None where
+    /proc/stat is missing. 0.0 means the benchmark had the machine to itself.
+    """
+
+    def __init__(self) -> None:
+        self._start = self._sample()
+
+    def fraction(self) -> float | None:
+        """Since construction: other processes' CPU seconds / (wall seconds * cores)."""
+        now = self._sample()
+        if now is None or self._start is None:
+            return None
+        wall, busy, own = (b - a for a, b in zip(self._start, now, strict=True))
+        return max(busy - own, 0.0) / (wall * (os.cpu_count() or 1)) if wall > 0 else None
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        busy = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # up to steal; guests in user
+        return time.monotonic(), busy, time.process_time()
+
+
+def close_machine_info(machine: dict[str, Any], load: OtherLoad) -> str:
+    """Add the load after the run to `machine` (from `machine_info()`); return a line saying it."""
+    machine["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    other = load.fraction()
+    machine["other_cpu_fraction"] = None if other is None else round(other, 3)
+    share = "unknown" if other is None else f"{100 * other:.0f}%"
+    return (
+        f"load average (1 min) before {machine['load_avg_1m']}, after "
+        f"{machine['load_avg_1m_after']}; other processes used {share} of the "
+        f"{machine['cpu_count']} cores during the run"
+    )
+
+
+def format_roofline(
+    r: Roofline, num_params: int | None = None, weight_bytes: int | None = None
+) -> str:
     """One or two lines: the rates, and the model's rooflines when its size is given."""
-    line = (f"roofline: copy {r.copy_gbs:.1f} GB/s (read-only {r.read_gbs:.1f} GB/s), "
-            f"float32 matmul {r.matmul_gflops:.1f} GFLOP/s")
+    line = (
+        f"roofline: copy {r.copy_gbs:.1f} GB/s (read-only {r.read_gbs:.1f} GB/s), "
+        f"float32 matmul {r.matmul_gflops:.1f} GFLOP/s"
+    )
     if num_params is None or weight_bytes is None:
         return line
     return line + (

@@ -9,7 +9,8 @@ import pytest
 from radixrt.bench import engine as engine_bench
 from radixrt.bench import roofline, shared_prefix
 
-SMALL_ROOFLINE = ["--copy-mib", "8", "--matmul-n", "128"]
+SMALL_ROOFLINE = "--copy-mib 8 --matmul-n 128".split()
+TINY_ENGINE = "--decode-prompt-len 12 --repeats 1 --retries 0".split() + SMALL_ROOFLINE
 
 
 def test_roofline_measures_positive_rates() -> None:
@@ -23,41 +24,49 @@ def test_roofline_measures_positive_rates() -> None:
 
 def test_engine_bench_matches_hf_on_tiny_model(tiny_llama_path, tmp_path, capsys) -> None:
     out = tmp_path / "engine.json"
-    engine_bench.main([
-        "--model-path", str(tiny_llama_path), "--prefill-lens", "16", "40",
-        "--batch-sizes", "1", "3", "--decode-steps", "3", "--decode-prompt-len", "12",
-        "--repeats", "1", "--json", str(out), *SMALL_ROOFLINE,
-    ])
+    sizes = "--prefill-lens 16 40 --batch-sizes 1 3 --decode-steps 3".split()
+    engine_bench.main(["--model-path", str(tiny_llama_path), *sizes, *TINY_ENGINE,
+                       "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert "| prompt tokens |" in printed and "| batch |" in printed
     data = json.loads(out.read_text())
     assert [r["prompt_len"] for r in data["prefill"]] == [16, 40]
     assert all(r["radixrt_tok_s"] > 0 and r["hf_tok_s"] > 0 for r in data["prefill"])
     assert all(r["first_token_match"] for r in data["prefill"])
-    for row, batch in zip(data["decode"], [1, 3]):
+    for row, batch in zip(data["decode"], [1, 3], strict=True):
         assert row["batch_size"] == batch and row["radixrt_tok_s"] > 0 and row["hf_tok_s"] > 0
         assert row["greedy_match"] == batch
 
 
 def test_engine_bench_skip_hf(tiny_llama_path) -> None:
-    data = engine_bench.main([
-        "--model-path", str(tiny_llama_path), "--prefill-lens", "8", "--batch-sizes", "2",
-        "--decode-steps", "2", "--decode-prompt-len", "8", "--repeats", "1", "--skip-hf",
-        *SMALL_ROOFLINE,
-    ])
+    sizes = "--prefill-lens 8 --batch-sizes 2 --decode-steps 2 --skip-hf".split()
+    data = engine_bench.main(["--model-path", str(tiny_llama_path), *sizes, *TINY_ENGINE])
     assert data["prefill"][0]["hf_tok_s"] is None and data["decode"][0]["hf_tok_s"] is None
+
+
+def test_disturbed_rows_are_measured_again(monkeypatch) -> None:
+    monkeypatch.setattr(engine_bench, "_RETRY_WAIT_S", 0.0)
+    shares = iter([0.5, 0.3, 0.05, 0.0])
+    rows = []
+
+    def measure() -> engine_bench.PrefillRow:
+        rows.append(engine_bench.PrefillRow(8, 1.0, None, 0.0, None, next(shares)))
+        return rows[-1]
+
+    args = engine_bench.build_parser().parse_args(["--retries", "5", "--max-other-cpu", "0.1"])
+    assert engine_bench._quietest(measure, args).other_cpu == 0.05
+    assert len(rows) == 3  # stopped once quiet enough
 
 
 def test_shared_prefix_bench_on_tiny_model(tiny_llama_path, tmp_path, capsys) -> None:
     out = tmp_path / "shared.json"
-    shared_prefix.main([
-        "--model-path", str(tiny_llama_path), "-G", "2", "-P", "3", "-S", "40", "-Q", "4",
-        "-O", "2", "--hf-requests", "2", "--hf-batch-size", "2", "--max-total-tokens", "1024",
-        "--json", str(out),
-    ])
+    sizes = "-G 2 -P 3 -S 40 -Q 4 -O 2 --hf-requests 2 --hf-batch-size 2".split()
+    shared_prefix.main(["--model-path", str(tiny_llama_path), *sizes,
+                        "--max-total-tokens", "1024", "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert "optimal 0.606" in printed  # (6 - 2) * 40 / (6 * 44)
     assert "identical for 6/6 requests" in printed
+    assert "prefix hits:" in printed
     data = json.loads(out.read_text())
     on, off, hf = data["results"]
     assert on["num_requests"] == off["num_requests"] == 6 and hf["num_requests"] == 2
@@ -68,8 +77,9 @@ def test_shared_prefix_bench_on_tiny_model(tiny_llama_path, tmp_path, capsys) ->
 
 
 def test_optimal_hit_rate_formula() -> None:
-    w = shared_prefix.Workload(groups=8, per_group=16, system_len=1024, question_len=64,
-                               output_len=32)
+    w = shared_prefix.Workload(
+        groups=8, per_group=16, system_len=1024, question_len=64, output_len=32
+    )
     assert w.optimal_hit_rate == pytest.approx(120 * 1024 / (128 * 1088))
     prompts = shared_prefix.build_prompts(w, 49152, seed=0)
     assert len(prompts) == 128 and all(len(p) == 1088 for p in prompts)
