@@ -55,12 +55,11 @@ def stage_install(c: Check, d: dict[str, Any], args: argparse.Namespace) -> str:
     how = "already importable"
     if version is None:
         wheels = sorted(args.wheels.glob("*.whl"))
+        if c.dry_run:
+            names = [w.name for w in wheels] or f"nothing (no wheels in {args.wheels})"
+            return f"skipped: dry run; would pip install {names} into {args.site}"
         if not wheels:
             raise RuntimeError(f"flashinfer does not import and {args.wheels} has no wheels")
-        if c.dry_run:
-            return (
-                f"skipped: dry run; would pip install {[w.name for w in wheels]} into {args.site}"
-            )
         cmd = [
             sys.executable,
             "-m",

@@ -45,8 +45,10 @@ def _torch_native_slots(backend: TorchNativeAttnBackend, fb: ForwardBatch) -> li
         )
     if backend._decode is not None:
         g = backend._decode
-        for row, idx, mask in zip(g.rows.tolist(), g.kv_idx, g.mask[:, 0, 0], strict=True):
-            slots[starts.index(row)] = idx[mask].tolist()
+        prefix = {int(m): grp.prefix_slots.tolist() for grp in g.plan.groups for m in grp.members}
+        rows = zip(g.rows.tolist(), g.plan.kv_idx, g.plan.mask[:, 0, 0], strict=True)
+        for i, (row, idx, mask) in enumerate(rows):
+            slots[starts.index(row)] = prefix.get(i, []) + idx[mask].tolist()
     return [slots[i] for i in range(fb.batch_size)]
 
 
