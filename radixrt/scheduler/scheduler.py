@@ -133,13 +133,14 @@ class Scheduler:
 
     def _admit(self, budget: int, reserved: int) -> list[Req]:
         admitted: list[Req] = []
+        prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
         for req in self.policy.order(self.waiting):
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
             if self.kv.req_to_token_pool.num_free == 0:
                 break
-            if self._shares_uncached_prefix(req, admitted):
-                continue  # admit it next step, when the first one's prefix is cached
+            if self._shares_uncached_prefix(req, admitted + prefilling):
+                continue  # admit it later, once the other's prefix is in the cache
             self.kv.admit(req)  # locks the cached prefix: it no longer counts as evictable
             req.extend_len = min(req.seq_len - req.kv_len, budget)
             must_keep = reserved if (self.running or admitted) else 0

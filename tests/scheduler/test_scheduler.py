@@ -145,3 +145,14 @@ def test_abort_frees_slots(sched) -> None:
     sched.step()
     assert sched.abort("z") is r and r.finish_reason.kind == FinishKind.ABORT
     sched.check_pool_whole()
+
+
+def test_waits_for_a_shared_prefix_still_being_prefilled(tiny_llama_path) -> None:
+    s = _build(tiny_llama_path, chunked_prefill_size=48)
+    base = _prompts(11, [100])[0]
+    first, second = _req("a", base + [5, 6]), _req("b", base + [7, 8])
+    s.add_request(first)
+    s.step()  # "a" has computed 48 of its 102 tokens
+    got = _run(s, [second])
+    assert got["b"] and second.cached_tokens >= 96  # reused all of a's prefill, not just 48
+    assert s.stats.cached_tokens == second.cached_tokens
