@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -23,9 +22,6 @@ class RMSNorm(nn.Module):
             x = x + residual
             residual = x
         dtype = x.dtype
-        if dtype == torch.float32:  # one fused op; the same arithmetic as below
-            out = F.rms_norm(x, self.weight.shape, self.weight, self.variance_epsilon)
-            return out if residual is None else (out, residual)
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
         out = self.weight * h.to(dtype)
