@@ -8,65 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lang import (
-    BackendError,
-    NotSupportedError,
-    OpenAICompatible,
-    OutputParseError,
-    Program,
-    ProgramError,
-    ProgramState,
-    ProgramStateGroup,
-    RuntimeEndpoint,
-    assistant,
-    function,
-    gen,
-    gen_int,
-    gen_string,
-    get_default_backend,
-    greedy_token_selection,
-    select,
-    set_default_backend,
-    system,
-    token_length_normalized,
-    unconditional_likelihood_normalized,
-    user,
-)
-from radixrt.core import FinishKind, FinishReason, SamplingParams
+import lang
+from lang import *  # noqa: F403 - the language's public names, listed in lang.__all__
+
+# The runtime's SamplingParams, not lang's (explicit aliases mark the re-exports).
+from radixrt.core import FinishKind as FinishKind
+from radixrt.core import FinishReason as FinishReason
+from radixrt.core import SamplingParams as SamplingParams
 
 if TYPE_CHECKING:
-    from radixrt.engine import Engine
+    from radixrt.engine import Engine as Engine
 
 __version__ = "0.1.0"
-__all__ = [
-    "BackendError",
-    "Engine",
-    "FinishKind",
-    "FinishReason",
-    "NotSupportedError",
-    "OpenAICompatible",
-    "OutputParseError",
-    "Program",
-    "ProgramError",
-    "ProgramState",
-    "ProgramStateGroup",
-    "RuntimeEndpoint",
-    "SamplingParams",
-    "__version__",
-    "assistant",
-    "function",
-    "gen",
-    "gen_int",
-    "gen_string",
-    "get_default_backend",
-    "greedy_token_selection",
-    "select",
-    "set_default_backend",
-    "system",
-    "token_length_normalized",
-    "unconditional_likelihood_normalized",
-    "user",
-]
+_RUNTIME_NAMES = ["Engine", "FinishKind", "FinishReason", "SamplingParams", "__version__"]
+__all__ = sorted({*lang.__all__, *_RUNTIME_NAMES})
 
 
 def __getattr__(name: str) -> Any:
