@@ -18,20 +18,23 @@ from radixrt.config import (
     SCHEDULE_POLICIES,
     CacheConfig,
     ModelConfig,
+    RouterConfig,
     SchedulerConfig,
     ServerConfig,
 )
+from radixrt.router.policy import ROUTING_POLICIES
 
-SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
+SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig, RouterConfig)
 
 # Extra spellings besides --field-name.
-_ALIASES = {"tp_size": ("--tp",)}
+_ALIASES = {"tp_size": ("--tp",), "dp_size": ("--dp",)}
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "device": DEVICES,
     "schedule_policy": SCHEDULE_POLICIES,
     "attention_backend": tuple(ATTENTION_BACKENDS),
     "log_level": LOG_LEVELS,
+    "router_policy": tuple(ROUTING_POLICIES),
 }
 _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
@@ -56,6 +59,12 @@ _HELP = {
     "grammar_backend": "constrained-decoding backend name",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
+    "dp_size": "data-parallel replicas: scheduler processes, each with its own model and cache",
+    "router_policy": "how --dp picks a replica per request",
+    "cache_threshold": "cache_aware: follow the longest match above this matched/prompt ratio",
+    "balance_abs_threshold": "cache_aware: loads differing by more than this are imbalanced...",
+    "balance_rel_threshold": "...when also max load > this times min load",
+    "max_tree_size": "cache_aware: items kept per replica's approximate radix tree",
 }
 
 
@@ -64,6 +73,7 @@ class ServerArgs(NamedTuple):
     cache: CacheConfig
     scheduler: SchedulerConfig
     server: ServerConfig
+    router: RouterConfig = RouterConfig()
 
 
 def make_parser(prog: str = "radixrt serve") -> argparse.ArgumentParser:

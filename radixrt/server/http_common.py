@@ -18,6 +18,7 @@ from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, Token
 
 _encoder = msgspec.json.Encoder()
 SSE_DONE = b"data: [DONE]\n\n"
+SESSION_HEADER = "x-session-id"  # a sticky-session key for routing across replicas
 _ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
                 409: "ConflictError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
 

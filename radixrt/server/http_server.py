@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from radixrt.server.args import ServerArgs
 from radixrt.server.http_common import (
+    SESSION_HEADER,
     SSE_DONE,
     ApiKeyMiddleware,
     ClientGoneError,
@@ -78,7 +79,8 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
     async def generate(request: Request) -> Response:
         body = decode_body(await request.body(), GenerateRequest)
         prepared = prepare_generate(body, tm.tokenizer, limits)
-        states = tm.submit(prepared.prompts, prepared.params, prepared.rids, body.extra_key)
+        states = tm.submit(prepared.prompts, prepared.params, prepared.rids, body.extra_key,
+                           session=request.headers.get(SESSION_HEADER))
         if body.stream:
             return sse_response(_generate_events(states), tm, states)
         try:

@@ -40,27 +40,40 @@ async def _serve(args: ServerArgs) -> int:
     import uvicorn
 
     from radixrt.models.loader import load_tokenizer
+    from radixrt.router.policy import make_policy
+    from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
     from radixrt.server.http_server import create_app
     from radixrt.server.metrics import Metrics, NoMetrics
     from radixrt.server.tokenizer_manager import TokenizerManager
 
-    client = SchedulerClient(args)
     try:
-        client.start()
+        envs = replica_envs(args)
+    except ValueError as e:
+        logger.error("%s", e)
+        return 1
+    clients = [SchedulerClient(args, env) for env in envs]  # one per --dp replica
+    try:
+        for client in clients:
+            client.start()
         preload = asyncio.create_task(asyncio.to_thread(_preload_tokenizer_libs))
         try:
-            ready = await client.wait_ready()
+            readies = [await client.wait_ready() for client in clients]
         except SchedulerStartError as e:
             logger.error("the scheduler could not start: %s", e)
             return 1
         await preload
+        ready = readies[0]
         tokenizer = load_tokenizer(Path(ready.model_path))
         metrics = Metrics() if args.server.enable_metrics else NoMetrics()
-        tm = TokenizerManager(client, tokenizer, ready, args.server, metrics)
+        managers = [TokenizerManager(c, tokenizer, r, args.server, metrics)
+                    for c, r in zip(clients, readies)]
+        tm = managers[0] if len(managers) == 1 else DataParallelManager(
+            managers, make_policy(args.router))
 
         async def on_shutdown() -> None:
             await tm.close()
-            client.stop()  # before uvicorn re-raises a captured SIGTERM
+            for client in clients:
+                client.stop()  # before uvicorn re-raises a captured SIGTERM
 
         app = create_app(tm, args, on_shutdown)
         s = args.server
@@ -83,6 +96,8 @@ async def _serve(args: ServerArgs) -> int:
         gib = ready.kv_pool_bytes / 2**30
         line = (f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); KV pool "
                 f"{ready.max_total_tokens} tokens ({gib:.2f} GiB); http://{s.host}:{s.port}")
+        if len(clients) > 1:
+            line += f"; {len(clients)} replicas, {args.router.router_policy} routing"
         helpers = [asyncio.create_task(_announce(server, line)),
                    asyncio.create_task(_drain(server, tm, s.drain_timeout_s))]
         await server.serve()
@@ -90,7 +105,8 @@ async def _serve(args: ServerArgs) -> int:
             task.cancel()
         return exit_code
     finally:
-        client.stop()
+        for client in clients:
+            client.stop()
 
 
 def _preload_tokenizer_libs() -> None:

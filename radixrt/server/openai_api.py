@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.http_common import (
+    SESSION_HEADER,
     SSE_DONE,
     ClientGoneError,
     error_body,
@@ -69,7 +70,9 @@ class OpenAIServing:
     async def _serve(
         self, request: Request, body: Any, prepared: PreparedRequest, is_chat: bool
     ) -> Response:
-        states = self.tm.submit(prepared.prompts, prepared.params, prepared.rids)
+        session = request.headers.get(SESSION_HEADER) or body.prompt_cache_key or body.user
+        states = self.tm.submit(prepared.prompts, prepared.params, prepared.rids,
+                                session=session)
         rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage

@@ -40,6 +40,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None  # a session key for routing across replicas
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None

@@ -40,8 +40,9 @@ class SchedulerStartError(RuntimeError):
 class SchedulerClient:
     """Owns the scheduler subprocess and both ends of the ZMQ channel on this side."""
 
-    def __init__(self, args: ServerArgs) -> None:
+    def __init__(self, args: ServerArgs, env: dict[str, str] | None = None) -> None:
         self.args = args
+        self.env = env  # the scheduler process's environment; None: inherit this one's
         self._ipc_dir = tempfile.mkdtemp(prefix="radixrt-")
         self._in_addr = f"ipc://{self._ipc_dir}/in"
         self._out_addr = f"ipc://{self._ipc_dir}/out"
@@ -68,7 +69,7 @@ class SchedulerClient:
         )
         cmd = [sys.executable, "-m", "radixrt.scheduler.process",
                msgspec.json.encode(start_args).decode()]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=self.env)
 
     async def wait_ready(self) -> ReadyMsg:
         """Wait for ReadyMsg; SchedulerStartError if the process fails or exits first."""

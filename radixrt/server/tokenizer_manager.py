@@ -105,9 +105,10 @@ class TokenizerManager:
 
     def submit(
         self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str] | None,
-        extra_key: str | None = None,
+        extra_key: str | None = None, session: str | None = None,
     ) -> list[ReqState]:
-        """Send one request per prompt and sample (n each); states come back prompt-major."""
+        """Send one request per prompt and sample (n each); states come back prompt-major.
+        `session` only matters to a dispatcher over several replicas."""
         if self.dead_reason is not None:
             raise SchedulerDeadError(self.dead_reason)
         rids = rids or [uuid.uuid4().hex for _ in prompts]

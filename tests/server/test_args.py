@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from radixrt.cli import main as cli_main
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig, ServerConfig
+from radixrt.config import CacheConfig, ModelConfig, RouterConfig, SchedulerConfig, ServerConfig
 from radixrt.server.args import SERVER_CONFIGS, make_parser, parse_args
 
 ISSUE_FLAGS = [
@@ -24,7 +24,8 @@ def test_every_cli_default_equals_the_dataclass_default() -> None:
     for cls in SERVER_CONFIGS:
         for f in dataclasses.fields(cls):
             assert parser.get_default(f.name) == f.default, (cls.__name__, f.name)
-    assert parse_args([]) == (ModelConfig(), CacheConfig(), SchedulerConfig(), ServerConfig())
+    assert parse_args([]) == (ModelConfig(), CacheConfig(), SchedulerConfig(), ServerConfig(),
+                              RouterConfig())
 
 
 def test_the_issue_flags_exist_and_parse() -> None:
@@ -48,7 +49,16 @@ def test_the_issue_flags_exist_and_parse() -> None:
     assert (s.grammar_backend, s.log_level, s.enable_metrics) == ("xgrammar", "warning", True)
 
 
+def test_dp_and_router_flags() -> None:
+    args = parse_args(["--dp", "2", "--router-policy", "round_robin", "--cache-threshold", "0.3",
+                       "--balance-abs-threshold", "4", "--balance-rel-threshold", "2",
+                       "--max-tree-size", "100"])
+    assert args.server.dp_size == 2
+    assert args.router == RouterConfig("round_robin", 0.3, 4, 2.0, 100)
+
+
 @pytest.mark.parametrize("argv", [
+    ["--dp", "0"], ["--router-policy", "random"], ["--cache-threshold", "2"],
     ["--tp", "2"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
     ["--mem-fraction-static", "1.5"], ["--max-total-tokens", "x"], ["--log-level", "loud"],
 ])

@@ -1,0 +1,150 @@
+"""DataParallelManager: the TokenizerManager interface over `--dp N` replicas.
+
+Each replica is one scheduler process (own model copy, KV pool and radix tree) with its own
+TokenizerManager and ZMQ sockets. `submit` asks the routing policy (`radixrt/router/`) which
+replica gets an HTTP request (all its prompts and samples go to the same one); aborts, cache
+flushes and info queries fan out to every replica. Any replica dying takes the server down,
+as a lone scheduler dying does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import ChainMap
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from radixrt.core import SamplingParams
+from radixrt.messages import InfoReplyMsg
+from radixrt.router.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
+from radixrt.server.args import ServerArgs
+from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
+
+
+class DPInfoReplyMsg(InfoReplyMsg, tag=True):
+    """Totals over the replicas (the hit rate is total cached / total prompt tokens), plus
+    each replica's own figures and routing count under `replicas`."""
+
+    router_policy: str = ""
+    replicas: list[dict[str, Any]] = []
+
+
+class DataParallelManager:
+    """Routes each submitted request to one replica's TokenizerManager."""
+
+    def __init__(self, managers: list[TokenizerManager], policy: BaseRoutingPolicy) -> None:
+        self.managers = managers
+        self.policy = policy
+        first = managers[0]
+        self.tokenizer = first.tokenizer
+        self.ready = first.ready  # per-replica limits: a prompt must fit one replica's pool
+        self.config = first.config
+        self.metrics = first.metrics  # shared by every replica's manager
+        self.routed = [0] * len(managers)  # HTTP requests sent to each replica
+        self._ids = [f"dp{i}" for i in range(len(managers))]
+
+    @property
+    def states(self) -> ChainMap[str, ReqState]:
+        """Every request in flight, over all replicas (read-only view)."""
+        return ChainMap(*(m.states for m in self.managers))
+
+    @property
+    def dead_reason(self) -> str | None:
+        return next((m.dead_reason for m in self.managers if m.dead_reason is not None), None)
+
+    @property
+    def num_queued(self) -> int:
+        return sum(m.num_queued for m in self.managers)
+
+    def start(self, on_dead: Callable[[str], None]) -> None:
+        for m in self.managers:
+            m.start(on_dead)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(m.close() for m in self.managers))
+
+    def submit(
+        self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str] | None,
+        extra_key: str | None = None, session: str | None = None,
+    ) -> list[ReqState]:
+        """Pick a replica by the first prompt (and `session`) and submit the lot there."""
+        for rid in rids or ():
+            if any(rid in m.groups or rid in m.states for m in self.managers):
+                raise ValueError(f"rid {rid!r} is already in use")
+        key: tuple[Any, ...] = tuple(prompts[0]) if prompts else ()
+        if extra_key is not None:  # another cache namespace: never matches the plain prompts
+            key = (extra_key, *key)
+        loads = [WorkerLoad(wid, len(m.states)) for wid, m in zip(self._ids, self.managers)]
+        idx = self.policy.select(RouteRequest(key, session), loads)
+        states = self.managers[idx].submit(prompts, params, rids, extra_key)
+        self.routed[idx] += 1
+        return states
+
+    def abort(self, states: list[ReqState]) -> None:
+        for m in self.managers:  # each drops only the states it holds
+            m.abort(states)
+
+    def abort_rid(self, rid: str) -> bool:
+        return any([m.abort_rid(rid) for m in self.managers])
+
+    def abort_all(self) -> None:
+        for m in self.managers:
+            m.abort_all()
+
+    async def flush_cache(self) -> bool:
+        return all(await asyncio.gather(*(m.flush_cache() for m in self.managers)))
+
+    async def get_info(self) -> DPInfoReplyMsg:
+        infos = await asyncio.gather(*(m.get_info() for m in self.managers))
+        totals: dict[str, Any] = {}
+        for name in InfoReplyMsg.__struct_fields__:
+            if name not in ("reply_id", "cache_hit_rate"):
+                totals[name] = sum(getattr(i, name) for i in infos)
+        prompt = totals["prompt_tokens"]
+        replicas = []
+        for wid, info, routed in zip(self._ids, infos, self.routed):
+            d = msgspec.structs.asdict(info)
+            d.pop("reply_id")
+            replicas.append({"replica": wid, "routed_requests": routed, **d})
+        return DPInfoReplyMsg(
+            reply_id=0, cache_hit_rate=totals["cached_tokens"] / prompt if prompt else 0.0,
+            router_policy=self.policy.name, replicas=replicas, **totals,
+        )
+
+
+def replica_envs(args: ServerArgs) -> list[dict[str, str] | None]:
+    """Environment of each replica's scheduler process (None: inherit this one's).
+
+    With `--dp N` on CPU each replica gets `cpu_count // N` torch threads (unless
+    OMP_NUM_THREADS is set); on CUDA replica i sees GPUs [i * tp, (i + 1) * tp) of those
+    visible. ValueError when fewer GPUs are visible than N * tp.
+    """
+    dp, tp = args.server.dp_size, args.model.tp_size
+    if dp == 1:
+        return [None]
+    gpus = [] if args.model.device == "cpu" else _visible_gpus()
+    if args.model.device == "cuda" or gpus:
+        if len(gpus) < dp * tp:
+            raise ValueError(f"--dp {dp} with --tp {tp} needs {dp * tp} GPUs, "
+                             f"{len(gpus)} visible")
+    envs: list[dict[str, str] | None] = []
+    for rank in range(dp):
+        env = dict(os.environ)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[rank * tp:(rank + 1) * tp])
+        else:
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dp)))
+        envs.append(env)
+    return envs
+
+
+def _visible_gpus() -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
