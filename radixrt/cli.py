@@ -8,6 +8,7 @@ USAGE = """usage: radixrt <command> [flags]
 
 commands:
   serve   serve a model over HTTP (radixrt serve --help lists the flags)
+  router  route requests over several servers (radixrt router --help lists the flags)
 """
 
 
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> None:
         from radixrt.launch_server import main as serve
 
         serve(rest)
+    elif command == "router":
+        from radixrt.router.__main__ import main as router
+
+        router(rest)
     else:
         print(f"radixrt: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         sys.exit(2)

@@ -26,7 +26,8 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m radixrt.launch_server` in its own process group, logging to a file."""
 
-    def __init__(self, model_path: Path, log_path: Path, *flags: str) -> None:
+    def __init__(self, model_path: Path, log_path: Path, *flags: str,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -35,7 +36,7 @@ class ServerProcess:
                *flags]
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
         self.headers: dict[str, str] = {}
 
     def wait_ready(self) -> None:
@@ -108,8 +109,9 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def start_server(model_path: Path, tmp: Path, *flags: str) -> ServerProcess:
-    server = ServerProcess(model_path, tmp / "server.log", *flags)
+def start_server(model_path: Path, tmp: Path, *flags: str,
+                 env: dict[str, str] | None = None) -> ServerProcess:
+    server = ServerProcess(model_path, tmp / "server.log", *flags, env=env)
     try:
         server.wait_ready()
     except BaseException:

@@ -1,0 +1,212 @@
+"""The standalone router's FastAPI app: the native and OpenAI-compatible endpoints, each request
+passed through (streams included) to the worker server its routing policy picks.
+
+A request that never started on a worker (connection refused or dropped before any answer,
+or a 503) is sent to another; a client that goes away closes the upstream connection, so the
+worker aborts the request as it does for its own clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+import httpx
+from fastapi import FastAPI
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from radixrt.config import RouterConfig, RouterServerConfig
+from radixrt.router.keys import route_request
+from radixrt.router.policy import make_policy
+from radixrt.router.status import router_info, router_metrics
+from radixrt.router.workers import Worker, WorkerPool
+from radixrt.server.http_common import (
+    SESSION_HEADER,
+    ApiKeyMiddleware,
+    error_response,
+    json_response,
+)
+from radixrt.server.metrics import CONTENT_TYPE
+
+logger = logging.getLogger("radixrt.router")
+
+ROUTED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+_PASSED_HEADERS = ("content-type", "authorization", SESSION_HEADER)
+# Errors that mean the worker never produced an answer: safe to send the request elsewhere.
+_NEVER_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                  httpx.ReadError, httpx.WriteError)
+
+T = TypeVar("T")
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def create_router_app(urls: list[str], router: RouterConfig, config: RouterServerConfig) -> FastAPI:
+    """Build the app; the worker pool's health checks run for the app's lifetime."""
+    client = httpx.AsyncClient(timeout=httpx.Timeout(config.request_timeout_s, connect=5.0),
+                               limits=httpx.Limits(max_connections=1024))
+    pool = WorkerPool(urls, make_policy(router), config, client)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.check_all()
+        pool.start()
+        yield
+        await pool.close()
+        await client.aclose()
+
+    app = FastAPI(title="radixrt router", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.pool = pool
+    auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+
+    async def routed(request: Request) -> Response:
+        return await _forward(request, pool)
+
+    for path in ROUTED_PATHS:
+        app.add_api_route(path, routed, methods=["POST"])
+
+    @app.get("/health")
+    async def health() -> Response:
+        n = len(pool.healthy)
+        if n == 0:
+            return error_response("no healthy worker", 503)
+        return json_response({"status": "ok", "healthy_workers": n})
+
+    async def first_healthy(request: Request) -> Response:
+        for worker in pool.healthy:
+            try:
+                r = await client.get(worker.url + request.url.path, headers=auth)
+            except httpx.HTTPError as e:
+                pool.mark_unreachable(worker, repr(e))
+                continue
+            return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
+        return error_response("no healthy worker", 503)
+
+    for path in ("/v1/models", "/get_model_info"):
+        app.add_api_route(path, first_healthy, methods=["GET"])
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> Response:
+        return json_response(await router_info(pool, auth))
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(router_metrics(await router_info(pool, auth)), media_type=CONTENT_TYPE)
+
+    @app.post("/flush_cache")
+    async def flush_cache() -> Response:
+        codes = await _broadcast(pool, "/flush_cache", b"", auth)
+        if codes and all(c == 200 for c in codes):
+            return json_response({"success": True})
+        return error_response("requests are running on a worker; flush when idle", 409)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Response:
+        body = await request.body()
+        codes = await _broadcast(pool, "/abort_request", body, auth)
+        if 200 in codes:
+            return json_response({"success": True})
+        if 400 in codes:
+            return error_response("abort_request takes {\"rid\": \"...\"}", 400)
+        return error_response("no worker is running that rid", 404)
+
+    if config.api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    return app
+
+
+async def _forward(request: Request, pool: WorkerPool) -> Response:
+    """Send the request to the policy's worker, retrying elsewhere while it never started."""
+    body = await request.body()
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None  # the worker answers 400
+    path = request.url.path
+    route = route_request(path, parsed, request.headers.get(SESSION_HEADER))
+    headers = {k: v for k in _PASSED_HEADERS if (v := request.headers.get(k)) is not None}
+    tried: set[str] = set()
+    while (worker := pool.pick(route, tried)) is not None:
+        tried.add(worker.url)
+        upstream = pool.client.build_request("POST", worker.url + path, content=body,
+                                             headers=headers)
+        try:
+            resp = await _unless_client_goes(request, pool.client.send(upstream, stream=True))
+        except _ClientGone:
+            pool.done(worker)  # the cancelled send closed the connection: the worker aborts
+            return Response(status_code=499)
+        except _NEVER_STARTED as e:
+            pool.done(worker)
+            pool.mark_unreachable(worker, repr(e))
+            pool.retries += 1
+            continue
+        except httpx.HTTPError as e:
+            pool.done(worker)
+            return error_response(f"worker {worker.url} failed: {e!r}", 502)
+        if resp.status_code == 503 and any(w.healthy and w.url not in tried
+                                           for w in pool.workers):
+            await resp.aclose()  # refused (queue full or scheduler gone): never started
+            pool.done(worker)
+            pool.retries += 1
+            continue
+        return StreamingResponse(
+            _relay(resp), status_code=resp.status_code,
+            media_type=resp.headers.get("content-type"),
+            background=BackgroundTask(_release, resp, pool, worker),
+        )
+    return error_response("no healthy worker could take the request", 503)
+
+
+async def _relay(resp: httpx.Response) -> AsyncIterator[bytes]:
+    async for chunk in resp.aiter_raw():
+        yield chunk
+
+
+async def _release(resp: httpx.Response, pool: WorkerPool, worker: Worker) -> None:
+    """After the answer ends or the client leaves: closing an unfinished upstream response
+    drops its connection, which the worker treats as its client going away."""
+    await resp.aclose()
+    pool.done(worker)
+
+
+async def _unless_client_goes(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`; cancel it and raise _ClientGone if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise _ClientGone
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _broadcast(pool: WorkerPool, path: str, body: bytes,
+                     headers: dict[str, str]) -> list[int]:
+    """POST to every healthy worker; the status codes of those that answered."""
+    async def one(worker: Worker) -> int | None:
+        try:
+            r = await pool.client.post(worker.url + path, content=body,
+                                       headers={**headers, "content-type": "application/json"})
+            return r.status_code
+        except httpx.HTTPError:
+            return None
+
+    codes = await asyncio.gather(*(one(w) for w in pool.healthy))
+    return [c for c in codes if c is not None]

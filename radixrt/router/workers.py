@@ -1,0 +1,109 @@
+"""WorkerPool: the standalone router's view of its worker servers: health, load, routing.
+
+A worker leaves the rotation after `health_failure_threshold` failed /health checks in a row,
+or at once when a request cannot reach it; it comes back after one good check. Its load is
+the number of requests the router has in flight on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import httpx
+
+from radixrt.config import RouterServerConfig
+from radixrt.router.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
+
+logger = logging.getLogger("radixrt.router")
+
+_HEALTH_TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True)
+class Worker:
+    url: str  # base URL, no trailing slash; also the worker's id for the policy
+    healthy: bool = True
+    failures: int = 0  # failed health checks in a row
+    in_flight: int = 0
+    routed: int = 0  # requests sent here (retries included)
+
+
+class WorkerPool:
+    """Owns the workers' state and the health-check task; picks a worker through the policy."""
+
+    def __init__(self, urls: list[str], policy: BaseRoutingPolicy, config: RouterServerConfig,
+                 client: httpx.AsyncClient) -> None:
+        if not urls:
+            raise ValueError("the router needs at least one worker URL")
+        self.workers = [Worker(u.rstrip("/")) for u in urls]
+        if len({w.url for w in self.workers}) != len(self.workers):
+            raise ValueError(f"worker URLs must be distinct, got {urls}")
+        self.policy = policy
+        self.config = config
+        self.client = client
+        self.retries = 0  # requests re-sent to another worker because they never started
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def healthy(self) -> list[Worker]:
+        return [w for w in self.workers if w.healthy]
+
+    def pick(self, route: RouteRequest, exclude: set[str]) -> Worker | None:
+        """The policy's choice among healthy workers not in `exclude`; None if there is none.
+        Counts the request as routed and in flight there (`done` undoes the latter)."""
+        candidates = [w for w in self.workers if w.healthy and w.url not in exclude]
+        if not candidates:
+            return None
+        loads = [WorkerLoad(w.url, w.in_flight) for w in candidates]
+        worker = candidates[self.policy.select(route, loads)]
+        worker.routed += 1
+        worker.in_flight += 1
+        return worker
+
+    def done(self, worker: Worker) -> None:
+        worker.in_flight -= 1
+
+    def mark_unreachable(self, worker: Worker, reason: str) -> None:
+        """Take `worker` out of rotation now; the health check may bring it back."""
+        if worker.healthy:
+            logger.warning("worker %s unreachable (%s); out of rotation", worker.url, reason)
+        worker.healthy = False
+        worker.failures = max(worker.failures, self.config.health_failure_threshold)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._health_loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def check_all(self) -> None:
+        """One round of /health checks, concurrently."""
+        await asyncio.gather(*(self._check(w) for w in self.workers))
+
+    # ---- private ---------------------------------------------------------------------------
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_check_interval_s)
+            await self.check_all()
+
+    async def _check(self, worker: Worker) -> None:
+        try:
+            r = await self.client.get(worker.url + "/health", timeout=_HEALTH_TIMEOUT_S)
+            ok = r.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            if not worker.healthy:
+                logger.info("worker %s healthy again", worker.url)
+            worker.healthy, worker.failures = True, 0
+            return
+        worker.failures += 1
+        if worker.healthy and worker.failures >= self.config.health_failure_threshold:
+            logger.warning("worker %s failed %d health checks; out of rotation", worker.url,
+                           worker.failures)
+            worker.healthy = False
