@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -138,6 +139,24 @@ def test_client_disconnect_aborts_on_the_worker(cluster) -> None:
             "text": "Count to a thousand:", "sampling_params": long})
     _wait_workers_idle(workers)
     assert all(w["in_flight"] == 0 for w in router.info()["workers"])
+
+
+def test_abort_request_by_rid_reaches_the_worker(cluster) -> None:
+    router, workers = cluster
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(httpx.post, router.url + "/generate", timeout=60, json={
+            "text": "Count to a thousand:", "rid": "long-1",
+            "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}})
+        deadline = time.monotonic() + 30
+        while httpx.post(router.url + "/abort_request", json={"rid": "long-1"}).status_code \
+                != 200:
+            assert time.monotonic() < deadline and not pending.done()
+            time.sleep(0.1)
+        out = pending.result().json()
+    assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    assert out["meta_info"]["completion_tokens"] < 2000
+    r = httpx.post(router.url + "/abort_request", json={"rid": "long-1"})
+    assert r.status_code == 404
 
 
 def test_killed_worker_leaves_rotation(cluster) -> None:
