@@ -1,0 +1,64 @@
+"""DataParallelManager over fake replicas: routing by prompt, rid checks, summed info, envs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from radixrt.config import RouterConfig, ServerConfig
+from radixrt.messages import InfoReplyMsg
+from radixrt.router.policy import make_policy
+from radixrt.server.args import parse_args
+from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
+
+
+class FakeReplica:
+    def __init__(self, free: int) -> None:
+        self.tokenizer = self.ready = self.metrics = None
+        self.config = ServerConfig()
+        self.states: dict[str, object] = {}
+        self.groups: dict[str, object] = {}
+        self.dead_reason = None
+        self.submitted: list[list[int]] = []
+        self.free = free
+
+    def submit(self, prompts, params, rids, extra_key=None) -> list:
+        self.submitted.append(prompts[0])
+        for rid in rids or ():
+            self.states[rid] = self.groups[rid] = object()
+        return []
+
+    async def get_info(self) -> InfoReplyMsg:
+        return InfoReplyMsg(0, 100, self.free, 100 - self.free, 0, 0, 0, 10, 5, 3, 0.5, 1, 0)
+
+
+def test_prompts_sharing_a_prefix_go_to_one_replica_and_info_adds_up() -> None:
+    replicas = [FakeReplica(100), FakeReplica(90)]
+    dp = DataParallelManager(replicas, make_policy(RouterConfig()))  # type: ignore[arg-type]
+    a, b = list(range(50)), list(range(1000, 1050))
+    for i in range(3):
+        dp.submit([a + [i]], [], None)
+        dp.submit([b + [i]], [], None)
+    assert [len({tuple(p[:50]) for p in r.submitted}) for r in replicas] == [1, 1]
+    assert dp.routed == [3, 3]
+    dp.submit([a], [], ["r1"])
+    with pytest.raises(ValueError, match="already in use"):
+        dp.submit([b], [], ["r1"])  # rids are unique over all replicas
+    info = asyncio.run(dp.get_info())
+    assert info.max_total_tokens == 200 and info.free_tokens == 190
+    assert info.cache_hit_rate == 0.5 and info.router_policy == "cache_aware"
+    assert [r["routed_requests"] for r in info.replicas] == [4, 3]
+
+
+def test_replica_envs_split_threads_on_cpu(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert replica_envs(parse_args(["--device", "cpu"])) == [None]
+    envs = replica_envs(parse_args(["--device", "cpu", "--dp", "2"]))
+    assert [e["OMP_NUM_THREADS"] for e in envs] == ["4", "4"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    envs = replica_envs(parse_args(["--device", "cuda", "--dp", "2"]))
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["3", "5"]
+    with pytest.raises(ValueError, match="needs 3 GPUs"):
+        replica_envs(parse_args(["--device", "cuda", "--dp", "3"]))
