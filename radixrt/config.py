@@ -168,7 +168,7 @@ ENGINE_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig)
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[ModelConfig, CacheConfig, SchedulerConfig]:
-    """Route flat snake_case keyword arguments to the config that owns each; TypeError if unknown."""
+    """Route flat snake_case keyword arguments to the config owning each; TypeError if unknown."""
     buckets: list[dict[str, Any]] = [{} for _ in ENGINE_CONFIGS]
     owners = {f.name: i for i, c in enumerate(ENGINE_CONFIGS) for f in dataclasses.fields(c)}
     for key, value in kwargs.items():

@@ -15,7 +15,9 @@ class IncrementalDetokenizer:
     final text, cut before the stop string that ended the request.
     """
 
-    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True, stop: list[str] | None = None):
+    def __init__(
+        self, tokenizer: Any, skip_special_tokens: bool = True, stop: list[str] | None = None
+    ):
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.stop = list(stop or [])
@@ -39,7 +41,7 @@ class IncrementalDetokenizer:
         return self._visible(self.text)
 
     def finish(self, ids: list[int], matched_stop: str | None) -> str:
-        """The final text: all of ids decoded, cut before `matched_stop` when it ended the output."""
+        """The final text: all of ids decoded, cut before `matched_stop` if that ended it."""
         text = self.decode(ids)
         if matched_stop:
             idx = text.find(matched_stop)
