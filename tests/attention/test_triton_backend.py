@@ -101,6 +101,38 @@ def test_decode_over_a_shared_prefix() -> None:
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_graph_metadata_pads_rows_to_the_padding_slot() -> None:
+    """The CUDA-graph path's buffers, run eagerly: a decode batch of 3 planned into size 4,
+    forwarded through the static batch of the capture; real rows match torch_native."""
+    torch.manual_seed(0)
+    h, hkv, d, bs = 4, 2, 16, 4
+    layer = AttentionLayer(layer_id=0, num_heads=h, num_kv_heads=hkv, head_dim=d, scaling=0.25)
+    pools = _pools(hkv, d, torch.float32)
+    tri = TritonAttnBackend(DEVICE, num_heads=h, num_kv_heads=hkv, head_dim=d)
+    tri.init_cuda_graph_state(max_bs=bs, max_num_indices=bs * 512)
+    static = pools.make_batch([1] * bs, [1] * bs, tri)  # stands in for the runner's buffers
+    static.out_loc.zero_()  # padding slot 0, as the graph runner's padded rows
+    tri.init_forward_metadata_capture(static)
+    pools.reset()
+    fb = pools.make_batch([33, 2, 70], [1, 1, 1], tri)
+    q, k, v = (torch.randn(3, n * d, device=DEVICE) for n in (h, hkv, hkv))
+    native = TorchNativeAttnBackend(DEVICE)
+    native.init_forward_metadata(fb)
+    want = native.forward(q, k, v, layer, fb)  # stores k/v at fb.out_loc
+    tri.init_forward_metadata_replay(fb, bs)
+    assert tri.metadata.kv_indptr.tolist() == [0, 34, 37, 108, 109]
+    static.out_loc[:3] = fb.out_loc
+    pad = torch.zeros(1, h * d, device=DEVICE)
+    got = tri.forward(
+        torch.cat([q, pad]),
+        torch.cat([k, pad[:, : hkv * d]]),
+        torch.cat([v, pad[:, : hkv * d]]),
+        layer,
+        static,
+    )
+    torch.testing.assert_close(got[:3], want, rtol=1e-4, atol=1e-4)
+
+
 def test_engine_greedy_equals_torch_native(tiny_llama_path) -> None:
     """A tiny Llama through the Engine (shared prefixes hit the radix cache): same tokens."""
     from radixrt import Engine

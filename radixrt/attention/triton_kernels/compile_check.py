@@ -31,7 +31,7 @@ def kernel_variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any], in
         bd = max(16, triton.next_power_of_2(d))
         prec = ea.dot_precision_name(dt == "fp32")
         ptr = _DTYPES[dt]
-        sig = {"Q": ptr, "K_buf": ptr, "V_buf": ptr, "O": ptr}
+        sig = {"Q": ptr, "K_buf": ptr, "V_buf": ptr, "Out": ptr}
         sig |= {"qo_indptr": "*i32", "kv_indptr": "*i32", "kv_indices": "*i32", "sm_scale": "fp32"}
         sig |= {f"stride_{s}": "i32" for s in _EXTEND_STRIDES}
         consts = dict(
@@ -59,7 +59,7 @@ def kernel_variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any], in
         )
         out.append((f"decode split {dt} d{d} g{group}", da._decode_split_kernel, sig, consts, 4))
 
-        sig = {"Mid_O": "*fp32", "Mid_LSE": "*fp32", "O": ptr, "kv_indptr": "*i32"}
+        sig = {"Mid_O": "*fp32", "Mid_LSE": "*fp32", "Out": ptr, "kv_indptr": "*i32"}
         sig |= {"stride_ob": "i32", "stride_oh": "i32"}
         consts = dict(
             NUM_HEADS=8 * group, HEAD_DIM=d, BLOCK_D=bd, BLOCK_N=da.BLOCK_N, NUM_SPLITS=6, BLOCK_S=8

@@ -89,7 +89,7 @@ def _decode_split_kernel(
 def _decode_merge_kernel(
     Mid_O,  # (B, H, NUM_SPLITS, D) float32
     Mid_LSE,  # (B, H, NUM_SPLITS) float32
-    O,  # (B, H, D)
+    Out,  # (B, H, D)
     kv_indptr,  # (B+1,) int32
     stride_ob,
     stride_oh,
@@ -114,8 +114,8 @@ def _decode_merge_kernel(
     o = tl.load(o_ptrs, mask=has_keys[:, None] & mask_d[None, :], other=0.0)  # (BS, BD)
     w = tl.exp(lse - tl.max(lse, 0))  # (BS,), 0 for empty splits
     acc = tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)  # (BD,)
-    o_ptrs = O + b * stride_ob + h * stride_oh + offs_d
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=mask_d)
+    o_ptrs = Out + b * stride_ob + h * stride_oh + offs_d
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=mask_d)
 
 
 def decode_attention_fwd(

@@ -17,7 +17,7 @@ def _extend_kernel(
     Q,  # (T, H, D)
     K_buf,  # (num_slots, Hkv, D)
     V_buf,  # (num_slots, Hkv, D)
-    O,  # (T, H, D)
+    Out,  # (T, H, D)
     qo_indptr,  # (B+1,) int32
     kv_indptr,  # (B+1,) int32
     kv_indices,  # (sum(seq_lens),) int32
@@ -81,8 +81,8 @@ def _extend_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     acc = acc / l_i[:, None]
-    o_ptrs = O + (q_start + offs_m)[:, None] * stride_ot + h * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+    o_ptrs = Out + (q_start + offs_m)[:, None] * stride_ot + h * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
 
 
 def extend_attention_fwd(
