@@ -8,11 +8,21 @@ imported: `INTERPRETED` records which.
 
 from __future__ import annotations
 
+import os
+
 import triton
 
 from radixrt.attention.triton_kernels.decode_attention import decode_attention_fwd
 from radixrt.attention.triton_kernels.extend_attention import extend_attention_fwd
 
-INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
+
+def _interpreted() -> bool:
+    knobs = getattr(triton, "knobs", None)  # triton >= 3.4; older ones read the variable
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+INTERPRETED: bool = _interpreted()
 
 __all__ = ["INTERPRETED", "decode_attention_fwd", "extend_attention_fwd"]

@@ -1,7 +1,8 @@
 """Compile every Triton attention kernel to a cubin for sm_90 and sm_80 without a GPU, so CI
 catches what the CPU interpreter cannot (layout, dot-shape and type errors of real codegen).
 
-`python -m radixrt.attention.triton_kernels.compile_check` (needs TRITON_INTERPRET unset).
+`python -m radixrt.attention.triton_kernels.compile_check` (needs TRITON_INTERPRET unset and
+triton >= 3.4, whose ASTSource takes `constexprs`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from radixrt.attention.triton_kernels import INTERPRETED
 from radixrt.attention.triton_kernels import decode_attention as da
 from radixrt.attention.triton_kernels import extend_attention as ea
 
@@ -70,7 +72,7 @@ def kernel_variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any], in
 
 def compile_all(arch: int) -> list[str]:
     """Compile every variant for sm_{arch}; returns their labels; raises on the first error."""
-    if triton.knobs.runtime.interpret:
+    if INTERPRETED:
         raise RuntimeError("TRITON_INTERPRET is set: the kernels were not built for codegen")
     done = []
     for label, kernel, sig, consts, num_warps in kernel_variants():
