@@ -11,6 +11,7 @@ replay; padded rows attend to the padding slot alone.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -237,7 +238,7 @@ def _indptr(lens: list[int]) -> torch.Tensor:
 
 def _import_kernels() -> ModuleType:
     try:
-        from radixrt.attention import triton_kernels
+        triton_kernels = importlib.import_module("radixrt.attention.triton_kernels")
     except ImportError as e:
         raise ImportError(
             f"the triton attention backend needs the triton package ({e}); install it "
