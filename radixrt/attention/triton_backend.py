@@ -76,6 +76,7 @@ class TritonAttnBackend(BaseAttnBackend):
         scaling: float | None = None,
         num_kv_splits: int = NUM_KV_SPLITS,
     ) -> None:
+        del scaling  # each layer carries its own (AttentionLayer.scaling)
         self.device = torch.device(device)
         self._kernels = _import_kernels()
         if self.device.type != "cuda" and not self._kernels.INTERPRETED:

@@ -13,7 +13,9 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # must precede the first import of the kernels
+# Triton reads the variable when a kernel is defined and again when it is launched, so it
+# stays set for the session (only triton's interpreter reads it).
+if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
