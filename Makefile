@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint compile-cuda clean-venv
+.PHONY: demo test install lint compile-cuda test-triton clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ test: $(STAMP)
 compile-cuda: $(STAMP)
 	$(PY) -m pytest -q tests/kernels/test_kernel_compile.py
 	$(PY) -m radixrt.kernels
+
+# Install triton (the `gpu` extra) and run the triton attention backend's tests: its kernels
+# under Triton's CPU interpreter against torch_native, and compiled for sm_90/sm_80 (no GPU).
+test-triton: $(STAMP)
+	$(PIP) install -q -e '.[gpu]'
+	$(PY) -m pytest -q tests/attention/test_triton_backend.py tests/attention/test_triton_registry.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check radixrt lang tests

@@ -22,7 +22,7 @@ class ModelConfig:
     context_length: int | None = None  # None: the model's max_position_embeddings
     attention_backend: str | None = None  # None: the best available for the device
     tp_size: int = 1
-    disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer on CUDA only)
+    disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer, triton on CUDA)
     cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
 
     def __post_init__(self) -> None:

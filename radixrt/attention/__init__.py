@@ -16,14 +16,16 @@ if TYPE_CHECKING:
 ATTENTION_BACKENDS: dict[str, str] = {
     "torch_native": "radixrt.attention.torch_native:TorchNativeAttnBackend",
     "flashinfer": "radixrt.attention.flashinfer_backend:FlashInferAttnBackend",
+    "triton": "radixrt.attention.triton_backend:TritonAttnBackend",
 }
 
 _FLASHINFER_DTYPES = ("float16", "bfloat16")
 
 
 def default_backend(device: object, dtype: object = None) -> str:
-    """Backend used when none is named: flashinfer on CUDA in 16-bit dtypes if it imports, else
-    torch_native. `device` and `dtype` may be torch objects or their strings."""
+    """Backend used when none is named: on CUDA in 16-bit dtypes flashinfer if it imports, else
+    triton if it imports; torch_native otherwise. `device` and `dtype` may be torch objects or
+    their strings."""
     if str(device).split(":")[0] != "cuda":
         return "torch_native"
     if dtype is not None and str(dtype).removeprefix("torch.") not in _FLASHINFER_DTYPES:
@@ -31,8 +33,14 @@ def default_backend(device: object, dtype: object = None) -> str:
     try:
         import flashinfer  # noqa: F401
     except Exception:  # not installed, or unusable here (ABI, CUDA): fall back quietly
+        pass
+    else:
+        return "flashinfer"
+    try:
+        import triton  # noqa: F401
+    except Exception:
         return "torch_native"
-    return "flashinfer"
+    return "triton"
 
 
 def get_attention_backend_cls(name: str) -> type[BaseAttnBackend]:

@@ -4,8 +4,9 @@ Stages run in order, each on its own: a failing stage prints its traceback and t
 starts. (1) env, (2) install FlashInfer from .whl/ when `import flashinfer` fails, (3) build the
 csrc extension, (4) warm FlashInfer's kernels up, (5) `pytest -m gpu`, (6) greedy SmolLM2 through
 Engine with flashinfer vs torch_native (when a converted folder exists), (7) correctness: random
-models' logits per backend and with CUDA graphs against a float32 reference, (8) Llama-3-8B-shaped
-throughput (CUDA graphs on and off) beside the roofline, (9) the shared-prefix workload with the
+models' logits per backend (flashinfer, triton) and with CUDA graphs against a float32
+reference, (8) Llama-3-8B-shaped throughput (CUDA graphs on and off; flashinfer, triton,
+torch_native) beside the roofline, (9) the shared-prefix workload with the
 radix cache on and off. A short table is printed last; DIR gets gpu_check.log, pytest_gpu.log
 and summary.json.
 `--dry-run` runs the same logic on CPU with tiny sizes (CI runs it).
@@ -140,7 +141,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--bench-backends",
-        default="flashinfer+graph,flashinfer,torch_native",
+        default="flashinfer+graph,flashinfer,triton+graph,triton,torch_native",
         help="'+graph': decode through CUDA graphs",
     )
     p.add_argument("--pytest-args", default=None, help="override the pytest arguments")

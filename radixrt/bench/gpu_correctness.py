@@ -40,7 +40,15 @@ MAX_ERR_RATIO = 2.0
 ERR_FLOOR = 5e-3
 MAX_ROW_ERR_RATIO = 3.0  # per request, where one row's noise varies more
 ROW_ERR_FLOOR = 2e-2
-_SHORT = {"torch_native_bf16": "tn", "flashinfer_bf16": "fi", "flashinfer_graph": "fi+graph"}
+_SHORT = {
+    "torch_native_bf16": "tn",
+    "flashinfer_bf16": "fi",
+    "flashinfer_graph": "fi+graph",
+    "triton_bf16": "tri",
+    "triton_graph": "tri+graph",
+}
+# (eager configuration, its CUDA-graph twin) per backend that runs under graphs.
+_GRAPH_PAIRS = (("flashinfer_bf16", "flashinfer_graph"), ("triton_bf16", "triton_graph"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +218,8 @@ def compare(ref: RunOutput, forced: RunOutput, free: RunOutput) -> dict[str, Any
 
 
 def stage_correctness(c: Check, d: dict[str, Any]) -> str:
-    """Random SmolLM2 and 2-layer Llama-3-8B shapes; flag flashinfer (or graphs) if their error
-    against float32 is over twice torch_native bf16's."""
+    """Random SmolLM2 and 2-layer Llama-3-8B shapes; flag flashinfer or triton (or graphs) if
+    their error against float32 is over twice torch_native bf16's."""
     from radixrt.bench.gpu_model_stages import free_memory
 
     if c.dry_run:
@@ -267,6 +275,8 @@ def _check_model(
     if device.type == "cuda":  # the dry run has torch_native bf16 on CPU only
         configs["flashinfer_bf16"] = ("flashinfer", False)
         configs["flashinfer_graph"] = ("flashinfer", True)
+        configs["triton_bf16"] = ("triton", False)
+        configs["triton_graph"] = ("triton", True)
     out: dict[str, Any] = {"configs": {}, "ref_tokens": ref.tokens}
     forced_runs: dict[str, RunOutput] = {}
     errors: list[str] = []
@@ -285,14 +295,17 @@ def _check_model(
         c.log(f"  {name} {label}: " + _fmt(res))
         del runner
     out["flags"] = errors + _flags(out["configs"])
-    if {"flashinfer_graph", "flashinfer_bf16"} <= set(forced_runs):  # same but padding/splits
-        graph_run, eager_run = forced_runs["flashinfer_graph"], forced_runs["flashinfer_bf16"]
-        pairs = zip(graph_run.logits[1:], eager_run.logits[1:], strict=True)
+    for eager, graph in _GRAPH_PAIRS:  # the same kernels but padding/splits
+        if not {eager, graph} <= set(forced_runs):
+            continue
+        pairs = zip(forced_runs[graph].logits[1:], forced_runs[eager].logits[1:], strict=True)
         worst = max((_total_err(a, b) for a, b in pairs), default=0.0)
-        out["graph_vs_eager_decode_err_max"] = worst
-        c.log(f"  {name} graph vs eager flashinfer, decode logits: max rel err {worst:.2e}")
-        if out["configs"]["flashinfer_graph"]["graph_replays"] == 0:
-            out["flags"].append("flashinfer_graph never replayed a CUDA graph")
+        backend = eager.removesuffix("_bf16")
+        key = "graph_vs_eager_decode_err_max" + ("" if backend == "flashinfer" else f"_{backend}")
+        out[key] = worst
+        c.log(f"  {name} graph vs eager {backend}, decode logits: max rel err {worst:.2e}")
+        if out["configs"][graph]["graph_replays"] == 0:
+            out["flags"].append(f"{graph} never replayed a CUDA graph")
     return out
 
 
@@ -310,9 +323,14 @@ def _runner(model: Any, backend: str, graphs: bool) -> ModelRunner:
 
 
 def _flags(cfgs: dict[str, dict[str, Any]]) -> list[str]:
-    """Errors over MAX_ERR_RATIO x the baseline's (and ERR_FLOOR): flashinfer against
-    torch_native bf16, graphs against eager flashinfer."""
-    pairs = [("flashinfer_bf16", "torch_native_bf16"), ("flashinfer_graph", "flashinfer_bf16")]
+    """Errors over MAX_ERR_RATIO x the baseline's (and ERR_FLOOR): flashinfer and triton
+    against torch_native bf16, graphs against their eager backend."""
+    pairs = [
+        ("flashinfer_bf16", "torch_native_bf16"),
+        ("flashinfer_graph", "flashinfer_bf16"),
+        ("triton_bf16", "torch_native_bf16"),
+        ("triton_graph", "triton_bf16"),
+    ]
     flags = []
     for got, base in pairs:
         if got not in cfgs or base not in cfgs:

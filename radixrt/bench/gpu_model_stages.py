@@ -100,7 +100,7 @@ def stage_bench(c: Check, d: dict[str, Any], args: argparse.Namespace) -> str:
     names = [
         n
         for n in args.bench_backends.split(",")
-        if device.type == "cuda" or not n.startswith("flashinfer")
+        if device.type == "cuda" or not n.startswith(("flashinfer", "triton"))
     ]
     rows: list[dict[str, Any]] = []
     for name in names:

@@ -4,7 +4,7 @@ A decode step of B requests replays the graph of the smallest captured size bs >
 are copied into static buffers first; rows B..bs-1 are padding: token 0 at position 0, its
 K/V written to the pool's padding slot 0 and attending to slot 0 alone, its logits dropped.
 Slot 0 therefore holds garbage after a replay, which is why only backends that never read
-slot 0 for a real request (flashinfer, not torch_native) implement GraphAttnBackend.
+slot 0 for a real request (flashinfer, triton; not torch_native) implement GraphAttnBackend.
 """
 
 from __future__ import annotations
