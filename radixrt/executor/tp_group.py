@@ -1,0 +1,159 @@
+"""Rank 0's side of a tensor-parallel group: start the other ranks and watch them.
+
+Process layout for `--tp N` on one host: the process holding rank 0 (the scheduler process,
+or the Engine's) starts ranks 1..N-1 as `radixrt.executor.tp_worker` children. With
+`--nnodes M` each host starts N/M consecutive ranks; node 0 holds rank 0. All ranks meet at
+a torch.distributed TCP store (`--dist-init-addr`, else a free port on 127.0.0.1).
+
+A rank that exits while the group is up is logged and `on_rank_exit` runs (the scheduler
+process exits at once, so the HTTP process notices); children die with their parent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import msgspec
+import torch
+
+from radixrt.config import CacheConfig, ModelConfig
+from radixrt.distributed.comm import BaseComm, NullComm, TorchDistComm, connect_store
+from radixrt.executor.tp_worker import TPWorkerArgsMsg
+
+logger = logging.getLogger("radixrt")
+
+_WATCH_S = 0.2
+_JOIN_KEY = "radixrt/joined/{}"
+
+
+class NullTPGroup:
+    """tp=1: no other ranks."""
+
+    comm: BaseComm = NullComm()
+    on_rank_exit: Callable[[str], None] = staticmethod(lambda reason: None)
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+class TPGroup(NullTPGroup):
+    """Rank 0 with its local worker processes; `comm` links all ranks."""
+
+    def __init__(self, model_config: ModelConfig, cache_config: CacheConfig,
+                 max_running_requests: int, device: object, log_level: str = "info") -> None:
+        tp, nnodes = model_config.tp_size, model_config.nnodes
+        init_addr = model_config.dist_init_addr or f"127.0.0.1:{_free_port()}"
+        store = connect_store(init_addr, is_master=True)
+        self.on_rank_exit = _stop_group
+        self._stopping = False
+        self.comm = NullComm()
+        self.procs = start_ranks(model_config, cache_config, max_running_requests,
+                                 range(1, tp // nnodes), init_addr, log_level)
+        self._threads = torch.get_num_threads()  # restored at stop (the Engine's process)
+        torch.set_num_threads(threads_per_rank(model_config))
+        try:
+            self._wait_joined(store, tp)
+            self.comm = TorchDistComm(store, 0, tp, device)
+        except BaseException:
+            self.stop()
+            raise
+        self._watch = threading.Thread(target=self._watch_ranks, name="tp-watch", daemon=True)
+        self._watch.start()
+
+    def stop(self) -> None:
+        """Terminate the local ranks (after rank 0 sent them stop, they exit by themselves)."""
+        self._stopping = True
+        stop_procs(self.procs)
+        if isinstance(self.comm, TorchDistComm):
+            self.comm.shutdown()
+        torch.set_num_threads(self._threads)
+
+    def _wait_joined(self, store: object, tp: int) -> None:
+        keys = [_JOIN_KEY.format(r) for r in range(1, tp)]
+        while not store.check(keys):  # type: ignore[attr-defined]
+            for rank, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"tensor-parallel rank {rank} exited with status {proc.returncode} "
+                        "before joining the group (see its log above)")
+            time.sleep(0.05)
+
+    def _watch_ranks(self) -> None:
+        while not self._stopping:
+            for rank, proc in self.procs.items():
+                if proc.poll() is not None and not self._stopping:
+                    reason = (f"tensor-parallel rank {rank} (pid {proc.pid}) exited with status "
+                              f"{proc.returncode}; stopping")
+                    logger.error(reason)
+                    self.on_rank_exit(reason)
+                    return
+            time.sleep(_WATCH_S)
+
+
+def announce_joined(store: object, rank: int) -> None:
+    """A worker rank: tell rank 0 it reached the store."""
+    store.set(_JOIN_KEY.format(rank), "1")  # type: ignore[attr-defined]
+
+
+def start_ranks(model_config: ModelConfig, cache_config: CacheConfig, max_running_requests: int,
+                ranks: range, init_addr: str, log_level: str) -> dict[int, subprocess.Popen]:
+    """Spawn `ranks` as tp_worker processes of this host; returns rank -> process."""
+    threads = threads_per_rank(model_config)
+    procs = {}
+    for rank in ranks:
+        args = TPWorkerArgsMsg(model_config, cache_config, max_running_requests, rank, init_addr,
+                               threads, log_level)
+        cmd = [sys.executable, "-m", "radixrt.executor.tp_worker",
+               msgspec.json.encode(args).decode()]
+        procs[rank] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    return procs
+
+
+def threads_per_rank(model_config: ModelConfig) -> int:
+    """torch CPU threads for each rank: this host's cores shared among its ranks."""
+    local = model_config.tp_size // model_config.nnodes
+    return max(1, (os.cpu_count() or 1) // local)
+
+
+def stop_procs(procs: dict[int, subprocess.Popen], timeout_s: float = 5.0) -> None:
+    """Terminate the processes still running, then kill those that outlive `timeout_s`."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    for proc in procs.values():
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def exit_with_parent() -> None:
+    """On Linux, get SIGTERM when the parent process dies."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop_group(reason: str) -> None:
+    """Default on a dead rank: nothing more here; rank 0's next collective fails."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
