@@ -26,8 +26,8 @@ def load_llama_weights(model: nn.Module, weights: Iterable[tuple[str, Any]]) -> 
     params = dict(model.named_parameters())
     if part.tp_size > 1:  # vocabulary padding rows of the last rank stay zero
         with torch.no_grad():
-            for name in ("model.embed_tokens.weight", "lm_head.weight"):
-                params[name].zero_()
+            model.model.embed_tokens.weight.zero_()
+            model.lm_head.weight.zero_()
     loaded: set[str] = set()
     for name, tensor in weights:
         if "rotary_emb.inv_freq" in name:

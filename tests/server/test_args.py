@@ -49,7 +49,7 @@ def test_the_issue_flags_exist_and_parse() -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    ["--tp", "2"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
+    ["--tp", "2", "--nnodes", "3"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
     ["--mem-fraction-static", "1.5"], ["--max-total-tokens", "x"], ["--log-level", "loud"],
 ])
 def test_bad_flags_exit_with_a_usage_error(argv: list[str], capsys) -> None:
