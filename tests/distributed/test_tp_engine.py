@@ -1,0 +1,65 @@
+"""Engine(tp_size=2) against tp_size=1 on tiny random Llamas, and two "nodes" on one host."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from radixrt.engine import Engine
+from conftest import _make_tiny, assert_pool_whole
+
+PROMPTS = [[1, 450, 7483, 310, 3444, 338], [1, 9038, 2501, 263, 931, 727, 471, 263, 2319]]
+GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module", params=[4, 1], ids=["4-kv-heads", "1-kv-head"])
+def tiny_path(request, tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """4 query heads with 4 KV heads (split 2 + 2) or 1 KV head (copied to both ranks)."""
+    kv = request.param
+    return _make_tiny(tmp_path_factory.mktemp(f"tiny_kv{kv}"), smollm2_path, "llama",
+                      num_key_value_heads=kv)
+
+
+def generate_twice(engine: Engine) -> tuple[list[list[int]], list[dict]]:
+    first = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    second = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    assert [o["output_ids"] for o in second] == [o["output_ids"] for o in first]
+    return [o["output_ids"] for o in first], [o["meta_info"] for o in second]
+
+
+def test_tp2_greedy_equals_tp1_and_the_radix_cache_hits(tiny_path: Path) -> None:
+    with Engine(str(tiny_path), max_total_tokens=1024) as engine:
+        want, _ = generate_twice(engine)
+    with Engine(str(tiny_path), tp_size=2, max_total_tokens=1024) as engine:
+        got, meta = generate_twice(engine)
+        assert engine.scheduler.runner.token_to_kv_pool.num_kv_heads == max(
+            engine.scheduler.runner.arch.num_key_value_heads // 2, 1)
+        assert_pool_whole(engine)
+    assert got == want
+    assert all(m["cached_tokens"] == len(p) - 1 for m, p in zip(meta, PROMPTS))
+
+
+def test_two_nodes_on_one_host(tiny_llama_path: Path) -> None:
+    """Node 1 is `launch_server --node-rank 1` (its rank, no HTTP); node 0 an Engine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{s.getsockname()[1]}"
+    flags = ["--tp", "2", "--nnodes", "2", "--dist-init-addr", addr, "--max-total-tokens", "1024"]
+    node1 = subprocess.Popen([sys.executable, "-m", "radixrt.launch_server", "--model-path",
+                              str(tiny_llama_path), "--node-rank", "1", *flags])
+    try:
+        with Engine(str(tiny_llama_path), max_total_tokens=1024) as engine:
+            want = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+        with Engine(str(tiny_llama_path), tp_size=2, nnodes=2, node_rank=0,
+                    dist_init_addr=addr, max_total_tokens=1024) as engine:
+            got = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+            assert_pool_whole(engine)
+        assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
+        assert node1.wait(30) == 0  # rank 0 sent stop; node 1 ends by itself
+    finally:
+        node1.kill()
+        node1.wait()
