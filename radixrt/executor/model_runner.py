@@ -36,13 +36,14 @@ _CPU_MEM_FRACTION = 0.25
 _CUDA_MEM_FRACTION = 0.85
 
 
-def resolve_device(name: str, rank: int = 0) -> torch.device:
-    """The device named by ModelConfig.device; tensor-parallel rank r uses CUDA device r."""
+def resolve_device(name: str, rank: int | None = None) -> torch.device:
+    """The device named by ModelConfig.device; tensor-parallel rank r (not None) uses CUDA
+    device r modulo the devices this host has."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
-    if name == "cuda":
+    if name == "cuda" and rank is not None:
         return torch.device("cuda", rank % torch.cuda.device_count())
     return torch.device(name)
 
@@ -96,7 +97,8 @@ class ModelRunner:
         group.stop()
 
     def _init_device(self) -> None:
-        self.device = resolve_device(self.model_config.device, self.comm.rank)
+        rank = self.comm.rank if self.model_config.tp_size > 1 else None
+        self.device = resolve_device(self.model_config.device, rank)
         name = self.model_config.dtype
         if name == "auto":
             name = "bfloat16" if self.device.type == "cuda" else "float32"

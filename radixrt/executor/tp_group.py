@@ -39,6 +39,12 @@ class NullTPGroup:
 
     comm: BaseComm = NullComm()
     on_rank_exit: Callable[[str], None] = staticmethod(lambda reason: None)
+    procs: dict[int, subprocess.Popen] = {}
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Process ids of this host's other ranks."""
+        return tuple(p.pid for p in self.procs.values())
 
     def stop(self) -> None:
         """Nothing to stop."""

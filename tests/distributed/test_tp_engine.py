@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import _make_tiny, assert_pool_whole
 
 from radixrt.engine import Engine
-from conftest import _make_tiny, assert_pool_whole
 
 PROMPTS = [[1, 450, 7483, 310, 3444, 338], [1, 9038, 2501, 263, 931, 727, 471, 263, 2319]]
 GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
