@@ -114,6 +114,10 @@ class ModelRunner:
         cls = get_model_cls(self.arch.architecture)
         tp = self.model_config.tp_size
         check_tp_size(self.arch, tp)
+        local = tp // self.model_config.nnodes
+        if tp > 1 and self.device.type == "cuda" and local > torch.cuda.device_count():
+            raise ValueError(f"--tp {tp} needs {local} CUDA devices on this host, "
+                             f"torch sees {torch.cuda.device_count()}")
         if tp > 1 and self.comm.world_size == 1:  # rank 0: start the other ranks
             level = logging.getLevelName(logger.getEffectiveLevel()).lower()
             self.tp_group = TPGroup(self.model_config, self.cache_config, max_running_requests,
