@@ -38,6 +38,8 @@ class NullTPGroup:
     """tp=1: no other ranks."""
 
     comm: BaseComm = NullComm()
+    # Runs on the watch thread once a rank has died (after the log line). By default nothing
+    # more: rank 0's next collective raises. The scheduler process exits instead.
     on_rank_exit: Callable[[str], None] = staticmethod(lambda reason: None)
     procs: dict[int, subprocess.Popen] = {}
 
@@ -58,7 +60,6 @@ class TPGroup(NullTPGroup):
         tp, nnodes = model_config.tp_size, model_config.nnodes
         init_addr = model_config.dist_init_addr or f"127.0.0.1:{_free_port()}"
         store = connect_store(init_addr, is_master=True)
-        self.on_rank_exit = _stop_group
         self._stopping = False
         self.comm = NullComm()
         self.procs = start_ranks(model_config, cache_config, max_running_requests,
@@ -153,10 +154,6 @@ def exit_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
-
-def _stop_group(reason: str) -> None:
-    """Default on a dead rank: nothing more here; rank 0's next collective fails."""
 
 
 def _free_port() -> int:
