@@ -66,13 +66,15 @@ class NullComm(BaseComm):
         return value
 
 
-def connect_store(init_addr: str, is_master: bool) -> Any:
+def connect_store(
+    init_addr: str, is_master: bool, timeout: datetime.timedelta = _COLLECTIVE_TIMEOUT
+) -> Any:
     """The rendezvous key-value store at host:port (rank 0 serves it, the others connect)."""
     import torch.distributed as dist
 
     host, _, port = init_addr.rpartition(":")
     return dist.TCPStore(host, int(port), is_master=is_master, wait_for_workers=False,
-                         timeout=_COLLECTIVE_TIMEOUT)
+                         timeout=timeout)
 
 
 class TorchDistComm(BaseComm):

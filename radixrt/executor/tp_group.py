@@ -11,6 +11,7 @@ process exits at once, so the HTTP process notices); children die with their par
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import signal
@@ -31,7 +32,9 @@ from radixrt.executor.tp_worker import TPWorkerArgsMsg
 logger = logging.getLogger("radixrt")
 
 _WATCH_S = 0.2
+_STOP_GRACE_S = 2.0  # after stop was broadcast, time for the ranks to leave by themselves
 _JOIN_KEY = "radixrt/joined/{}"
+_FAILED_KEY = "radixrt/failed"  # set by another host's launcher when one of its ranks dies
 
 
 class NullTPGroup:
@@ -59,7 +62,7 @@ class TPGroup(NullTPGroup):
                  max_running_requests: int, device: object, log_level: str = "info") -> None:
         tp, nnodes = model_config.tp_size, model_config.nnodes
         init_addr = model_config.dist_init_addr or f"127.0.0.1:{_free_port()}"
-        store = connect_store(init_addr, is_master=True)
+        self._store = store = connect_store(init_addr, is_master=True)
         self._stopping = False
         self.comm = NullComm()
         self.procs = start_ranks(model_config, cache_config, max_running_requests,
@@ -76,8 +79,14 @@ class TPGroup(NullTPGroup):
         self._watch.start()
 
     def stop(self) -> None:
-        """Terminate the local ranks (after rank 0 sent them stop, they exit by themselves)."""
+        """Wait briefly for the local ranks to leave (after rank 0 sent them stop), then
+        terminate those still running."""
         self._stopping = True
+        deadline = time.monotonic() + _STOP_GRACE_S
+        while any(p.poll() is None for p in self.procs.values()) and (
+            isinstance(self.comm, TorchDistComm) and time.monotonic() < deadline
+        ):
+            time.sleep(0.02)
         stop_procs(self.procs)
         if isinstance(self.comm, TorchDistComm):
             self.comm.shutdown()
@@ -95,19 +104,35 @@ class TPGroup(NullTPGroup):
 
     def _watch_ranks(self) -> None:
         while not self._stopping:
-            for rank, proc in self.procs.items():
-                if proc.poll() is not None and not self._stopping:
-                    reason = (f"tensor-parallel rank {rank} (pid {proc.pid}) exited with status "
-                              f"{proc.returncode}; stopping")
-                    logger.error(reason)
-                    self.on_rank_exit(reason)
-                    return
+            reason = self._failure()
+            if reason is not None and not self._stopping:
+                logger.error(reason)
+                self.on_rank_exit(reason)
+                return
             time.sleep(_WATCH_S)
+
+    def _failure(self) -> str | None:
+        for rank, proc in self.procs.items():
+            if proc.poll() is not None:
+                return (f"tensor-parallel rank {rank} (pid {proc.pid}) exited with status "
+                        f"{proc.returncode}; stopping")
+        if self._store.check([_FAILED_KEY]):
+            return f"{self._store.get(_FAILED_KEY).decode()}; stopping"
+        return None
 
 
 def announce_joined(store: object, rank: int) -> None:
     """A worker rank: tell rank 0 it reached the store."""
     store.set(_JOIN_KEY.format(rank), "1")  # type: ignore[attr-defined]
+
+
+def report_failure(init_addr: str, reason: str) -> None:
+    """Another host: tell rank 0 (through the store) that one of this host's ranks died."""
+    try:
+        store = connect_store(init_addr, is_master=False, timeout=datetime.timedelta(seconds=5))
+        store.set(_FAILED_KEY, reason)
+    except Exception as e:  # noqa: BLE001 - rank 0 may be gone already
+        logger.warning("could not report the failure to rank 0: %s", e)
 
 
 def start_ranks(model_config: ModelConfig, cache_config: CacheConfig, max_running_requests: int,

@@ -12,7 +12,7 @@ import signal
 import time
 from types import FrameType
 
-from radixrt.executor.tp_group import start_ranks, stop_procs
+from radixrt.executor.tp_group import report_failure, start_ranks, stop_procs
 from radixrt.server.args import ServerArgs
 
 logger = logging.getLogger("radixrt")
@@ -43,8 +43,10 @@ def run_tp_node(args: ServerArgs) -> int:
             failed = {r: rc for r, rc in ended.items() if rc != 0}
             if failed:
                 rank, rc = next(iter(failed.items()))
-                logger.error("tensor-parallel rank %d exited with status %d; stopping node %d",
-                             rank, rc, m.node_rank)
+                reason = (f"tensor-parallel rank {rank} on node {m.node_rank} exited with "
+                          f"status {rc}")
+                logger.error("%s; stopping this node", reason)
+                report_failure(m.dist_init_addr, reason)
                 return 1
             if len(ended) == len(procs):
                 logger.info("node %d: every rank stopped", m.node_rank)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -43,14 +46,19 @@ def test_tp2_greedy_equals_tp1_and_the_radix_cache_hits(tiny_path: Path) -> None
     assert all(m["cached_tokens"] == len(p) - 1 for m, p in zip(meta, PROMPTS))
 
 
-def test_two_nodes_on_one_host(tiny_llama_path: Path) -> None:
-    """Node 1 is `launch_server --node-rank 1` (its rank, no HTTP); node 0 an Engine."""
+def start_node1(model_path: Path) -> tuple[subprocess.Popen, str]:
+    """`launch_server --node-rank 1` (rank 1, no HTTP) and the address node 0 must serve."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
     flags = ["--tp", "2", "--nnodes", "2", "--dist-init-addr", addr, "--max-total-tokens", "1024"]
-    node1 = subprocess.Popen([sys.executable, "-m", "radixrt.launch_server", "--model-path",
-                              str(tiny_llama_path), "--node-rank", "1", *flags])
+    return subprocess.Popen([sys.executable, "-m", "radixrt.launch_server", "--model-path",
+                             str(model_path), "--node-rank", "1", *flags]), addr
+
+
+def test_two_nodes_on_one_host(tiny_llama_path: Path) -> None:
+    """Node 1 is `launch_server --node-rank 1` (its rank, no HTTP); node 0 an Engine."""
+    node1, addr = start_node1(tiny_llama_path)
     try:
         with Engine(str(tiny_llama_path), max_total_tokens=1024) as engine:
             want = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
@@ -60,6 +68,22 @@ def test_two_nodes_on_one_host(tiny_llama_path: Path) -> None:
             assert_pool_whole(engine)
         assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
         assert node1.wait(30) == 0  # rank 0 sent stop; node 1 ends by itself
+    finally:
+        node1.kill()
+        node1.wait()
+
+
+def test_a_rank_lost_on_another_node_reaches_rank_0(tiny_llama_path: Path) -> None:
+    node1, addr = start_node1(tiny_llama_path)
+    try:
+        with Engine(str(tiny_llama_path), tp_size=2, nnodes=2, node_rank=0,
+                    dist_init_addr=addr, max_total_tokens=1024) as engine:
+            lost = threading.Event()
+            engine.scheduler.runner.tp_group.on_rank_exit = lambda reason: lost.set()
+            children = Path(f"/proc/{node1.pid}/task/{node1.pid}/children").read_text().split()
+            os.kill(int(children[0]), signal.SIGKILL)
+            assert node1.wait(30) == 1
+            assert lost.wait(10), "rank 0 did not hear of the lost rank"
     finally:
         node1.kill()
         node1.wait()
