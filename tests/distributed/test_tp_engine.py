@@ -19,12 +19,19 @@ PROMPTS = [[1, 450, 7483, 310, 3444, 338], [1, 9038, 2501, 263, 931, 727, 471, 2
 GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
 
 
-@pytest.fixture(scope="module", params=[4, 1], ids=["4-kv-heads", "1-kv-head"])
+MODELS = {  # id -> (kind, overrides)
+    "llama-4-kv-heads": ("llama", {"num_key_value_heads": 4}),  # KV heads split 2 + 2
+    "llama-1-kv-head": ("llama", {"num_key_value_heads": 1}),  # one KV head copied to both
+    # q/k/v biases, tied embeddings, and a vocabulary that leaves a padding row on rank 1
+    "qwen2-odd-vocab": ("qwen2", {"tie_word_embeddings": True, "vocab_size": 49153}),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
 def tiny_path(request, tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
-    """4 query heads with 4 KV heads (split 2 + 2) or 1 KV head (copied to both ranks)."""
-    kv = request.param
-    return _make_tiny(tmp_path_factory.mktemp(f"tiny_kv{kv}"), smollm2_path, "llama",
-                      num_key_value_heads=kv)
+    """Tiny random models with 4 query heads."""
+    kind, overrides = MODELS[request.param]
+    return _make_tiny(tmp_path_factory.mktemp(request.param), smollm2_path, kind, **overrides)
 
 
 def generate_twice(engine: Engine) -> tuple[list[list[int]], list[dict]]:
