@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -167,18 +166,6 @@ def stop_procs(procs: dict[int, subprocess.Popen], timeout_s: float = 5.0) -> No
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def exit_with_parent() -> None:
-    """On Linux, get SIGTERM when the parent process dies."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _free_port() -> int:

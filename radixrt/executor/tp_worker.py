@@ -9,14 +9,19 @@ rank 0 sends stop (exit 0) or a collective fails because a peer died (exit 1).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+import threading
+import time
 
 import msgspec
 
 from radixrt.config import CacheConfig, ModelConfig
 
 logger = logging.getLogger("radixrt")
+
+_PARENT_POLL_S = 0.5
 
 
 class TPWorkerArgsMsg(msgspec.Struct):
@@ -59,10 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s tp rank {args.rank}: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
-    from radixrt.executor.tp_group import exit_with_parent
-
-    exit_with_parent()
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     return run_worker(args)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit when the parent (rank 0's process, or another host's launcher) is gone. Polled
+    rather than PR_SET_PDEATHSIG, which fires when the spawning *thread* ends: an Engine made
+    on a short-lived thread would lose its ranks."""
+    while os.getppid() == parent_pid:
+        time.sleep(_PARENT_POLL_S)
+    logger.error("tensor-parallel rank's parent process %d is gone; exiting", parent_pid)
+    os._exit(1)
 
 
 if __name__ == "__main__":
