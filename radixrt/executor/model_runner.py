@@ -71,6 +71,7 @@ class ModelRunner:
         self.model_config = model_config
         self.cache_config = cache_config
         self.tp_group: NullTPGroup = NullTPGroup()
+        self._in_forward = False
         self.comm = comm or self.tp_group.comm
         self._init_device()
         try:
@@ -89,7 +90,7 @@ class ModelRunner:
     def shutdown(self) -> None:
         """Rank 0: stop the other ranks; no forward may follow. Nothing to do at tp=1."""
         group, self.tp_group = self.tp_group, NullTPGroup()
-        if group.comm.world_size > 1:
+        if group.comm.world_size > 1 and not self._in_forward:  # else the ranks are mid-pass
             try:
                 self.batch_link.send_stop()
             except RuntimeError as e:  # a rank already gone: the group is stopped below
@@ -255,8 +256,11 @@ class ModelRunner:
             extend_lens=[r.extend_len for r in batch.reqs],
             logits_indices=logits_indices,
         )
+        self._in_forward = True  # stays set if the pass raises: the ranks' collectives are torn
         self.batch_link.send(desc)
-        return self.forward_desc(desc)
+        logits = self.forward_desc(desc)
+        self._in_forward = False
+        return logits
 
     def forward_desc(self, d: BatchDesc) -> torch.Tensor:
         """Run one described pass: (N, vocab) float32 logits (the same on every rank)."""
