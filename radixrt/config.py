@@ -22,6 +22,9 @@ class ModelConfig:
     context_length: int | None = None  # None: the model's max_position_embeddings
     attention_backend: str | None = None  # None: the best available for the device
     tp_size: int = 1
+    nnodes: int = 1  # hosts that share the tp_size ranks, tp_size / nnodes each
+    node_rank: int = 0  # this host's index; node 0 holds rank 0 and the HTTP server
+    dist_init_addr: str | None = None  # host:port where the ranks meet; None: 127.0.0.1, any port
     disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer, triton on CUDA)
     cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
 
@@ -34,6 +37,12 @@ class ModelConfig:
             raise ValueError(f"context_length must be >= 2, got {self.context_length}")
         if self.tp_size < 1:
             raise ValueError(f"tp_size must be >= 1, got {self.tp_size}")
+        if self.nnodes < 1 or self.tp_size % self.nnodes:
+            raise ValueError(f"nnodes must divide tp_size {self.tp_size}, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank must be in [0, nnodes), got {self.node_rank}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs dist_init_addr (host:port of node 0)")
         if self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")
 

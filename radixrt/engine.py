@@ -90,6 +90,8 @@ class Engine:
         self._inbox.put(("stop", None))
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        if not self._thread.is_alive():  # collectives are the scheduler thread's until it ends
+            self.scheduler.runner.shutdown()
 
     def __enter__(self) -> Engine:
         return self

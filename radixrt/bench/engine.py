@@ -1,11 +1,13 @@
 """Prefill and decode throughput of radixrt against transformers, beside this machine's roofline.
 
-    python -m radixrt.bench.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32]
+    python -m radixrt.bench.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32] [--tp 2]
 
 radixrt runs on a scheduler stepped in this thread (no engine thread, radix cache off), so the
 timings are of steps alone: prefill = the one step that computes a prompt and samples its first
 token (best of --repeats); decode = steps in which every request of the batch decodes one token
 (median step; interference from other processes only ever adds time, in spikes).
+With --tp N the steps run on N tensor-parallel ranks (their CPU time counts as the benchmark's
+own), and the parameter and weight-byte counts are rank 0's shard.
 """
 
 from __future__ import annotations
@@ -100,18 +102,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure everything; print the tables and return them as a dict."""
     from radixrt.scheduler.builder import build_scheduler
 
-    machine, load = machine_info(), OtherLoad()
+    machine = machine_info()
     print(f"machine: {machine}", flush=True)
     roof = measure_roofline(args.copy_mib, args.matmul_n)
     max_batch, max_len = max(args.batch_sizes), max(args.prefill_lens)
     pool = max(max_len + 64, max_batch * (args.decode_prompt_len + args.decode_steps + 64))
     sched, _ = build_scheduler(
-        ModelConfig(args.model_path, dtype="float32", device="cpu"),
+        ModelConfig(args.model_path, dtype="float32", device="cpu", tp_size=args.tp),
         CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
         SchedulerConfig(
             max_running_requests=max(max_batch, 64), chunked_prefill_size=max(max_len, 2048)
         ),
     )
+    try:
+        return _run(sched, roof, machine, args)
+    finally:
+        sched.runner.shutdown()
+
+
+def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
+    load = OtherLoad(sched.runner.tp_group.pids)
     params = list(sched.runner.model.parameters())
     num_params = sum(p.numel() for p in params)
     weight_bytes = sum(p.numel() * p.element_size() for p in params)
@@ -142,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "roofline": roof.to_dict(),
         "num_params": num_params,
         "weight_bytes": weight_bytes,
+        "tp_size": args.tp,
         "repeats": args.repeats,
         "decode_prompt_len": args.decode_prompt_len,
         "decode_steps": args.decode_steps,
@@ -264,7 +275,7 @@ def _quietest(measure: Callable[[], _Row], args: argparse.Namespace) -> _Row:
 
 
 def _prefill_row(sched: Any, hf: Any, vocab: int, n: int, args: argparse.Namespace) -> PrefillRow:
-    load = OtherLoad()
+    load = OtherLoad(sched.runner.tp_group.pids)
     ids = random_prompts(1, n, vocab, args.seed + n)[0]
     runs = [radixrt_prefill(sched, ids) for _ in range(args.repeats)]
     row = PrefillRow(n, n / min(t for t, _ in runs), None, 0.0, None, None)
@@ -277,7 +288,7 @@ def _prefill_row(sched: Any, hf: Any, vocab: int, n: int, args: argparse.Namespa
 
 
 def _decode_row(sched: Any, hf: Any, vocab: int, batch: int, args: argparse.Namespace) -> DecodeRow:
-    load = OtherLoad()
+    load = OtherLoad(sched.runner.tp_group.pids)
     steps = args.decode_steps
     prompts = random_prompts(batch, args.decode_prompt_len, vocab, args.seed + 1000 + batch)
     times, ours_ids = radixrt_decode(sched, prompts, steps)
@@ -341,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=MAX_OTHER_CPU,
         help="a row is disturbed when other processes used more than this share of the cores",
     )
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (gloo on CPU)")
     p.add_argument("--skip-hf", action="store_true", help="radixrt and the roofline only")
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     add_roofline_args(p)

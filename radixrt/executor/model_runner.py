@@ -14,11 +14,20 @@ from radixrt.attention import create_attention_backend
 from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenToKVPool
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
+from radixrt.distributed.comm import BaseComm
 from radixrt.executor.cuda_graph import CudaGraphRunner, GraphAttnBackend, capture_batch_sizes
 from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.executor.tp_batch import BatchDesc, BatchLink
+from radixrt.executor.tp_group import NullTPGroup, TPGroup
 from radixrt.models import get_model_cls
 from radixrt.models.arch import ArchConfig
-from radixrt.models.loader import load_hf_config, load_weights, resolve_model_path
+from radixrt.models.loader import (
+    load_hf_config,
+    load_weight_slices,
+    load_weights,
+    resolve_model_path,
+)
+from radixrt.models.tp_partition import check_tp_size
 
 logger = logging.getLogger("radixrt")
 
@@ -27,12 +36,28 @@ _CPU_MEM_FRACTION = 0.25
 _CUDA_MEM_FRACTION = 0.85
 
 
+def resolve_device(name: str, rank: int | None = None) -> torch.device:
+    """The device named by ModelConfig.device; tensor-parallel rank r (not None) uses CUDA
+    device r modulo the devices this host has."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
+    if name == "cuda" and rank is not None:
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device(name)
+
+
 class ModelRunner:
     """Loads the model, sizes and owns the KV pools, and runs forward passes.
 
     `model` (benchmarks only) replaces loading from model_config.model_path: an nn.Module on
     the device whose `config` is an ArchConfig; its parameters' dtype overrides
     model_config.dtype, and model_path is then a placeholder naming no folder.
+
+    Tensor parallelism (model_config.tp_size > 1): without `comm` this runner is rank 0; it
+    starts the other ranks (`tp_group`) and broadcasts every batch to them (`batch_link`).
+    A worker rank passes its `comm` and runs what `batch_link.recv()` returns.
     """
 
     def __init__(
@@ -41,31 +66,46 @@ class ModelRunner:
         cache_config: CacheConfig,
         max_running_requests: int,
         model: nn.Module | None = None,
+        comm: BaseComm | None = None,
     ) -> None:
         self.model_config = model_config
         self.cache_config = cache_config
+        self.tp_group: NullTPGroup = NullTPGroup()
+        self._in_forward = False
+        self.comm = comm or self.tp_group.comm
         self._init_device()
-        if model is None:
-            self._init_model()
-        else:
-            self._init_given_model(model)
-        self._init_memory_pool(max_running_requests)
+        try:
+            if model is None:
+                self._init_model(max_running_requests)
+            else:
+                self._init_given_model(model)
+            self._init_memory_pool(max_running_requests)
+        except BaseException:
+            self.tp_group.stop()
+            raise
         self._init_attention_backend()
         self._init_cuda_graphs(max_running_requests)
+        self.batch_link = BatchLink(self.comm, self.req_to_token_pool)
+
+    def shutdown(self) -> None:
+        """Rank 0: stop the other ranks; no forward may follow. Nothing to do at tp=1."""
+        group, self.tp_group = self.tp_group, NullTPGroup()
+        if group.comm.world_size > 1 and not self._in_forward:  # else the ranks are mid-pass
+            try:
+                self.batch_link.send_stop()
+            except RuntimeError as e:  # a rank already gone: the group is stopped below
+                logger.warning("could not send stop to the tensor-parallel ranks: %s", e)
+        group.stop()
 
     def _init_device(self) -> None:
-        dev = self.model_config.device
-        if dev == "auto":
-            dev = "cuda" if torch.cuda.is_available() else "cpu"
-        if dev == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
-        self.device = torch.device(dev)
+        rank = self.comm.rank if self.model_config.tp_size > 1 else None
+        self.device = resolve_device(self.model_config.device, rank)
         name = self.model_config.dtype
         if name == "auto":
             name = "bfloat16" if self.device.type == "cuda" else "float32"
         self.dtype = _DTYPES[name]
 
-    def _init_model(self) -> None:
+    def _init_model(self, max_running_requests: int) -> None:
         t0 = time.perf_counter()
         self.model_path = resolve_model_path(self.model_config.model_path)
         self.hf_config = load_hf_config(self.model_path)
@@ -73,10 +113,23 @@ class ModelRunner:
         ctx = self.model_config.context_length or self.arch.max_position_embeddings
         self.context_len = ctx
         cls = get_model_cls(self.arch.architecture)
+        tp = self.model_config.tp_size
+        check_tp_size(self.arch, tp)
+        local = tp // self.model_config.nnodes
+        if tp > 1 and self.device.type == "cuda" and local > torch.cuda.device_count():
+            raise ValueError(f"--tp {tp} needs {local} CUDA devices on this host, "
+                             f"torch sees {torch.cuda.device_count()}")
+        if tp > 1 and self.comm.world_size == 1:  # rank 0: start the other ranks
+            level = logging.getLevelName(logger.getEffectiveLevel()).lower()
+            self.tp_group = TPGroup(self.model_config, self.cache_config, max_running_requests,
+                                    self.device, level)
+            self.comm = self.tp_group.comm
         with torch.device("meta"):  # no random init: every tensor comes from the checkpoint
-            model = cls(self.arch, max_position=max(ctx, self.arch.max_position_embeddings))
+            model = cls(self.arch, max(ctx, self.arch.max_position_embeddings), self.comm)
         model = model.to_empty(device=self.device).to(self.dtype)
-        model.load_weights(load_weights(self.model_path))
+        model.load_weights(
+            load_weights(self.model_path) if tp == 1 else load_weight_slices(self.model_path)
+        )
         self.model = model.to(self.device).eval()
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         logger.info(
@@ -104,10 +157,12 @@ class ModelRunner:
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
         a = self.arch
+        num_kv_heads = self._partition_heads()[1]
         per_token = TokenToKVPool.bytes_per_token(
-            a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.dtype
+            a.num_hidden_layers, num_kv_heads, a.head_dim, self.dtype
         )
         capacity = self.cache_config.max_total_tokens or self._kv_budget_bytes() // per_token
+        capacity = self.comm.min_int(capacity)  # every rank lays out the same slots
         if capacity < 2:
             raise ValueError(
                 f"no memory left for the KV cache after {self.weight_bytes / 2**30:.2f} GiB of "
@@ -116,7 +171,7 @@ class ModelRunner:
         self.token_to_kv_pool = TokenToKVPool(
             capacity,
             a.num_hidden_layers,
-            a.num_key_value_heads,
+            num_kv_heads,
             a.head_dim,
             self.dtype,
             self.device,
@@ -140,19 +195,29 @@ class ModelRunner:
         from radixrt.attention import default_backend
 
         name = self.model_config.attention_backend or default_backend(self.device, self.dtype)
-        a = self.arch
+        num_heads, num_kv_heads = self._partition_heads()
         self.attn_backend = create_attention_backend(
             name,
             self.device,
-            num_heads=a.num_attention_heads,
-            num_kv_heads=a.num_key_value_heads,
-            head_dim=a.head_dim,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=self.arch.head_dim,
         )
+
+    def _partition_heads(self) -> tuple[int, int]:
+        """(query heads, KV heads) on this rank."""
+        part = getattr(self.model, "partition", None)
+        if part is None:
+            return self.arch.num_attention_heads, self.arch.num_key_value_heads
+        return part.num_heads, part.num_kv_heads
 
     def _init_cuda_graphs(self, max_running_requests: int) -> None:
         """Capture decode graphs on CUDA unless disabled or the backend cannot run in them."""
         self.graph_runner: CudaGraphRunner | None = None
         if self.device.type != "cuda" or self.model_config.disable_cuda_graph:
+            return
+        if self.comm.world_size > 1:
+            logger.info("CUDA graphs off: not captured with tensor parallelism")
             return
         if not isinstance(self.attn_backend, GraphAttnBackend):
             logger.info(
@@ -177,17 +242,35 @@ class ModelRunner:
     def forward(
         self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]
     ) -> torch.Tensor:
-        """Run one pass; new K/V go to `out_loc` (T,). Returns (N, vocab) float32 logits."""
+        """Run one pass; new K/V go to `out_loc` (T,). Returns (N, vocab) float32 logits.
+
+        With tensor parallelism the batch is first broadcast, so every rank runs it too."""
         input_ids: list[int] = []
         for r in batch.reqs:
             input_ids.extend(r.fill_ids[r.kv_len : r.kv_len + r.extend_len])
-        fb = ForwardBatch.build(
+        desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,
             req_pool_indices=[r.req_pool_idx for r in batch.reqs],  # type: ignore[misc]
             prefix_lens=[r.kv_len for r in batch.reqs],
             extend_lens=[r.extend_len for r in batch.reqs],
             logits_indices=logits_indices,
+        )
+        self._in_forward = True  # stays set if the pass raises: the ranks' collectives are torn
+        self.batch_link.send(desc)
+        logits = self.forward_desc(desc)
+        self._in_forward = False
+        return logits
+
+    def forward_desc(self, d: BatchDesc) -> torch.Tensor:
+        """Run one described pass: (N, vocab) float32 logits (the same on every rank)."""
+        fb = ForwardBatch.build(
+            input_ids=d.input_ids,
+            out_loc=d.out_loc,
+            req_pool_indices=d.req_pool_indices,
+            prefix_lens=d.prefix_lens,
+            extend_lens=d.extend_lens,
+            logits_indices=d.logits_indices,
             req_to_token_pool=self.req_to_token_pool,
             token_to_kv_pool=self.token_to_kv_pool,
             attn_backend=self.attn_backend,

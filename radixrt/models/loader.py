@@ -67,6 +67,15 @@ def load_weights(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, f.get_tensor(name)
 
 
+def load_weight_slices(folder: Path) -> Iterator[tuple[str, Any]]:
+    """Yield (checkpoint parameter name, safetensors slice): `get_shape()` and indexing read
+    only the part asked for, so each tensor-parallel rank reads just its shard."""
+    for file in safetensors_files(Path(folder)):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_slice(name)
+
+
 def safetensors_files(folder: Path) -> list[Path]:
     """Return the checkpoint's safetensors files: the index's shards if there is an index."""
     index = folder / SAFETENSORS_INDEX

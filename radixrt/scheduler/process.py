@@ -187,6 +187,13 @@ def _exit_with_parent() -> None:
         pass
 
 
+def _exit_at_once(reason: str) -> None:
+    """A tensor-parallel rank died: the group cannot run another batch, so this process exits
+    and the HTTP process, which watches it, stops the server."""
+    logging.shutdown()
+    os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the scheduler, announce ReadyMsg, run the loop; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
@@ -212,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         send_sock.send(encoder.encode(FatalErrorMsg(f"{type(e).__name__}: {e}")))
         return 1
     runner = scheduler.runner
+    runner.tp_group.on_rank_exit = _exit_at_once
     send_sock.send(encoder.encode(ReadyMsg(
         model_path=str(runner.model_path), max_total_tokens=runner.max_total_tokens,
         kv_pool_bytes=runner.token_to_kv_pool.size_bytes, context_length=runner.context_len,

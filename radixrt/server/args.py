@@ -42,7 +42,10 @@ _HELP = {
     "device": "auto picks cuda when available",
     "context_length": "max tokens per request; None: the model's",
     "attention_backend": "None: the best available for the device",
-    "tp_size": "tensor-parallel ranks (only 1 is supported yet)",
+    "tp_size": "tensor-parallel ranks: each holds 1/tp of the heads, MLP rows and KV heads",
+    "nnodes": "hosts sharing the --tp ranks (tp/nnodes each); node 0 serves HTTP",
+    "node_rank": "this host's index among --nnodes",
+    "dist_init_addr": "host:port of node 0 where the ranks meet; None: a free local port",
     "max_total_tokens": "KV pool size in tokens; overrides --mem-fraction-static",
     "mem_fraction_static": "memory fraction for weights + KV pool; None: 0.85 of GPU, 0.25 of RAM",
     "page_size": "tokens per KV page",
@@ -96,10 +99,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
                    for cls in SERVER_CONFIGS]
     except ValueError as e:
         parser.error(str(e))
-    args = ServerArgs(*configs)  # type: ignore[arg-type]  # one instance per SERVER_CONFIGS
-    if args.model.tp_size > 1:
-        parser.error("--tp > 1: tensor parallelism is not supported yet")
-    return args
+    return ServerArgs(*configs)  # type: ignore[arg-type]  # one instance per SERVER_CONFIGS
 
 
 def _add_flag(group: Any, f: dataclasses.Field) -> None:

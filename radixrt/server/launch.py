@@ -29,6 +29,10 @@ def run_server(args: ServerArgs) -> int:
     """Serve until stopped; returns the process exit status."""
     level = args.server.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    if args.model.node_rank > 0:  # tensor-parallel ranks of another host; no HTTP server
+        from radixrt.server.tp_node import run_tp_node
+
+        return run_tp_node(args)
     try:
         import uvloop
     except ImportError:  # Windows: plain asyncio

@@ -85,3 +85,10 @@ def test_optimal_hit_rate_formula() -> None:
     assert len(prompts) == 128 and all(len(p) == 1088 for p in prompts)
     assert len({tuple(p[:1024]) for p in prompts}) == 8
     assert len({tuple(p) for p in prompts}) == 128
+
+
+def test_engine_bench_with_two_ranks(tiny_llama_path) -> None:
+    sizes = "--prefill-lens 16 --batch-sizes 2 --decode-steps 3 --tp 2".split()
+    data = engine_bench.main(["--model-path", str(tiny_llama_path), *sizes, *TINY_ENGINE])
+    assert data["tp_size"] == 2
+    assert data["prefill"][0]["first_token_match"] and data["decode"][0]["greedy_match"] == 2

@@ -59,7 +59,7 @@ def test_dp_and_router_flags() -> None:
 
 @pytest.mark.parametrize("argv", [
     ["--dp", "0"], ["--router-policy", "random"], ["--cache-threshold", "2"],
-    ["--tp", "2"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
+    ["--tp", "2", "--nnodes", "3"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
     ["--mem-fraction-static", "1.5"], ["--max-total-tokens", "x"], ["--log-level", "loud"],
 ])
 def test_bad_flags_exit_with_a_usage_error(argv: list[str], capsys) -> None:

@@ -1,0 +1,174 @@
+"""Rank 0's side of a tensor-parallel group: start the other ranks and watch them.
+
+Process layout for `--tp N` on one host: the process holding rank 0 (the scheduler process,
+or the Engine's) starts ranks 1..N-1 as `radixrt.executor.tp_worker` children. With
+`--nnodes M` each host starts N/M consecutive ranks; node 0 holds rank 0. All ranks meet at
+a torch.distributed TCP store (`--dist-init-addr`, else a free port on 127.0.0.1).
+
+A rank that exits while the group is up is logged and `on_rank_exit` runs (the scheduler
+process exits at once, so the HTTP process notices); children die with their parent.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import msgspec
+import torch
+
+from radixrt.config import CacheConfig, ModelConfig
+from radixrt.distributed.comm import BaseComm, NullComm, TorchDistComm, connect_store
+from radixrt.executor.tp_worker import TPWorkerArgsMsg
+
+logger = logging.getLogger("radixrt")
+
+_WATCH_S = 0.2
+_STOP_GRACE_S = 2.0  # after stop was broadcast, time for the ranks to leave by themselves
+_JOIN_KEY = "radixrt/joined/{}"
+_FAILED_KEY = "radixrt/failed"  # set by another host's launcher when one of its ranks dies
+
+
+class NullTPGroup:
+    """tp=1: no other ranks."""
+
+    comm: BaseComm = NullComm()
+    # Runs on the watch thread once a rank has died (after the log line). By default nothing
+    # more: rank 0's next collective raises. The scheduler process exits instead.
+    on_rank_exit: Callable[[str], None] = staticmethod(lambda reason: None)
+    procs: dict[int, subprocess.Popen] = {}
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Process ids of this host's other ranks."""
+        return tuple(p.pid for p in self.procs.values())
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+class TPGroup(NullTPGroup):
+    """Rank 0 with its local worker processes; `comm` links all ranks."""
+
+    def __init__(self, model_config: ModelConfig, cache_config: CacheConfig,
+                 max_running_requests: int, device: object, log_level: str = "info") -> None:
+        tp, nnodes = model_config.tp_size, model_config.nnodes
+        init_addr = model_config.dist_init_addr or f"127.0.0.1:{_free_port()}"
+        self._store = store = connect_store(init_addr, is_master=True)
+        self._stopping = False
+        self.comm = NullComm()
+        self.procs = start_ranks(model_config, cache_config, max_running_requests,
+                                 range(1, tp // nnodes), init_addr, log_level)
+        self._threads = torch.get_num_threads()  # restored at stop (the Engine's process)
+        torch.set_num_threads(threads_per_rank(model_config))
+        try:
+            self._wait_joined(store, tp)
+            self.comm = TorchDistComm(store, 0, tp, device)
+        except BaseException:
+            self.stop()
+            raise
+        self._watch = threading.Thread(target=self._watch_ranks, name="tp-watch", daemon=True)
+        self._watch.start()
+
+    def stop(self) -> None:
+        """Wait briefly for the local ranks to leave (after rank 0 sent them stop), then
+        terminate those still running."""
+        self._stopping = True
+        deadline = time.monotonic() + _STOP_GRACE_S
+        while any(p.poll() is None for p in self.procs.values()) and (
+            isinstance(self.comm, TorchDistComm) and time.monotonic() < deadline
+        ):
+            time.sleep(0.02)
+        stop_procs(self.procs)
+        if isinstance(self.comm, TorchDistComm):
+            self.comm.shutdown()
+        torch.set_num_threads(self._threads)
+
+    def _wait_joined(self, store: object, tp: int) -> None:
+        keys = [_JOIN_KEY.format(r) for r in range(1, tp)]
+        while not store.check(keys):  # type: ignore[attr-defined]
+            for rank, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"tensor-parallel rank {rank} exited with status {proc.returncode} "
+                        "before joining the group (see its log above)")
+            time.sleep(0.05)
+
+    def _watch_ranks(self) -> None:
+        while not self._stopping:
+            reason = self._failure()
+            if reason is not None and not self._stopping:
+                logger.error(reason)
+                self.on_rank_exit(reason)
+                return
+            time.sleep(_WATCH_S)
+
+    def _failure(self) -> str | None:
+        for rank, proc in self.procs.items():
+            if proc.poll() is not None:
+                return (f"tensor-parallel rank {rank} (pid {proc.pid}) exited with status "
+                        f"{proc.returncode}; stopping")
+        if self._store.check([_FAILED_KEY]):
+            return f"{self._store.get(_FAILED_KEY).decode()}; stopping"
+        return None
+
+
+def announce_joined(store: object, rank: int) -> None:
+    """A worker rank: tell rank 0 it reached the store."""
+    store.set(_JOIN_KEY.format(rank), "1")  # type: ignore[attr-defined]
+
+
+def report_failure(init_addr: str, reason: str) -> None:
+    """Another host: tell rank 0 (through the store) that one of this host's ranks died."""
+    try:
+        store = connect_store(init_addr, is_master=False, timeout=datetime.timedelta(seconds=5))
+        store.set(_FAILED_KEY, reason)
+    except Exception as e:  # noqa: BLE001 - rank 0 may be gone already
+        logger.warning("could not report the failure to rank 0: %s", e)
+
+
+def start_ranks(model_config: ModelConfig, cache_config: CacheConfig, max_running_requests: int,
+                ranks: range, init_addr: str, log_level: str) -> dict[int, subprocess.Popen]:
+    """Spawn `ranks` as tp_worker processes of this host; returns rank -> process."""
+    threads = threads_per_rank(model_config)
+    procs = {}
+    for rank in ranks:
+        args = TPWorkerArgsMsg(model_config, cache_config, max_running_requests, rank, init_addr,
+                               threads, log_level)
+        cmd = [sys.executable, "-m", "radixrt.executor.tp_worker",
+               msgspec.json.encode(args).decode()]
+        procs[rank] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    return procs
+
+
+def threads_per_rank(model_config: ModelConfig) -> int:
+    """torch CPU threads for each rank: this host's cores shared among its ranks."""
+    local = model_config.tp_size // model_config.nnodes
+    return max(1, (os.cpu_count() or 1) // local)
+
+
+def stop_procs(procs: dict[int, subprocess.Popen], timeout_s: float = 5.0) -> None:
+    """Terminate the processes still running, then kill those that outlive `timeout_s`."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    for proc in procs.values():
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
