@@ -66,7 +66,8 @@ def launch_command(system: System, port: int, model_path: str | None, gguf: Path
         return [py, "-m", "radixrt.bench.hf_server", *model, "--port", str(port)]
     return [py, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
             "--port", str(port), "--n_ctx", "8192", "--n_threads", str(threads),
-            "--n_threads_batch", str(threads), "--cache", "true", "--model_alias", "llama.cpp",
+            "--n_threads_batch", str(threads), "--cache", "true", "--interrupt_requests", "false",
+            "--model_alias", "llama.cpp",
             "--verbose", "false"]
 
 
@@ -126,8 +127,11 @@ def free_port() -> int:
 
 
 def eos_logit_bias(model_path: str | None) -> dict[str, Any]:
-    """OpenAI `logit_bias` forbidding every EOS id (llama.cpp has no `ignore_eos`)."""
+    """OpenAI `logit_bias` forbidding the EOS and other special ids (llama.cpp has no
+    `ignore_eos`, and it also ends a request on <|endoftext|>-like tokens)."""
     from radixrt.models.loader import eos_token_ids, load_tokenizer, resolve_model_path
 
     folder = resolve_model_path(model_path)
-    return {"logit_bias": {str(t): -100.0 for t in eos_token_ids(folder, load_tokenizer(folder))}}
+    tok = load_tokenizer(folder)
+    ids = [*eos_token_ids(folder, tok), *getattr(tok, "all_special_ids", [])]
+    return {"logit_bias": {str(t): -100.0 for t in dict.fromkeys(ids)}}

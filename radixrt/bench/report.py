@@ -154,6 +154,7 @@ def _serving_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| system | requests | req/s | output tok/s | TTFT mean / median / p99 ms | "
              "TPOT mean ms | ITL p99 ms | E2E mean s | hit rate (optimal) | radixrt / system |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    short = [f"{r['system']}: {r['short_outputs']}" for r in rows if r.get("short_outputs")]
     for r in rows:
         hit = "-" if r.get("hit_rate") is None else \
             f"{r['hit_rate']:.3f} ({r['optimal_hit_rate']:.3f})"
@@ -163,6 +164,9 @@ def _serving_table(rows: list[dict[str, Any]]) -> str:
             f"{_ms(r['mean_ttft_s'])} / {_ms(r['median_ttft_s'])} / {_ms(r['p99_ttft_s'])} | "
             f"{_ms(r['mean_tpot_s'])} | {_ms(r['p99_itl_s'])} | {r['mean_e2e_s'] or 0:.2f} | "
             f"{hit} | {_ratio(base and base['request_throughput'], r['request_throughput'])} |")
+    if short:
+        lines.append("\nRequests that ended before their output length (not comparable): "
+                     + ", ".join(short))
     return "\n".join(lines)
 
 
@@ -263,7 +267,7 @@ def _long_context(rows: list[dict[str, Any]]) -> str:
              "| system | prompt tokens | TTFT cold ms | TTFT second ms | second / cold | "
              "cached tokens |", "|---|---:|---:|---:|---:|---:|"]
     for r in lc:
-        lines.append(f"| {r['system']} | {r['prompt_tokens']} | {_ms(r['cold_ttft_s'])} | "
+        lines.append(f"| {r['system']} | {r['prompt_tokens'] or '-'} | {_ms(r['cold_ttft_s'])} | "
                      f"{_ms(r['cached_ttft_s'])} | {_ratio(r['cached_ttft_s'], r['cold_ttft_s'])}"
                      f" | {'-' if r['cached_tokens'] is None else r['cached_tokens']} |")
     return "\n".join(lines)

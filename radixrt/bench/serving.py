@@ -138,6 +138,10 @@ async def run_benchmark(args: argparse.Namespace, words: WordSource | None = Non
         "optimal_hit_rate": dataset.optimal_hit_rate(), "flushed": flushed,
         "request_rate": args.request_rate, "max_concurrency": args.max_concurrency,
         "ttft_by_turn_s": ttft_by_turn(records),
+        # requests that ended before output_len tokens (a server ignoring ignore_eos, or
+        # interrupting a stream): their throughput is not comparable
+        "short_outputs": sum(r.ok and r.output_tokens < dataset.sessions[r.session_idx].output_len
+                             for r in records),
     })
     if args.output_file:
         with open(args.output_file, "a") as f:
@@ -156,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     args = make_parser().parse_args(argv)
     summary = asyncio.run(run_benchmark(args))
     print(format_summary(f"{summary['label']} / {summary['dataset']}", summary))
+    if summary["short_outputs"]:
+        print(f"warning: {summary['short_outputs']} requests stopped before their output length")
     if summary["hit_rate"] is not None:
         print(f"hit rate {summary['hit_rate']:.3f}, optimal {summary['optimal_hit_rate']:.3f}")
     if args.output_file:

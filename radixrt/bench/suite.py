@@ -158,7 +158,9 @@ def _serve(system: peers.System, url: str, ds: str, argv: list[str], seed: int,
           f"{summary['request_throughput']:.3f} req/s, {summary['output_throughput']:.1f} out "
           f"tok/s, mean TTFT {(summary['mean_ttft_s'] or 0) * 1000:.0f} ms"
           + (f", hit rate {hit:.3f} (optimal {summary['optimal_hit_rate']:.3f})"
-             if hit is not None else ""), flush=True)
+             if hit is not None else "")
+          + (f"; {summary['short_outputs']} SHORT outputs" if summary["short_outputs"] else ""),
+          flush=True)
     return {**summary, "args": argv}
 
 
