@@ -93,6 +93,10 @@ def summarize(records: list[RequestRecord], duration_s: float) -> dict[str, Any]
     ):
         for key, value in stats(values).items():
             out[f"{key}_{name}_s"] = value
+    hits = [r.ttft for r in reported if r.ttft is not None and r.cached_tokens]
+    misses = [r.ttft for r in reported if r.ttft is not None and not r.cached_tokens]
+    out["mean_ttft_hit_s"] = statistics.fmean(hits) if hits else None
+    out["mean_ttft_miss_s"] = statistics.fmean(misses) if misses else None
     errors = sorted({r.error for r in records if r.error})
     if errors:
         out["errors"] = errors[:5]

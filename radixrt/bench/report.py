@@ -135,6 +135,12 @@ def _targets(rows: list[dict[str, Any]]) -> str:
         lc.get("cached_ttft_s") else None
     add("TTFT of a cache hit < 10% of a miss (long context)", frac,
         frac < 0.10 if frac is not None else None, "{:.1%}")
+    sp = _find(rows, "serving", BASELINE, dataset="shared-prefix")
+    hit_miss = sp["mean_ttft_hit_s"] / sp["mean_ttft_miss_s"] if sp and \
+        sp.get("mean_ttft_hit_s") and sp.get("mean_ttft_miss_s") else None
+    add("shared-prefix: mean TTFT of requests with a hit / without (includes queueing: all "
+        "requests arrive at once)", hit_miss, hit_miss < 0.10 if hit_miss is not None else None,
+        "{:.1%}")
     ron, roff = tput(BASELINE, "random"), tput("radixrt cache off", "random")
     slow = 1 - ron / roff if ron and roff else None
     add("random: radixrt at most 3% slower than cache off", slow,

@@ -92,6 +92,7 @@ def test_summary_percentiles_and_hit_rate() -> None:
     assert s["p99_ttft_s"] == pytest.approx(9.9)
     assert s["mean_itl_s"] == pytest.approx(0.05) and s["mean_tpot_s"] == pytest.approx(0.05)
     assert s["hit_rate"] == pytest.approx(0.5) and s["cached_tokens"] == 500
+    assert s["mean_ttft_hit_s"] == pytest.approx(5.05) and s["mean_ttft_miss_s"] is None
 
 
 def test_summary_without_cache_reports_and_by_turn() -> None:
