@@ -75,21 +75,23 @@ class HFServer:
             task = asyncio.create_task(asyncio.to_thread(self._run, kwargs, stream))
             out: list[int] = []
             text, reason = "", "length"
-            while (new := await stream.queue.get()) is not None:
-                out.extend(new)
-                full = self.tokenizer.decode(out, skip_special_tokens=True)
-                hit = min((i for s in stops if (i := full.find(s)) >= 0), default=-1)
-                if hit >= 0:
-                    full, reason = full[:hit], "stop"
-                    stream.stop.set()
-                if not full.endswith("\ufffd") and not (reason == "stop" and full == text):
-                    yield full[len(text):], None
-                    text = full
-                if reason == "stop":
-                    break
-                if new[-1] in self.eos and not body.get("ignore_eos"):
-                    reason = "stop"
-            while await stream.queue.get() is not None:
+            try:
+                async for new in _drain(stream):
+                    out.extend(new)
+                    full = self.tokenizer.decode(out, skip_special_tokens=True)
+                    hit = min((i for s in stops if (i := full.find(s)) >= 0), default=-1)
+                    if hit >= 0:
+                        full, reason = full[:hit], "stop"
+                    if not full.endswith("\ufffd") and not (reason == "stop" and full == text):
+                        yield full[len(text):], None
+                        text = full
+                    if reason == "stop":
+                        break
+                    if new[-1] in self.eos and not body.get("ignore_eos"):
+                        reason = "stop"
+            finally:  # also when the client goes away: generate stops within one step
+                stream.stop.set()
+            async for _ in _drain(stream):
                 pass
             await task
         yield "", {"finish_reason": reason, "prompt_tokens": len(ids),
@@ -113,6 +115,12 @@ class HFServer:
             self.model.generate(**kwargs)
         finally:
             stream.end()
+
+
+async def _drain(stream: _Stream) -> AsyncIterator[list[int]]:
+    """The streamer's token-id lists until generate ends."""
+    while (new := await stream.queue.get()) is not None:
+        yield new
 
 
 def create_app(server: HFServer) -> FastAPI:

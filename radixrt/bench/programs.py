@@ -74,7 +74,7 @@ def run_workload(workload: Workload, backend: Any, parallel: int) -> dict[str, A
                            "completed": len(latencies), "duration_s": duration,
                            "programs_per_s": len(latencies) / duration if latencies else 0.0,
                            "mean_latency_s": statistics.fmean(latencies) if latencies else None,
-                           "p99_latency_s": max(latencies) if latencies else None}
+                           "max_latency_s": max(latencies) if latencies else None}
     if errors:
         out["error"] = errors[0][:300]
         out["skipped"] = not latencies and any(m in errors[0] for m in _UNSUPPORTED_MARKERS)
@@ -116,7 +116,7 @@ def _line(r: dict[str, Any]) -> str:
     line = (f"{head} {r['completed']}/{r['programs']} programs in {r['duration_s']:.2f} s: "
             f"{r['programs_per_s']:.3f} programs/s")
     if r["mean_latency_s"] is not None:
-        line += f", latency mean {r['mean_latency_s']:.2f} s, max {r['p99_latency_s']:.2f} s"
+        line += f", latency mean {r['mean_latency_s']:.2f} s, max {r['max_latency_s']:.2f} s"
     return line + (f"; error: {r['error']}" if r.get("error") else "")
 
 
