@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint compile-cuda test-triton clean-venv
+.PHONY: demo test install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,25 @@ compile-cuda: $(STAMP)
 test-triton: $(STAMP)
 	$(PIP) install -q -e '.[gpu]'
 	$(PY) -m pytest -q tests/attention/test_triton_backend.py tests/attention/test_triton_registry.py
+
+# Benchmarks against peers (radixrt cache on/off, llama.cpp, transformers) on the default model:
+# rewrites the generated section of docs/benchmarks.md and docs/bench/ (about 20 minutes on 2
+# quiet cores). llama.cpp is built from source (about 10 minutes on 2 cores); a native build
+# (-DGGML_NATIVE=ON) died with an illegal instruction on the build VM, hence the portable one.
+LLAMA_CPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+BENCH_ARGS ?=
+
+bench-peers: $(STAMP)
+	$(PIP) install -q -e '.[bench]'
+	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" \
+		$(PIP) install --no-cache-dir 'llama-cpp-python[server]'
+
+bench: bench-peers
+	$(PY) -m radixrt.bench.suite $(BENCH_ARGS)
+
+# Every code path at tiny sizes (a few minutes); prints the tables instead of writing docs.
+bench-quick: bench-peers
+	$(PY) -m radixrt.bench.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check radixrt lang tests
