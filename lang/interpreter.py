@@ -292,7 +292,7 @@ class StateExecutor:
         """Run one generation from the current text; returns (text, meta_info)."""
         d = params.to_dict()
         role = self.roles[-1] if self.roles else None
-        if self.backend.chat_template() is None and role is not None:
+        if role is not None and self.backend.chat_template() is None:
             if role.role != "assistant" or len(self.text) != role.content_start:
                 raise NotSupportedError(
                     f"{self.backend!r} takes chat messages: a gen in a role "

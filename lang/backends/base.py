@@ -30,6 +30,7 @@ class BaseBackend(ABC):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._chat_template: ChatTemplate | None = None
+        self._chat_template_loaded = False  # None is a valid answer: messages taken natively
         self._supports_regex: bool | None = None
 
     @abstractmethod
@@ -51,8 +52,9 @@ class BaseBackend(ABC):
     def chat_template(self) -> ChatTemplate | None:
         """The model's chat template, fetched once."""
         with self._lock:
-            if self._chat_template is None:
+            if not self._chat_template_loaded:
                 self._chat_template = self._load_chat_template()
+                self._chat_template_loaded = True
             return self._chat_template
 
     def chat(self, messages: list[Message], params: dict[str, Any]) -> Result:

@@ -253,3 +253,23 @@ def test_reads_wait_for_the_latest_gen_of_a_name() -> None:
         s.set_var("seen", seen)
 
     assert loop.run(backend=FakeBackend(reply))["seen"] == ["0", "1", "2"]
+
+
+def test_gens_without_roles_never_ask_for_a_chat_template() -> None:
+    class NoTemplate(FakeBackend):
+        def _load_chat_template(self) -> ChatTemplate:
+            raise rt.BackendError("the model has no chat template; roles need one")
+
+    @rt.function
+    def plain(s):
+        s += "Q: 1+1?\nA:" + rt.gen("a", max_tokens=4)
+
+    state = plain.run(backend=NoTemplate(reply=lambda p, params: " 2"))
+    assert state["a"] == " 2"
+
+    @rt.function
+    def chat(s):
+        s += rt.user("hi")
+
+    with pytest.raises(rt.ProgramError, match="user\\(\\) failed: .*no chat template"):
+        chat.run(backend=NoTemplate())
