@@ -132,6 +132,7 @@ class Engine:
             sp = SamplingParams.from_dict(p)
             if logprob_args:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
+            self._check_grammar(sp)
             for i in range(sp.n):
                 seeded = (
                     sp
@@ -145,6 +146,15 @@ class Engine:
                 outs.append(out)
                 self._inbox.put(("add", req))
         return outs, single
+
+    def _check_grammar(self, sp: SamplingParams) -> None:
+        """Compile a constrained request's grammar now (cached for the scheduler); a spec
+        that fails or takes too long raises GrammarError (a ValueError) before queueing."""
+        from radixrt.grammar.base import GrammarSpec
+
+        spec = GrammarSpec.from_params(sp)
+        if spec is not None:
+            self.scheduler.grammar.compiler.compile(spec)
 
     def _wait(self, out: RequestOutput) -> dict[str, Any]:
         try:

@@ -21,6 +21,7 @@ from radixrt.config import (
     SchedulerConfig,
     ServerConfig,
 )
+from radixrt.grammar import GRAMMAR_BACKENDS
 
 SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
 
@@ -32,6 +33,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "schedule_policy": SCHEDULE_POLICIES,
     "attention_backend": tuple(ATTENTION_BACKENDS),
     "log_level": LOG_LEVELS,
+    "grammar_backend": tuple(GRAMMAR_BACKENDS),
 }
 _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
@@ -53,7 +55,9 @@ _HELP = {
     "max_queued_requests": "waiting requests beyond this are refused with 503",
     "log_level": "logging level",
     "enable_metrics": "serve Prometheus metrics at /metrics",
-    "grammar_backend": "constrained-decoding backend name",
+    "grammar_backend": "constrained-decoding backend (regex, json_schema, ebnf)",
+    "grammar_timeout_s": "a grammar that takes longer to compile is refused with 400",
+    "disable_jump_forward": "decode grammar-forced tokens one step each instead of in one extend",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
 }
