@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +112,21 @@ def test_regex(backend) -> None:
     s = rt.function(lambda s: s.__iadd__("Code: " + rt.gen("code", regex="[A-Z]{3}-[0-9]{2}")))
     out = s.run(backend=backend, temperature=0)
     assert len(out["code"]) == 6 and out["code"][3] == "-"
+
+
+def test_json_extraction_example(backend) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    path = Path(__file__).resolve().parents[2] / "examples" / "json_extraction.py"
+    spec = importlib.util.spec_from_file_location("json_extraction", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    states = example.extract_city.run_batch(
+        [{"passage": p} for p in example.PASSAGES[:2]], backend=backend, temperature=0
+    )
+    for state in states:
+        assert state.error() is None, state.error()
+        jsonschema.validate(state["record"], example.CITY_SCHEMA)
+    assert states[0]["record"]["name"] == "Lyon"
 
 
 def test_fork_join_hits_the_cache(backend, tokenizer) -> None:
