@@ -59,7 +59,9 @@ class GrammarCompiler:
             return fut
 
     def compile(self, spec: GrammarSpec) -> Any:
-        """Compile (or fetch) `spec` in the time limit; GrammarError if it fails or times out."""
+        """Compile (or fetch) `spec` in the time limit; GrammarError if it fails or times out.
+        Building the backend on first use is not counted against the limit."""
+        self.backend  # noqa: B018 - built here, outside the timed wait
         fut = self.submit(spec)
         try:
             return fut.result(timeout=self.timeout_s)
