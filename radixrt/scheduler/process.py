@@ -135,7 +135,8 @@ class SchedulerLoop:
             reply_id=reply_id, max_total_tokens=kv.allocator.capacity,
             free_tokens=kv.allocator.num_free, evictable_tokens=kv.cache.evictable_size,
             protected_tokens=kv.cache.protected_size, num_running_reqs=len(sched.running),
-            num_queued_reqs=len(sched.waiting) + sched.grammar.num_held, prompt_tokens=s.prompt_tokens,
+            num_queued_reqs=len(sched.waiting) + sched.grammar.num_held,
+            prompt_tokens=s.prompt_tokens,
             cached_tokens=s.cached_tokens, generated_tokens=s.generated_tokens,
             cache_hit_rate=s.hit_rate, forward_passes=s.forward_passes, retractions=s.retractions,
         )
