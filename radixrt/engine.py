@@ -90,6 +90,7 @@ class Engine:
         self._inbox.put(("stop", None))
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        self.scheduler.grammar.close()
 
     def __enter__(self) -> Engine:
         return self

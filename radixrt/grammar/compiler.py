@@ -40,7 +40,8 @@ class GrammarCompiler:
         self.timeout_s = timeout_s
         self._make_backend = make_backend
         self._backend: BaseGrammarBackend | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _cache
+        self._backend_lock = threading.Lock()  # held while the backend is built
         self._cache: OrderedDict[GrammarSpec, Future[Any]] = OrderedDict()
         self._pool = ThreadPoolExecutor(NUM_WORKERS, thread_name_prefix="radixrt-grammar")
 
@@ -78,10 +79,11 @@ class GrammarCompiler:
 
     @property
     def backend(self) -> BaseGrammarBackend:
-        with self._lock:
-            if self._backend is None:
-                self._backend = self._make_backend()
-            return self._backend
+        if self._backend is None:
+            with self._backend_lock:
+                if self._backend is None:
+                    self._backend = self._make_backend()
+        return self._backend
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

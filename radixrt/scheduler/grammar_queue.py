@@ -125,6 +125,10 @@ class GrammarQueue:
         if self._held:
             wait_futures([f for _, f, _ in self._held], timeout_s, FIRST_COMPLETED)
 
+    def close(self) -> None:
+        """Stop the compile workers (compiles in progress finish on their own)."""
+        self.compiler.shutdown()
+
     def vocab_mask(self, reqs: list[Req]) -> torch.Tensor | None:
         """(B, ceil(V / 32)) int32 CPU bitmask for the batch (all ones in free rows), or None
         when no request in it is constrained."""
@@ -175,3 +179,6 @@ class NoGrammarQueue(GrammarQueue):
         message = "constrained decoding is not available in this scheduler"
         req.finish(FinishReason(FinishKind.ABORT, message=message))
         return True
+
+    def close(self) -> None:
+        pass

@@ -146,8 +146,10 @@ def test_forced_token_is_the_single_allowed_bit() -> None:
     assert stats.num_masks == 4
 
 
-def _req(steps: list[set[int]] | None, max_new: int = 10, temperature: float = 0.0) -> Req:
-    req = Req("r", [1], SamplingParams(max_new_tokens=max_new, temperature=temperature))
+def _req(steps: list[set[int]] | None, max_new: int = 10, temperature: float = 0.0,
+         **params: Any) -> Req:
+    sp = SamplingParams(max_new_tokens=max_new, temperature=temperature, **params)
+    req = Req("r", [1], sp)
     if steps is not None:
         req.grammar = GrammarState(_BitsMatcher(steps), (VOCAB + 31) // 32, GrammarStats())
     return req
@@ -180,3 +182,21 @@ def test_sampler_masks_constrained_rows_only() -> None:
         assert ids[0] == (7 if logits[0, 7] > logits[0, 8] else 8)
         assert ids[1] == 100 and ids[2] in (9, 10)
     assert queue.vocab_mask([_req(None)]) is None
+
+
+@pytest.mark.parametrize("params", [
+    {"top_k": 5}, {"top_p": 0.9}, {"min_p": 0.2}, {"top_k": 40, "top_p": 0.5},
+    {"repetition_penalty": 1.3, "frequency_penalty": 0.5},
+])
+def test_sampling_filters_never_pick_a_masked_token(params) -> None:
+    torch.manual_seed(1)
+    sampler = Sampler(VOCAB, [EOS])
+    allowed = {11, 300, 4000, VOCAB - 1}
+    reqs = [_req([allowed], temperature=0.8, **params) for _ in range(4)]
+    for r in reqs:
+        r.output_ids.append(300)
+    queue = GrammarQueue(GrammarCompiler(_SlowBackend, 1.0), VOCAB, jump_forward=True)
+    for _ in range(20):
+        logits = torch.randn(4, VOCAB) * 4
+        ids = sampler.sample(logits, reqs, queue.vocab_mask(reqs)).next_token_ids
+        assert set(ids) <= allowed
