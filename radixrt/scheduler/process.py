@@ -135,8 +135,7 @@ class SchedulerLoop:
             reply_id=reply_id, max_total_tokens=kv.allocator.capacity,
             free_tokens=kv.allocator.num_free, evictable_tokens=kv.cache.evictable_size,
             protected_tokens=kv.cache.protected_size, num_running_reqs=len(sched.running),
-            num_queued_reqs=len(sched.waiting) + sched.grammar.num_held,
-            prompt_tokens=s.prompt_tokens,
+            num_queued_reqs=len(sched.waiting), prompt_tokens=s.prompt_tokens,
             cached_tokens=s.cached_tokens, generated_tokens=s.generated_tokens,
             cache_hit_rate=s.hit_rate, forward_passes=s.forward_passes, retractions=s.retractions,
         )
@@ -144,8 +143,7 @@ class SchedulerLoop:
     # ---- messages out ----------------------------------------------------------------------
 
     def _send_outputs(self, touched: dict[str, Req]) -> None:
-        sched = self.scheduler
-        counts = (len(sched.running), len(sched.waiting) + sched.grammar.num_held)
+        counts = (len(self.scheduler.running), len(self.scheduler.waiting))
         if not touched and counts == self._counts:
             return
         self._counts = counts
