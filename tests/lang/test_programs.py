@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,27 @@ def test_json_extraction_example(backend) -> None:
         assert state.error() is None, state.error()
         jsonschema.validate(state["record"], example.CITY_SCHEMA)
     assert states[0]["record"]["name"] == "Lyon"
+
+
+def test_json_schema_and_regex_gens_at_temperature_one(backend) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    person = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+              "properties": {"name": {"type": "string", "maxLength": 12},
+                             "age": {"type": "integer", "minimum": 0, "maximum": 99}}}
+
+    @rt.function
+    def profile(s, who):
+        s += f"A {who} as JSON: " + rt.gen("person", json_schema=person, max_tokens=48)
+        s += "\nPhone: " + rt.gen("phone", regex=r"[0-9]{3}-[0-9]{4}", max_tokens=12)
+
+    states = profile.run_batch(
+        [{"who": w, "seed": i} for i, w in enumerate(["teacher", "pilot", "child"])],
+        backend=backend, temperature=1.0,
+    )
+    for state in states:
+        assert state.error() is None, state.error()
+        jsonschema.validate(json.loads(state["person"]), person)
+        assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", state["phone"])
 
 
 def test_fork_join_hits_the_cache(backend, tokenizer) -> None:

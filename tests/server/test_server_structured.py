@@ -11,11 +11,13 @@ from grammar.structured_specs import REGEXES, SCHEMAS, check_regex, check_schema
 PERSON = SCHEMAS[0][1]
 
 
-def test_generate_batch_of_every_spec_and_a_free_prompt(api_server) -> None:
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generate_batch_of_every_spec_and_a_free_prompt(api_server, temperature) -> None:
     texts = [p for p, _ in SCHEMAS] + [p for p, _ in REGEXES] + ["Once upon a time"]
-    params = [{"json_schema": s, "temperature": 0, "max_new_tokens": 96} for _, s in SCHEMAS]
-    params += [{"regex": r, "temperature": 0, "max_new_tokens": 96} for _, r in REGEXES]
-    params += [{"temperature": 0, "max_new_tokens": 8}]
+    common = {"temperature": temperature, "max_new_tokens": 96}
+    params = [{"json_schema": s, "seed": i, **common} for i, (_, s) in enumerate(SCHEMAS)]
+    params += [{"regex": r, "seed": i, **common} for i, (_, r) in enumerate(REGEXES)]
+    params += [{"temperature": temperature, "seed": 0, "max_new_tokens": 8, "ignore_eos": True}]
     r = api_server.post("/generate", json={"text": texts, "sampling_params": params})
     assert r.status_code == 200, r.text
     results = r.json()
