@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     import torch
 
 
+# JSON is written in one canonical layout, `{"a": 1, "b": [2, 3]}`: free whitespace lets a
+# sampled model spend its whole budget on blanks, and fixed separators are forced tokens. A
+# schema's own "x-guidance" options override these.
+_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 class LLGuidanceMatcher(BaseGrammarMatcher):
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self._matcher = matcher
@@ -43,7 +49,9 @@ class LLGuidanceBackend(BaseGrammarBackend):
             if spec.kind == "regex":
                 grammar = llguidance.LLMatcher.grammar_from_regex(spec.text)
             elif spec.kind == "json_schema":
-                grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.text)
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                    spec.text, defaults=_JSON_OPTIONS
+                )
             else:
                 grammar = llguidance.LLMatcher.grammar_from_lark(spec.text)
         except ValueError as e:

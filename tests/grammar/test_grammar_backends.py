@@ -45,7 +45,7 @@ def _allowed(matcher: BaseGrammarMatcher) -> set[int]:
 
 @pytest.mark.parametrize("spec, text", [
     (GrammarSpec("regex", r"[0-9]{3}-[A-Z]{2}"), "123-AB"),
-    (GrammarSpec("json_schema", json.dumps(PERSON)), '{"name":"Bob"}'),
+    (GrammarSpec("json_schema", json.dumps(PERSON)), '{"name": "Bob"}'),
 ])
 def test_a_valid_text_is_accepted_and_then_only_eos(backend, tokenizer, spec, text) -> None:
     matcher = backend.new_matcher(backend.compile(spec))

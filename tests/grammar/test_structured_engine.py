@@ -109,7 +109,7 @@ def test_bad_specs_raise_before_queueing_and_the_engine_keeps_serving(engine) ->
 
 
 def test_outlines_backend(smollm2_path) -> None:
-    specs = _specs(0.0)
+    specs = _specs(0.0)[10:]  # 10 schemas and every regex: outlines compiles take ~0.5 s each
     with rt.Engine(str(smollm2_path), max_total_tokens=8192, grammar_backend="outlines") as e:
         results = e.generate([p for p, _ in specs], [copy.deepcopy(s) for _, s in specs])
         _wait_whole(e)

@@ -4,6 +4,7 @@ OpenAI `response_format`, and bad specs refused with 400 before they are queued.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from grammar.structured_specs import REGEXES, SCHEMAS, check_regex, check_schema
@@ -45,6 +46,25 @@ def test_openai_response_format(api_server, question, response_format, schema) -
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "stop", choice
     check_schema(choice["message"]["content"], schema)
+    api_server.wait_idle_and_whole()
+
+
+def test_openai_response_format_with_every_schema(api_server) -> None:
+    def ask(i: int) -> tuple[dict, dict]:
+        prompt, schema = SCHEMAS[i]
+        r = api_server.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": prompt}], "temperature": 1.0,
+            "seed": i, "max_tokens": 96,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": f"s{i}", "schema": schema}}})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0], schema
+
+    with ThreadPoolExecutor(len(SCHEMAS)) as pool:
+        answers = list(pool.map(ask, range(len(SCHEMAS))))
+    for choice, schema in answers:
+        assert choice["finish_reason"] == "stop", choice
+        check_schema(choice["message"]["content"], schema)
     api_server.wait_idle_and_whole()
 
 
