@@ -1,9 +1,10 @@
 """Typed `gen` (dtype int/float/bool/str): the regex that constrains each type, and the parser
 that turns generated text into a value.
 
-Until the backend enforces regexes, the interpreter generates unconstrained text and the
-parser recovers the first value of the type from it (or raises OutputParseError); once it
-does, the same parser only checks and converts. bool is a `select` where the backend can
+On a backend that does not enforce regexes, the interpreter generates unconstrained text and
+the parser recovers the first value of the type from it (or raises OutputParseError); where
+the backend enforces them (the radixrt server and Engine), the same parser only checks and
+converts. bool is a `select` where the backend can
 score prompts, so it is exact either way.
 """
 

@@ -78,8 +78,15 @@ class SchedulerConfig:
     # A waiting request older than this (seconds) is admitted first, whatever the policy.
     max_wait_s: float = 10.0
     random_seed: int = 0
+    # Constrained decoding: the grammar backend, the compile time limit (a spec that takes
+    # longer is refused), and whether tokens the grammar forces skip their decode steps.
+    grammar_backend: str = "llguidance"
+    grammar_timeout_s: float = 10.0
+    disable_jump_forward: bool = False
 
     def __post_init__(self) -> None:
+        from radixrt.grammar import GRAMMAR_BACKENDS  # names only: imports no backend
+
         if self.max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
         if self.chunked_prefill_size < 1:
@@ -88,6 +95,13 @@ class SchedulerConfig:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
             )
+        if self.grammar_backend not in GRAMMAR_BACKENDS:
+            raise ValueError(
+                f"grammar_backend must be one of {tuple(GRAMMAR_BACKENDS)}, "
+                f"got {self.grammar_backend!r}"
+            )
+        if self.grammar_timeout_s <= 0:
+            raise ValueError(f"grammar_timeout_s must be > 0, got {self.grammar_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -100,7 +114,6 @@ class ServerConfig:
     max_queued_requests: int = 1024  # waiting (not yet running) requests; more get 503
     log_level: str = "info"
     enable_metrics: bool = False  # serve Prometheus text at /metrics
-    grammar_backend: str | None = None  # None: the best available (stored for the grammar layer)
     served_model_name: str | None = None  # None: the model file or folder name
     drain_timeout_s: float = 30.0  # on SIGTERM, how long running requests may take to finish
     dp_size: int = 1  # data-parallel replicas: scheduler processes behind this one server

@@ -219,6 +219,8 @@ class Req:
     arrival_time: float = 0.0
     first_token_time: float | None = None
     generator: Any = None  # per-request torch.Generator when seeded
+    # Grammar state (scheduler/grammar_queue.py: GrammarState) while constrained, else None.
+    grammar: Any = None
 
     @property
     def fill_ids(self) -> list[int]:

@@ -90,6 +90,7 @@ class Engine:
         self._inbox.put(("stop", None))
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        self.scheduler.grammar.close()
         if not self._thread.is_alive():  # collectives are the scheduler thread's until it ends
             self.scheduler.runner.shutdown()
 
@@ -134,6 +135,7 @@ class Engine:
             sp = SamplingParams.from_dict(p)
             if logprob_args:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
+            self._check_grammar(sp)
             for i in range(sp.n):
                 seeded = (
                     sp
@@ -147,6 +149,15 @@ class Engine:
                 outs.append(out)
                 self._inbox.put(("add", req))
         return outs, single
+
+    def _check_grammar(self, sp: SamplingParams) -> None:
+        """Compile a constrained request's grammar now (cached for the scheduler); a spec
+        that fails or takes too long raises GrammarError (a ValueError) before queueing."""
+        from radixrt.grammar.base import GrammarSpec
+
+        spec = GrammarSpec.from_params(sp)
+        if spec is not None:
+            self.scheduler.grammar.compiler.compile(spec)
 
     def _wait(self, out: RequestOutput) -> dict[str, Any]:
         try:

@@ -5,6 +5,8 @@ top-k mass when both are set), min_p and a draw. Every draw is inverse-CDF sampl
 uniform per row, so a seeded row consumes exactly one number from `req.generator` per step and
 its tokens do not depend on the batch (on GPU, up to the float order of scatter_add's sums).
 Ties at a cut: top_p and min_p keep every tied token; top_k keeps k of them, unspecified which.
+A grammar's vocabulary mask (a bitmask per row) sets disallowed logits to -inf after the
+penalties, for the whole batch in one step; logprobs still come from the raw logits.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _NUCLEUS_BUCKETS = 1024
 _BUCKETS_PER_NAT = 32.0
 _MIN_THRESHOLD = 1e-30
 _BELOW_ONE = 1.0 - 2.0**-24  # the largest float32 below 1
+_INF = float("inf")
 
 
 @dataclass(slots=True)
@@ -45,11 +48,18 @@ class Sampler:
         self.vocab_size = vocab_size
         self.eos_token_ids = list(eos_token_ids)
 
-    def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
-        """Pick one token per row of `logits` (B, >= vocab_size); the tensor is not modified."""
+    def sample(
+        self, logits: torch.Tensor, reqs: list[Req], vocab_mask: torch.Tensor | None = None
+    ) -> SampleOutput:
+        """Pick one token per row of `logits` (B, >= vocab_size); the tensor is not modified.
+
+        `vocab_mask`: (B, ceil(vocab_size / 32)) int32 on any device, bit t of row i set when
+        token t is allowed for reqs[i] (all bits set for a free row); None: no constraint."""
         assert logits.dim() == 2 and logits.shape[0] == len(reqs), logits.shape
         raw = logits[:, : self.vocab_size].float()  # (B, V) float32, a view when already float32
         work = apply_penalties(raw, reqs, self.eos_token_ids)
+        if vocab_mask is not None:
+            work = work.masked_fill(~_unpack_bits(vocab_mask, self.vocab_size, raw.device), -_INF)
         sampled = [i for i, r in enumerate(reqs) if not r.sampling_params.is_greedy]
         if not sampled:
             next_ids = work.max(-1).indices  # (B,) int64; max is faster than argmax on CPU
@@ -64,6 +74,14 @@ class Sampler:
             next_ids[idx] = _sample_rows(rows, [reqs[i] for i in sampled])
         logprobs, top_logprobs = _logprobs(raw, next_ids, reqs)
         return SampleOutput(next_ids.tolist(), logprobs, top_logprobs)
+
+
+def _unpack_bits(bitmask: torch.Tensor, width: int, device: torch.device) -> torch.Tensor:
+    """(B, W) int32 bitmask -> (B, width) bool, bit j of word w is column 32 * w + j."""
+    words = bitmask.to(device, non_blocking=True)
+    shifts = torch.arange(32, dtype=torch.int32, device=device)
+    bits = (words[:, :, None] >> shifts) & 1  # (B, W, 32) int32
+    return bits.view(words.shape[0], -1)[:, :width].bool()
 
 
 def _index(rows: list[int], device: torch.device) -> torch.Tensor:

@@ -9,8 +9,10 @@ from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
+from radixrt.grammar.compiler import make_grammar_compiler
 from radixrt.models.loader import eos_token_ids, load_tokenizer
 from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler
 
 
@@ -25,8 +27,11 @@ def build_scheduler(
     )
     cache = cache_cls(runner.allocator, page_size=cache_config.page_size)
     kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache)
-    finish = FinishChecker(
-        eos_token_ids(runner.model_path, tokenizer),
-        lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    eos = eos_token_ids(runner.model_path, tokenizer)
+    finish = FinishChecker(eos, lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+    grammar = GrammarQueue(
+        make_grammar_compiler(scheduler_config, tokenizer, runner.arch.vocab_size, eos),
+        runner.arch.vocab_size,
+        jump_forward=not scheduler_config.disable_jump_forward,
     )
-    return Scheduler(runner, kv, finish, scheduler_config), tokenizer
+    return Scheduler(runner, kv, finish, scheduler_config, grammar), tokenizer

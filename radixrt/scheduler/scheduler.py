@@ -19,6 +19,7 @@ from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.policy import SchedulePolicy
 
@@ -49,6 +50,7 @@ class Scheduler:
         kv: KVCacheManager,
         finish: FinishChecker,
         config: SchedulerConfig,
+        grammar: GrammarQueue | None = None,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -61,6 +63,7 @@ class Scheduler:
         self.waiting: list[Req] = []
         self.running: list[Req] = []  # admitted: prefilling (kv_len < seq_len - 1) or decoding
         self.stats = SchedulerStats()
+        self.grammar = grammar or NoGrammarQueue()  # constrained requests wait here first
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -71,10 +74,13 @@ class Scheduler:
         if error:
             req.finish(FinishReason(FinishKind.ABORT, message=error))
             return
-        self.waiting.append(req)
+        if not self.grammar.hold(req):
+            self.waiting.append(req)
 
     def abort(self, rid: str) -> Req | None:
         """Finish request `rid` (waiting or running) with an abort reason; return it if found."""
+        if (held := self.grammar.abort(rid)) is not None:
+            return held
         for queue in (self.waiting, self.running):
             for req in queue:
                 if req.rid == rid:
@@ -86,7 +92,7 @@ class Scheduler:
 
     @property
     def is_idle(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.grammar.num_held
 
     def check_pool_whole(self) -> None:
         """When idle: free + evictable + protected == capacity, else RuntimeError."""
@@ -97,14 +103,16 @@ class Scheduler:
 
     def step(self) -> list[Req]:
         """Run one forward pass; return the requests that got a new token or finished."""
+        failed = self.grammar.release_ready(self.waiting)  # grammars that failed to compile
         batch = self._schedule()
         if batch is None:
-            return []
+            self.grammar.wait(0.01)  # only requests waiting for a grammar, if any
+            return failed
         out_loc = self.kv.alloc(batch.num_tokens)
         logits_rows, sample_rows = self._layout(batch, out_loc)
         logits = self.runner.forward(batch, out_loc, logits_rows)
         self.stats.forward_passes += 1
-        return self._process(batch, logits, sample_rows)
+        return failed + self._process(batch, logits, sample_rows)
 
     def _schedule(self) -> Batch | None:
         decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]
@@ -212,7 +220,8 @@ class Scheduler:
                 to_sample.append(req)
                 sample_idx.append(last)
         if to_sample:
-            out = self.sampler.sample(logits[sample_idx], to_sample)
+            mask = self.grammar.vocab_mask(to_sample)
+            out = self.sampler.sample(logits[sample_idx], to_sample, mask)
             now = time.monotonic()
             for i, req in enumerate(to_sample):
                 req.output_ids.append(out.next_token_ids[i])
@@ -222,6 +231,7 @@ class Scheduler:
                     if out.top_logprobs is not None:
                         req.output_top_logprobs.append(out.top_logprobs[i])
                 self.finish.check(req, self.runner.context_len)
+                self.grammar.accept(req, lambda r: self.finish.check(r, self.runner.context_len))
                 touched.append(req)
             self.stats.generated_tokens += len(to_sample)
         for req in touched:

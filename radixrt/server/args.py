@@ -23,6 +23,7 @@ from radixrt.config import (
     ServerConfig,
 )
 from radixrt.router.policy import ROUTING_POLICIES
+from radixrt.grammar import GRAMMAR_BACKENDS
 
 SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig, RouterConfig)
 
@@ -35,6 +36,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "attention_backend": tuple(ATTENTION_BACKENDS),
     "log_level": LOG_LEVELS,
     "router_policy": tuple(ROUTING_POLICIES),
+    "grammar_backend": tuple(GRAMMAR_BACKENDS),
 }
 _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
@@ -59,7 +61,9 @@ _HELP = {
     "max_queued_requests": "waiting requests beyond this are refused with 503",
     "log_level": "logging level",
     "enable_metrics": "serve Prometheus metrics at /metrics",
-    "grammar_backend": "constrained-decoding backend name",
+    "grammar_backend": "constrained-decoding backend (regex, json_schema, ebnf)",
+    "grammar_timeout_s": "a grammar that takes longer to compile is refused with 400",
+    "disable_jump_forward": "decode grammar-forced tokens one step each instead of in one extend",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
     "dp_size": "data-parallel replicas: scheduler processes, each with its own model and cache",

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.args import ServerArgs
+from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     SESSION_HEADER,
     SSE_DONE,
@@ -65,7 +66,9 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
 
     app = FastAPI(title="radixrt", lifespan=lifespan, docs_url=None, redoc_url=None)
     limits = Limits.from_ready(tm.ready)
-    openai = OpenAIServing(tm, limits, args.server.served_model_name or _model_name(args))
+    grammar = GrammarChecker(args.scheduler, tm.tokenizer, tm.ready)
+    openai = OpenAIServing(tm, limits, args.server.served_model_name or _model_name(args),
+                           grammar)
     app.state.model_name = openai.model_name
     _add_error_handlers(app)
 
@@ -79,6 +82,7 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
     async def generate(request: Request) -> Response:
         body = decode_body(await request.body(), GenerateRequest)
         prepared = prepare_generate(body, tm.tokenizer, limits)
+        await grammar.check(prepared.params)
         states = tm.submit(prepared.prompts, prepared.params, prepared.rids, body.extra_key,
                            session=request.headers.get(SESSION_HEADER))
         if body.stream:

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     SESSION_HEADER,
     SSE_DONE,
@@ -37,8 +38,10 @@ from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, Token
 class OpenAIServing:
     """Handlers for the OpenAI routes; choice i is prompt i // n, sample i % n."""
 
-    def __init__(self, tm: TokenizerManager, limits: Limits, model_name: str) -> None:
+    def __init__(self, tm: TokenizerManager, limits: Limits, model_name: str,
+                 grammar: GrammarChecker) -> None:
         self.tm = tm
+        self.grammar = grammar
         self.limits = limits
         self.model_name = model_name
         self.created = int(time.time())
@@ -70,6 +73,7 @@ class OpenAIServing:
     async def _serve(
         self, request: Request, body: Any, prepared: PreparedRequest, is_chat: bool
     ) -> Response:
+        await self.grammar.check(prepared.params)
         session = request.headers.get(SESSION_HEADER) or body.prompt_cache_key or body.user
         states = self.tm.submit(prepared.prompts, prepared.params, prepared.rids,
                                 session=session)

@@ -81,8 +81,29 @@ class ChatMessage(msgspec.Struct):
     name: str | None = None
 
 
+class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
+    """`text`, `json_object` (any JSON object) or `json_schema` ({"name", "schema", ...})."""
+
+    type: str
+    json_schema: dict[str, Any] | None = None
+
+    def sampling_dict(self) -> dict[str, Any]:
+        if self.type == "text":
+            return {}
+        if self.type == "json_object":
+            return {"json_schema": {"type": "object"}}
+        if self.type == "json_schema":
+            if self.json_schema is None or not isinstance(self.json_schema.get("schema"), dict):
+                raise BadRequestError("response_format json_schema needs json_schema.schema, "
+                                      "an object")
+            return {"json_schema": self.json_schema["schema"]}
+        raise BadRequestError(f"response_format type {self.type!r} is not supported; use "
+                              "text, json_object or json_schema")
+
+
 class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
     messages: list[ChatMessage]
+    response_format: ResponseFormat | None = None
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
@@ -125,6 +146,8 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
         raise BadRequestError(f"the chat template rejected the messages: {e}") from None
     prompts = [tokenizer.encode(text, add_special_tokens=False)]
     d = req.sampling_dict()
+    if req.response_format is not None:
+        d.update(req.response_format.sampling_dict())
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")
     if req.logprobs:

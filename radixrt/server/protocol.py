@@ -117,9 +117,6 @@ def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
     if sp.top_logprobs_num > MAX_TOP_LOGPROBS:
         raise BadRequestError(f"invalid sampling parameter top_logprobs_num="
                               f"{sp.top_logprobs_num}: must be <= {MAX_TOP_LOGPROBS}")
-    if any(s is not None for s in (sp.regex, sp.json_schema, sp.ebnf)):
-        raise BadRequestError("constrained decoding (regex, json_schema, ebnf) is not available "
-                              "in this server yet")
     return sp
 
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +114,42 @@ def test_regex(backend) -> None:
     s = rt.function(lambda s: s.__iadd__("Code: " + rt.gen("code", regex="[A-Z]{3}-[0-9]{2}")))
     out = s.run(backend=backend, temperature=0)
     assert len(out["code"]) == 6 and out["code"][3] == "-"
+
+
+def test_json_extraction_example(backend) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    path = Path(__file__).resolve().parents[2] / "examples" / "json_extraction.py"
+    spec = importlib.util.spec_from_file_location("json_extraction", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    states = example.extract_city.run_batch(
+        [{"passage": p} for p in example.PASSAGES[:2]], backend=backend, temperature=0
+    )
+    for state in states:
+        assert state.error() is None, state.error()
+        jsonschema.validate(state["record"], example.CITY_SCHEMA)
+    assert states[0]["record"]["name"] == "Lyon"
+
+
+def test_json_schema_and_regex_gens_at_temperature_one(backend) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    person = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+              "properties": {"name": {"type": "string", "maxLength": 12},
+                             "age": {"type": "integer", "minimum": 0, "maximum": 99}}}
+
+    @rt.function
+    def profile(s, who):
+        s += f"A {who} as JSON: " + rt.gen("person", json_schema=person, max_tokens=48)
+        s += "\nPhone: " + rt.gen("phone", regex=r"[0-9]{3}-[0-9]{4}", max_tokens=12)
+
+    states = profile.run_batch(
+        [{"who": w, "seed": i} for i, w in enumerate(["teacher", "pilot", "child"])],
+        backend=backend, temperature=1.0,
+    )
+    for state in states:
+        assert state.error() is None, state.error()
+        jsonschema.validate(json.loads(state["person"]), person)
+        assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", state["phone"])
 
 
 def test_fork_join_hits_the_cache(backend, tokenizer) -> None:

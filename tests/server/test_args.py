@@ -37,7 +37,8 @@ def test_the_issue_flags_exist_and_parse() -> None:
         "--page-size", "4", "--schedule-policy", "fcfs", "--disable-radix-cache",
         "--chunked-prefill-size", "256", "--max-running-requests", "8",
         "--max-queued-requests", "3", "--api-key", "k", "--dtype", "float32", "--device", "cpu",
-        "--attention-backend", "torch_native", "--grammar-backend", "xgrammar",
+        "--attention-backend", "torch_native", "--grammar-backend", "outlines",
+        "--disable-jump-forward", "--grammar-timeout-s", "2.5",
         "--log-level", "warning", "--enable-metrics",
     ])
     assert args.model == ModelConfig("/m", "float32", "cpu", 512, "torch_native", 1)
@@ -46,7 +47,10 @@ def test_the_issue_flags_exist_and_parse() -> None:
     assert args.scheduler.chunked_prefill_size == 256
     s = args.server
     assert (s.host, s.port, s.api_key, s.max_queued_requests) == ("0.0.0.0", 8000, "k", 3)
-    assert (s.grammar_backend, s.log_level, s.enable_metrics) == ("xgrammar", "warning", True)
+    assert (s.log_level, s.enable_metrics) == ("warning", True)
+    sc = args.scheduler
+    assert (sc.grammar_backend, sc.disable_jump_forward, sc.grammar_timeout_s) == (
+        "outlines", True, 2.5)
 
 
 def test_dp_and_router_flags() -> None:
@@ -61,6 +65,7 @@ def test_dp_and_router_flags() -> None:
     ["--dp", "0"], ["--router-policy", "random"], ["--cache-threshold", "2"],
     ["--tp", "2", "--nnodes", "3"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
     ["--mem-fraction-static", "1.5"], ["--max-total-tokens", "x"], ["--log-level", "loud"],
+    ["--grammar-backend", "xgrammar"],
 ])
 def test_bad_flags_exit_with_a_usage_error(argv: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as e:

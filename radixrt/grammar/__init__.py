@@ -1,0 +1,32 @@
+"""Grammar backends for constrained decoding, chosen by name; each is imported only when chosen.
+
+Every backend is constructed as `cls(tokenizer, vocab_size, eos_token_ids)` with a Hugging Face
+fast tokenizer and the model's logit width (which may exceed the tokenizer's vocabulary).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from radixrt.grammar.base import BaseGrammarBackend
+
+# name -> "module:class"; the first is the default.
+GRAMMAR_BACKENDS: dict[str, str] = {
+    "llguidance": "radixrt.grammar.llguidance_backend:LLGuidanceBackend",
+    "outlines": "radixrt.grammar.outlines_backend:OutlinesBackend",
+}
+DEFAULT_GRAMMAR_BACKEND = "llguidance"
+
+
+def create_grammar_backend(
+    name: str, tokenizer: Any, vocab_size: int, eos_token_ids: list[int]
+) -> BaseGrammarBackend:
+    """Import and construct the backend registered as `name`; ValueError if unknown."""
+    if name not in GRAMMAR_BACKENDS:
+        known = sorted(GRAMMAR_BACKENDS)
+        raise ValueError(f"unknown grammar backend {name!r}; choose from {known}")
+    module_name, cls_name = GRAMMAR_BACKENDS[name].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(tokenizer, vocab_size, eos_token_ids)

@@ -1,0 +1,67 @@
+"""The grammar-backend interface: compile a spec once, then one matcher per request."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+SPEC_KINDS = ("regex", "json_schema", "ebnf")
+
+
+class GrammarError(ValueError):
+    """A spec the backend cannot compile (or that took too long); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarSpec:
+    """What constrains one request: `kind` is one of SPEC_KINDS, `text` the regex, the JSON
+    schema (a JSON string) or the grammar. Hashable: the compile cache is keyed by it."""
+
+    kind: str
+    text: str
+
+    @classmethod
+    def from_params(cls, params: Any) -> GrammarSpec | None:
+        """The spec of a SamplingParams (at most one of its spec fields is set), or None."""
+        for kind in SPEC_KINDS:
+            text = getattr(params, kind, None)
+            if text is not None:
+                return cls(kind, text)
+        return None
+
+
+class BaseGrammarMatcher(ABC):
+    """One request's position in its grammar. Owned by that request; not thread-safe.
+
+    Token ids are the model's; bit t of the mask is token t. Stop (EOS) tokens are allowed
+    exactly when the grammar is complete; they are never passed to `accept`.
+    """
+
+    @abstractmethod
+    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+        """Write the tokens allowed next into `bitmask[row]`, a contiguous (W,) int32 CPU row
+        with W = ceil(vocab_size / 32); every bit of the row is written, no other row is."""
+
+    @abstractmethod
+    def accept(self, token_id: int) -> bool:
+        """Advance past `token_id`; False if the grammar does not allow it (the matcher is then
+        unusable). Never raises for a bad token."""
+
+
+class BaseGrammarBackend(ABC):
+    """Compiles specs for one tokenizer. `compile` may run on any thread (one at a time per
+    backend is not required); compiled grammars are immutable and shared by many matchers."""
+
+    name: str = ""
+
+    @abstractmethod
+    def compile(self, spec: GrammarSpec) -> Any:
+        """Compile `spec`; raise GrammarError with the backend's message if it cannot."""
+
+    @abstractmethod
+    def new_matcher(self, compiled: Any) -> BaseGrammarMatcher:
+        """A fresh matcher at the start of a compiled grammar; cheap, never raises."""
