@@ -22,8 +22,8 @@ from radixrt.config import (
     SchedulerConfig,
     ServerConfig,
 )
-from radixrt.router.policy import ROUTING_POLICIES
 from radixrt.grammar import GRAMMAR_BACKENDS
+from radixrt.router.policy import ROUTING_POLICIES
 
 SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig, RouterConfig)
 
