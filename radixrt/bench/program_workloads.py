@@ -18,9 +18,13 @@ from radixrt.bench.datasets import WordSource
 LETTERS = "ABCD"
 JSON_SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string"}, "city": {"type": "string"},
-                   "age": {"type": "integer"}},
+    # Bounded fields, so that any model (a random one included) closes the object within
+    # max_tokens: at most 12 tokens per string, 3 per number, about 15 of structure.
+    "properties": {"name": {"type": "string", "maxLength": 12},
+                   "city": {"type": "string", "maxLength": 12},
+                   "age": {"type": "integer", "minimum": 0, "maximum": 120}},
     "required": ["name", "city", "age"],
+    "additionalProperties": False,
 }
 
 
@@ -117,7 +121,7 @@ def multi_turn_chat(s: Any, turns: list[str]) -> None:
 def json_extraction(s: Any, document: str) -> None:
     """Fields of a document as JSON constrained by a schema."""
     s += "Document:" + document + "\nExtract name, city and age as JSON:\n"
-    s += rt.gen("json", max_tokens=48, json_schema=JSON_SCHEMA, temperature=0)
+    s += rt.gen("json", max_tokens=64, json_schema=JSON_SCHEMA, temperature=0)
 
 
 @rt.function
