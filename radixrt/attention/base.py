@@ -79,3 +79,11 @@ class BaseAttnBackend(ABC):
         fb: ForwardBatch,
     ) -> torch.Tensor:
         """One token per request: q (B, H, D); k, v (B, Hkv, D) already stored; return (B, H, D)."""
+
+
+def indptr(lens: list[int]) -> torch.Tensor:
+    """(len(lens)+1,) int32 CPU exclusive prefix sums: [0, l0, l0+l1, ...]."""
+    out = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    if lens:
+        out[1:] = torch.tensor(lens, dtype=torch.int64).cumsum(0)
+    return out

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from radixrt.attention.base import AttentionLayer, BaseAttnBackend
+from radixrt.attention.base import AttentionLayer, BaseAttnBackend, indptr
 from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import build_kv_indices
 
@@ -50,8 +50,8 @@ class AttentionGeometry:
 def build_flashinfer_metadata(fb: ForwardBatch) -> FlashInferMetadata:
     """Page table of `fb`: request b attends to req_to_token[row_b, :seq_lens[b]], causally."""
     req_to_token = fb.req_to_token_pool.req_to_token
-    qo_indptr = _indptr(fb.extend_seq_lens_cpu)
-    kv_indptr = _indptr(fb.seq_lens_cpu)
+    qo_indptr = indptr(fb.extend_seq_lens_cpu)
+    kv_indptr = indptr(fb.seq_lens_cpu)
     num_indices = int(kv_indptr[-1])
     kv_indices = build_kv_indices(
         req_to_token,
@@ -255,14 +255,6 @@ class FlashInferAttnBackend(BaseAttnBackend):
         """The layer's K and V pools as FlashInfer NHD pages: each (num_slots, 1, Hkv, D)."""
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         return k_buf.unsqueeze(1), v_buf.unsqueeze(1)
-
-
-def _indptr(lens: list[int]) -> torch.Tensor:
-    """(len(lens)+1,) int32 CPU exclusive prefix sums: [0, l0, l0+l1, ...]."""
-    out = torch.zeros(len(lens) + 1, dtype=torch.int32)
-    if lens:
-        out[1:] = torch.tensor(lens, dtype=torch.int64).cumsum(0)
-    return out
 
 
 def _import_flashinfer() -> ModuleType:

@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from radixrt.attention.base import AttentionLayer, BaseAttnBackend
+from radixrt.attention.base import AttentionLayer, BaseAttnBackend, indptr
 from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import build_kv_indices
 
@@ -43,14 +43,14 @@ def build_triton_metadata(fb: ForwardBatch) -> TritonMetadata:
     """Slot table of `fb`: request b attends to req_to_token[row_b, :seq_lens[b]], causally."""
     req_to_token = fb.req_to_token_pool.req_to_token
     dev = req_to_token.device
-    kv_indptr = _indptr(fb.seq_lens_cpu)
+    kv_indptr = indptr(fb.seq_lens_cpu)
     num_indices = int(kv_indptr[-1])
     kv_indptr = kv_indptr.to(dev, non_blocking=True)
     kv_indices = build_kv_indices(
         req_to_token, fb.req_pool_indices, fb.seq_lens, kv_indptr, num_indices
     )
     return TritonMetadata(
-        qo_indptr=_indptr(fb.extend_seq_lens_cpu).to(dev, non_blocking=True),
+        qo_indptr=indptr(fb.extend_seq_lens_cpu).to(dev, non_blocking=True),
         kv_indptr=kv_indptr,
         kv_indices=kv_indices,
         max_extend_len=max(fb.extend_seq_lens_cpu, default=0),
@@ -227,14 +227,6 @@ class TritonAttnBackend(BaseAttnBackend):
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """x (N, H, D) with a unit stride over D, as the kernels index it."""
     return x if x.stride(-1) == 1 else x.contiguous()
-
-
-def _indptr(lens: list[int]) -> torch.Tensor:
-    """(len(lens)+1,) int32 CPU exclusive prefix sums: [0, l0, l0+l1, ...]."""
-    out = torch.zeros(len(lens) + 1, dtype=torch.int32)
-    if lens:
-        out[1:] = torch.tensor(lens, dtype=torch.int64).cumsum(0)
-    return out
 
 
 def _import_kernels() -> ModuleType:
