@@ -15,37 +15,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from radixrt.bench.peers import ManagedServer, free_port
 from radixrt.bench.shared_prefix import Workload, build_prompts
-
-_START_TIMEOUT_S = 600.0
 
 
 def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     """Start a server with `policy`, run the workload through it, stop it; the figures."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "radixrt.launch_server", "--port", str(port),
+    cmd = [sys.executable, "-m", "radixrt.launch_server", "--port", str(free_port()),
            "--dp", str(args.dp), "--router-policy", policy, "--log-level", "warning"]
     if args.model_path:
         cmd += ["--model-path", args.model_path]
     if args.max_total_tokens:
         cmd += ["--max-total-tokens", str(args.max_total_tokens)]
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    try:
-        _wait_ready(url, proc)
+    log_dir = Path(tempfile.mkdtemp(prefix="radixrt-dp-"))
+    with ManagedServer(cmd, log_dir / f"server-{policy}.log") as url:
         vocab_size = httpx.get(url + "/get_model_info").json()["vocab_size"]
         w = Workload(args.groups, args.per_group, args.system_len, args.question_len,
                      args.output_len)
@@ -57,9 +49,6 @@ def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
             outs = list(pool.map(lambda ids: _generate(url, ids, w.output_len), prompts))
         wall = time.perf_counter() - t0
         after = httpx.get(url + "/get_server_info").json()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
     prompt = after["prompt_tokens"] - before["prompt_tokens"]
     cached = after["cached_tokens"] - before["cached_tokens"]
     routed = [a["routed_requests"] - b["routed_requests"]
@@ -69,20 +58,6 @@ def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
             "req_s": len(prompts) / wall, "out_tok_s": out_tokens / wall,
             "hit_rate": cached / prompt if prompt else 0.0,
             "optimal_hit_rate": w.optimal_hit_rate, "routed_per_replica": routed}
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with status {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the server was not ready after {_START_TIMEOUT_S} s")
 
 
 def _generate(url: str, ids: list[int], max_new_tokens: int) -> dict[str, Any]:

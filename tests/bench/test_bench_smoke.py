@@ -92,3 +92,20 @@ def test_engine_bench_with_two_ranks(tiny_llama_path) -> None:
     data = engine_bench.main(["--model-path", str(tiny_llama_path), *sizes, *TINY_ENGINE])
     assert data["tp_size"] == 2
     assert data["prefill"][0]["first_token_match"] and data["decode"][0]["greedy_match"] == 2
+
+
+def test_dp_routing_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
+    from radixrt.bench import dp_routing
+
+    out = tmp_path / "dp.json"
+    rows = dp_routing.main([
+        "--dp", "2", "--policies", "cache_aware", "round_robin", "-G", "2", "-P", "2",
+        "-S", "64", "-Q", "8", "-O", "2", "--max-total-tokens", "2048",
+        "--model-path", str(tiny_llama_path), "--json", str(out),
+    ])
+    assert [r["policy"] for r in rows] == ["cache_aware", "round_robin"]
+    for r in rows:
+        assert r["requests"] == 4 and sum(r["routed_per_replica"]) == 4
+        assert 0 <= r["hit_rate"] <= r["optimal_hit_rate"] + 1e-9
+    assert rows[0]["hit_rate"] == pytest.approx(rows[0]["optimal_hit_rate"])
+    assert json.loads(out.read_text()) == rows
