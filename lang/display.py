@@ -6,7 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from lang.interpreter import Span, StateExecutor
+from lang.exec_types import Span
+from lang.interpreter import StateExecutor
 
 _STYLE = """<style>
 .rt-state{font-family:ui-monospace,monospace;font-size:13px;line-height:1.45}

@@ -13,56 +13,14 @@ import functools
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from lang import ir, typed
 from lang.backends.base import BaseBackend
-from lang.chat_template import Message
 from lang.errors import NotSupportedError, OutputParseError, ProgramError
+from lang.exec_types import Call, OpenRole, Snapshot, Span, sets_of
 from lang.scoring import score_choices
-
-
-@dataclass(slots=True)
-class Span:
-    """A generated or selected piece of the text, for display: text[start:end]."""
-
-    start: int
-    end: int
-    name: str | None
-    kind: str  # "gen" or "select"
-    meta: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Call(ir.Expr):
-    """An internal node: run `fn(executor)` in order with the program's other nodes."""
-
-    fn: Callable[[StateExecutor], None]
-    label: str = "call"
-    sets: tuple[str, ...] = ()  # the variables it sets (reads of them wait for it)
-
-
-@dataclass(slots=True)
-class _Role:
-    role: str
-    content_start: int
-    suffix: str
-
-
-@dataclass
-class _Snapshot:
-    """What a fork copies from its parent."""
-
-    text: str = ""
-    messages: list[Message] = field(default_factory=list)
-    variables: dict[str, Any] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    spans: list[Span] = field(default_factory=list)
-    roles: list[_Role] = field(default_factory=list)
-    scopes: dict[str, int] = field(default_factory=dict)
-    turns: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 class StateExecutor:
@@ -73,9 +31,9 @@ class StateExecutor:
         backend: BaseBackend,
         defaults: ir.SamplingParams,
         stream: bool = False,
-        snapshot: _Snapshot | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
-        snap = snapshot or _Snapshot()
+        snap = snapshot or Snapshot()
         self.backend = backend
         self.defaults = defaults
         self.stream = stream
@@ -108,7 +66,7 @@ class StateExecutor:
         with self.cond:
             self._queue.extend(nodes)
             for node in nodes:
-                self._pending_vars.update(_sets(node))
+                self._pending_vars.update(sets_of(node))
             if self._running or not self._queue:
                 return
             self._running = True
@@ -160,13 +118,13 @@ class StateExecutor:
                     self.backend,
                     self.defaults,
                     self.stream,
-                    _Snapshot(
+                    Snapshot(
                         self.text,
                         [dict(m) for m in self.messages],
                         dict(self.variables),
                         dict(self.meta),
                         list(self.spans),
-                        [_Role(r.role, r.content_start, r.suffix) for r in self.roles],
+                        [OpenRole(r.role, r.content_start, r.suffix) for r in self.roles],
                         dict(self.scopes),
                         list(self.turns),
                     ),
@@ -214,7 +172,7 @@ class StateExecutor:
                     self.error = e if isinstance(e, ProgramError) else ProgramError(label, e)
             finally:
                 with self.cond:
-                    self._pending_vars.subtract(_sets(node))
+                    self._pending_vars.subtract(sets_of(node))
                     self.cond.notify_all()
 
     def _execute(self, node: ir.Expr) -> None:
@@ -339,7 +297,7 @@ class StateExecutor:
         prefix, suffix = template.role_parts(self.messages, role) if template else ("", "")
         with self.cond:
             self._append_locked(prefix)
-            self.roles.append(_Role(role, len(self.text), suffix))
+            self.roles.append(OpenRole(role, len(self.text), suffix))
 
     def _role_end(self, role: str) -> None:
         with self.cond:
@@ -382,17 +340,6 @@ class StateExecutor:
     def _is_done(self, var: str | None) -> bool:
         idle = not self._running and (self.closed or self.error is not None)
         return idle or (var is not None and var in self.variables)
-
-
-def _sets(node: ir.Expr) -> tuple[str, ...]:
-    """The variables a node sets."""
-    if isinstance(node, (ir.Gen, ir.Select)):
-        return () if node.name is None else (node.name,)
-    if isinstance(node, ir.VarScopeEnd):
-        return (node.name,)
-    if isinstance(node, Call):
-        return node.sets
-    return ()
 
 
 def _check_structured(params: ir.SamplingParams, text: str) -> None:

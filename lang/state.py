@@ -9,7 +9,8 @@ from typing import Any
 
 from lang import ir
 from lang.chat_template import Message
-from lang.interpreter import Call, StateExecutor
+from lang.exec_types import Call
+from lang.interpreter import StateExecutor
 
 
 class ProgramState:
