@@ -27,6 +27,7 @@ class ModelConfig:
     dist_init_addr: str | None = None  # host:port where the ranks meet; None: 127.0.0.1, any port
     disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer, triton on CUDA)
     cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
+    disable_cpu_kernels: bool = False  # float32 on CPU runs radixrt's C kernels when they build
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -108,7 +108,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     max_batch, max_len = max(args.batch_sizes), max(args.prefill_lens)
     pool = max(max_len + 64, max_batch * (args.decode_prompt_len + args.decode_steps + 64))
     sched, _ = build_scheduler(
-        ModelConfig(args.model_path, dtype="float32", device="cpu", tp_size=args.tp),
+        ModelConfig(
+            args.model_path,
+            dtype="float32",
+            device="cpu",
+            tp_size=args.tp,
+            disable_cpu_kernels=args.disable_cpu_kernels,
+        ),
         CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
         SchedulerConfig(
             max_running_requests=max(max_batch, 64), chunked_prefill_size=max(max_len, 2048)
@@ -122,9 +128,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
     load = OtherLoad(sched.runner.tp_group.pids)
-    params = list(sched.runner.model.parameters())
-    num_params = sum(p.numel() for p in params)
-    weight_bytes = sum(p.numel() * p.element_size() for p in params)
+    print(f"radixrt CPU kernels: {'on' if sched.runner.cpu_kernels else 'off'}", flush=True)
+    # Counted at load, before the CPU kernels repack the linear weights (the tied LM head
+    # then has its own packed copy, which a step reads instead of the embedding table).
+    num_params, weight_bytes = sched.runner.num_params, sched.runner.weight_bytes
     vocab = sched.runner.arch.vocab_size
     hf = None if args.skip_hf else load_hf_model(sched.runner.model_path)
 
@@ -153,6 +160,7 @@ def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespac
         "num_params": num_params,
         "weight_bytes": weight_bytes,
         "tp_size": args.tp,
+        "cpu_kernels": sched.runner.cpu_kernels,
         "repeats": args.repeats,
         "decode_prompt_len": args.decode_prompt_len,
         "decode_steps": args.decode_steps,
@@ -354,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (gloo on CPU)")
     p.add_argument("--skip-hf", action="store_true", help="radixrt and the roofline only")
+    p.add_argument(
+        "--disable-cpu-kernels", action="store_true", help="radixrt on torch ops, not csrc/cpu"
+    )
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     add_roofline_args(p)
     return p

@@ -79,6 +79,7 @@ class ModelRunner:
                 self._init_model(max_running_requests)
             else:
                 self._init_given_model(model)
+            self._init_cpu_kernels()
             self._init_memory_pool(max_running_requests)
         except BaseException:
             self.tp_group.stop()
@@ -155,6 +156,27 @@ class ModelRunner:
         self.model = model.eval()
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
+    def _init_cpu_kernels(self) -> None:
+        """Swap float32 CPU layers for radixrt's C kernels (radixrt/layers/cpu.py) when they
+        build; `cpu_kernels` says whether they run. weight_bytes is counted before."""
+        self.num_params = sum(p.numel() for p in self.model.parameters())
+        self.cpu_kernels = False
+        if (
+            self.device.type != "cpu"
+            or self.dtype != torch.float32
+            or self.model_config.disable_cpu_kernels
+        ):
+            return
+        from radixrt.kernels import cpu as ck
+        from radixrt.layers.cpu import use_cpu_kernels
+
+        if not ck.available():
+            logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
+            return
+        swapped = use_cpu_kernels(self.model)
+        self.cpu_kernels = True
+        logger.info("CPU kernels on: %d layers swapped", swapped)
+
     def _init_memory_pool(self, max_running_requests: int) -> None:
         a = self.arch
         num_kv_heads = self._partition_heads()[1]
@@ -194,7 +216,9 @@ class ModelRunner:
     def _init_attention_backend(self) -> None:
         from radixrt.attention import default_backend
 
-        name = self.model_config.attention_backend or default_backend(self.device, self.dtype)
+        name = self.model_config.attention_backend or (
+            "cpu" if self.cpu_kernels else default_backend(self.device, self.dtype)
+        )
         num_heads, num_kv_heads = self._partition_heads()
         self.attn_backend = create_attention_backend(
             name,

@@ -68,17 +68,33 @@ class RotaryEmbedding(nn.Module):
         return self._cos_sin
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin for the positions (T,): each (T, 1, D) float32, shared by every layer."""
+        """cos, sin for the positions (T,): each (T, D) float32, shared by every layer."""
         cos_cache, sin_cache = self._cache(positions.device)
-        return cos_cache[positions].unsqueeze(1), sin_cache[positions].unsqueeze(1)
+        return cos_cache.index_select(0, positions), sin_cache.index_select(0, positions)
 
 
 def apply_rotary(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int
 ) -> torch.Tensor:
-    """Rotate packed x (T, H*D) by cos/sin (T, 1, D); returns a new (T, H*D) tensor."""
+    """Rotate packed x (T, H*D) by cos/sin (T, D) or (T, 1, D); returns a new (T, H*D)."""
     shape = x.shape
     x = x.view(shape[0], -1, head_dim)
+    cos, sin = cos.view(shape[0], 1, head_dim), sin.view(shape[0], 1, head_dim)
     half = head_dim // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return (x * cos.to(x.dtype) + rotated * sin.to(x.dtype)).view(shape)
+
+
+class QKVRotary(nn.Module):
+    """Splits a fused qkv projection (T, (H + 2*Hkv) * D) into q, k, v and rotates q and k."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.sizes = (num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim)
+
+    def forward(
+        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = qkv.split(self.sizes, dim=-1)
+        return apply_rotary(q, cos, sin, self.head_dim), apply_rotary(k, cos, sin, self.head_dim), v

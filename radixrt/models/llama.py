@@ -12,10 +12,11 @@ import torch
 from torch import nn
 
 from radixrt.distributed.comm import BaseComm, NullComm
+from radixrt.layers.activation import GatedActivation
 from radixrt.layers.attention import RadixAttention
 from radixrt.layers.linear import lm_head, row_parallel_linear, vocab_embedding
 from radixrt.layers.norm import RMSNorm
-from radixrt.layers.rotary import RotaryEmbedding, apply_rotary
+from radixrt.layers.rotary import QKVRotary, RotaryEmbedding
 from radixrt.models.arch import ArchConfig
 from radixrt.models.llama_weights import load_llama_weights
 from radixrt.models.tp_partition import TPPartition
@@ -23,8 +24,7 @@ from radixrt.models.tp_partition import TPPartition
 if TYPE_CHECKING:
     from radixrt.executor.forward_batch import ForwardBatch
 
-Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: each (T, 1, head_dim) float32
-_ACTIVATIONS = {"silu": nn.functional.silu, "gelu": nn.functional.gelu}
+Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: each (T, head_dim) float32
 
 
 class LlamaMLP(nn.Module):
@@ -34,13 +34,10 @@ class LlamaMLP(nn.Module):
         # This rank's rows of gate_proj and up_proj, stacked: [0, I/tp) gate, [I/tp, 2I/tp) up.
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * inter, bias=bias)
         self.down_proj = row_parallel_linear(inter, cfg.hidden_size, bias, comm)
-        if cfg.hidden_act not in _ACTIVATIONS:
-            raise ValueError(f"unsupported hidden_act {cfg.hidden_act!r}")
-        self.act = _ACTIVATIONS[cfg.hidden_act]
+        self.act_fn = GatedActivation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(self.act(gate) * up)
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 
 class LlamaAttention(nn.Module):
@@ -50,15 +47,12 @@ class LlamaAttention(nn.Module):
         bias = cfg.attention_bias
         # This rank's heads of q_proj, k_proj and v_proj, stacked along the output rows.
         self.qkv_proj = nn.Linear(cfg.hidden_size, (h + 2 * hkv) * d, bias=bias)
-        self.qkv_sizes = (h * d, hkv * d, hkv * d)
+        self.rotary = QKVRotary(h, hkv, d)
         self.o_proj = row_parallel_linear(h * d, cfg.hidden_size, cfg.o_proj_bias, comm)
-        self.head_dim = d
         self.attn = RadixAttention(layer_id, h, hkv, d, d**-0.5)
 
     def forward(self, rope: Rope, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q = apply_rotary(q, *rope, self.head_dim)
-        k = apply_rotary(k, *rope, self.head_dim)
+        q, k, v = self.rotary(self.qkv_proj(x), *rope)
         return self.o_proj(self.attn(q, k, v, fb))
 
 

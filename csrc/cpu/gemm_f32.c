@@ -1,0 +1,167 @@
+// float32 y = x @ W^T (+ bias) for CPU, with W pre-packed into column panels.
+//
+// Packed layout: W (N, K) row-major becomes Wp (P, K, NR), P = ceil(N / NR): panel p holds
+// output columns [p*NR, p*NR + NR) with the NR values of one k contiguous; columns past N are
+// zero. One pass over a panel streams it from memory once, so a batch-1 step reads every
+// weight byte exactly once, and the micro-kernel needs no horizontal sums.
+//
+// Work split: OpenMP threads take (panel, row-chunk) pairs; a tile is MR rows x NR columns
+// kept in registers over a K range of KC (all of K when the chunk has <= MR rows).
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "rt_cpu.h"
+
+#define NR 32
+#define MR 12
+#define KC 128
+#define MC 96
+
+void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
+  const int64_t panels = (n + NR - 1) / NR;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    float* dst = wp + p * k * NR;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t j = 0; j < NR; ++j) {
+        const int64_t col = p * NR + j;
+        dst[kk * NR + j] = col < n ? w[col * k + kk] : 0.0f;
+      }
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+// One mr x NR tile over k in [k0, k1). xb: packed rows, element (k, i) at xb[k * xs + i].
+// acc starts from bias/zero when `first`, else from y.
+static inline __attribute__((always_inline)) void tile(const float* xb, int64_t xs,
+                                                       const float* wp, int64_t k0, int64_t k1,
+                                                       float* y, int64_t ldy, const int mr,
+                                                       __mmask16 m0, __mmask16 m1,
+                                                       const float* bias, int first) {
+  __m512 a0[MR], a1[MR];
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (first && bias) {
+    b0 = _mm512_maskz_loadu_ps(m0, bias);
+    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < mr; ++i) {
+    if (first) {
+      a0[i] = b0;
+      a1[i] = b1;
+    } else {
+      a0[i] = _mm512_maskz_loadu_ps(m0, y + i * ldy);
+      a1[i] = _mm512_maskz_loadu_ps(m1, y + i * ldy + 16);
+    }
+  }
+  const float* w = wp + k0 * NR;
+  const float* xk = xb + k0 * xs;
+  for (int64_t kk = k0; kk < k1; ++kk, w += NR, xk += xs) {
+    _mm_prefetch((const char*)(w + 16 * NR), _MM_HINT_T0);
+    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; ++i) {
+      const __m512 xv = _mm512_set1_ps(xk[i]);
+      a0[i] = _mm512_fmadd_ps(w0, xv, a0[i]);
+      a1[i] = _mm512_fmadd_ps(w1, xv, a1[i]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < mr; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, m0, a0[i]);
+    _mm512_mask_storeu_ps(y + i * ldy + 16, m1, a1[i]);
+  }
+}
+
+static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
+                     float* y, int64_t ldy, int mr, int ncols, const float* bias, int first) {
+  const __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
+  const __mmask16 m1 =
+      ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+  switch (mr) {
+#define CASE(R)                                                  \
+  case R:                                                        \
+    tile(xb, xs, wp, k0, k1, y, ldy, R, m0, m1, bias, first); \
+    break;
+    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+    CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#undef CASE
+  }
+}
+
+#else  // portable C: the same blocking, left to the compiler's vectoriser
+
+static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
+                     float* y, int64_t ldy, int mr, int ncols, const float* bias, int first) {
+  float acc[MR][NR];
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < NR; ++j)
+      acc[i][j] = j < ncols ? (first ? (bias ? bias[j] : 0.0f) : y[i * ldy + j]) : 0.0f;
+  for (int64_t kk = k0; kk < k1; ++kk) {
+    const float* w = wp + kk * NR;
+    for (int i = 0; i < mr; ++i) {
+      const float xv = xb[kk * xs + i];
+      for (int j = 0; j < NR; ++j) acc[i][j] += w[j] * xv;
+    }
+  }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < ncols; ++j) y[i * ldy + j] = acc[i][j];
+}
+
+#endif
+
+// xp (ceil(m/MR), k, MR) <- x (m, k): each block of MR rows transposed so a tile broadcasts
+// its rows' k-th values from one pointer at fixed offsets; rows past m are zero.
+static void pack_rows(const float* x, int64_t ldx, int64_t m, int64_t k, float* xp) {
+  const int64_t blocks = (m + MR - 1) / MR;
+#pragma omp parallel for schedule(static) if (m * k > 65536)
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* dst = xp + b * k * MR;
+    for (int i = 0; i < MR; ++i) {
+      const int64_t row = b * MR + i;
+      if (row < m) {
+        const float* src = x + row * ldx;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * MR + i] = src[kk];
+      } else {
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * MR + i] = 0.0f;
+      }
+    }
+  }
+}
+
+void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* wp,
+                   int64_t n, const float* bias, float* y, int64_t ldy) {
+  if (m <= 0 || n <= 0) return;
+  // One row is used in place (element (k, 0) at x[k]); more rows are packed into xp.
+  float* xp = 0;
+  if (m > 1) {
+    xp = (float*)aligned_alloc(64, (size_t)(((m + MR - 1) / MR) * k * MR * sizeof(float) + 64));
+    if (!xp) return;
+    pack_rows(x, ldx, m, k, xp);
+  }
+  const int64_t panels = (n + NR - 1) / NR;
+  const int64_t chunks = (m + MC - 1) / MC;
+  const int64_t work = panels * chunks;
+#pragma omp parallel for schedule(static) if (work > 1 && m * n * k > 32768)
+  for (int64_t t = 0; t < work; ++t) {
+    const int64_t p = t % panels, c = t / panels;
+    const int64_t r0 = c * MC, r1 = r0 + MC < m ? r0 + MC : m;
+    const int64_t col = p * NR;
+    const int ncols = n - col < NR ? (int)(n - col) : NR;
+    const float* pw = wp + p * k * NR;
+    const float* pb = bias ? bias + col : 0;
+    const int64_t kc = r1 - r0 <= MR ? k : KC;
+    for (int64_t k0 = 0; k0 < k; k0 += kc) {
+      const int64_t k1 = k0 + kc < k ? k0 + kc : k;
+      for (int64_t i = r0; i < r1; i += MR) {
+        const int mr = r1 - i < MR ? (int)(r1 - i) : MR;
+        const float* xb = xp ? xp + (i / MR) * k * MR : x;
+        tile_any(xb, xp ? MR : 1, pw, k0, k1, y + i * ldy + col, ldy, mr, ncols, pb, k0 == 0);
+      }
+    }
+  }
+  free(xp);
+}

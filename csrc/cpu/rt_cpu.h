@@ -1,0 +1,32 @@
+// radixrt's CPU kernels: plain C over raw float32 pointers, no torch headers, so they build in
+// about a second with the system compiler; radixrt/kernels/cpu_build.py compiles them into one
+// shared library loaded with ctypes. Strides ("ld*") are in elements between rows.
+#pragma once
+#include <stdint.h>
+
+// Wp (ceil(n/32), k, 32) <- w (n, k): see gemm_f32.c for the layout.
+void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp);
+// y (m, n) = x (m, k) @ w^T + bias (n,) or no bias when NULL; wp packed by rt_pack_f32.
+void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* wp,
+                   int64_t n, const float* bias, float* y, int64_t ldy);
+
+// Per row of x (t, h): with residual, residual += x and x = rmsnorm(residual) * w; without,
+// x = rmsnorm(x) * w. In place.
+void rt_rmsnorm_f32(float* x, int64_t ldx, float* residual, int64_t ldr, const float* w,
+                    int64_t t, int64_t h, float eps);
+// Rotate-half rotary, in place on q (t, hq, d) and k (t, hk, d) whose heads are contiguous
+// within a row; cos, sin (t, d) rows `ldc` apart, halves repeated.
+void rt_rotary_f32(float* q, int64_t ldq, int64_t hq, float* k, int64_t ldk, int64_t hk,
+                   const float* cos, const float* sin, int64_t ldc, int64_t t, int64_t d);
+// out (t, inter) = silu(gu[:, :inter]) * gu[:, inter:].
+void rt_silu_mul_f32(const float* gu, int64_t ldg, float* out, int64_t ldo, int64_t t,
+                     int64_t inter);
+// One new token per request i < b: store k_new/v_new[i] (hkv*d each) at slot out_loc[i] of
+// k_buf/v_buf (slots, hkv, d), then attend q[i] (hq*d) over the slots
+// req_to_token[rows[i], :seq_lens[i]] (the new slot among them) into out[i].
+void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
+                             const float* v_new, int64_t ld_new, float* k_buf, float* v_buf,
+                             const int64_t* out_loc, const int32_t* req_to_token,
+                             int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
+                             float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
+                             int64_t d, float scale);

@@ -1,0 +1,161 @@
+"""float32 CPU kernels (csrc/cpu) behind torch-tensor functions, with their torch references.
+
+Every function here expects CPU float32 tensors whose rows are contiguous (stride(-1) == 1);
+callers check `available()` once and keep to that layout. Each `*_ref` function is the torch
+definition the kernel is tested against (tests/kernels/test_cpu_kernels.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from radixrt.kernels.cpu_build import build_error, get_cpu_lib
+
+__all__ = [
+    "available",
+    "build_error",
+    "decode_attention",
+    "decode_attention_ref",
+    "linear",
+    "pack_weight",
+    "rmsnorm_",
+    "rotary_",
+    "silu_mul",
+]
+
+PANEL = 32  # output columns per packed panel (NR in gemm_f32.c)
+
+
+def available() -> bool:
+    """True when the library builds (or is cached) and loads on this machine."""
+    return get_cpu_lib() is not None
+
+
+def _lib() -> ctypes.CDLL:
+    lib = get_cpu_lib()
+    if lib is None:
+        raise RuntimeError(f"radixrt CPU kernels unavailable: {build_error()}")
+    return lib
+
+
+def _rows(t: torch.Tensor, name: str) -> None:
+    if t.dtype != torch.float32 or t.device.type != "cpu" or t.stride(-1) != 1:
+        raise ValueError(
+            f"{name} must be a CPU float32 tensor with contiguous rows, "
+            f"got {t.dtype} on {t.device} with strides {t.stride()}"
+        )
+
+
+def pack_weight(w: torch.Tensor) -> torch.Tensor:
+    """(ceil(N/32), K, 32) packed copy of a float32 weight w (N, K); see gemm_f32.c."""
+    w = w.detach().to(torch.float32).contiguous()
+    n, k = w.shape
+    out = torch.empty((n + PANEL - 1) // PANEL, k, PANEL, dtype=torch.float32)
+    _lib().rt_pack_f32(w.data_ptr(), n, k, out.data_ptr())
+    return out
+
+
+def linear(
+    x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x (M, K) @ W^T + bias -> (M, n), W (n, K) given as pack_weight(W)."""
+    _rows(x, "x")
+    m, k = x.shape
+    y = torch.empty(m, n, dtype=torch.float32)
+    _lib().rt_linear_f32(
+        x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n,
+        None if bias is None else bias.data_ptr(), y.data_ptr(), n,
+    )
+    return y
+
+
+def rmsnorm_(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> None:
+    """In place on x (T, H): with residual, residual += x then x = rmsnorm(residual) * weight;
+    without, x = rmsnorm(x) * weight."""
+    _rows(x, "x")
+    t, h = x.shape
+    r_ptr, r_ld = (None, 0) if residual is None else (residual.data_ptr(), residual.stride(0))
+    _lib().rt_rmsnorm_f32(x.data_ptr(), x.stride(0), r_ptr, r_ld, weight.data_ptr(), t, h, eps)
+
+
+def rotary_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, d: int) -> None:
+    """Rotate-half rotary in place on q (T, Hq*d) and k (T, Hk*d) (views with contiguous
+    rows, e.g. slices of one qkv tensor) by cos, sin (T, d) float32."""
+    t = q.shape[0]
+    _lib().rt_rotary_f32(
+        q.data_ptr(), q.stride(0), q.shape[1] // d, k.data_ptr(), k.stride(0), k.shape[1] // d,
+        cos.data_ptr(), sin.data_ptr(), cos.stride(0), t, d,
+    )
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate_up[:, :I]) * gate_up[:, I:] -> (T, I)."""
+    _rows(gate_up, "gate_up")
+    t, two_i = gate_up.shape
+    out = torch.empty(t, two_i // 2, dtype=torch.float32)
+    _lib().rt_silu_mul_f32(gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), two_i // 2,
+                           t, two_i // 2)
+    return out
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    out_loc: torch.Tensor,
+    req_to_token: torch.Tensor,
+    rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Store k_new, v_new (B, Hkv*D) at slots out_loc (B,) int64 of k_buf, v_buf (S, Hkv, D),
+    then attend q (B, Hq*D) over req_to_token[rows[i], :seq_lens[i]] (int32 table; rows and
+    seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]."""
+    b, hq_d = q.shape
+    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    if k_new.stride() != v_new.stride():
+        raise ValueError("k_new and v_new must share one layout")
+    out = torch.empty(b, hq_d, dtype=torch.float32)
+    _lib().rt_decode_attention_f32(
+        q.data_ptr(), q.stride(0), k_new.data_ptr(), v_new.data_ptr(), k_new.stride(0),
+        k_buf.data_ptr(), v_buf.data_ptr(), out_loc.data_ptr(), req_to_token.data_ptr(),
+        req_to_token.stride(0), rows.data_ptr(), seq_lens.data_ptr(), out.data_ptr(), hq_d,
+        b, hq_d // d, hkv, d, scale,
+    )
+    return out
+
+
+# ---- torch references ----------------------------------------------------------------------
+
+
+def decode_attention_ref(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    out_loc: torch.Tensor,
+    req_to_token: torch.Tensor,
+    rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """What `decode_attention` computes, one request at a time with SDPA."""
+    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    k_buf[out_loc] = k_new.reshape(-1, hkv, d)
+    v_buf[out_loc] = v_new.reshape(-1, hkv, d)
+    outs = []
+    for i in range(q.shape[0]):
+        slots = req_to_token[rows[i], : seq_lens[i]].long()
+        kk, vv = k_buf[slots].transpose(0, 1), v_buf[slots].transpose(0, 1)  # (Hkv, L, D)
+        qi = q[i].view(-1, 1, d)  # (Hq, 1, D)
+        o = F.scaled_dot_product_attention(qi, kk, vv, scale=scale, enable_gqa=True)
+        outs.append(o.reshape(-1))
+    return torch.stack(outs)

@@ -1,0 +1,108 @@
+"""float32 CPU versions of the model's layers, running radixrt's C kernels (csrc/cpu).
+
+`use_cpu_kernels(model)` swaps, after the weights are loaded, every nn.Linear, RMSNorm,
+GatedActivation("silu") and QKVRotary for the module below that computes the same thing with
+the kernels; everything else (embedding, tensor-parallel layers, attention) stays. The swap
+is all or nothing per module type, so the forward code has no per-call switches.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from radixrt.kernels import cpu as ck
+from radixrt.layers.activation import GatedActivation
+from radixrt.layers.norm import RMSNorm
+from radixrt.layers.rotary import QKVRotary
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b with W (out, in) stored packed (pack_weight) for the C GEMM.
+
+    Holds the only copy of the weight (a buffer: loading is over when this is made)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed", ck.pack_weight(linear.weight), persistent=False)
+        bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.register_buffer("bias", bias, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        y = ck.linear(x2, self.packed, self.out_features, self.bias)
+        return y.view(*lead, self.out_features)
+
+
+class CpuRMSNorm(nn.Module):
+    """RMSNorm with the fused residual add; with a residual, x and residual are updated in
+    place (the decoder layers own both and use neither afterwards)."""
+
+    def __init__(self, norm: RMSNorm) -> None:
+        super().__init__()
+        self.weight = norm.weight
+        self.variance_epsilon = norm.variance_epsilon
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            out = x.contiguous().clone()  # x may also be the caller's residual: not in place
+            ck.rmsnorm_(out, self.weight, self.variance_epsilon)
+            return out
+        x, residual = x.contiguous(), residual.contiguous()
+        ck.rmsnorm_(x, self.weight, self.variance_epsilon, residual)
+        return x, residual
+
+
+class CpuSiluMul(nn.Module):
+    """silu(gate) * up in one pass over gate_up (T, 2I)."""
+
+    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return ck.silu_mul(gate_up.contiguous())
+
+
+class CpuQKVRotary(nn.Module):
+    """QKVRotary rotating q and k in place inside the fresh qkv projection output."""
+
+    def __init__(self, rotary: QKVRotary) -> None:
+        super().__init__()
+        self.head_dim, self.sizes = rotary.head_dim, rotary.sizes
+
+    def forward(
+        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = qkv.split(self.sizes, dim=-1)
+        ck.rotary_(q, k, cos, sin, self.head_dim)
+        return q, k, v
+
+
+def _swap(module: nn.Module) -> nn.Module | None:
+    kind = type(module)
+    if kind is nn.Linear:
+        return PackedLinear(module)  # type: ignore[arg-type]
+    if kind is RMSNorm:
+        return CpuRMSNorm(module)  # type: ignore[arg-type]
+    if kind is GatedActivation and module.name == "silu":  # type: ignore[attr-defined]
+        return CpuSiluMul()
+    if kind is QKVRotary:
+        return CpuQKVRotary(module)  # type: ignore[arg-type]
+    return None
+
+
+def use_cpu_kernels(model: nn.Module) -> int:
+    """Swap the model's layers for their kernel versions in place; returns how many were
+    swapped. The model must be float32 on the CPU with its weights loaded."""
+    swaps = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            new = _swap(child)
+            if new is not None:
+                swaps.append((parent, name, new))
+    for parent, name, new in swaps:
+        setattr(parent, name, new)
+    return len(swaps)

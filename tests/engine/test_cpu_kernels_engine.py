@@ -1,0 +1,39 @@
+"""The float32 CPU model with radixrt's C kernels on gives the tokens and logprobs it gives
+with them off (torch ops), for Llama and Qwen2 (q/k/v bias), decode and mixed batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import assert_pool_whole
+
+from radixrt import Engine
+from radixrt.kernels import cpu as ck
+
+pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
+
+PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "def add(a, b):\n    return", "Hi"]
+PARAMS = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True, "return_logprob": True}
+
+
+def _run(path: Path, disable: bool) -> list[dict]:
+    with Engine(str(path), max_total_tokens=2048, disable_cpu_kernels=disable) as e:
+        runner = e.scheduler.runner
+        assert runner.cpu_kernels is not disable
+        backend = "TorchNativeAttnBackend" if disable else "CpuAttnBackend"
+        assert type(runner.attn_backend).__name__ == backend
+        outs = e.generate(PROMPTS, PARAMS)
+        assert_pool_whole(e)
+    return outs
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_path", "tiny_qwen2_path"])
+def test_kernels_on_equal_off(fixture: str, request: pytest.FixtureRequest) -> None:
+    path = request.getfixturevalue(fixture)
+    on, off = _run(path, disable=False), _run(path, disable=True)
+    for a, b in zip(on, off):
+        assert a["output_ids"] == b["output_ids"]
+        la = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
+        lb = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
+        assert la == pytest.approx(lb, abs=1e-4)

@@ -1,0 +1,155 @@
+"""radixrt's CPU kernels (csrc/cpu) against their torch definitions, and the float32 CPU model
+with them on against it with them off. Skipped where the library cannot be built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from radixrt.kernels import cpu as ck
+from radixrt.kernels import cpu_build
+from radixrt.layers.norm import RMSNorm
+from radixrt.layers.rotary import apply_rotary
+
+pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
+
+
+@pytest.mark.parametrize("m", [1, 5, 12, 13, 100, 200])
+@pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (31, 8)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_matches_torch(m: int, n: int, k: int, bias: bool) -> None:
+    torch.manual_seed(m * 1000 + n)
+    w, b = torch.randn(n, k), torch.randn(n) if bias else None
+    wide = torch.randn(m, k + 7)
+    x = wide[:, 3 : 3 + k]  # rows k + 7 apart: the kernel follows the row stride
+    got = ck.linear(x, ck.pack_weight(w), n, b)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=2e-5 * k**0.5)
+
+
+def test_pack_weight_layout() -> None:
+    w = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)
+    p = ck.pack_weight(w)
+    assert p.shape == (3, 3, 32)
+    assert torch.equal(p[1, 2, 5], w[37, 2])  # panel 1 holds columns 32..63
+    assert torch.equal(p[2, :, 6:], torch.zeros(3, 26))  # past column 69: zeros
+
+
+def test_linear_rejects_other_dtypes() -> None:
+    with pytest.raises(ValueError, match="float32"):
+        ck.linear(torch.ones(2, 4, dtype=torch.float64), ck.pack_weight(torch.ones(8, 4)), 8)
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rmsnorm_matches_module(with_residual: bool) -> None:
+    torch.manual_seed(1)
+    norm = RMSNorm(576, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(576))
+    x, res = torch.randn(9, 576) * 3, torch.randn(9, 576)
+    if with_residual:
+        want_x, want_res = norm(x, res)
+        got_x, got_res = x.clone(), res.clone()
+        ck.rmsnorm_(got_x, norm.weight.detach(), 1e-5, got_res)
+        torch.testing.assert_close(got_res, want_res, rtol=0, atol=0)
+    else:
+        want_x, got_x = norm(x), x.clone()
+        ck.rmsnorm_(got_x, norm.weight.detach(), 1e-5)
+    torch.testing.assert_close(got_x, want_x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("hq", "hk", "d"), [(9, 3, 64), (4, 2, 16), (2, 2, 6)])
+def test_rotary_in_place_matches_reference(hq: int, hk: int, d: int) -> None:
+    torch.manual_seed(2)
+    t = 5
+    qkv = torch.randn(t, (hq + 2 * hk) * d)
+    angles = torch.randn(t, d // 2) * 10
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    q, k, v = qkv.clone().split([hq * d, hk * d, hk * d], dim=-1)
+    ck.rotary_(q, k, cos, sin, d)
+    wq, wk, wv = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    torch.testing.assert_close(q, apply_rotary(wq, cos, sin, d), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(k, apply_rotary(wk, cos, sin, d), rtol=1e-5, atol=1e-5)
+    assert torch.equal(v, wv)
+
+
+@pytest.mark.parametrize("inter", [1536, 40, 7])
+def test_silu_mul_matches_torch(inter: int) -> None:
+    torch.manual_seed(3)
+    gate_up = torch.randn(6, 2 * inter) * 4
+    gate_up[0, :3] = torch.tensor([-100.0, 100.0, 0.0])  # far tails of exp
+    want = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    torch.testing.assert_close(ck.silu_mul(gate_up), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 16), (8, 2, 24)])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int) -> None:
+    torch.manual_seed(4)
+    slots = 2000
+    k_buf, v_buf = torch.randn(slots, hkv, d), torch.randn(slots, hkv, d)
+    table = torch.zeros(batch + 2, 300, dtype=torch.int32)
+    lens = torch.randint(1, 250, (batch,))
+    order = torch.randperm(slots)  # scattered slots, no two requests share one
+    rows = torch.arange(2, batch + 2)
+    start = 0
+    for i, n in enumerate(lens.tolist()):
+        table[rows[i], :n] = order[start : start + n].int()
+        start += n
+    out_loc = torch.stack([table[rows[i], n - 1].long() for i, n in enumerate(lens.tolist())])
+    qkv = torch.randn(batch, (hq + 2 * hkv) * d)
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    kb, vb = k_buf.clone(), v_buf.clone()
+    got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
+    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    assert torch.equal(k_buf, kb) and torch.equal(v_buf, vb)  # the new K/V were stored
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_disable_env_and_cache_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RADIXRT_DISABLE_KERNELS", "1")
+    assert cpu_build.cannot_build_reason() == "RADIXRT_DISABLE_KERNELS is set"
+    monkeypatch.delenv("RADIXRT_DISABLE_KERNELS")
+    monkeypatch.setenv("RADIXRT_CACHE", str(tmp_path))
+    cc = cpu_build.compiler()
+    assert cc is not None
+    path = cpu_build.library_path(cc)
+    assert path.parent == tmp_path / "kernels" and path.suffix == ".so"
+    monkeypatch.setattr(cpu_build, "CFLAGS", (*cpu_build.CFLAGS, "-DX"))
+    assert cpu_build.library_path(cc) != path  # other flags: another library
+
+
+@pytest.fixture(scope="module")
+def portable_lib(tmp_path_factory: pytest.TempPathFactory):
+    """The library built without AVX-512 (x86-64-v3: AVX2), as on most laptops."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86-64 only")
+    cc = cpu_build.compiler()
+    assert cc is not None
+    out = tmp_path_factory.mktemp("portable") / "lib.so"
+    flags = tuple("-march=x86-64-v3" if f == "-march=native" else f for f in cpu_build.CFLAGS)
+    cpu_build.build_library(cc, out, (*flags, "-Wall", "-Wextra", "-Werror"))
+    return cpu_build.load_library(out)
+
+
+def test_portable_build_matches_torch(portable_lib, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C fallbacks (no AVX-512) give the same answers as the vector code's references."""
+    monkeypatch.setattr(ck, "get_cpu_lib", lambda: portable_lib)
+    test_linear_matches_torch(13, 70, 33, True)
+    test_linear_matches_torch(1, 96, 64, False)
+    test_rmsnorm_matches_module(True)
+    test_rotary_in_place_matches_reference(9, 3, 64)
+    test_silu_mul_matches_torch(40)
+    test_decode_attention_matches_sdpa(9, 3, 64, 7)
+    test_decode_attention_matches_sdpa(8, 2, 24, 1)
+
+
+def test_native_build_has_no_warnings(tmp_path: Path) -> None:
+    cc = cpu_build.compiler()
+    assert cc is not None
+    strict = (*cpu_build.CFLAGS, "-Wall", "-Wextra", "-Werror")
+    cpu_build.build_library(cc, tmp_path / "lib.so", strict)
