@@ -14,8 +14,15 @@
 
 #define NR 32
 #define MR 12
+#ifndef KC
 #define KC 128
+#endif
+#ifndef MC
 #define MC 96
+#endif
+#ifndef PF_ROWS
+#define PF_ROWS 16
+#endif
 
 void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
   const int64_t panels = (n + NR - 1) / NR;
@@ -40,7 +47,8 @@ static inline __attribute__((always_inline)) void tile(const float* xb, int64_t 
                                                        const float* wp, int64_t k0, int64_t k1,
                                                        float* y, int64_t ldy, const int mr,
                                                        __mmask16 m0, __mmask16 m1,
-                                                       const float* bias, int first) {
+                                                       const float* bias, int first,
+                                                       int64_t pf) {
   __m512 a0[MR], a1[MR];
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
   if (first && bias) {
@@ -60,7 +68,10 @@ static inline __attribute__((always_inline)) void tile(const float* xb, int64_t 
   const float* w = wp + k0 * NR;
   const float* xk = xb + k0 * xs;
   for (int64_t kk = k0; kk < k1; ++kk, w += NR, xk += xs) {
-    _mm_prefetch((const char*)(w + 16 * NR), _MM_HINT_T0);
+    if (pf) {  // the panel row pf ahead: both of its cache lines
+      _mm_prefetch((const char*)(w + pf * NR), _MM_HINT_T0);
+      _mm_prefetch((const char*)(w + pf * NR + 16), _MM_HINT_T0);
+    }
     const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < mr; ++i) {
@@ -77,14 +88,15 @@ static inline __attribute__((always_inline)) void tile(const float* xb, int64_t 
 }
 
 static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
-                     float* y, int64_t ldy, int mr, int ncols, const float* bias, int first) {
+                     float* y, int64_t ldy, int mr, int ncols, const float* bias, int first,
+                     int64_t pf) {
   const __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
   const __mmask16 m1 =
       ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
   switch (mr) {
 #define CASE(R)                                                  \
   case R:                                                        \
-    tile(xb, xs, wp, k0, k1, y, ldy, R, m0, m1, bias, first); \
+    tile(xb, xs, wp, k0, k1, y, ldy, R, m0, m1, bias, first, pf); \
     break;
     CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
     CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
@@ -95,7 +107,9 @@ static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, i
 #else  // portable C: the same blocking, left to the compiler's vectoriser
 
 static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
-                     float* y, int64_t ldy, int mr, int ncols, const float* bias, int first) {
+                     float* y, int64_t ldy, int mr, int ncols, const float* bias, int first,
+                     int64_t pf) {
+  (void)pf;
   float acc[MR][NR];
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < NR; ++j)
@@ -159,7 +173,11 @@ void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const floa
       for (int64_t i = r0; i < r1; i += MR) {
         const int mr = r1 - i < MR ? (int)(r1 - i) : MR;
         const float* xb = xp ? xp + (i / MR) * k * MR : x;
-        tile_any(xb, xp ? MR : 1, pw, k0, k1, y + i * ldy + col, ldy, mr, ncols, pb, k0 == 0);
+        // Prefetch: one tile streams the panel PF_ROWS ahead; with several row blocks, the
+        // first block of each k range fetches the next range while the others reuse this one.
+        const int64_t pf = kc == k ? PF_ROWS : (i == r0 ? KC : 0);
+        tile_any(xb, xp ? MR : 1, pw, k0, k1, y + i * ldy + col, ldy, mr, ncols, pb, k0 == 0,
+                 pf);
       }
     }
   }

@@ -30,3 +30,14 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
                              int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
                              float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
                              int64_t d, float scale);
+// A whole decoder layer for one new token per request; see layer_f32.c. scratch holds
+// b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d).
+void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
+                         const float* ln1, const float* ln2, float eps, const float* w_qkv,
+                         const float* b_qkv, const float* w_o, const float* b_o,
+                         const float* w_gu, const float* b_gu, const float* w_down,
+                         const float* b_down, int64_t hq, int64_t hkv, int64_t d, int64_t inter,
+                         const float* cos, const float* sin, float* k_buf, float* v_buf,
+                         const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
+                         const int64_t* rows, const int64_t* seq_lens, float scale,
+                         float* scratch);

@@ -22,11 +22,11 @@ class CpuAttnBackend(TorchNativeAttnBackend):
                 f"the 'cpu' attention backend needs the CPU and radixrt's C kernels "
                 f"(device {device}; kernels: {ck.build_error() or 'ok'})"
             )
-        self._decode_batch = False
+        self.decode_batch = False  # this pass is a pure decode batch (set per pass)
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        self._decode_batch = fb.mode.value == "decode"
-        if not self._decode_batch:
+        self.decode_batch = fb.mode.value == "decode"
+        if not self.decode_batch:
             super().init_forward_metadata(fb)
 
     def forward(
@@ -37,7 +37,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         layer: AttentionLayer,
         fb: ForwardBatch,
     ) -> torch.Tensor:
-        if not self._decode_batch:
+        if not self.decode_batch:
             return super().forward(q, k, v, layer, fb)
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         return ck.decode_attention(

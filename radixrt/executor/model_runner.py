@@ -174,8 +174,10 @@ class ModelRunner:
             logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
             return
         swapped = use_cpu_kernels(self.model)
+        fuse = getattr(self.model, "fuse_cpu_decode_layers", None)
+        fused = fuse() if fuse is not None else 0
         self.cpu_kernels = True
-        logger.info("CPU kernels on: %d layers swapped", swapped)
+        logger.info("CPU kernels on: %d modules swapped, %d decoder layers fused", swapped, fused)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
         a = self.arch

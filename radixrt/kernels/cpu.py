@@ -34,6 +34,11 @@ def available() -> bool:
     return get_cpu_lib() is not None
 
 
+def lib() -> ctypes.CDLL:
+    """The loaded library (RuntimeError naming the reason when it is unavailable)."""
+    return _lib()
+
+
 def _lib() -> ctypes.CDLL:
     lib = get_cpu_lib()
     if lib is None:

@@ -27,8 +27,8 @@ import torch  # noqa: F401 - loads torch's libgomp.so.1 before the library is op
 logger = logging.getLogger("radixrt")
 
 CPU_SRC_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
-CPU_SOURCES = ("gemm_f32.c", "ops_f32.c")
-CPU_HEADER = "rt_cpu.h"
+CPU_SOURCES = ("gemm_f32.c", "ops_f32.c", "attention_f32.c", "layer_f32.c")
+CPU_HEADERS = ("rt_cpu.h", "vec_math.h")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 
 _build_error: str | None = None
@@ -43,6 +43,9 @@ SIGNATURES: dict[str, list] = {
     "rt_silu_mul_f32": [_P, _I, _P, _I, _I, _I],
     "rt_decode_attention_f32": [
         _P, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _I, _I, _I, _I, _I, _F
+    ],
+    "rt_decode_layer_f32": [
+        _P, _P, _I, _I, _P, _P, _F, *[_P] * 8, _I, _I, _I, _I, *[_P] * 6, _I, _P, _P, _F, _P
     ],
 }
 
@@ -61,7 +64,7 @@ def cannot_build_reason() -> str | None:
         return "RADIXRT_DISABLE_KERNELS is set"
     if compiler() is None:
         return "no C compiler found (set CC or install gcc)"
-    missing = [s for s in (*CPU_SOURCES, CPU_HEADER) if not (CPU_SRC_DIR / s).is_file()]
+    missing = [s for s in (*CPU_SOURCES, *CPU_HEADERS) if not (CPU_SRC_DIR / s).is_file()]
     if missing:
         return f"CPU kernel sources missing under {CPU_SRC_DIR}: {missing}"
     return None
@@ -82,7 +85,7 @@ def _cpu_flags() -> str:
 def library_path(cc: str) -> Path:
     """Where the library for these sources, flags, compiler and CPU lives in the cache."""
     h = hashlib.sha256()
-    for name in (*CPU_SOURCES, CPU_HEADER):
+    for name in (*CPU_SOURCES, *CPU_HEADERS):
         h.update((CPU_SRC_DIR / name).read_bytes())
     h.update(" ".join((cc, *CFLAGS, _cpu_flags())).encode())
     cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))

@@ -128,6 +128,13 @@ class LlamaForCausalLM(nn.Module):
         hidden = self.model(fb)
         return self.lm_head(hidden[fb.logits_indices]).float()
 
+    def fuse_cpu_decode_layers(self) -> int:
+        """After `use_cpu_kernels`: run each layer's decode steps as one C call where all of
+        its parts have kernel versions; returns how many layers (models/llama_cpu.py)."""
+        from radixrt.models.llama_cpu import fuse_decode_layers
+
+        return fuse_decode_layers(self.model.layers)
+
     def load_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
         """Copy this rank's part of each checkpoint tensor (a torch.Tensor or a safetensors
         slice) into its parameter by name; raise on missing or misshapen ones."""

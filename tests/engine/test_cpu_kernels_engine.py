@@ -23,6 +23,8 @@ def _run(path: Path, disable: bool) -> list[dict]:
         assert runner.cpu_kernels is not disable
         backend = "TorchNativeAttnBackend" if disable else "CpuAttnBackend"
         assert type(runner.attn_backend).__name__ == backend
+        layer = "LlamaDecoderLayer" if disable else "FusedDecodeLayer"  # one C call per decode
+        assert all(type(m).__name__ == layer for m in runner.model.model.layers)
         outs = e.generate(PROMPTS, PARAMS)
         assert_pool_whole(e)
     return outs

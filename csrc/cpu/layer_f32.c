@@ -1,0 +1,44 @@
+// One Llama-family decoder layer for a decode batch (one new token per request), float32, as
+// a single call: the sequence of kernels the layer's modules would run one Python call each.
+//
+//   residual += x; x = rmsnorm(residual) * ln1          (in place)
+//   qkv = x @ Wqkv^T + bqkv; rotate q and k              (scratch)
+//   store k, v at out_loc; attn = attention(q)           (scratch)
+//   x = attn @ Wo^T + bo
+//   residual += x; x = rmsnorm(residual) * ln2
+//   x = down(silu(gate) * up) with gate_up = x @ Wgu^T + bgu
+//
+// x and residual (b, hidden) contiguous are updated in place: on return x is the MLP output
+// and residual the layer's new residual stream, as LlamaDecoderLayer.forward returns them.
+#include <stdint.h>
+
+#include "rt_cpu.h"
+
+void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
+                         const float* ln1, const float* ln2, float eps, const float* w_qkv,
+                         const float* b_qkv, const float* w_o, const float* b_o,
+                         const float* w_gu, const float* b_gu, const float* w_down,
+                         const float* b_down, int64_t hq, int64_t hkv, int64_t d, int64_t inter,
+                         const float* cos, const float* sin, float* k_buf, float* v_buf,
+                         const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
+                         const int64_t* rows, const int64_t* seq_lens, float scale,
+                         float* scratch) {
+  const int64_t width = (hq + 2 * hkv) * d;
+  // scratch: qkv (b, width) | attn (b, hq*d) | gate_up (b, 2*inter) | act (b, inter)
+  float* qkv = scratch;
+  float* attn = qkv + b * width;
+  float* gate_up = attn + b * hq * d;
+  float* act = gate_up + b * 2 * inter;
+
+  rt_rmsnorm_f32(x, hidden, residual, hidden, ln1, b, hidden, eps);
+  rt_linear_f32(x, hidden, b, hidden, w_qkv, width, b_qkv, qkv, width);
+  rt_rotary_f32(qkv, width, hq, qkv + hq * d, width, hkv, cos, sin, d, b, d);
+  rt_decode_attention_f32(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
+                          out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq,
+                          hkv, d, scale);
+  rt_linear_f32(attn, hq * d, b, hq * d, w_o, hidden, b_o, x, hidden);
+  rt_rmsnorm_f32(x, hidden, residual, hidden, ln2, b, hidden, eps);
+  rt_linear_f32(x, hidden, b, hidden, w_gu, 2 * inter, b_gu, gate_up, 2 * inter);
+  rt_silu_mul_f32(gate_up, 2 * inter, act, inter, b, inter);
+  rt_linear_f32(act, inter, b, inter, w_down, hidden, b_down, x, hidden);
+}
