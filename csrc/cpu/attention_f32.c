@@ -33,6 +33,20 @@ static inline void axpy_f32(float* o, float p, const float* v, int64_t d) {
   for (; j < d; ++j) o[j] += p * v[j];
 }
 
+static inline float max_f32(const float* x, int64_t n) {
+  float m = -INFINITY;
+  int64_t l = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 mv = _mm512_loadu_ps(x);
+    for (l = 16; l + 16 <= n; l += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + l));
+    m = _mm512_reduce_max_ps(mv);
+  }
+#endif
+  for (; l < n; ++l) m = x[l] > m ? x[l] : m;
+  return m;
+}
+
 // sc[l] = exp(sc[l] - m) in place; returns the sum.
 static float softmax_numerators(float* sc, int64_t len, float m) {
   float sum = 0.0f;
@@ -136,8 +150,7 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   }
   for (int64_t j = 0; j < nq; ++j) {
     float* row = sc + j * len;
-    float m = -INFINITY;
-    for (int64_t l = 0; l < len; ++l) m = row[l] > m ? row[l] : m;
+    const float m = max_f32(row, len);
     const float inv = 1.0f / softmax_numerators(row, len, m);
     for (int64_t l = 0; l < len; ++l) row[l] *= inv;
   }
@@ -178,7 +191,7 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
   }
   // Few requests: one work item per (request, KV head); else one per request, all heads.
   const int64_t split = b < 4 ? hkv : 1, per = hkv / split;
-#pragma omp parallel if (b * split > 1 && max_len * b * hq > 4096)
+#pragma omp parallel if (b * split > 1 && max_len * b * hq > 1024)
   {
     float* sc = (float*)malloc(sizeof(float) * (size_t)(per * g * max_len + 16));
 #pragma omp for schedule(dynamic, 1)

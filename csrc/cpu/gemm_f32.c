@@ -146,13 +146,27 @@ static void pack_rows(const float* x, int64_t ldx, int64_t m, int64_t k, float* 
   }
 }
 
+// The packed-rows buffer of the calling thread, grown as needed and kept: a fresh buffer
+// per call would be fresh pages, and page faults, on every step. Owned by the thread.
+static float* row_buffer(size_t floats) {
+  static _Thread_local float* buf = 0;
+  static _Thread_local size_t cap = 0;
+  if (floats > cap) {
+    free(buf);
+    cap = floats + floats / 4;
+    buf = (float*)aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64);
+    if (!buf) cap = 0;
+  }
+  return buf;
+}
+
 void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* wp,
                    int64_t n, const float* bias, float* y, int64_t ldy) {
   if (m <= 0 || n <= 0) return;
   // One row is used in place (element (k, 0) at x[k]); more rows are packed into xp.
   float* xp = 0;
   if (m > 1) {
-    xp = (float*)aligned_alloc(64, (size_t)(((m + MR - 1) / MR) * k * MR * sizeof(float) + 64));
+    xp = row_buffer((size_t)((m + MR - 1) / MR) * (size_t)(k * MR));
     if (!xp) return;
     pack_rows(x, ldx, m, k, xp);
   }
@@ -181,5 +195,4 @@ void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const floa
       }
     }
   }
-  free(xp);
 }
