@@ -13,7 +13,9 @@
 #include "rt_cpu.h"
 
 #define NR 32
+#ifndef MR
 #define MR 12
+#endif
 #ifndef KC
 #define KC 128
 #endif
