@@ -36,14 +36,10 @@ def available() -> bool:
 
 def lib() -> ctypes.CDLL:
     """The loaded library (RuntimeError naming the reason when it is unavailable)."""
-    return _lib()
-
-
-def _lib() -> ctypes.CDLL:
-    lib = get_cpu_lib()
-    if lib is None:
+    loaded = get_cpu_lib()
+    if loaded is None:
         raise RuntimeError(f"radixrt CPU kernels unavailable: {build_error()}")
-    return lib
+    return loaded
 
 
 def _rows(t: torch.Tensor, name: str) -> None:
@@ -59,7 +55,7 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
     w = w.detach().to(torch.float32).contiguous()
     n, k = w.shape
     out = torch.empty((n + PANEL - 1) // PANEL, k, PANEL, dtype=torch.float32)
-    _lib().rt_pack_f32(w.data_ptr(), n, k, out.data_ptr())
+    lib().rt_pack_f32(w.data_ptr(), n, k, out.data_ptr())
     return out
 
 
@@ -70,7 +66,7 @@ def linear(
     _rows(x, "x")
     m, k = x.shape
     y = torch.empty(m, n, dtype=torch.float32)
-    _lib().rt_linear_f32(
+    lib().rt_linear_f32(
         x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n,
         None if bias is None else bias.data_ptr(), y.data_ptr(), n,
     )
@@ -85,14 +81,14 @@ def rmsnorm_(
     _rows(x, "x")
     t, h = x.shape
     r_ptr, r_ld = (None, 0) if residual is None else (residual.data_ptr(), residual.stride(0))
-    _lib().rt_rmsnorm_f32(x.data_ptr(), x.stride(0), r_ptr, r_ld, weight.data_ptr(), t, h, eps)
+    lib().rt_rmsnorm_f32(x.data_ptr(), x.stride(0), r_ptr, r_ld, weight.data_ptr(), t, h, eps)
 
 
 def rotary_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, d: int) -> None:
     """Rotate-half rotary in place on q (T, Hq*d) and k (T, Hk*d) (views with contiguous
     rows, e.g. slices of one qkv tensor) by cos, sin (T, d) float32."""
     t = q.shape[0]
-    _lib().rt_rotary_f32(
+    lib().rt_rotary_f32(
         q.data_ptr(), q.stride(0), q.shape[1] // d, k.data_ptr(), k.stride(0), k.shape[1] // d,
         cos.data_ptr(), sin.data_ptr(), cos.stride(0), t, d,
     )
@@ -103,7 +99,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _rows(gate_up, "gate_up")
     t, two_i = gate_up.shape
     out = torch.empty(t, two_i // 2, dtype=torch.float32)
-    _lib().rt_silu_mul_f32(gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), two_i // 2,
+    lib().rt_silu_mul_f32(gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), two_i // 2,
                            t, two_i // 2)
     return out
 
@@ -128,7 +124,7 @@ def decode_attention(
     if k_new.stride() != v_new.stride():
         raise ValueError("k_new and v_new must share one layout")
     out = torch.empty(b, hq_d, dtype=torch.float32)
-    _lib().rt_decode_attention_f32(
+    lib().rt_decode_attention_f32(
         q.data_ptr(), q.stride(0), k_new.data_ptr(), v_new.data_ptr(), k_new.stride(0),
         k_buf.data_ptr(), v_buf.data_ptr(), out_loc.data_ptr(), req_to_token.data_ptr(),
         req_to_token.stride(0), rows.data_ptr(), seq_lens.data_ptr(), out.data_ptr(), hq_d,
