@@ -136,14 +136,13 @@ static void pack_rows(const float* x, int64_t ldx, int64_t m, int64_t k, float* 
 #pragma omp parallel for schedule(static) if (m * k > 65536)
   for (int64_t b = 0; b < blocks; ++b) {
     float* dst = xp + b * k * MR;
-    for (int i = 0; i < MR; ++i) {
-      const int64_t row = b * MR + i;
-      if (row < m) {
-        const float* src = x + row * ldx;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * MR + i] = src[kk];
-      } else {
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * MR + i] = 0.0f;
-      }
+    const int64_t rows = m - b * MR < MR ? m - b * MR : MR;
+    const float* src = x + b * MR * ldx;
+    // Writes in order; the block's rows are read as `rows` sequential streams.
+    for (int64_t kk = 0; kk < k; ++kk, dst += MR) {
+      int64_t i = 0;
+      for (; i < rows; ++i) dst[i] = src[i * ldx + kk];
+      for (; i < MR; ++i) dst[i] = 0.0f;
     }
   }
 }
