@@ -197,6 +197,10 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t work = 0; work < b * split; ++work) {
       const int64_t i = work / split, h0 = (work % split) * per;
+      if (!sc) {  // no scratch memory: the rows read NaN rather than stale values
+        for (int64_t j = h0 * g * d; j < (h0 + per) * g * d; ++j) out[i * ldo + j] = NAN;
+        continue;
+      }
       attend_heads(q + i * ldq, out + i * ldo, g, h0, h0 + per, k_buf, v_buf,
                    req_to_token + rows[i] * ld_table, seq_lens[i], slot_len, d, scale, sc);
     }

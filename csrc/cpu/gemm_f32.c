@@ -168,7 +168,11 @@ void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const floa
   float* xp = 0;
   if (m > 1) {
     xp = row_buffer((size_t)((m + MR - 1) / MR) * (size_t)(k * MR));
-    if (!xp) return;
+    if (!xp) {  // no memory for the packed rows: one row at a time, unpacked
+      for (int64_t r = 0; r < m; ++r)
+        rt_linear_f32(x + r * ldx, ldx, 1, k, wp, n, bias, y + r * ldy, ldy);
+      return;
+    }
     pack_rows(x, ldx, m, k, xp);
   }
   const int64_t panels = (n + NR - 1) / NR;
