@@ -1,6 +1,8 @@
-"""float32 CPU attention: decode batches run radixrt's C kernel (csrc/cpu/ops_f32.c), which
-stores each request's new K/V and attends over its slots in one call per layer; extend and
-mixed batches run the torch_native backend it extends."""
+"""float32 CPU attention on radixrt's C kernels (csrc/cpu): a decode batch makes one call per
+layer (`rt_decode_attention_f32`, which also stores each request's new K/V); an extend makes
+one causal flash-style call per request over its prefix and new tokens in the pool
+(`rt_extend_attention_f32`). Decode rows of a mixed batch, and extends on a CPU without
+AVX-512, run the torch_native code this backend extends."""
 
 from __future__ import annotations
 
@@ -23,11 +25,27 @@ class CpuAttnBackend(TorchNativeAttnBackend):
                 f"(device {device}; kernels: {ck.build_error() or 'ok'})"
             )
         self.decode_batch = False  # this pass is a pure decode batch (set per pass)
+        self._use_extend_kernel = ck.has_extend_attention()
+        # Per extend request of the pass: (first row in the batch, new tokens, prefix, pool row).
+        self._kernel_extends: list[tuple[int, int, int, int]] = []
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
         self.decode_batch = fb.mode.value == "decode"
-        if not self.decode_batch:
+        if self.decode_batch:
+            return
+        if not self._use_extend_kernel:
             super().init_forward_metadata(fb)
+            return
+        rows, starts = fb.req_pool_indices.tolist(), fb.extend_start_loc.tolist()
+        decode_ids: list[int] = []
+        self._kernel_extends = []
+        self._extends = []
+        for i, (p, e) in enumerate(zip(fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu)):
+            if e == 1 and p > 0:
+                decode_ids.append(i)
+            else:
+                self._kernel_extends.append((starts[i], e, p, rows[i]))
+        self._decode = self._build_decode_group(fb, decode_ids) if decode_ids else None
 
     def forward(
         self,
@@ -44,3 +62,24 @@ class CpuAttnBackend(TorchNativeAttnBackend):
             q, k, v, k_buf, v_buf, fb.out_loc, fb.req_to_token_pool.req_to_token,
             fb.req_pool_indices, fb.seq_lens, layer.scaling,
         )
+
+    def forward_extend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer,
+        fb: ForwardBatch,
+    ) -> torch.Tensor:
+        if not self._use_extend_kernel:
+            return super().forward_extend(q, k, v, layer, fb)
+        out = torch.empty(q.shape, dtype=q.dtype)  # (T, H, D)
+        k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        table = fb.req_to_token_pool.req_to_token
+        for start, e, p, row in self._kernel_extends:
+            sl = slice(start, start + e)
+            ck.extend_attention(q[sl], k_buf, v_buf, table[row], p, layer.scaling, out[sl])
+        if self._decode is not None:
+            g = self._decode
+            out[g.rows] = self._attend_decode(q[g.rows], g, k_buf, v_buf, layer)
+        return out

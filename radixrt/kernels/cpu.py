@@ -19,6 +19,9 @@ __all__ = [
     "build_error",
     "decode_attention",
     "decode_attention_ref",
+    "extend_attention",
+    "extend_attention_ref",
+    "has_extend_attention",
     "linear",
     "pack_weight",
     "rmsnorm_",
@@ -133,6 +136,45 @@ def decode_attention(
     return out
 
 
+def has_extend_attention() -> bool:
+    """True when the library has the vector extend-attention path (AVX-512 builds)."""
+    global _HAS_EXTEND
+    if _HAS_EXTEND is None:
+        _HAS_EXTEND = lib().rt_extend_attention_f32(
+            None, 0, None, None, None, 0, 0, None, 0, 1, 1, 1, 1.0
+        ) != -2
+    return _HAS_EXTEND
+
+
+_HAS_EXTEND: bool | None = None
+
+
+def extend_attention(
+    q: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    slots: torch.Tensor,
+    prefix_len: int,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Causal attention of one request's new rows q (e, Hq*D) or (e, Hq, D), heads of each row
+    contiguous, at positions prefix_len ..
+    prefix_len+e-1 over the K/V at slots[:prefix_len+e] (int32, contiguous) of k_buf, v_buf
+    (S, Hkv, D), which already hold the new tokens; writes out (e, Hq*D) rows."""
+    e = q.shape[0]
+    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
+        raise ValueError("slots must be contiguous int32 covering every key")
+    hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows
+    rc = lib().rt_extend_attention_f32(
+        q.data_ptr(), q.stride(0), k_buf.data_ptr(), v_buf.data_ptr(), slots.data_ptr(),
+        prefix_len, e, out.data_ptr(), out.stride(0), hq, hkv, d, scale,
+    )
+    if rc != 0:
+        raise RuntimeError(f"rt_extend_attention_f32 failed ({rc})")
+
+
 # ---- torch references ----------------------------------------------------------------------
 
 
@@ -160,3 +202,22 @@ def decode_attention_ref(
         o = F.scaled_dot_product_attention(qi, kk, vv, scale=scale, enable_gqa=True)
         outs.append(o.reshape(-1))
     return torch.stack(outs)
+
+
+def extend_attention_ref(
+    q: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    slots: torch.Tensor,
+    prefix_len: int,
+    scale: float,
+) -> torch.Tensor:
+    """What `extend_attention` computes, with SDPA and an explicit causal mask."""
+    e, d = q.shape[0], k_buf.shape[2]
+    idx = slots[: prefix_len + e].long()
+    kk, vv = k_buf[idx].transpose(0, 1), v_buf[idx].transpose(0, 1)  # (Hkv, L, D)
+    qq = q.view(e, -1, d).transpose(0, 1)  # (Hq, e, D)
+    keys = torch.arange(prefix_len + e)
+    mask = keys[None, :] <= (prefix_len + torch.arange(e))[:, None]
+    o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale, enable_gqa=True)
+    return o.transpose(0, 1).reshape(e, -1)

@@ -27,7 +27,9 @@ import torch  # noqa: F401 - loads torch's libgomp.so.1 before the library is op
 logger = logging.getLogger("radixrt")
 
 CPU_SRC_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
-CPU_SOURCES = ("gemm_f32.c", "ops_f32.c", "attention_f32.c", "layer_f32.c")
+CPU_SOURCES = (
+    "gemm_f32.c", "ops_f32.c", "attention_f32.c", "extend_attention_f32.c", "layer_f32.c"
+)
 CPU_HEADERS = ("rt_cpu.h", "vec_math.h")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 
@@ -44,10 +46,12 @@ SIGNATURES: dict[str, list] = {
     "rt_decode_attention_f32": [
         _P, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _I, _I, _I, _I, _I, _F
     ],
+    "rt_extend_attention_f32": [_P, _I, _P, _P, _P, _I, _I, _P, _I, _I, _I, _I, _F],
     "rt_decode_layer_f32": [
         _P, _P, _I, _I, _P, _P, _F, *[_P] * 8, _I, _I, _I, _I, *[_P] * 6, _I, _P, _P, _F, _P
     ],
 }
+RESTYPES = {"rt_extend_attention_f32": ctypes.c_int}  # every other function returns void
 
 
 def compiler() -> str | None:
@@ -114,7 +118,7 @@ def load_library(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     for name, argtypes in SIGNATURES.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, None
+        fn.argtypes, fn.restype = argtypes, RESTYPES.get(name)
     return lib
 
 

@@ -153,3 +153,17 @@ def test_native_build_has_no_warnings(tmp_path: Path) -> None:
     assert cc is not None
     strict = (*cpu_build.CFLAGS, "-Wall", "-Wextra", "-Werror")
     cpu_build.build_library(cc, tmp_path / "lib.so", strict)
+
+
+@pytest.mark.skipif(not ck.available() or not ck.has_extend_attention(), reason="no AVX-512")
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 16), (8, 2, 24)])
+@pytest.mark.parametrize(("prefix", "new"), [(0, 1), (0, 37), (0, 130), (50, 1), (100, 77)])
+def test_extend_attention_matches_sdpa(hq: int, hkv: int, d: int, prefix: int, new: int) -> None:
+    torch.manual_seed(5)
+    k_buf, v_buf = torch.randn(500, hkv, d), torch.randn(500, hkv, d)
+    slots = torch.randperm(500)[: prefix + new].int()
+    q = torch.randn(new, (hq + 2 * hkv) * d)[:, : hq * d]  # rows wider than q, like qkv
+    out = torch.full((new, hq * d), float("nan"))
+    ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out)
+    want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
