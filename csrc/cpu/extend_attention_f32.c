@@ -49,16 +49,14 @@ static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const float* const* k
   const float* qt = tl->qt;
   float* ot = tl->ot;
   int64_t t = 0;
-  for (; t + 4 <= nk; t += 4) {  // four keys per pass over qt
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (; t + 8 <= nk; t += 8) {  // eight keys per pass over qt: eight independent sums
+    __m512 s[8];
+    for (int u = 0; u < 8; ++u) s[u] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; ++c) {
       const __m512 qv = _mm512_loadu_ps(qt + c * QB);
-      s0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[t][c]), s0);
-      s1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[t + 1][c]), s1);
-      s2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[t + 2][c]), s2);
-      s3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[t + 3][c]), s3);
+      for (int u = 0; u < 8; ++u) s[u] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[t + u][c]), s[u]);
     }
-    sc[t] = s0, sc[t + 1] = s1, sc[t + 2] = s2, sc[t + 3] = s3;
+    for (int u = 0; u < 8; ++u) sc[t + u] = s[u];
   }
   for (; t < nk; ++t) {
     __m512 s0 = _mm512_setzero_ps();
