@@ -79,7 +79,5 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         for start, e, p, row in self._kernel_extends:
             sl = slice(start, start + e)
             ck.extend_attention(q[sl], k_buf, v_buf, table[row], p, layer.scaling, out[sl])
-        if self._decode is not None:
-            g = self._decode
-            out[g.rows] = self._attend_decode(q[g.rows], g, k_buf, v_buf, layer)
+        self._attend_decode_rows(q, out, k_buf, v_buf, layer)
         return out

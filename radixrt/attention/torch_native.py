@@ -102,10 +102,21 @@ class TorchNativeAttnBackend(BaseAttnBackend):
             else:
                 kk, vv = k_buf.index_select(0, r.kv_idx), v_buf.index_select(0, r.kv_idx)
             out[sl] = _sdpa(q[sl], kk, vv, r.mask, layer, causal=r.mask is None)
+        self._attend_decode_rows(q, out, k_buf, v_buf, layer)
+        return out
+
+    def _attend_decode_rows(
+        self,
+        q: torch.Tensor,
+        out: torch.Tensor,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        layer: AttentionLayer,
+    ) -> None:
+        """Fill out's rows of the batch's decoding requests (a mixed batch), if any."""
         if self._decode is not None:
             g = self._decode
             out[g.rows] = self._attend_decode(q[g.rows], g, k_buf, v_buf, layer)
-        return out
 
     def forward_decode(
         self,

@@ -38,11 +38,12 @@ class FusedDecodeLayer(nn.Module):
         self.eps = float(layer.input_layernorm.variance_epsilon)
         self.dims = (spec.num_heads, spec.num_kv_heads, spec.head_dim, mlp.down_proj.in_features)
         # Weight addresses, fixed for the module's life (the tensors are owned by `layer`).
-        self.weight_ptrs = (
-            _ptr(layer.input_layernorm.weight), _ptr(layer.post_attention_layernorm.weight),
-            float(layer.post_attention_layernorm.variance_epsilon),
-            *(p for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-              for p in (_ptr(lin.packed), _ptr(lin.bias))),
+        self.norm_ptrs = (
+            _ptr(layer.input_layernorm.weight), _ptr(layer.post_attention_layernorm.weight)
+        )
+        self.linear_ptrs = tuple(
+            p for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            for p in (_ptr(lin.packed), _ptr(lin.bias))
         )
         hq, hkv, d, inter = self.dims
         self.scratch_per_row = (hq + 2 * hkv) * d + hq * d + 3 * inter
@@ -80,9 +81,9 @@ class FusedDecodeLayer(nn.Module):
         table = fb.req_to_token_pool.req_to_token
         b = x.shape[0]
         scratch = torch.empty(b * self.scratch_per_row, dtype=torch.float32)
-        ln1, ln2, _, *weights = self.weight_ptrs
         ck.lib().rt_decode_layer_f32(
-            x.data_ptr(), residual.data_ptr(), b, self.hidden, ln1, ln2, self.eps, *weights,
+            x.data_ptr(), residual.data_ptr(), b, self.hidden, *self.norm_ptrs, self.eps,
+            *self.linear_ptrs,
             *self.dims, cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(),
             fb.out_loc.data_ptr(), table.data_ptr(), table.stride(0),
             fb.req_pool_indices.data_ptr(), fb.seq_lens.data_ptr(), self.scaling,
