@@ -22,8 +22,18 @@
 #ifndef MC
 #define MC 96
 #endif
+// Software prefetch into L2 (the weights are streamed from memory once per step; L1 holds
+// the k range in use): PF_ROWS panel rows ahead for a single-tile chunk; with several row
+// blocks, the next PF_NEXT rows are fetched a share per block, spread over all of its tiles so
+// that memory is kept busy the whole time rather than only during the first block.
 #ifndef PF_ROWS
-#define PF_ROWS 16
+#define PF_ROWS 64
+#endif
+#ifndef PF_NEXT
+#define PF_NEXT KC
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T1
 #endif
 
 void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
@@ -44,13 +54,14 @@ void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
 #include <immintrin.h>
 
 // One mr x NR tile over k in [k0, k1). xb: packed rows, element (k, i) at xb[k * xs + i].
-// acc starts from bias/zero when `first`, else from y.
+// acc starts from bias/zero when `first`, else from y. When pf > 0, prefetches panel row
+// kk + pf for kk = k0 + pf_phase, then every pf_every rows.
 static inline __attribute__((always_inline)) void tile(const float* xb, int64_t xs,
                                                        const float* wp, int64_t k0, int64_t k1,
                                                        float* y, int64_t ldy, const int mr,
                                                        __mmask16 m0, __mmask16 m1,
                                                        const float* bias, int first,
-                                                       int64_t pf) {
+                                                       int64_t pf, int pf_every, int pf_phase) {
   __m512 a0[MR], a1[MR];
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
   if (first && bias) {
@@ -69,10 +80,12 @@ static inline __attribute__((always_inline)) void tile(const float* xb, int64_t 
   }
   const float* w = wp + k0 * NR;
   const float* xk = xb + k0 * xs;
+  int countdown = pf_phase + 1;
   for (int64_t kk = k0; kk < k1; ++kk, w += NR, xk += xs) {
-    if (pf) {  // the panel row pf ahead: both of its cache lines
-      _mm_prefetch((const char*)(w + pf * NR), _MM_HINT_T0);
-      _mm_prefetch((const char*)(w + pf * NR + 16), _MM_HINT_T0);
+    if (pf && --countdown == 0) {  // the panel row pf ahead: both of its cache lines
+      countdown = pf_every;
+      _mm_prefetch((const char*)(w + pf * NR), PF_HINT);
+      _mm_prefetch((const char*)(w + pf * NR + 16), PF_HINT);
     }
     const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
 #pragma GCC unroll 12
@@ -91,14 +104,14 @@ static inline __attribute__((always_inline)) void tile(const float* xb, int64_t 
 
 static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
                      float* y, int64_t ldy, int mr, int ncols, const float* bias, int first,
-                     int64_t pf) {
+                     int64_t pf, int pf_every, int pf_phase) {
   const __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
   const __mmask16 m1 =
       ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
   switch (mr) {
 #define CASE(R)                                                  \
   case R:                                                        \
-    tile(xb, xs, wp, k0, k1, y, ldy, R, m0, m1, bias, first, pf); \
+    tile(xb, xs, wp, k0, k1, y, ldy, R, m0, m1, bias, first, pf, pf_every, pf_phase); \
     break;
     CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
     CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
@@ -110,8 +123,8 @@ static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, i
 
 static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
                      float* y, int64_t ldy, int mr, int ncols, const float* bias, int first,
-                     int64_t pf) {
-  (void)pf;
+                     int64_t pf, int pf_every, int pf_phase) {
+  (void)pf, (void)pf_every, (void)pf_phase;
   float acc[MR][NR];
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < NR; ++j)
@@ -192,11 +205,11 @@ void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const floa
       for (int64_t i = r0; i < r1; i += MR) {
         const int mr = r1 - i < MR ? (int)(r1 - i) : MR;
         const float* xb = xp ? xp + (i / MR) * k * MR : x;
-        // Prefetch: one tile streams the panel PF_ROWS ahead; with several row blocks, the
-        // first block of each k range fetches the next range while the others reuse this one.
-        const int64_t pf = kc == k ? PF_ROWS : (i == r0 ? KC : 0);
+        const int blocks = (int)((r1 - r0 + MR - 1) / MR), block = (int)((i - r0) / MR);
+        const int64_t pf = kc == k ? PF_ROWS : PF_NEXT;
+        const int every = kc == k ? 1 : blocks, phase = kc == k ? 0 : block;
         tile_any(xb, xp ? MR : 1, pw, k0, k1, y + i * ldy + col, ldy, mr, ncols, pb, k0 == 0,
-                 pf);
+                 pf, every, phase);
       }
     }
   }
