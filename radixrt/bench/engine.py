@@ -8,6 +8,10 @@ token (best of --repeats); decode = steps in which every request of the batch de
 (median step; interference from other processes only ever adds time, in spikes).
 With --tp N the steps run on N tensor-parallel ranks (their CPU time counts as the benchmark's
 own), and the parameter and weight-byte counts are rank 0's shard.
+
+A shared machine's speed drifts from minute to minute, so each row runs in --rounds rounds,
+each of which measures the roofline, then radixrt, then transformers: every figure of a row
+(and its roofline) is taken over the same stretch of time, interleaved.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
+from radixrt.bench.engine_tables import format_tables
 from radixrt.bench.hf_peer import hf_generate, load_hf_model
 from radixrt.bench.roofline import (
     OtherLoad,
+    Roofline,
     add_roofline_args,
     close_machine_info,
     format_roofline,
@@ -39,6 +45,8 @@ BATCH_SIZES = (1, 8, 32)
 DECODE_STEPS = 32
 DECODE_PROMPT_LEN = 128
 REPEATS = 2
+ROUNDS = 2
+PROBE_REPEATS = 3  # roofline measurements per round: best of this many
 SEED = 0
 RETRIES = 2
 MAX_OTHER_CPU = 0.1
@@ -51,9 +59,10 @@ class PrefillRow:
     prompt_len: int
     radixrt_tok_s: float
     hf_tok_s: float | None
-    roofline_tok_s: float
+    roofline_tok_s: float  # matmul rate (best probe of the row) / (2 * params)
     first_token_match: bool | None  # radixrt's first greedy token == transformers'
     other_cpu: float | None  # CPU share of other processes while this row ran
+    exact_roofline_tok_s: float = 0.0  # the same rate over the prompt's exact FLOPs
 
 
 @dataclass(slots=True)
@@ -136,21 +145,11 @@ def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespac
     hf = None if args.skip_hf else load_hf_model(sched.runner.model_path)
 
     _warm_up(sched, hf, vocab)
-    prefill = [
-        _quietest(lambda n=n: _prefill_row(sched, hf, vocab, n, args), args)
-        for n in args.prefill_lens
-    ]
-    decode = [
-        _quietest(lambda b=b: _decode_row(sched, hf, vocab, b, args), args)
-        for b in args.batch_sizes
-    ]
+    rows = Rows(sched, hf, vocab, num_params, weight_bytes, args)
+    prefill = [_quietest(lambda n=n: rows.prefill(n), args) for n in args.prefill_lens]
+    decode = [_quietest(lambda b=b: rows.decode(b), args) for b in args.batch_sizes]
     sched.check_pool_whole()
-    # The rooflines use the better of a measurement before and one after the runs.
-    roof = roof.best(measure_roofline(args.copy_mib, args.matmul_n))
-    for p in prefill:
-        p.roofline_tok_s = roof.prefill_tok_s(num_params)
-    for d in decode:
-        d.roofline_ms_step = 1e3 * roof.decode_step_s(weight_bytes, num_params, d.batch_size)
+    roof = roof.best(measure_roofline(args.copy_mib, args.matmul_n)).best(rows.best_probe)
     print(format_roofline(roof, num_params, weight_bytes))
     print(format_tables(prefill, decode, args))
     print(close_machine_info(machine, load))
@@ -162,52 +161,12 @@ def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespac
         "tp_size": args.tp,
         "cpu_kernels": sched.runner.cpu_kernels,
         "repeats": args.repeats,
+        "rounds": args.rounds,
         "decode_prompt_len": args.decode_prompt_len,
         "decode_steps": args.decode_steps,
         "prefill": [asdict(r) for r in prefill],
         "decode": [r.to_dict() for r in decode],
     }
-
-
-def format_tables(
-    prefill: list[PrefillRow], decode: list[DecodeRow], args: argparse.Namespace
-) -> str:
-    """Two markdown tables: prefill tokens/s by prompt length, decode tokens/s by batch size."""
-    lines = [
-        f"prefill: one prompt of random tokens, best of {args.repeats}",
-        "",
-        "| prompt tokens | radixrt tok/s | transformers tok/s | radixrt/transformers "
-        "| roofline tok/s | radixrt/roofline | first token same | others' CPU |",
-        "|---:|---:|---:|---:|---:|---:|:---:|---:|",
-    ]
-    for r in prefill:
-        lines.append(
-            f"| {r.prompt_len} | {r.radixrt_tok_s:.0f} | {_fmt(r.hf_tok_s, '.0f')} "
-            f"| {_ratio(r.radixrt_tok_s, r.hf_tok_s)} | {r.roofline_tok_s:.0f} "
-            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {_fmt(r.first_token_match)} "
-            f"| {_pct(r.other_cpu)} |"
-        )
-    lines += [
-        "",
-        f"decode: prompts of {args.decode_prompt_len} random tokens, median of "
-        f"{args.decode_steps} steps (mean in brackets)",
-        "",
-        "| batch | radixrt tok/s | radixrt ms/step | transformers tok/s | transformers ms/step "
-        "| radixrt/transformers | roofline tok/s (ms/step) | radixrt/roofline "
-        "| greedy tokens same | others' CPU |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|",
-    ]
-    for r in decode:
-        hf_ms = "-" if r.hf_ms_step is None else f"{r.hf_ms_step:.0f} ({r.hf_ms_mean:.0f})"
-        match = "-" if r.greedy_match is None else f"{r.greedy_match}/{r.batch_size}"
-        lines.append(
-            f"| {r.batch_size} | {r.radixrt_tok_s:.1f} "
-            f"| {r.radixrt_ms_step:.0f} ({r.radixrt_ms_mean:.0f}) | {_fmt(r.hf_tok_s, '.1f')} "
-            f"| {hf_ms} | {_ratio(r.radixrt_tok_s, r.hf_tok_s)} "
-            f"| {r.roofline_tok_s:.0f} ({r.roofline_ms_step:.0f}) "
-            f"| {r.radixrt_tok_s / r.roofline_tok_s:.2f} | {match} | {_pct(r.other_cpu)} |"
-        )
-    return "\n".join(lines)
 
 
 # ---- radixrt --------------------------------------------------------------------------------
@@ -282,59 +241,83 @@ def _quietest(measure: Callable[[], _Row], args: argparse.Namespace) -> _Row:
     return best
 
 
-def _prefill_row(sched: Any, hf: Any, vocab: int, n: int, args: argparse.Namespace) -> PrefillRow:
-    load = OtherLoad(sched.runner.tp_group.pids)
-    ids = random_prompts(1, n, vocab, args.seed + n)[0]
-    runs = [radixrt_prefill(sched, ids) for _ in range(args.repeats)]
-    row = PrefillRow(n, n / min(t for t, _ in runs), None, 0.0, None, None)
-    if hf is not None:
-        hf_runs = [hf_generate(hf, [ids], 1) for _ in range(args.repeats)]
-        row.hf_tok_s = n / min(r.ttft_s for r in hf_runs)
-        row.first_token_match = hf_runs[0].output_ids[0][0] == runs[0][1]
-    row.other_cpu = load.fraction()
-    return row
+class Rows:
+    """Measures rows: per round the roofline, radixrt, then transformers (see the docstring)."""
+
+    def __init__(
+        self, sched: Any, hf: Any, vocab: int, num_params: int, weight_bytes: int,
+        args: argparse.Namespace,
+    ) -> None:  # fmt: skip
+        self.sched, self.hf, self.vocab, self.args = sched, hf, vocab, args
+        self.num_params, self.weight_bytes = num_params, weight_bytes
+        self.arch, self.tp = sched.runner.arch, args.tp
+        self.best_probe = Roofline(0.0, 0.0, 0.0)  # over every row, for the summary line
+
+    def _probe(self, roof: Roofline | None) -> Roofline:
+        a = self.args
+        probe = measure_roofline(a.copy_mib, a.matmul_n, PROBE_REPEATS)
+        self.best_probe = self.best_probe.best(probe)
+        return probe if roof is None else roof.best(probe)
+
+    def prefill(self, n: int) -> PrefillRow:
+        sched, hf, args = self.sched, self.hf, self.args
+        load = OtherLoad(sched.runner.tp_group.pids)
+        ids = random_prompts(1, n, self.vocab, args.seed + n)[0]
+        roof, ours, theirs = None, [], []
+        for _ in range(args.rounds):
+            roof = self._probe(roof)
+            ours += [radixrt_prefill(sched, ids) for _ in range(args.repeats)]
+            if hf is not None:
+                theirs += [hf_generate(hf, [ids], 1) for _ in range(args.repeats)]
+        row = PrefillRow(n, n / min(t for t, _ in ours), None, 0.0, None, None)
+        row.roofline_tok_s = roof.prefill_tok_s(self.num_params)
+        flops = exact_prefill_flops(self.arch, n, self.tp)
+        row.exact_roofline_tok_s = n * roof.matmul_gflops * 1e9 / flops
+        if theirs:
+            row.hf_tok_s = n / min(r.ttft_s for r in theirs)
+            row.first_token_match = theirs[0].output_ids[0][0] == ours[0][1]
+        row.other_cpu = load.fraction()
+        return row
+
+    def decode(self, batch: int) -> DecodeRow:
+        sched, hf, args = self.sched, self.hf, self.args
+        load = OtherLoad(sched.runner.tp_group.pids)
+        steps = args.decode_steps
+        prompts = random_prompts(batch, args.decode_prompt_len, self.vocab,
+                                 args.seed + 1000 + batch)  # fmt: skip
+        roof, ours, theirs, match = None, [], [], None
+        for _ in range(args.rounds):
+            roof = self._probe(roof)
+            times, ours_ids = radixrt_decode(sched, prompts, steps)
+            ours += times
+            if hf is not None:
+                # max_new_tokens = steps + 1: one token from the prefill, then `steps` passes.
+                r = hf_generate(hf, prompts, steps + 1)
+                theirs += r.step_s
+                pairs = zip(ours_ids, r.output_ids, strict=True)
+                same = sum(a[: steps + 1] == b for a, b in pairs)
+                match = same if match is None else min(match, same)
+        row = DecodeRow(
+            batch, 1e3 * statistics.median(ours), 1e3 * statistics.mean(ours), None, None,
+            1e3 * roof.decode_step_s(self.weight_bytes, self.num_params, batch), match, None,
+        )  # fmt: skip
+        if theirs:
+            row.hf_ms_step = 1e3 * statistics.median(theirs)
+            row.hf_ms_mean = 1e3 * statistics.mean(theirs)
+        row.other_cpu = load.fraction()
+        return row
 
 
-def _decode_row(sched: Any, hf: Any, vocab: int, batch: int, args: argparse.Namespace) -> DecodeRow:
-    load = OtherLoad(sched.runner.tp_group.pids)
-    steps = args.decode_steps
-    prompts = random_prompts(batch, args.decode_prompt_len, vocab, args.seed + 1000 + batch)
-    times, ours_ids = radixrt_decode(sched, prompts, steps)
-    row = DecodeRow(
-        batch,
-        1e3 * statistics.median(times),
-        1e3 * statistics.mean(times),
-        None,
-        None,
-        0.0,
-        None,
-        None,
-    )
-    if hf is not None:
-        # max_new_tokens = steps + 1: one token from the prefill, then `steps` decode passes.
-        r = hf_generate(hf, prompts, steps + 1)
-        row.hf_ms_step = 1e3 * statistics.median(r.step_s)
-        row.hf_ms_mean = 1e3 * statistics.mean(r.step_s)
-        pairs = zip(ours_ids, r.output_ids, strict=True)
-        row.greedy_match = sum(a[: steps + 1] == b for a, b in pairs)
-    row.other_cpu = load.fraction()
-    return row
-
-
-def _ratio(a: float, b: float | None) -> str:
-    return "-" if b is None else f"{a / b:.2f}"
-
-
-def _fmt(x: float | bool | None, spec: str = "") -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "NO"
-    return format(x, spec)
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
+def exact_prefill_flops(arch: Any, n: int, tp: int = 1) -> float:
+    """FLOPs of prefilling n tokens and computing the last one's logits, per tensor-parallel
+    rank: the layers' matmuls for every token, causal attention (n(n+1)/2 query-key pairs,
+    a multiply-add each for the scores and for the weighted values), the LM head once."""
+    d, h = arch.hidden_size, arch.num_attention_heads * arch.head_dim
+    kv = arch.num_key_value_heads * arch.head_dim
+    layer = d * (h + 2 * kv) + h * d + 3 * d * arch.intermediate_size
+    attention = 4 * h * n * (n + 1) / 2
+    per_layer = 2 * layer * n + attention
+    return (arch.num_hidden_layers * per_layer + 2 * d * arch.vocab_size) / tp
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -347,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-steps", type=int, default=DECODE_STEPS, help="timed steps per batch")
     p.add_argument("--decode-prompt-len", type=int, default=DECODE_PROMPT_LEN)
     p.add_argument("--repeats", type=int, default=REPEATS, help="prefill: best of this many")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=ROUNDS,
+        help="each row alternates roofline, radixrt and transformers this many times",
+    )
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument(
         "--retries",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -109,3 +110,16 @@ def test_dp_routing_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
         assert 0 <= r["hit_rate"] <= r["optimal_hit_rate"] + 1e-9
     assert rows[0]["hit_rate"] == pytest.approx(rows[0]["optimal_hit_rate"])
     assert json.loads(out.read_text()) == rows
+
+
+def test_exact_prefill_flops_counts_layers_causal_attention_and_one_head() -> None:
+    arch = SimpleNamespace(hidden_size=576, num_attention_heads=9, num_key_value_heads=3,
+                           head_dim=64, intermediate_size=1536, num_hidden_layers=30,
+                           vocab_size=49152)  # fmt: skip
+    layer = 576 * 960 + 576 * 576 + 3 * 576 * 1536  # q/k/v, o, gate/up/down weights
+    assert layer == 3538944
+    for n in (1, 256):
+        pairs = n * (n + 1) // 2
+        expect = 30 * (2 * layer * n + 4 * 576 * pairs) + 2 * 576 * 49152
+        assert engine_bench.exact_prefill_flops(arch, n) == pytest.approx(expect)
+        assert engine_bench.exact_prefill_flops(arch, n, tp=3) == pytest.approx(expect / 3)

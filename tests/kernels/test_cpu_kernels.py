@@ -156,8 +156,12 @@ def test_native_build_has_no_warnings(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not ck.available() or not ck.has_extend_attention(), reason="no AVX-512")
-@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 16), (8, 2, 24)])
-@pytest.mark.parametrize(("prefix", "new"), [(0, 1), (0, 37), (0, 130), (50, 1), (100, 77)])
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 16), (8, 2, 24), (6, 2, 20)])
+# (40, 40): a key block starts past the first 16 rows of a 32-row tile (only its upper half
+# sees those keys).
+@pytest.mark.parametrize(
+    ("prefix", "new"), [(0, 1), (0, 37), (0, 130), (50, 1), (100, 77), (40, 40)]
+)
 def test_extend_attention_matches_sdpa(hq: int, hkv: int, d: int, prefix: int, new: int) -> None:
     torch.manual_seed(5)
     k_buf, v_buf = torch.randn(500, hkv, d), torch.randn(500, hkv, d)
