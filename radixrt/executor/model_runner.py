@@ -15,6 +15,7 @@ from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenT
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
 from radixrt.distributed.comm import BaseComm
+from radixrt.executor.cpu_setup import init_cpu_kernels, keep_freed_memory
 from radixrt.executor.cuda_graph import CudaGraphRunner, GraphAttnBackend, capture_batch_sizes
 from radixrt.executor.forward_batch import ForwardBatch
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
@@ -157,27 +158,13 @@ class ModelRunner:
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     def _init_cpu_kernels(self) -> None:
-        """Swap float32 CPU layers for radixrt's C kernels (radixrt/layers/cpu.py) when they
-        build; `cpu_kernels` says whether they run. weight_bytes is counted before."""
+        """On the CPU: the C heap's reuse policy and radixrt's C kernels (cpu_setup.py);
+        `cpu_kernels` says whether they run. The parameters are counted before the swap."""
         self.num_params = sum(p.numel() for p in self.model.parameters())
         self.cpu_kernels = False
-        if (
-            self.device.type != "cpu"
-            or self.dtype != torch.float32
-            or self.model_config.disable_cpu_kernels
-        ):
-            return
-        from radixrt.kernels import cpu as ck
-        from radixrt.layers.cpu import use_cpu_kernels
-
-        if not ck.available():
-            logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
-            return
-        swapped = use_cpu_kernels(self.model)
-        fuse = getattr(self.model, "fuse_cpu_decode_layers", None)
-        fused = fuse() if fuse is not None else 0
-        self.cpu_kernels = True
-        logger.info("CPU kernels on: %d modules swapped, %d decoder layers fused", swapped, fused)
+        if self.device.type == "cpu":
+            keep_freed_memory()
+            self.cpu_kernels = init_cpu_kernels(self.model, self.model_config, self.dtype)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
         a = self.arch
