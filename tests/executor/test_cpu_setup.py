@@ -20,11 +20,11 @@ if sys.argv[1] == "keep":
 nbytes = 24 << 20
 assert nbytes < MMAP_THRESHOLD
 t = torch.empty(nbytes // 4)
-first = t.data_ptr()
 t.fill_(1.0)
-del t
 heap = next(line for line in open("/proc/self/maps") if line.rstrip().endswith("[heap]"))
-lo, hi = (int(x, 16) for x in heap.split()[0].split("-"))  # as grown by the block
+lo, hi = (int(x, 16) for x in heap.split()[0].split("-"))
+first = t.data_ptr()
+del t
 again = torch.empty(nbytes // 4).data_ptr()
 print(int(lo <= first < hi), int(again == first))
 """
