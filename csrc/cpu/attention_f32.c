@@ -9,6 +9,13 @@
 #include "rt_cpu.h"
 #include "vec_math.h"
 
+#ifndef RANGE_KEYS
+#define RANGE_KEYS 512  // keys per range of a split-key request (at least)
+#endif
+#ifndef MAX_RANGES
+#define MAX_RANGES 8
+#endif
+
 static inline float dot_f32(const float* a, const float* b, int64_t d) {
   float dot = 0.0f;
   int64_t j = 0;
@@ -125,10 +132,14 @@ static inline __m512 dots16(const float* q, const float* k_base, const int32_t* 
 // Query heads [h0*g, h1*g) of one request (q (hq, d), out (hq, d)) attend over `len` slots
 // through KV heads [h0, h1): one pass over the K rows, then one over the V rows, each reading
 // the (h1 - h0) * d contiguous floats of a slot once for all their query heads.
-// sc: scratch ((h1 - h0) * g, len).
+// sc: scratch ((h1 - h0) * g, len). With ml == NULL the output rows are the attention
+// outputs; else they are left unnormalised (sum of exp(score - max) * v) and the max and the
+// sum of exp(score - max) of query head q0 + j go to ml[2j], ml[2j + 1] (one key range's
+// part of a split softmax).
 static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int64_t h1,
                          const float* k_buf, const float* v_buf, const int32_t* slots,
-                         int64_t len, int64_t slot_len, int64_t d, float scale, float* sc) {
+                         int64_t len, int64_t slot_len, int64_t d, float scale, float* sc,
+                         float* ml) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
   int64_t l0 = 0;
 #if defined(__AVX512F__)
@@ -151,7 +162,13 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   for (int64_t j = 0; j < nq; ++j) {
     float* row = sc + j * len;
     const float m = max_f32(row, len);
-    const float inv = 1.0f / softmax_numerators(row, len, m);
+    const float sum = softmax_numerators(row, len, m);
+    if (ml) {
+      ml[2 * j] = m;
+      ml[2 * j + 1] = sum;
+      continue;
+    }
+    const float inv = 1.0f / sum;
     for (int64_t l = 0; l < len; ++l) row[l] *= inv;
   }
   float* o = out + q0 * d;
@@ -175,6 +192,61 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   }
 }
 
+// Split-key attention: request i's keys in `ranges` near-equal ranges, each a work item over
+// all heads leaving its unnormalised output and (max, sum) per query head in
+// part[(i * ranges + r) * hq * (d + 2) ..] (outputs, then the pairs); then per request and
+// head the ranges are merged: out = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r.
+static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
+                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
+                          const int64_t* seq_lens, float* out, int64_t ldo, int64_t b,
+                          int64_t hq, int64_t hkv, int64_t d, float scale, int64_t ranges,
+                          int64_t max_len, float* part) {
+  const int64_t g = hq / hkv, slot_len = hkv * d, stride = hq * (d + 2);
+  const int64_t range_len = (max_len + ranges - 1) / ranges;
+#pragma omp parallel
+  {
+    float* sc = (float*)malloc(sizeof(float) * (size_t)(hq * range_len + 16));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t work = 0; work < b * ranges; ++work) {
+      const int64_t i = work / ranges, r = work % ranges, len = seq_lens[i];
+      const int64_t l0 = r * ((len + ranges - 1) / ranges);
+      const int64_t l1 = l0 + (len + ranges - 1) / ranges < len ? l0 + (len + ranges - 1) / ranges
+                                                                : len;
+      float* o = part + work * stride;
+      float* ml = o + hq * d;
+      if (!sc || l1 <= l0) {  // an empty range adds nothing; no scratch: NaN, not stale rows
+        for (int64_t j = 0; j < hq; ++j) {
+          ml[2 * j] = sc ? -INFINITY : NAN;
+          ml[2 * j + 1] = 0.0f;
+        }
+        continue;
+      }
+      attend_heads(q + i * ldq, o, g, 0, hkv, k_buf, v_buf,
+                   req_to_token + rows[i] * ld_table + l0, l1 - l0, slot_len, d, scale, sc, ml);
+    }
+    free(sc);
+  }
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < hq; ++j) {
+      float m = -INFINITY, den = 0.0f;
+      for (int64_t r = 0; r < ranges; ++r) {
+        const float mr = part[(i * ranges + r) * stride + hq * d + 2 * j];
+        m = mr > m || isnan(mr) ? mr : m;
+      }
+      float* dst = out + i * ldo + j * d;
+      for (int64_t c = 0; c < d; ++c) dst[c] = 0.0f;
+      for (int64_t r = 0; r < ranges; ++r) {
+        const float* pr = part + (i * ranges + r) * stride;
+        const float mr = pr[hq * d + 2 * j];
+        if (mr == -INFINITY) continue;  // an empty range
+        const float w = expf(mr - m);
+        den += w * pr[hq * d + 2 * j + 1];
+        for (int64_t c = 0; c < d; ++c) dst[c] += w * pr[j * d + c];
+      }
+      for (int64_t c = 0; c < d; ++c) dst[c] /= den;
+    }
+}
+
 void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
                              const float* v_new, int64_t ld_new, float* k_buf, float* v_buf,
                              const int64_t* out_loc, const int32_t* req_to_token,
@@ -189,7 +261,20 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
     memcpy(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, sizeof(float) * (size_t)slot_len);
     memcpy(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, sizeof(float) * (size_t)slot_len);
   }
-  // Few requests: one work item per (request, KV head); else one per request, all heads.
+  // Few requests over long contexts: one work item per (request, key range), all heads, the
+  // ranges' partial softmaxes merged afterwards. Few requests otherwise: one per (request,
+  // KV head). Else one per request, all heads.
+  const int64_t ranges = b < 4 && max_len >= 2 * RANGE_KEYS
+                             ? (max_len / RANGE_KEYS < MAX_RANGES ? max_len / RANGE_KEYS : MAX_RANGES)
+                             : 1;
+  float* part = ranges > 1 ? (float*)malloc(sizeof(float) * (size_t)(b * ranges * hq * (d + 2)))
+                           : 0;
+  if (part) {
+    attend_ranges(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens, out, ldo, b, hq,
+                  hkv, d, scale, ranges, max_len, part);
+    free(part);
+    return;
+  }
   const int64_t split = b < 4 ? hkv : 1, per = hkv / split;
 #pragma omp parallel if (b * split > 1 && max_len * b * hq > 1024)
   {
@@ -202,7 +287,7 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
         continue;
       }
       attend_heads(q + i * ldq, out + i * ldo, g, h0, h0 + per, k_buf, v_buf,
-                   req_to_token + rows[i] * ld_table, seq_lens[i], slot_len, d, scale, sc);
+                   req_to_token + rows[i] * ld_table, seq_lens[i], slot_len, d, scale, sc, 0);
     }
     free(sc);
   }

@@ -85,13 +85,18 @@ def test_silu_mul_matches_torch(inter: int) -> None:
 
 
 @pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 16), (8, 2, 24)])
-@pytest.mark.parametrize("batch", [1, 7])
-def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int) -> None:
+# Under 4 requests with 1024+ keys: split-key ranges merged afterwards (with a 3-key request
+# beside a long one, most of its ranges are empty).
+@pytest.mark.parametrize(("batch", "max_len"), [(1, 250), (7, 250), (1, 3000), (3, 2100)])
+def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int, max_len: int) -> None:
     torch.manual_seed(4)
-    slots = 2000
+    slots = batch * max_len + 10
     k_buf, v_buf = torch.randn(slots, hkv, d), torch.randn(slots, hkv, d)
-    table = torch.zeros(batch + 2, 300, dtype=torch.int32)
-    lens = torch.randint(1, 250, (batch,))
+    table = torch.zeros(batch + 2, max_len + 50, dtype=torch.int32)
+    lens = torch.randint(1, max_len, (batch,))
+    lens[0] = max_len
+    if batch > 2:
+        lens[1] = 3
     order = torch.randperm(slots)  # scattered slots, no two requests share one
     rows = torch.arange(2, batch + 2)
     start = 0
@@ -144,8 +149,9 @@ def test_portable_build_matches_torch(portable_lib, monkeypatch: pytest.MonkeyPa
     test_rmsnorm_matches_module(True)
     test_rotary_in_place_matches_reference(9, 3, 64)
     test_silu_mul_matches_torch(40)
-    test_decode_attention_matches_sdpa(9, 3, 64, 7)
-    test_decode_attention_matches_sdpa(8, 2, 24, 1)
+    test_decode_attention_matches_sdpa(9, 3, 64, 7, 250)
+    test_decode_attention_matches_sdpa(8, 2, 24, 1, 250)
+    test_decode_attention_matches_sdpa(9, 3, 64, 3, 2100)
 
 
 def test_native_build_has_no_warnings(tmp_path: Path) -> None:
