@@ -17,6 +17,10 @@ PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "def add(a, b):\n    retur
 PARAMS = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True, "return_logprob": True}
 
 
+# One request over 1100+ keys: decode attention splits its keys into ranges (csrc/cpu).
+LONG_IDS = [256 + (i * 7919) % 40000 for i in range(1100)]
+
+
 def _run(path: Path, disable: bool) -> list[dict]:
     with Engine(str(path), max_total_tokens=2048, disable_cpu_kernels=disable) as e:
         runner = e.scheduler.runner
@@ -26,6 +30,7 @@ def _run(path: Path, disable: bool) -> list[dict]:
         layer = "LlamaDecoderLayer" if disable else "FusedDecodeLayer"  # one C call per decode
         assert all(type(m).__name__ == layer for m in runner.model.model.layers)
         outs = e.generate(PROMPTS, PARAMS)
+        outs.append(e.generate(input_ids=LONG_IDS, sampling_params=PARAMS))
         assert_pool_whole(e)
     return outs
 
