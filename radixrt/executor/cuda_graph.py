@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from radixrt.attention.base import BaseAttnBackend
     from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+    from radixrt.config import ModelConfig
 
 logger = logging.getLogger("radixrt")
 
@@ -168,3 +169,35 @@ class CudaGraphRunner:
             self.graphs[bs] = graph
             self.outputs[bs] = out
         torch.cuda.synchronize(self.device)
+
+
+def capture_decode_graphs(
+    model: nn.Module,
+    attn_backend: object,
+    req_to_token_pool: ReqToTokenPool,
+    token_to_kv_pool: TokenToKVPool,
+    model_config: ModelConfig,
+    world_size: int,
+    max_running_requests: int,
+) -> CudaGraphRunner | None:
+    """A runner replaying decode graphs at capture_batch_sizes(min(--cuda-graph-max-bs, max
+    running requests)), or None when disabled, with tensor parallelism, or when the attention
+    backend cannot run inside a graph. A failed capture raises, naming the way out."""
+    if model_config.disable_cuda_graph:
+        return None
+    if world_size > 1:
+        logger.info("CUDA graphs off: not captured with tensor parallelism")
+        return None
+    if not isinstance(attn_backend, GraphAttnBackend):
+        logger.info("CUDA graphs off: %s does not support them", type(attn_backend).__name__)
+        return None
+    max_bs = min(model_config.cuda_graph_max_bs, max_running_requests)
+    try:
+        return CudaGraphRunner(
+            model, attn_backend, req_to_token_pool, token_to_kv_pool, capture_batch_sizes(max_bs)
+        )
+    except Exception as e:
+        raise RuntimeError(
+            f"capturing CUDA graphs failed ({type(e).__name__}: {e}); "
+            "disable_cuda_graph=True (--disable-cuda-graph) runs decode eagerly"
+        ) from e

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -11,13 +10,13 @@ import torch
 from torch import nn
 
 from radixrt.attention import create_attention_backend
-from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenToKVPool
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
 from radixrt.distributed.comm import BaseComm
 from radixrt.executor.cpu_setup import init_cpu_kernels, keep_freed_memory
-from radixrt.executor.cuda_graph import CudaGraphRunner, GraphAttnBackend, capture_batch_sizes
+from radixrt.executor.cuda_graph import capture_decode_graphs
 from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.executor.kv_memory import build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
 from radixrt.executor.tp_group import NullTPGroup, TPGroup
 from radixrt.models import get_model_cls
@@ -33,8 +32,6 @@ from radixrt.models.tp_partition import check_tp_size
 logger = logging.getLogger("radixrt")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_CPU_MEM_FRACTION = 0.25
-_CUDA_MEM_FRACTION = 0.85
 
 
 def resolve_device(name: str, rank: int | None = None) -> torch.device:
@@ -167,40 +164,12 @@ class ModelRunner:
             self.cpu_kernels = init_cpu_kernels(self.model, self.model_config, self.dtype)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
-        a = self.arch
-        num_kv_heads = self._partition_heads()[1]
-        per_token = TokenToKVPool.bytes_per_token(
-            a.num_hidden_layers, num_kv_heads, a.head_dim, self.dtype
-        )
-        capacity = self.cache_config.max_total_tokens or self._kv_budget_bytes() // per_token
-        capacity = self.comm.min_int(capacity)  # every rank lays out the same slots
-        if capacity < 2:
-            raise ValueError(
-                f"no memory left for the KV cache after {self.weight_bytes / 2**30:.2f} GiB of "
-                "weights; raise mem_fraction_static or set max_total_tokens"
-            )
-        self.token_to_kv_pool = TokenToKVPool(
-            capacity,
-            a.num_hidden_layers,
-            num_kv_heads,
-            a.head_dim,
-            self.dtype,
-            self.device,
-        )
-        self.allocator = TokenSlotAllocator(capacity, self.device)
-        self.req_to_token_pool = ReqToTokenPool(
-            max_running_requests + 1, self.context_len + 1, self.device
-        )
-        self.max_total_tokens = capacity
-
-    def _kv_budget_bytes(self) -> int:
-        if self.device.type == "cuda":
-            fraction = self.cache_config.mem_fraction_static or _CUDA_MEM_FRACTION
-            free, total = torch.cuda.mem_get_info(self.device)
-            return int(free - total * (1 - fraction))
-        fraction = self.cache_config.mem_fraction_static or _CPU_MEM_FRACTION
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return int(total * fraction) - self.weight_bytes
+        mem = build_kv_memory(
+            self.arch, self._partition_heads()[1], self.dtype, self.device, self.cache_config,
+            self.weight_bytes, self.comm, max_running_requests, self.context_len,
+        )  # fmt: skip
+        self.token_to_kv_pool, self.allocator = mem.token_to_kv_pool, mem.allocator
+        self.req_to_token_pool, self.max_total_tokens = mem.req_to_token_pool, mem.capacity
 
     def _init_attention_backend(self) -> None:
         from radixrt.attention import default_backend
@@ -225,32 +194,13 @@ class ModelRunner:
         return part.num_heads, part.num_kv_heads
 
     def _init_cuda_graphs(self, max_running_requests: int) -> None:
-        """Capture decode graphs on CUDA unless disabled or the backend cannot run in them."""
-        self.graph_runner: CudaGraphRunner | None = None
-        if self.device.type != "cuda" or self.model_config.disable_cuda_graph:
-            return
-        if self.comm.world_size > 1:
-            logger.info("CUDA graphs off: not captured with tensor parallelism")
-            return
-        if not isinstance(self.attn_backend, GraphAttnBackend):
-            logger.info(
-                "CUDA graphs off: %s does not support them", type(self.attn_backend).__name__
-            )
-            return
-        max_bs = min(self.model_config.cuda_graph_max_bs, max_running_requests)
-        try:
-            self.graph_runner = CudaGraphRunner(
-                self.model,
-                self.attn_backend,
-                self.req_to_token_pool,
-                self.token_to_kv_pool,
-                capture_batch_sizes(max_bs),
-            )
-        except Exception as e:
-            raise RuntimeError(
-                f"capturing CUDA graphs failed ({type(e).__name__}: {e}); "
-                "disable_cuda_graph=True (--disable-cuda-graph) runs decode eagerly"
-            ) from e
+        """Capture decode graphs on CUDA unless disabled or unsupported (cuda_graph.py)."""
+        self.graph_runner = None
+        if self.device.type == "cuda":
+            self.graph_runner = capture_decode_graphs(
+                self.model, self.attn_backend, self.req_to_token_pool, self.token_to_kv_pool,
+                self.model_config, self.comm.world_size, max_running_requests,
+            )  # fmt: skip
 
     def forward(
         self, batch: Batch, out_loc: torch.Tensor, logits_indices: list[int]

@@ -16,7 +16,12 @@ from radixrt.bench import gpu_bench as gb
 from radixrt.bench.gpu_correctness import RunnerDriver
 from radixrt.bench.gpu_shared_prefix import build_scheduler, greedy, run_to_completion
 from radixrt.config import CacheConfig, ModelConfig
-from radixrt.executor.cuda_graph import CudaGraphRunner, GraphAttnBackend, capture_batch_sizes
+from radixrt.executor.cuda_graph import (
+    CudaGraphRunner,
+    GraphAttnBackend,
+    capture_batch_sizes,
+    capture_decode_graphs,
+)
 from radixrt.executor.forward_batch import ForwardBatch
 from radixrt.executor.model_runner import ModelRunner
 
@@ -272,3 +277,13 @@ def test_scheduler_with_fake_graphs_matches_eager(fake_cuda_graphs: _RecordingMo
             assert sched.runner.graph_runner.num_replays > 0
         outs.append([r.output_ids for r in reqs])
     assert outs[0] == outs[1]
+
+
+def test_capture_decision_without_a_gpu() -> None:
+    """Disabled, tensor-parallel or a backend that cannot run in a graph: no capture (and no
+    CUDA call) at all."""
+    on, off = ModelConfig(), ModelConfig(disable_cuda_graph=True)
+    # The model and the pools (None) are never touched when nothing is captured.
+    assert capture_decode_graphs(None, object(), None, None, off, 1, 8) is None
+    assert capture_decode_graphs(None, object(), None, None, on, 2, 8) is None  # tp > 1
+    assert capture_decode_graphs(None, object(), None, None, on, 1, 8) is None  # backend
