@@ -30,7 +30,7 @@ CPU_SRC_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
 CPU_SOURCES = (
     "gemm_f32.c", "ops_f32.c", "attention_f32.c", "extend_attention_f32.c", "layer_f32.c"
 )
-CPU_HEADERS = ("rt_cpu.h", "vec_math.h")
+CPU_HEADERS = ("rt_cpu.h", "vec_math.h", "attention_rows.h")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 
 _build_error: str | None = None
