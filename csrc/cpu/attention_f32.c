@@ -96,9 +96,8 @@ static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const
 #pragma omp for schedule(dynamic, 1)
     for (int64_t work = 0; work < b * ranges; ++work) {
       const int64_t i = work / ranges, r = work % ranges, len = seq_lens[i];
-      const int64_t l0 = r * ((len + ranges - 1) / ranges);
-      const int64_t l1 = l0 + (len + ranges - 1) / ranges < len ? l0 + (len + ranges - 1) / ranges
-                                                                : len;
+      const int64_t span = (len + ranges - 1) / ranges, l0 = r * span;
+      const int64_t l1 = l0 + span < len ? l0 + span : len;
       float* o = part + work * stride;
       float* ml = o + hq * d;
       if (!sc || l1 <= l0) {  // an empty range adds nothing; no scratch: NaN, not stale rows

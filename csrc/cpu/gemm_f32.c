@@ -200,14 +200,14 @@ void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const floa
     const float* pw = wp + p * k * NR;
     const float* pb = bias ? bias + col : 0;
     const int64_t kc = r1 - r0 <= MR ? k : KC;
+    const int64_t pf = kc == k ? PF_ROWS : PF_NEXT;
+    const int every = kc == k ? 1 : (int)((r1 - r0 + MR - 1) / MR);  // row blocks share pf
     for (int64_t k0 = 0; k0 < k; k0 += kc) {
       const int64_t k1 = k0 + kc < k ? k0 + kc : k;
       for (int64_t i = r0; i < r1; i += MR) {
         const int mr = r1 - i < MR ? (int)(r1 - i) : MR;
         const float* xb = xp ? xp + (i / MR) * k * MR : x;
-        const int blocks = (int)((r1 - r0 + MR - 1) / MR), block = (int)((i - r0) / MR);
-        const int64_t pf = kc == k ? PF_ROWS : PF_NEXT;
-        const int every = kc == k ? 1 : blocks, phase = kc == k ? 0 : block;
+        const int phase = kc == k ? 0 : (int)((i - r0) / MR);
         tile_any(xb, xp ? MR : 1, pw, k0, k1, y + i * ldy + col, ldy, mr, ncols, pb, k0 == 0,
                  pf, every, phase);
       }

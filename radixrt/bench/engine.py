@@ -113,7 +113,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     machine = machine_info()
     print(f"machine: {machine}", flush=True)
-    roof = measure_roofline(args.copy_mib, args.matmul_n)
     max_batch, max_len = max(args.batch_sizes), max(args.prefill_lens)
     pool = max(max_len + 64, max_batch * (args.decode_prompt_len + args.decode_steps + 64))
     sched, _ = build_scheduler(
@@ -130,12 +129,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
     )
     try:
-        return _run(sched, roof, machine, args)
+        return _run(sched, machine, args)
     finally:
         sched.runner.shutdown()
 
 
-def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
+def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
     load = OtherLoad(sched.runner.tp_group.pids)
     print(f"radixrt CPU kernels: {'on' if sched.runner.cpu_kernels else 'off'}", flush=True)
     # Counted at load, before the CPU kernels repack the linear weights (the tied LM head
@@ -149,7 +148,7 @@ def _run(sched: Any, roof: Any, machine: dict[str, Any], args: argparse.Namespac
     prefill = [_quietest(lambda n=n: rows.prefill(n), args) for n in args.prefill_lens]
     decode = [_quietest(lambda b=b: rows.decode(b), args) for b in args.batch_sizes]
     sched.check_pool_whole()
-    roof = roof.best(measure_roofline(args.copy_mib, args.matmul_n)).best(rows.best_probe)
+    roof = rows.best_probe  # the run-wide line: every row's probes, best of each rate
     print(format_roofline(roof, num_params, weight_bytes))
     print(format_tables(prefill, decode, args))
     print(close_machine_info(machine, load))
