@@ -118,7 +118,7 @@ void apply_rotary(at::Tensor q, at::Tensor k, at::Tensor cos_cache, at::Tensor s
 }
 
 void build_kv_indices(at::Tensor req_to_token, at::Tensor req_pool_indices, at::Tensor seq_lens,
-                      at::Tensor kv_indptr, at::Tensor out) {
+                      at::Tensor kv_indptr, int64_t page_size, at::Tensor out) {
   for (auto* t : {&req_to_token, &req_pool_indices, &seq_lens, &kv_indptr, &out})
     check_cuda(*t, "build_kv_indices argument");
   TORCH_CHECK(req_to_token.scalar_type() == at::kInt && req_to_token.dim() == 2 &&
@@ -134,11 +134,13 @@ void build_kv_indices(at::Tensor req_to_token, at::Tensor req_pool_indices, at::
   TORCH_CHECK(req_pool_indices.is_contiguous() && seq_lens.is_contiguous() &&
                   kv_indptr.is_contiguous() && out.is_contiguous(),
               "build_kv_indices needs contiguous index tensors");
+  TORCH_CHECK(page_size >= 1 && page_size <= INT32_MAX, "page_size must be a positive int32");
   const c10::cuda::CUDAGuard guard(out.device());
   check_launch(radixrt::launch_build_kv_indices(
                    req_to_token.data_ptr<int32_t>(), req_to_token.stride(0),
                    req_pool_indices.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
-                   kv_indptr.data_ptr<int32_t>(), out.data_ptr<int32_t>(), batch,
+                   kv_indptr.data_ptr<int32_t>(), static_cast<int32_t>(page_size),
+                   out.data_ptr<int32_t>(), batch,
                    c10::cuda::getCurrentCUDAStream().stream()),
                "build_kv_indices");
 }
@@ -148,5 +150,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("store_kv", &store_kv, "scatter K/V rows into the KV pool at loc");
   m.def("fused_add_rmsnorm", &fused_add_rmsnorm, "residual += x; x = rmsnorm(residual) * w");
   m.def("apply_rotary", &apply_rotary, "in-place neox rotary on q and k");
-  m.def("build_kv_indices", &build_kv_indices, "flatten req_to_token rows into kv_indices");
+  m.def("build_kv_indices", &build_kv_indices,
+        "flatten req_to_token rows into kv_indices (slots, or page ids with page_size > 1)");
 }

@@ -36,7 +36,7 @@ cudaError_t launch_rotary(void* q, void* k, const float* cos_cache, const float*
 // out[kv_indptr[b] + j] = req_to_token[req_pool_indices[b] * r2t_stride + j], j < seq_lens[b].
 cudaError_t launch_build_kv_indices(const int32_t* req_to_token, int64_t r2t_stride,
                                     const int64_t* req_pool_indices, const int64_t* seq_lens,
-                                    const int32_t* kv_indptr, int32_t* out, int64_t batch_size,
-                                    cudaStream_t stream);
+                                    const int32_t* kv_indptr, int32_t page_size, int32_t* out,
+                                    int64_t batch_size, cudaStream_t stream);
 
 }  // namespace radixrt

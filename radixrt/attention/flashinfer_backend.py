@@ -1,9 +1,10 @@
-"""FlashInfer attention over the token-slot KV pool, each slot being a page of size 1.
+"""FlashInfer attention over the KV pool in pages of the pool's page_size (1: token slots).
 
-Once per batch, `init_forward_metadata` builds the page table (qo_indptr, kv_indptr,
-kv_indices, last_page_len) and plans one FlashInfer wrapper: the paged prefill wrapper for
-EXTEND batches (ragged q, causal, so mixed prefill + single-token rows go through it too) and
-the paged decode wrapper for DECODE batches. Every layer then runs with that plan.
+Once per batch, `init_forward_metadata` builds the page table (flashinfer_metadata.py:
+qo_indptr, kv_indptr, kv_indices, last_page_len) and plans one FlashInfer wrapper: the paged
+prefill wrapper for EXTEND batches (ragged q, causal, so mixed prefill + single-token rows go
+through it too) and the paged decode wrapper for DECODE batches. Every layer then runs with
+that plan.
 For CUDA graphs (executor/cuda_graph.py) each captured decode batch size gets its own decode
 wrapper over fixed page-table buffers; it is planned before every replay.
 Written against flashinfer-python 0.6.x (plan()/run(); NHD layout).
@@ -11,30 +12,22 @@ Written against flashinfer-python 0.6.x (plan()/run(); NHD layout).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from radixrt.attention.base import AttentionLayer, BaseAttnBackend, indptr
+from radixrt.attention.base import AttentionLayer, BaseAttnBackend
+from radixrt.attention.flashinfer_metadata import (
+    PADDING_PAGE,
+    FlashInferMetadata,
+    build_flashinfer_metadata,
+    paged_kv,
+)
 from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
-from radixrt.kernels import build_kv_indices
 
-PAGE_SIZE = 1  # one token slot per page: kv_indices are the pool's slot indices
 WORKSPACE_BYTES = 256 * 2**20  # FlashInfer's float workspace, shared by every wrapper
-PADDING_SLOT = 0  # the pool's never-allocated slot: padded graph rows attend to it alone
-
-
-@dataclass(frozen=True, slots=True)
-class FlashInferMetadata:
-    """FlashInfer's page table for one batch of B requests (page size 1)."""
-
-    qo_indptr: torch.Tensor  # (B+1,) int32 CPU: request b's new tokens are q[qo[b]:qo[b+1]]
-    kv_indptr: torch.Tensor  # (B+1,) int32 CPU: its pages are kv_indices[kv[b]:kv[b+1]]
-    kv_indices: torch.Tensor  # (sum(seq_lens),) int32 on the pool's device: KV slots, in order
-    kv_last_page_len: torch.Tensor  # (B,) int32 CPU: all ones, every page holds one token
-    is_decode: bool  # every request computes exactly one token after a cached prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,28 +38,6 @@ class AttentionGeometry:
     num_kv_heads: int
     head_dim: int
     scaling: float
-
-
-def build_flashinfer_metadata(fb: ForwardBatch) -> FlashInferMetadata:
-    """Page table of `fb`: request b attends to req_to_token[row_b, :seq_lens[b]], causally."""
-    req_to_token = fb.req_to_token_pool.req_to_token
-    qo_indptr = indptr(fb.extend_seq_lens_cpu)
-    kv_indptr = indptr(fb.seq_lens_cpu)
-    num_indices = int(kv_indptr[-1])
-    kv_indices = build_kv_indices(
-        req_to_token,
-        fb.req_pool_indices,
-        fb.seq_lens,
-        kv_indptr.to(req_to_token.device, non_blocking=True),
-        num_indices,
-    )
-    return FlashInferMetadata(
-        qo_indptr=qo_indptr,
-        kv_indptr=kv_indptr,
-        kv_indices=kv_indices,
-        kv_last_page_len=torch.ones(fb.batch_size, dtype=torch.int32),
-        is_decode=fb.mode == ForwardMode.DECODE,
-    )
 
 
 class FlashInferAttnBackend(BaseAttnBackend):
@@ -116,7 +87,7 @@ class FlashInferAttnBackend(BaseAttnBackend):
         m = self.metadata = build_flashinfer_metadata(fb)
         self._decode = self.decode_wrapper
         if m.is_decode:
-            self._plan_decode(self.decode_wrapper, m.kv_indptr, m.kv_indices, m.kv_last_page_len)
+            self._plan_decode(self.decode_wrapper, m)
             return
         g = self.geometry
         self.prefill_wrapper.plan(
@@ -127,7 +98,7 @@ class FlashInferAttnBackend(BaseAttnBackend):
             g.num_heads,
             g.num_kv_heads,
             g.head_dim,
-            PAGE_SIZE,
+            m.page_size,
             causal=True,
             q_data_type=self._dtype,
             kv_data_type=self._dtype,
@@ -143,7 +114,7 @@ class FlashInferAttnBackend(BaseAttnBackend):
         fb: ForwardBatch,
     ) -> torch.Tensor:
         self._check_layer(layer)
-        return self.prefill_wrapper.run(q, self._paged_kv(layer, fb))
+        return self.prefill_wrapper.run(q, paged_kv(layer, fb))
 
     def forward_decode(
         self,
@@ -154,7 +125,7 @@ class FlashInferAttnBackend(BaseAttnBackend):
         fb: ForwardBatch,
     ) -> torch.Tensor:
         self._check_layer(layer)
-        return self._decode.run(q, self._paged_kv(layer, fb))
+        return self._decode.run(q, paged_kv(layer, fb))
 
     # ---- CUDA graphs (the protocol in executor/cuda_graph.py) -----------------------------
 
@@ -164,12 +135,11 @@ class FlashInferAttnBackend(BaseAttnBackend):
         self._graph_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=dev)  # (max_bs+1,)
         self._graph_indices = torch.zeros(max_num_indices, dtype=torch.int32, device=dev)
         self._graph_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=dev)
-        self._graph_ones_cpu = torch.ones(max_bs, dtype=torch.int32)  # (max_bs,) int32 CPU
         self._graph_wrappers = {}
 
     def init_forward_metadata_capture(self, fb: ForwardBatch) -> None:
         """Make and plan the decode wrapper of batch size fb.batch_size for capture; every row
-        attends to the padding slot alone (the real page table comes with each replay)."""
+        attends to the padding page's slot 0 alone (the real page table comes with each replay)."""
         bs = fb.batch_size
         self._set_dtype(fb)
         wrapper = self._graph_wrappers.get(bs)
@@ -184,14 +154,20 @@ class FlashInferAttnBackend(BaseAttnBackend):
                 paged_kv_last_page_len_buffer=self._graph_last_page_len[:bs],
             )
             self._graph_wrappers[bs] = wrapper
-        indices = torch.full((bs,), PADDING_SLOT, dtype=torch.int32, device=self.device)
-        indptr = torch.arange(bs + 1, dtype=torch.int32)
-        self._plan_decode(wrapper, indptr, indices, self._graph_ones_cpu[:bs])
+        m = FlashInferMetadata(
+            qo_indptr=torch.arange(bs + 1, dtype=torch.int32),
+            kv_indptr=torch.arange(bs + 1, dtype=torch.int32),
+            kv_indices=torch.full((bs,), PADDING_PAGE, dtype=torch.int32, device=self.device),
+            kv_last_page_len=torch.ones(bs, dtype=torch.int32),
+            page_size=fb.token_to_kv_pool.page_size,
+            is_decode=True,
+        )
+        self._plan_decode(wrapper, m)
         self._decode = wrapper
 
     def init_forward_metadata_replay(self, fb: ForwardBatch, bs: int) -> None:
         """Plan the captured wrapper of batch size `bs` for the decode batch fb (B <= bs
-        requests); rows B..bs-1 are padding and attend to the padding slot alone."""
+        requests); rows B..bs-1 are padding: one page, the padding page, holding one token."""
         if fb.mode != ForwardMode.DECODE:
             raise ValueError("CUDA graphs replay decode batches only")
         self._set_dtype(fb)
@@ -201,12 +177,16 @@ class FlashInferAttnBackend(BaseAttnBackend):
             raise ValueError(
                 f"{n + pad} KV indices exceed the graph buffer's {self._graph_indices.numel()}"
             )
-        indptr = m.kv_indptr
         if pad:
-            tail = indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)
-            indptr = torch.cat([indptr, tail])
-            self._graph_indices[n : n + pad].fill_(PADDING_SLOT)
-        self._plan_decode(self._graph_wrappers[bs], indptr, m.kv_indices, self._graph_ones_cpu[:bs])
+            tail = m.kv_indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)
+            self._graph_indices[n : n + pad].fill_(PADDING_PAGE)
+            ones = torch.ones(pad, dtype=torch.int32)
+            m = replace(
+                m,
+                kv_indptr=torch.cat([m.kv_indptr, tail]),
+                kv_last_page_len=torch.cat([m.kv_last_page_len, ones]),
+            )
+        self._plan_decode(self._graph_wrappers[bs], m)
         self._decode = self._graph_wrappers[bs]
 
     # ---- private ------------------------------------------------------------------------
@@ -220,22 +200,16 @@ class FlashInferAttnBackend(BaseAttnBackend):
             )
         self._dtype = kv_dtype
 
-    def _plan_decode(
-        self,
-        wrapper: Any,
-        kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor,
-        last_page_len: torch.Tensor,
-    ) -> None:
+    def _plan_decode(self, wrapper: Any, m: FlashInferMetadata) -> None:
         g = self.geometry
         wrapper.plan(
-            kv_indptr,
-            kv_indices,
-            last_page_len,
+            m.kv_indptr,
+            m.kv_indices,
+            m.kv_last_page_len,
             g.num_heads,
             g.num_kv_heads,
             g.head_dim,
-            PAGE_SIZE,
+            m.page_size,
             q_data_type=self._dtype,
             kv_data_type=self._dtype,
             sm_scale=g.scaling,
@@ -249,12 +223,6 @@ class FlashInferAttnBackend(BaseAttnBackend):
             g.head_dim,
         ):
             raise ValueError(f"layer {layer} does not match the planned head layout {g}")
-
-    @staticmethod
-    def _paged_kv(layer: AttentionLayer, fb: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's K and V pools as FlashInfer NHD pages: each (num_slots, 1, Hkv, D)."""
-        k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
-        return k_buf.unsqueeze(1), v_buf.unsqueeze(1)
 
 
 def _import_flashinfer() -> ModuleType:

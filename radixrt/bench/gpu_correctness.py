@@ -107,6 +107,8 @@ class RunnerDriver:
         seq = Seq(self.runner.req_to_token_pool.alloc(), list(ids))
         if share is not None and shared_len:
             assert share.ids[:shared_len] == ids[:shared_len] and share.kv_len >= shared_len
+            # A page holds one owner's tokens: share whole pages only.
+            assert shared_len % self.runner.allocator.page_size == 0, "share whole pages"
             table = self.runner.req_to_token_pool.req_to_token
             table[seq.row, :shared_len] = table[share.row, :shared_len]
             seq.kv_len = shared_len
@@ -120,8 +122,14 @@ class RunnerDriver:
         """The batch computing every pending token of `seqs`, with fresh slots for them; the
         caller must run it (their kv_len already counts those tokens)."""
         extend = [len(s.ids) - s.kv_len for s in seqs]
-        out_loc = self.runner.allocator.alloc(sum(extend))
+        kv_lens = [s.kv_len for s in seqs]
         pool, start, ids, ends = self.runner.req_to_token_pool, 0, [], []
+        last = None
+        if self.runner.allocator.page_size > 1:  # paged: each row's last slot, to fill its page
+            rows = torch.tensor([s.row for s in seqs])
+            cols = torch.tensor([max(k - 1, 0) for k in kv_lens])
+            last = pool.req_to_token[rows.to(self.runner.device), cols.to(self.runner.device)]
+        out_loc = self.runner.allocator.alloc_extend(kv_lens, extend, last)
         for s, e in zip(seqs, extend, strict=True):
             pool.write(s.row, s.kv_len, out_loc[start : start + e])
             ids.extend(s.ids[s.kv_len :])

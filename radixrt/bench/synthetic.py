@@ -1,7 +1,8 @@
 """Synthetic KV pools and ForwardBatches with a scattered slot layout, for tests and benchmarks.
 
 Slot ownership here is simple: every request made by `make_batch` owns its row and its slots
-until `reset()`, which frees everything at once; nothing is shared with a prefix cache.
+until `reset()`, which frees everything at once; nothing is shared with a prefix cache. With
+page_size > 1 each request's slots come in whole pages, as PagedSlotAllocator lays them out.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import torch
 
 from radixrt.attention.base import BaseAttnBackend
 from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from radixrt.cache.paged_allocator import PagedSlotAllocator
 from radixrt.executor.forward_batch import ForwardBatch
 
 
@@ -28,9 +30,12 @@ class SyntheticPools:
         dtype: torch.dtype,
         device: torch.device | str,
         seed: int = 0,
+        page_size: int = 1,
     ) -> None:
         self.device = torch.device(device)
-        self.kv = TokenToKVPool(capacity, num_layers, num_kv_heads, head_dim, dtype, self.device)
+        self.kv = TokenToKVPool(capacity, num_layers, num_kv_heads, head_dim, dtype, self.device,
+                                page_size=page_size)  # fmt: skip
+        self.pages = PagedSlotAllocator(capacity, page_size, self.device) if page_size > 1 else None
         self.req_to_token = ReqToTokenPool(max_reqs, max_context_len, self.device)
         self.gen = torch.Generator().manual_seed(seed)
         self.reset()
@@ -41,9 +46,16 @@ class SyntheticPools:
         perm = torch.randperm(self.kv.capacity, generator=self.gen) + 1  # slots 1..capacity
         self._free_slots = perm.to(self.device)
         self._next = 0
+        if self.pages is not None:  # whole pages, in a random order
+            self.pages.clear()
+            order = torch.randperm(self.pages.free_pages.numel(), generator=self.gen)
+            self.pages.free_pages = self.pages.free_pages[order.to(self.device)]
 
     def alloc_slots(self, n: int) -> torch.Tensor:
-        """(n,) int64 slots on the pool's device, in the pool's random order."""
+        """(n,) int64 slots on the pool's device, in the pool's random order (a fresh request's
+        whole pages when paged)."""
+        if self.pages is not None:
+            return self.pages.alloc(n)
         if self._next + n > self.kv.capacity:
             raise ValueError(f"synthetic pool of {self.kv.capacity} slots is out of space")
         out = self._free_slots[self._next : self._next + n]
@@ -95,7 +107,12 @@ class SyntheticPools:
         attn_backend: BaseAttnBackend,
     ) -> ForwardBatch:
         """One more token for requests already in `rows` holding seq_lens[i] tokens each."""
-        out_loc = self.alloc_slots(len(rows))
+        if self.pages is not None:
+            r2t = self.req_to_token.req_to_token
+            last = r2t[torch.tensor(rows), torch.tensor(seq_lens) - 1]
+            out_loc = self.pages.alloc_extend(list(seq_lens), [1] * len(rows), last)
+        else:
+            out_loc = self.alloc_slots(len(rows))
         for i, (row, n) in enumerate(zip(rows, seq_lens, strict=True)):
             self.req_to_token.write(row, n, out_loc[i : i + 1])
         return self._build(rows, seq_lens, [1] * len(rows), input_ids, out_loc, attn_backend)

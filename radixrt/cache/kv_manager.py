@@ -60,11 +60,35 @@ class KVCacheManager:
 
     def alloc(self, n: int) -> torch.Tensor:
         """(n,) int64 fresh slots now owned by the caller, evicting from the cache if needed."""
-        if n > self.allocator.num_free:
-            self.cache.evict(n - self.allocator.num_free)
-        if n > self.allocator.num_free:
-            raise OutOfSlotsError(f"need {n} KV slots, only {self.available_size} can be freed")
+        self._make_room(n)
         return self.allocator.alloc(n)
+
+    def slots_needed(self, req: Req, n: int) -> int:
+        """Free slots that computing n more tokens of `req` takes (whole pages when paged)."""
+        return self.allocator.slots_needed(req.kv_len, n)
+
+    def slots_held(self, req: Req) -> int:
+        """Slots `req` itself owns: [cached_len, kv_len), rounded up to whole pages."""
+        return self.allocator.slots_needed(req.cached_len, req.kv_len - req.cached_len)
+
+    def tokens_fitting(self, req: Req, slots: int) -> int:
+        """The most new tokens of `req` that `slots` free slots can hold."""
+        p = self.allocator.page_size
+        return -req.kv_len % p + max(slots, 0) // p * p
+
+    def alloc_for(self, reqs: list[Req]) -> torch.Tensor:
+        """Slots for each request's next extend_len tokens, in order: (sum,) int64, owned by
+        the requests (written into req_to_token by the caller); evicts as needed."""
+        kv_lens = [r.kv_len for r in reqs]
+        extend = [r.extend_len for r in reqs]
+        self._make_room(sum(self.allocator.slots_needed(k, e) for k, e in zip(kv_lens, extend)))
+        last = None
+        if self.allocator.page_size > 1:  # each request's slot of token kv_len-1
+            rows = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64)
+            cols = torch.tensor([max(k - 1, 0) for k in kv_lens], dtype=torch.int64)
+            r2t = self.req_to_token_pool.req_to_token
+            last = r2t[rows.to(r2t.device), cols.to(r2t.device)]
+        return self.allocator.alloc_extend(kv_lens, extend, last)
 
     def cache_unfinished(self, req: Req) -> None:
         """Hand the computed tokens of a still-running request to the cache and re-pin them."""
@@ -115,6 +139,13 @@ class KVCacheManager:
                 f"KV pool leak: free {free} + evictable {ev} + protected {prot} + held "
                 f"{num_held_by_requests} = {total} != capacity {self.allocator.capacity}"
             )
+
+    def _make_room(self, n: int) -> None:
+        """Evict until n slots are free; OutOfSlotsError when even that is not enough."""
+        if n > self.allocator.num_free:
+            self.cache.evict(n - self.allocator.num_free)
+        if n > self.allocator.num_free:
+            raise OutOfSlotsError(f"need {n} KV slots, only {self.available_size} can be freed")
 
     def _match_key(self, req: Req) -> list[int]:
         # Leave at least one token to compute (its logits pick the next token). With input

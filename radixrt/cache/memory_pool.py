@@ -1,8 +1,10 @@
 """KV memory: the token-slot pool (K/V per layer), its slot allocator, and req_to_token.
 
 Slot 0 of the KV pool is a padding slot that is never allocated; usable slots are
-1..capacity. Ownership of a slot is tracked outside this file (by the request that
-allocated it, then by the prefix cache); the allocator only knows free vs not free.
+1..capacity. With pages of P > 1 slots (paged_allocator.py) the whole first page, slots
+0..P-1, is padding and the usable slots are P..capacity+P-1. Ownership of a slot is tracked
+outside this file (by the request that allocated it, then by the prefix cache); the
+allocator only knows free vs not free.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ class OutOfSlotsError(RuntimeError):
 
 
 class TokenToKVPool:
-    """Per-layer K and V buffers, each (capacity + 1, num_kv_heads, head_dim) of `dtype`."""
+    """Per-layer K and V buffers, each (capacity + page_size, num_kv_heads, head_dim) of `dtype`.
+
+    Slot s lies in page s // page_size; page 0 is padding, so `capacity` must be a multiple of
+    page_size and every page is whole.
+    """
 
     def __init__(
         self,
@@ -25,21 +31,26 @@ class TokenToKVPool:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        page_size: int = 1,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"KV pool capacity must be >= 1 token, got {capacity}")
+        if page_size < 1 or capacity % page_size:
+            raise ValueError(f"KV pool capacity {capacity} is not a whole number of "
+                             f"{page_size}-slot pages")  # fmt: skip
         self.capacity = capacity
+        self.page_size = page_size
         self.num_layers = num_layers
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dtype = dtype
         self.device = torch.device(device)
-        shape = (capacity + 1, num_kv_heads, head_dim)
+        shape = (capacity + page_size, num_kv_heads, head_dim)
         # torch.empty: pages are only touched when written, so a large CPU pool is cheap.
         self.k_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         for buf in (*self.k_buffer, *self.v_buffer):
-            buf[0].zero_()  # padding slot: finite values for masked-out reads
+            buf[:page_size].zero_()  # padding page: finite values for masked-out reads
 
     @staticmethod
     def bytes_per_token(
@@ -51,7 +62,7 @@ class TokenToKVPool:
 
     @property
     def size_bytes(self) -> int:
-        return (self.capacity + 1) * self.bytes_per_token(
+        return (self.capacity + self.page_size) * self.bytes_per_token(
             self.num_layers, self.num_kv_heads, self.head_dim, self.dtype
         )
 
@@ -69,7 +80,10 @@ class TokenToKVPool:
 
 
 class TokenSlotAllocator:
-    """Free list of KV slots 1..capacity. `alloc` and `free` are the only mutators."""
+    """Free list of KV slots 1..capacity. `alloc`, `alloc_extend` and `free` are the only
+    mutators. Any slot serves any token: a page of one slot."""
+
+    page_size = 1
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu") -> None:
         self.capacity = capacity
@@ -84,8 +98,17 @@ class TokenSlotAllocator:
     def num_free(self) -> int:
         return int(self.free_slots.numel())
 
+    @property
+    def max_slot(self) -> int:
+        """The largest slot index this allocator hands out."""
+        return self.capacity
+
     def can_alloc(self, n: int) -> bool:
         return n <= self.num_free
+
+    def slots_needed(self, kv_len: int, n: int) -> int:
+        """Free slots consumed by extending a request that holds kv_len tokens by n tokens."""
+        return n
 
     def alloc(self, n: int) -> torch.Tensor:
         """Return (n,) int64 slot indices now owned by the caller; raise OutOfSlotsError."""
@@ -94,6 +117,14 @@ class TokenSlotAllocator:
         out = self.free_slots[:n]
         self.free_slots = self.free_slots[n:]
         return out
+
+    def alloc_extend(
+        self, kv_lens: list[int], extend_lens: list[int], last_slots: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Slots for request b's next extend_lens[b] tokens, concatenated in batch order:
+        (sum(extend_lens),) int64. kv_lens and last_slots (each request's slot of token
+        kv_len-1, any value when kv_len == 0) matter only to paged allocators."""
+        return self.alloc(sum(extend_lens))
 
     def free(self, slots: torch.Tensor) -> None:
         """Give back slots the caller owned. Freeing a slot twice corrupts the pool."""

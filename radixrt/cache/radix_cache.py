@@ -243,8 +243,9 @@ class RadixCache(BasePrefixCache):
     def _check_slots(self, owned: torch.Tensor) -> None:
         assert owned.numel() == torch.unique(owned).numel(), "a slot is owned twice"
         if owned.numel():
-            assert int(owned.min()) >= 1, "slot 0 (padding) or a negative slot is owned"
-            assert int(owned.max()) <= self.allocator.capacity, "slot beyond capacity owned"
+            pad = self.allocator.page_size  # slots below it: the padding page
+            assert int(owned.min()) >= pad, "a padding slot or a negative slot is owned"
+            assert int(owned.max()) <= self.allocator.max_slot, "slot beyond capacity owned"
         free = self.allocator.free_slots.to(owned.device)
         assert not torch.isin(owned, free).any(), "a tree-owned slot is also free"
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenToKVPool
+from radixrt.cache.paged_allocator import PagedSlotAllocator
 from radixrt.config import CacheConfig
 from radixrt.distributed.comm import BaseComm
 from radixrt.models.arch import ArchConfig
@@ -58,16 +59,22 @@ def build_kv_memory(
     )
     capacity = cache.max_total_tokens or kv_budget_bytes(device, cache, weight_bytes) // per_token
     capacity = comm.min_int(capacity)  # every rank lays out the same slots
-    if capacity < 2:
+    page = cache.page_size
+    capacity = capacity // page * page  # whole pages (the padding page comes on top)
+    if capacity < 2 * page:
         raise ValueError(
             f"no memory left for the KV cache after {weight_bytes / 2**30:.2f} GiB of "
             "weights; raise mem_fraction_static or set max_total_tokens"
         )
     pool = TokenToKVPool(capacity, arch.num_hidden_layers, num_kv_heads, arch.head_dim, dtype,
-                         device)  # fmt: skip
+                         device, page_size=page)  # fmt: skip
+    allocator = (
+        PagedSlotAllocator(capacity, page, device) if page > 1
+        else TokenSlotAllocator(capacity, device)
+    )  # fmt: skip
     return KVMemory(
         pool,
-        TokenSlotAllocator(capacity, device),
+        allocator,
         ReqToTokenPool(max_running_requests + 1, context_len + 1, device),
         capacity,
     )

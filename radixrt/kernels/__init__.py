@@ -105,8 +105,10 @@ def build_kv_indices(
     seq_lens: torch.Tensor,
     kv_indptr: torch.Tensor,
     num_indices: int,
+    page_size: int = 1,
 ) -> torch.Tensor:
-    """Flattened KV slots (num_indices,) int32 of each request, at kv_indptr (B+1,) offsets.
+    """Flattened KV slots (page ids when page_size > 1) of each request: (num_indices,) int32,
+    request b's at kv_indptr (B+1,) offsets (see build_kv_indices_ref).
 
     req_to_token (max_reqs, max_ctx) int32; req_pool_indices, seq_lens (B,) int64.
     """
@@ -114,7 +116,7 @@ def build_kv_indices(
     ops = _ops_for(req_to_token)
     if ops is None or req_to_token.stride(-1) != 1:
         return build_kv_indices_ref(
-            req_to_token, req_pool_indices, seq_lens, kv_indptr, num_indices
+            req_to_token, req_pool_indices, seq_lens, kv_indptr, num_indices, page_size
         )
     out = torch.empty(num_indices, dtype=torch.int32, device=dev)
     ops.build_kv_indices(
@@ -122,6 +124,7 @@ def build_kv_indices(
         req_pool_indices.to(dev, torch.int64).contiguous(),
         seq_lens.to(dev, torch.int64).contiguous(),
         kv_indptr.to(dev, torch.int32).contiguous(),
+        page_size,
         out,
     )
     return out

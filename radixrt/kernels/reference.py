@@ -61,20 +61,19 @@ def build_kv_indices_ref(
     seq_lens: torch.Tensor,
     kv_indptr: torch.Tensor,
     num_indices: int,
+    page_size: int = 1,
 ) -> torch.Tensor:
-    """(num_indices,) int32: request b's first seq_lens[b] slots at kv_indptr[b]; no host sync.
+    """(num_indices,) int32 page ids, no host sync: request b's n_b = ceil(seq_lens[b] / P)
+    pages at kv_indptr[b], page j being req_to_token[row_b, j * P] // P (slots when P == 1).
 
     req_to_token (max_reqs, max_ctx) int32; req_pool_indices, seq_lens (B,); kv_indptr (B+1,)
-    with kv_indptr[-1] == num_indices == sum(seq_lens).
+    with kv_indptr[-1] == num_indices == sum(n_b).
     """
     dev = req_to_token.device
-    seq_lens = seq_lens.to(dev, torch.int64)
-    rows = req_pool_indices.to(dev, torch.int64).repeat_interleave(
-        seq_lens, output_size=num_indices
-    )
-    starts = (
-        kv_indptr[:-1].to(dev, torch.int64).repeat_interleave(seq_lens, output_size=num_indices)
-    )
-    cols = torch.arange(num_indices, device=dev, dtype=torch.int64) - starts
+    pages = (seq_lens.to(dev, torch.int64) + page_size - 1) // page_size  # (B,)
+    rows = req_pool_indices.to(dev, torch.int64).repeat_interleave(pages, output_size=num_indices)
+    starts = kv_indptr[:-1].to(dev, torch.int64).repeat_interleave(pages, output_size=num_indices)
+    cols = (torch.arange(num_indices, device=dev, dtype=torch.int64) - starts) * page_size
     flat_idx = rows * req_to_token.shape[1] + cols
-    return req_to_token.reshape(-1).index_select(0, flat_idx).to(torch.int32)
+    slots = req_to_token.reshape(-1).index_select(0, flat_idx)
+    return (slots if page_size == 1 else slots // page_size).to(torch.int32)

@@ -108,7 +108,7 @@ class Scheduler:
         if batch is None:
             self.grammar.wait(0.01)  # only requests waiting for a grammar, if any
             return failed
-        out_loc = self.kv.alloc(batch.num_tokens)
+        out_loc = self.kv.alloc_for(batch.reqs)
         logits_rows, sample_rows = self._layout(batch, out_loc)
         logits = self.runner.forward(batch, out_loc, logits_rows)
         self.stats.forward_passes += 1
@@ -116,18 +116,19 @@ class Scheduler:
 
     def _schedule(self) -> Batch | None:
         decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]
-        while decoding and self.kv.available_size < len(decoding):
+        while decoding and self.kv.available_size < self._decode_slots(decoding):
             self._retract(decoding.pop())  # newest last: it gives up its slots first
         for r in decoding:
             r.extend_len = 1
         budget = self.config.chunked_prefill_size
         prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
         reserved = len(decoding) * self.config.decode_reserve_tokens
-        avail = self.kv.available_size - len(decoding)
+        avail = self.kv.available_size - self._decode_slots(decoding)
         for r in prefilling:  # an unfinished chunked prefill continues first
-            r.extend_len = max(min(r.seq_len - r.kv_len, budget, avail), 0)
+            fits = self.kv.tokens_fitting(r, avail)
+            r.extend_len = max(min(r.seq_len - r.kv_len, budget, fits), 0)
             budget -= r.extend_len
-            avail -= r.extend_len
+            avail -= self.kv.slots_needed(r, r.extend_len)
             reserved += r.extend_len
         prefilling = [r for r in prefilling if r.extend_len > 0]
         prefilling += self._admit(budget, reserved + len(decoding))
@@ -152,7 +153,7 @@ class Scheduler:
             self.kv.admit(req)  # locks the cached prefix: it no longer counts as evictable
             req.extend_len = min(req.seq_len - req.kv_len, budget)
             must_keep = reserved if (self.running or admitted) else 0
-            if self.kv.available_size < req.extend_len + must_keep:
+            if self.kv.available_size < self.kv.slots_needed(req, req.extend_len) + must_keep:
                 self.kv.release(req)  # nothing computed yet: just unlock and free the row
                 break
             self.waiting.remove(req)
@@ -164,6 +165,10 @@ class Scheduler:
                 self.stats.prompt_tokens += req.prompt_len
                 self.stats.cached_tokens += req.cached_tokens
         return admitted
+
+    def _decode_slots(self, decoding: list[Req]) -> int:
+        """Free slots one decode step of `decoding` takes (new pages only, when paged)."""
+        return sum(self.kv.slots_needed(r, 1) for r in decoding)
 
     def _shares_uncached_prefix(self, req: Req, admitted: list[Req], min_len: int = 32) -> bool:
         ids = req.fill_ids

@@ -26,9 +26,12 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
 
+@pytest.mark.parametrize("page_size", [1, 16], ids=["page1", "page16"])
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=["llama8b", "smollm2"])
 @pytest.mark.parametrize("batch", sorted(BATCHES))
-def test_flashinfer_matches_torch_native(geometry: tuple[int, int, int], batch: str) -> None:
+def test_flashinfer_matches_torch_native(
+    geometry: tuple[int, int, int], batch: str, page_size: int
+) -> None:
     pytest.importorskip("flashinfer")
     from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
 
@@ -45,6 +48,7 @@ def test_flashinfer_matches_torch_native(geometry: tuple[int, int, int], batch: 
         dtype=torch.bfloat16,
         device="cuda",
         seed=1,
+        page_size=page_size,
     )
     fi = FlashInferAttnBackend("cuda", num_heads=h, num_kv_heads=hkv, head_dim=d)
     native = TorchNativeAttnBackend("cuda")
@@ -65,8 +69,11 @@ def test_flashinfer_matches_torch_native(geometry: tuple[int, int, int], batch: 
     assert torch.equal(got, got_again)
 
 
+@pytest.mark.parametrize("page_size", [1, 16], ids=["page1", "page16"])
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=["llama8b", "smollm2"])
-def test_graph_decode_wrapper_matches_torch_native(geometry: tuple[int, int, int]) -> None:
+def test_graph_decode_wrapper_matches_torch_native(
+    geometry: tuple[int, int, int], page_size: int
+) -> None:
     """One attention layer captured at batch size 8 (every row on the padding slot), then
     replayed for real decode batches of 5, 8 and 1 rows over long, scattered contexts."""
     pytest.importorskip("flashinfer")
@@ -86,6 +93,7 @@ def test_graph_decode_wrapper_matches_torch_native(geometry: tuple[int, int, int
         dtype=torch.bfloat16,
         device="cuda",
         seed=2,
+        page_size=page_size,
     )
     fi = FlashInferAttnBackend("cuda", num_heads=h, num_kv_heads=hkv, head_dim=d)
     native = TorchNativeAttnBackend("cuda")

@@ -1,5 +1,6 @@
-"""CPU checks of the FlashInfer page table: the same slots per request as torch_native attends,
-and a plain-torch paged attention driven by that table reproduces torch_native's output."""
+"""CPU checks of the FlashInfer page table, at page size 1 and 4: the same slots per request as
+torch_native attends, and a plain-torch paged attention driven by that table (FlashInfer's
+semantics: page ids, last page length) reproduces torch_native's output."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from radixrt.attention.base import AttentionLayer
-from radixrt.attention.flashinfer_backend import FlashInferMetadata, build_flashinfer_metadata
+from radixrt.attention.flashinfer_metadata import (
+    FlashInferMetadata,
+    build_flashinfer_metadata,
+    paged_kv,
+)
 from radixrt.attention.torch_native import TorchNativeAttnBackend
 from radixrt.bench.synthetic import SyntheticPools
 from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
@@ -18,7 +23,7 @@ MIXED = ([0, 7, 12, 3, 0], [9, 1, 5, 1, 1])  # prefills, decodes, an extend afte
 DECODE = ([4, 17, 1], [1, 1, 1])
 
 
-def _pools(seed: int = 0) -> SyntheticPools:
+def _pools(seed: int = 0, page_size: int = 1) -> SyntheticPools:
     return SyntheticPools(
         num_layers=2,
         num_kv_heads=LAYER.num_kv_heads,
@@ -29,6 +34,7 @@ def _pools(seed: int = 0) -> SyntheticPools:
         dtype=torch.float32,
         device="cpu",
         seed=seed,
+        page_size=page_size,
     )
 
 
@@ -52,14 +58,23 @@ def _torch_native_slots(backend: TorchNativeAttnBackend, fb: ForwardBatch) -> li
     return [slots[i] for i in range(fb.batch_size)]
 
 
+def _slots(meta: FlashInferMetadata, b: int) -> list[int]:
+    """Request b's KV slots as FlashInfer reads them: whole pages, the last one cut short."""
+    p, kv = meta.page_size, meta.kv_indptr.tolist()
+    pages = meta.kv_indices[kv[b] : kv[b + 1]].tolist()
+    slots = [page * p + i for page in pages for i in range(p)]
+    return slots[: len(slots) - p + int(meta.kv_last_page_len[b])]
+
+
 def _paged_attention(q: torch.Tensor, meta: FlashInferMetadata, fb: ForwardBatch) -> torch.Tensor:
-    """FlashInfer's semantics in plain torch: page size 1, causal aligned to each KV's end."""
+    """FlashInfer's semantics in plain torch: pages of meta.page_size, causal aligned to each
+    KV's end."""
     k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(LAYER.layer_id)
     out = torch.empty_like(q)
-    qo, kv = meta.qo_indptr.tolist(), meta.kv_indptr.tolist()
+    qo = meta.qo_indptr.tolist()
     for b in range(fb.batch_size):
-        slots = meta.kv_indices[kv[b] : kv[b + 1]].long()
-        q_len, kv_len = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+        slots = torch.tensor(_slots(meta, b))
+        q_len, kv_len = qo[b + 1] - qo[b], slots.numel()
         q_pos = torch.arange(kv_len - q_len, kv_len)
         mask = torch.arange(kv_len)[None, :] <= q_pos[:, None]  # (q_len, kv_len)
         out[qo[b] : qo[b + 1]] = F.scaled_dot_product_attention(
@@ -73,33 +88,55 @@ def _paged_attention(q: torch.Tensor, meta: FlashInferMetadata, fb: ForwardBatch
     return out
 
 
-@pytest.mark.parametrize("lens", [MIXED, DECODE], ids=["mixed", "decode"])
-def test_metadata_matches_torch_native_slots(lens: tuple[list[int], list[int]]) -> None:
-    pools = _pools()
+PAGE_SIZES = pytest.mark.parametrize("page_size", [1, 4], ids=["page1", "page4"])
+LENS = pytest.mark.parametrize("lens", [MIXED, DECODE], ids=["mixed", "decode"])
+
+
+@PAGE_SIZES
+@LENS
+def test_metadata_matches_torch_native_slots(
+    lens: tuple[list[int], list[int]], page_size: int
+) -> None:
+    pools = _pools(page_size=page_size)
     native = TorchNativeAttnBackend("cpu")
     fb = pools.make_batch(*lens, native)
     native.init_forward_metadata(fb)
     meta = build_flashinfer_metadata(fb)
 
+    p = page_size
     assert meta.is_decode == (fb.mode == ForwardMode.DECODE) == (lens is DECODE)
     assert meta.qo_indptr.dtype == meta.kv_indptr.dtype == meta.kv_indices.dtype == torch.int32
     assert meta.qo_indptr[:-1].tolist() == fb.extend_start_loc.tolist()
     assert meta.qo_indptr[-1] == fb.num_tokens
-    assert torch.diff(meta.kv_indptr).tolist() == fb.seq_lens_cpu
-    assert meta.kv_last_page_len.tolist() == [1] * fb.batch_size
-    assert meta.kv_indices.numel() == sum(fb.seq_lens_cpu)
-    assert int(meta.kv_indices.min()) >= 1  # slot 0 is padding, never attended
-    kv = meta.kv_indptr.tolist()
-    got = [meta.kv_indices[kv[b] : kv[b + 1]].tolist() for b in range(fb.batch_size)]
-    assert got == _torch_native_slots(native, fb)
+    assert meta.page_size == p
+    assert torch.diff(meta.kv_indptr).tolist() == [-(-n // p) for n in fb.seq_lens_cpu]
+    assert meta.kv_last_page_len.tolist() == [(n - 1) % p + 1 for n in fb.seq_lens_cpu]
+    assert int(meta.kv_indices.min()) >= 1  # page (or slot) 0 is padding, never attended
+    assert [_slots(meta, b) for b in range(fb.batch_size)] == _torch_native_slots(native, fb)
 
 
-@pytest.mark.parametrize("lens", [MIXED, DECODE], ids=["mixed", "decode"])
+@PAGE_SIZES
+def test_metadata_follows_decode_steps_across_page_ends(page_size: int) -> None:
+    """Requests grow one token at a time through their last page and onto fresh ones."""
+    pools = _pools(page_size=page_size)
+    native = TorchNativeAttnBackend("cpu")
+    fb = pools.make_batch([0, 0, 0], [3, 4, 9], native)
+    rows, lens = fb.req_pool_indices.tolist(), [3, 4, 9]
+    for _ in range(6):
+        fb = pools.decode_batch(rows, lens, [1, 2, 3], native)
+        native.init_forward_metadata(fb)
+        meta = build_flashinfer_metadata(fb)
+        assert [_slots(meta, b) for b in range(3)] == _torch_native_slots(native, fb)
+        lens = [n + 1 for n in lens]
+
+
+@PAGE_SIZES
+@LENS
 def test_paged_attention_on_metadata_matches_torch_native(
-    lens: tuple[list[int], list[int]],
+    lens: tuple[list[int], list[int]], page_size: int
 ) -> None:
     torch.manual_seed(0)
-    pools = _pools(seed=3)
+    pools = _pools(seed=3, page_size=page_size)
     native = TorchNativeAttnBackend("cpu")
     fb = pools.make_batch(*lens, native)
     native.init_forward_metadata(fb)
@@ -108,6 +145,16 @@ def test_paged_attention_on_metadata_matches_torch_native(
     want = native.forward(q, k, v, LAYER, fb)  # also stores k/v at out_loc
     got = _paged_attention(q.view(t, h, d), build_flashinfer_metadata(fb), fb)
     torch.testing.assert_close(got.reshape(t, h * d), want, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_kv_views_pages_of_the_pool() -> None:
+    pools = _pools(page_size=4)
+    fb = pools.make_batch([0], [6], TorchNativeAttnBackend("cpu"))
+    k_pages, v_pages = paged_kv(LAYER, fb)
+    k_buf, _ = fb.token_to_kv_pool.get_kv_buffer(LAYER.layer_id)
+    assert k_pages.shape == (k_buf.shape[0] // 4, 4, LAYER.num_kv_heads, LAYER.head_dim)
+    assert k_pages.data_ptr() == k_buf.data_ptr()  # a view: FlashInfer reads the pool itself
+    assert torch.equal(k_pages[13, 2], k_buf[13 * 4 + 2])
 
 
 def test_flashinfer_backend_refuses_cpu() -> None:

@@ -31,7 +31,7 @@ def _model(arch: object, std: float = 0.02) -> torch.nn.Module:
     return gb.random_llama(arch, torch.device("cuda"), torch.bfloat16, 1024, std=std)
 
 
-def _runner(model: torch.nn.Module, graphs: bool) -> ModelRunner:
+def _runner(model: torch.nn.Module, graphs: bool, page_size: int = 1) -> ModelRunner:
     cfg = ModelConfig(
         device="cuda",
         context_length=1024,
@@ -39,17 +39,22 @@ def _runner(model: torch.nn.Module, graphs: bool) -> ModelRunner:
         disable_cuda_graph=not graphs,
         cuda_graph_max_bs=MAX_BS,
     )
-    return ModelRunner(cfg, CacheConfig(max_total_tokens=32768), 24, model=model)
+    cache = CacheConfig(max_total_tokens=32768, page_size=page_size)
+    return ModelRunner(cfg, cache, 24, model=model)
 
 
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).norm() / want.norm())
 
 
-@pytest.mark.parametrize("arch", list(ARCHS.values()), ids=list(ARCHS))
-def test_graph_decode_logits_equal_eager(arch: object) -> None:
+@pytest.mark.parametrize(
+    ("arch", "page_size"),
+    [(ARCHS["llama8b_heads"], 1), (ARCHS["smollm2_heads"], 1), (ARCHS["llama8b_heads"], 16)],
+    ids=["llama8b_heads", "smollm2_heads", "llama8b_heads-page16"],
+)
+def test_graph_decode_logits_equal_eager(arch: object, page_size: int) -> None:
     pytest.importorskip("flashinfer")
-    runner = _runner(_model(arch), graphs=True)
+    runner = _runner(_model(arch), graphs=True, page_size=page_size)
     graphs = runner.graph_runner
     assert graphs is not None and graphs.batch_sizes == [1, 2, 4, 8, 16]
     gen = torch.Generator().manual_seed(0)

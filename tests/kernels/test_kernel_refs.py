@@ -66,18 +66,19 @@ def test_rotary_ref_matches_model_rotary_and_complex_formula() -> None:
     torch.testing.assert_close(got_q, want, rtol=1e-4, atol=1e-4)
 
 
-def test_build_kv_indices_ref_matches_loop() -> None:
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_build_kv_indices_ref_matches_loop(page_size: int) -> None:
     torch.manual_seed(0)
     req_to_token = torch.randint(1, 1000, (6, 40), dtype=torch.int32)
     rows = torch.tensor([4, 0, 2])
     seq_lens = torch.tensor([5, 1, 33])
-    kv_indptr = torch.tensor([0, 5, 6, 39], dtype=torch.int32)
-    got = build_kv_indices_ref(req_to_token, rows, seq_lens, kv_indptr, 39)
-    want = torch.cat(
-        [req_to_token[r, :n] for r, n in zip(rows.tolist(), seq_lens.tolist(), strict=True)]
-    )
-    assert got.dtype == torch.int32
-    assert torch.equal(got, want)
+    pages = [-(-n // page_size) for n in seq_lens.tolist()]
+    kv_indptr = torch.tensor([0, *torch.tensor(pages).cumsum(0).tolist()], dtype=torch.int32)
+    got = build_kv_indices_ref(req_to_token, rows, seq_lens, kv_indptr, sum(pages), page_size)
+    lens = zip(rows.tolist(), seq_lens.tolist(), strict=True)
+    want = torch.cat([req_to_token[r, 0:n:page_size] // page_size for r, n in lens])
+    assert got.dtype == torch.int32 and got.numel() == (39 if page_size == 1 else 2 + 1 + 9)
+    assert torch.equal(got, want.to(torch.int32))
 
 
 def test_public_functions_use_references_on_cpu() -> None:

@@ -77,17 +77,18 @@ def test_rotary(ops, dtype: torch.dtype, head_dim: int) -> None:
     assert torch.equal(qkv[:, (h + hkv) * head_dim :], v_before)  # v untouched
 
 
-def test_build_kv_indices(ops) -> None:
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_build_kv_indices(ops, page_size: int) -> None:
     torch.manual_seed(0)
     req_to_token = torch.randint(1, 10**6, (64, 9000), dtype=torch.int32, device="cuda")
     rows = torch.randperm(64, device="cuda")[:40]
     seq_lens = torch.randint(1, 9000, (40,), device="cuda")
     kv_indptr = torch.zeros(41, dtype=torch.int32, device="cuda")
-    kv_indptr[1:] = seq_lens.cumsum(0)
+    kv_indptr[1:] = ((seq_lens + page_size - 1) // page_size).cumsum(0)
     total = int(kv_indptr[-1])
     got = torch.empty(total, dtype=torch.int32, device="cuda")
-    ops.build_kv_indices(req_to_token, rows, seq_lens, kv_indptr, got)
-    want = build_kv_indices_ref(req_to_token, rows, seq_lens, kv_indptr, total)
+    ops.build_kv_indices(req_to_token, rows, seq_lens, kv_indptr, page_size, got)
+    want = build_kv_indices_ref(req_to_token, rows, seq_lens, kv_indptr, total, page_size)
     assert torch.equal(got, want)
 
 

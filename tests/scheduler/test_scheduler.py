@@ -40,7 +40,7 @@ def _run(s, reqs: list[Req], arrivals: dict[int, list[Req]] | None = None) -> di
             s.add_request(r)
         s.step()
         step += 1
-        held = sum(r.kv_len - r.cached_len for r in s.running)
+        held = sum(s.kv.slots_held(r) for r in s.running)
         s.kv.check_whole(held)
         s.kv.cache.check_integrity()
     s.check_pool_whole()
@@ -85,17 +85,22 @@ def test_chunked_prefill_matches(tiny_llama_path, alone) -> None:
     assert s.stats.forward_passes > 12
 
 
-@pytest.mark.parametrize("disable", [False, True])
-def test_tiny_pool_retracts_and_matches(tiny_llama_path, alone, disable: bool) -> None:
-    s = _build(tiny_llama_path, max_total_tokens=300, disable_radix_cache=disable)
+@pytest.mark.parametrize(("disable", "page_size"), [(False, 1), (True, 1), (False, 8), (True, 8)])
+def test_tiny_pool_retracts_and_matches(
+    tiny_llama_path, alone, disable: bool, page_size: int
+) -> None:
+    s = _build(
+        tiny_llama_path, max_total_tokens=304, disable_radix_cache=disable, page_size=page_size
+    )
     prompts = _prompts(7, [3, 30, 70, 120])
     got = _run(s, [_req(f"r{i}", ids, 12) for i, ids in enumerate(prompts)])
     for i in range(4):
         assert got[f"r{i}"] == alone[i]
 
 
-def test_decode_retraction_under_pressure(tiny_llama_path) -> None:
-    s = _build(tiny_llama_path, max_total_tokens=200, decode_reserve_tokens=0)
+@pytest.mark.parametrize("page_size", [1, 8])
+def test_decode_retraction_under_pressure(tiny_llama_path, page_size: int) -> None:
+    s = _build(tiny_llama_path, max_total_tokens=200, decode_reserve_tokens=0, page_size=page_size)
     prompts = _prompts(3, [40, 40, 40, 40])
     ref = {}
     for i, ids in enumerate(prompts):
@@ -118,8 +123,11 @@ def test_cache_on_off_same_tokens_and_hits(tiny_llama_path) -> None:
     assert off.stats.cached_tokens == 0
 
 
-def test_page_size_4_matches(tiny_llama_path, alone) -> None:
-    s = _build(tiny_llama_path, page_size=4)
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_page_size_matches(tiny_llama_path, alone, page_size: int) -> None:
+    """Paged slots (each request's tokens in whole pages) give the same greedy tokens, on a
+    cold cache and again on a warm one."""
+    s = _build(tiny_llama_path, page_size=page_size)
     prompts = _prompts(7, [3, 30, 70, 120])
     got = _run(s, [_req(f"r{i}", ids, 12) for i, ids in enumerate(prompts)])
     again = _run(s, [_req(f"q{i}", ids, 12) for i, ids in enumerate(prompts)])
