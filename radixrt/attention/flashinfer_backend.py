@@ -60,13 +60,24 @@ class FlashInferAttnBackend(BaseAttnBackend):
         kernel_backend: str = "fa2",
         workspace_bytes: int = WORKSPACE_BYTES,
     ) -> None:
-        self.device = torch.device(device)
-        if self.device.type != "cuda":
-            raise ValueError(f"the flashinfer backend needs a CUDA device, got {self.device}")
-        self._fi = _import_flashinfer()
-        self.geometry = AttentionGeometry(
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"the flashinfer backend needs a CUDA device, got {device}")
+        geometry = AttentionGeometry(
             num_heads, num_kv_heads, head_dim, head_dim**-0.5 if scaling is None else scaling
         )
+        self._setup(_import_flashinfer(), device, geometry, kernel_backend, workspace_bytes)
+
+    def _setup(
+        self,
+        fi: ModuleType,
+        device: torch.device,
+        geometry: AttentionGeometry,
+        kernel_backend: str,
+        workspace_bytes: int,
+    ) -> None:
+        """Make the wrappers from FlashInfer module `fi` (tests pass a CPU stand-in)."""
+        self._fi, self.device, self.geometry = fi, device, geometry
         # (workspace_bytes,) uint8; FlashInfer wants it zeroed before first use.
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = self._fi.BatchPrefillWithPagedKVCacheWrapper(
