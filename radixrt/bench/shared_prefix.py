@@ -87,6 +87,7 @@ def run_engine(
         device="cpu",
         disable_radix_cache=not radix_cache,
         max_total_tokens=args.max_total_tokens,
+        page_size=args.page_size,
         max_running_requests=args.max_running_requests,
         chunked_prefill_size=args.chunked_prefill_size,
     ) as engine:
@@ -102,7 +103,8 @@ def run_engine(
     prompt_tokens = after["prompt_tokens"] - before["prompt_tokens"]
     cached = after["cached_tokens"] - before["cached_tokens"]
     completion = sum(len(out["output_ids"]) for _, out in outs)
-    label = f"radixrt, radix cache {'on' if radix_cache else 'off'}"
+    page = f" page {args.page_size}" if args.page_size > 1 else ""
+    label = f"radixrt{page}, radix cache {'on' if radix_cache else 'off'}"
     return RunResult(
         label,
         len(prompts),
@@ -281,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running-requests", type=int, default=sched.max_running_requests)
     p.add_argument("--chunked-prefill-size", type=int, default=sched.chunked_prefill_size)
     p.add_argument("--max-total-tokens", type=int, default=cache.max_total_tokens)
+    p.add_argument("--page-size", type=int, default=cache.page_size, help="tokens per KV page")
     p.add_argument("--hf-batch-size", type=int, default=HF_BATCH_SIZE)
     p.add_argument(
         "--hf-requests",
