@@ -18,6 +18,7 @@ from radixrt.config import SchedulerConfig
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import Sampler
+from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
 from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
@@ -70,7 +71,8 @@ class Scheduler:
     def add_request(self, req: Req) -> None:
         """Queue a request; one that can never run is finished at once with an abort reason."""
         req.arrival_time = req.arrival_time or time.monotonic()
-        error = self._reject_reason(req)
+        error = reject_reason(req, self.runner.context_len, self.kv.allocator.capacity,
+                              self.runner.arch.vocab_size)  # fmt: skip
         if error:
             req.finish(FinishReason(FinishKind.ABORT, message=error))
             return
@@ -148,7 +150,7 @@ class Scheduler:
                 break
             if self.kv.req_to_token_pool.num_free == 0:
                 break
-            if self._shares_uncached_prefix(req, admitted + prefilling):
+            if shares_uncached_prefix(req, admitted + prefilling):
                 continue  # admit it later, once the other's prefix is in the cache
             self.kv.admit(req)  # locks the cached prefix: it no longer counts as evictable
             req.extend_len = min(req.seq_len - req.kv_len, budget)
@@ -170,19 +172,6 @@ class Scheduler:
         """Free slots one decode step of `decoding` takes (new pages only, when paged)."""
         return sum(self.kv.slots_needed(r, 1) for r in decoding)
 
-    def _shares_uncached_prefix(self, req: Req, admitted: list[Req], min_len: int = 32) -> bool:
-        ids = req.fill_ids
-        for other in admitted:
-            o = other.fill_ids
-            if (
-                len(o) > other.kv_len + min_len
-                and ids[other.kv_len : other.kv_len + min_len]
-                == o[other.kv_len : other.kv_len + min_len]
-                and ids[: other.kv_len] == o[: other.kv_len]
-            ):
-                return True
-        return False
-
     def _layout(self, batch: Batch, out_loc: torch.Tensor) -> tuple[list[int], list[int]]:
         """Write out_loc into req_to_token; choose logits rows (all, last, or none per request)."""
         logits_rows: list[int] = []
@@ -193,7 +182,7 @@ class Scheduler:
             self.kv.req_to_token_pool.write(
                 req.req_pool_idx, req.kv_len, out_loc[start : start + e]
             )
-            if self._wants_input_logprobs(req):
+            if wants_input_logprobs(req):
                 logits_rows.extend(range(start, start + e))
             elif sample:
                 logits_rows.append(start + e - 1)
@@ -207,7 +196,7 @@ class Scheduler:
         sample_idx: list[int] = []
         touched: list[Req] = []
         for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
-            if self._wants_input_logprobs(req):
+            if wants_input_logprobs(req):
                 n = req.extend_len
                 add_input_logprobs(req, logits[row : row + n], req.kv_len)
                 row += n
@@ -257,28 +246,3 @@ class Scheduler:
     def _match(self, req: Req) -> tuple[int, object]:
         m = self.kv.match(req)
         return int(m.slots.numel()), m.last_node
-
-    def _wants_input_logprobs(self, req: Req) -> bool:
-        p = req.sampling_params
-        return (
-            p.return_logprob
-            and p.logprob_start_len >= 0
-            and not req.output_ids
-            and req.kv_len < req.prompt_len
-        )
-
-    def _reject_reason(self, req: Req) -> str | None:
-        ctx = self.runner.context_len
-        if req.prompt_len == 0:
-            return "the prompt is empty"
-        if req.prompt_len >= ctx:
-            return f"the prompt has {req.prompt_len} tokens; the context length is {ctx}"
-        if req.prompt_len + 1 > self.kv.allocator.capacity:
-            return (
-                f"the prompt has {req.prompt_len} tokens but the KV pool holds only "
-                f"{self.kv.allocator.capacity}"
-            )
-        vocab = self.runner.arch.vocab_size
-        if any(not 0 <= t < vocab for t in req.input_ids):
-            return f"input_ids must be in [0, {vocab})"
-        return None
