@@ -13,8 +13,8 @@ import torch
 
 from radixrt.attention.torch_native import TorchNativeAttnBackend
 from radixrt.bench import gpu_bench as gb
-from radixrt.bench.gpu_correctness import RunnerDriver
 from radixrt.bench.gpu_shared_prefix import build_scheduler, greedy, run_to_completion
+from radixrt.bench.runner_driver import RunnerDriver
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.executor.cuda_graph import (
     CudaGraphRunner,
