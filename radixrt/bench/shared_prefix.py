@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from radixrt.bench.engine import random_prompts
+from radixrt.bench.engine_rows import random_prompts
 from radixrt.bench.hf_peer import hf_generate, load_hf_model
 from radixrt.bench.roofline import OtherLoad, close_machine_info, machine_info
 from radixrt.config import CacheConfig, SchedulerConfig

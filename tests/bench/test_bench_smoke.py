@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from radixrt.bench import engine as engine_bench
-from radixrt.bench import roofline, shared_prefix
+from radixrt.bench import engine_rows, roofline, shared_prefix
 
 SMALL_ROOFLINE = "--copy-mib 8 --matmul-n 128".split()
 TINY_ENGINE = "--decode-prompt-len 12 --repeats 1 --retries 0".split() + SMALL_ROOFLINE
@@ -46,16 +46,16 @@ def test_engine_bench_skip_hf(tiny_llama_path) -> None:
 
 
 def test_disturbed_rows_are_measured_again(monkeypatch) -> None:
-    monkeypatch.setattr(engine_bench, "_RETRY_WAIT_S", 0.0)
+    monkeypatch.setattr(engine_rows, "_RETRY_WAIT_S", 0.0)
     shares = iter([0.5, 0.3, 0.05, 0.0])
     rows = []
 
-    def measure() -> engine_bench.PrefillRow:
-        rows.append(engine_bench.PrefillRow(8, 1.0, None, 0.0, None, next(shares)))
+    def measure() -> engine_rows.PrefillRow:
+        rows.append(engine_rows.PrefillRow(8, 1.0, None, 0.0, None, next(shares)))
         return rows[-1]
 
     args = engine_bench.build_parser().parse_args(["--retries", "5", "--max-other-cpu", "0.1"])
-    assert engine_bench._quietest(measure, args).other_cpu == 0.05
+    assert engine_rows.quietest(measure, args).other_cpu == 0.05
     assert len(rows) == 3  # stopped once quiet enough
 
 
@@ -121,5 +121,5 @@ def test_exact_prefill_flops_counts_layers_causal_attention_and_one_head() -> No
     for n in (1, 256):
         pairs = n * (n + 1) // 2
         expect = 30 * (2 * layer * n + 4 * 576 * pairs) + 2 * 576 * 49152
-        assert engine_bench.exact_prefill_flops(arch, n) == pytest.approx(expect)
-        assert engine_bench.exact_prefill_flops(arch, n, tp=3) == pytest.approx(expect / 3)
+        assert engine_rows.exact_prefill_flops(arch, n) == pytest.approx(expect)
+        assert engine_rows.exact_prefill_flops(arch, n, tp=3) == pytest.approx(expect / 3)
