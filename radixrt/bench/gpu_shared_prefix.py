@@ -141,6 +141,7 @@ def stage_shared_prefix(c: Check, d: dict[str, Any]) -> str:
             context_length=ctx,
             cuda_graph_max_bs=w.num_requests,
         )
+        sched = None
         try:
             sched = build_scheduler(model, graphs=graphs, **kwargs)
         except RuntimeError as e:  # graphs broken: still measure the cache, eagerly
@@ -149,6 +150,7 @@ def stage_shared_prefix(c: Check, d: dict[str, Any]) -> str:
             c.log(traceback.format_exc())
             d["graph_error"] = f"{type(e).__name__}: {e}"
             graphs = False
+        if sched is None:  # outside the except: the traceback no longer pins the failed pool
             free_memory()
             sched = build_scheduler(model, graphs=False, **kwargs)
         run_to_completion(sched, prompts[:2], greedy(2))  # warm-up: first replays, JIT

@@ -35,6 +35,7 @@ def kv_budget_bytes(device: torch.device, cache: CacheConfig, weight_bytes: int)
     what torch reports after the weights loaded; CPU: of physical memory) less the weights."""
     if device.type == "cuda":
         fraction = cache.mem_fraction_static or CUDA_MEM_FRACTION
+        torch.cuda.empty_cache()  # cached blocks no tensor holds: mem_get_info counts them used
         free, total = torch.cuda.mem_get_info(device)
         return int(free - total * (1 - fraction))
     fraction = cache.mem_fraction_static or CPU_MEM_FRACTION

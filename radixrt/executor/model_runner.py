@@ -125,7 +125,9 @@ class ModelRunner:
             self.comm = self.tp_group.comm
         with torch.device("meta"):  # no random init: every tensor comes from the checkpoint
             model = cls(self.arch, max(ctx, self.arch.max_position_embeddings), self.comm)
-        model = model.to_empty(device=self.device).to(self.dtype)
+        # dtype first: materialising in float32 and converting would leave the float32 copy
+        # in CUDA's cache, where mem_get_info (the KV pool's budget) does not count it free.
+        model = model.to(self.dtype).to_empty(device=self.device)
         model.load_weights(
             load_weights(self.model_path) if tp == 1 else load_weight_slices(self.model_path)
         )

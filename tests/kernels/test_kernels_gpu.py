@@ -92,11 +92,21 @@ def test_build_kv_indices(ops, page_size: int) -> None:
     assert torch.equal(got, want)
 
 
-def test_public_dispatch_uses_extension_on_cuda(ops) -> None:
+def test_public_dispatch_uses_extension_on_cuda(ops, monkeypatch) -> None:
     x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
     residual = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
     weight = torch.ones(64, device="cuda", dtype=torch.bfloat16)
     x_ref, res_ref = x.clone(), residual.clone()
-    kernels.fused_add_rmsnorm(x, residual, weight, 1e-6)
     fused_add_rmsnorm_ref(x_ref, res_ref, weight, 1e-6)
+
+    def no_reference(*args: object) -> None:
+        raise AssertionError("the dispatcher fell back to the torch reference")
+
+    for name in ("fused_add_rmsnorm_ref", "build_kv_indices_ref"):
+        monkeypatch.setattr(kernels, name, no_reference)
+    kernels.fused_add_rmsnorm(x, residual, weight, 1e-6)
     torch.testing.assert_close(x, x_ref, rtol=2e-2, atol=2e-2)
+    r2t = torch.arange(64, dtype=torch.int32, device="cuda").view(2, 32)
+    seq_lens, indptr = torch.tensor([20]), torch.tensor([0, 2], dtype=torch.int32)
+    pages = kernels.build_kv_indices(r2t, torch.tensor([1]), seq_lens, indptr, 2, page_size=16)
+    assert pages.tolist() == [2, 3]  # slots 32 and 48 start pages 2 and 3
