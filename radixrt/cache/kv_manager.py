@@ -9,9 +9,11 @@ Ownership of a running request's token range (see Req in core.py):
 | [cached_len, kv_len) | the request                             | `release`: inserted into the    |
 |                      |                                         | cache; duplicates (and a        |
 |                      |                                         | partial page) freed at once     |
-| this step's out_loc  | the request, from `alloc`               | as the row above, once computed |
+| this step's out_loc  | the request, from `alloc_for`           | as the row above, once computed |
 
-So at any idle moment: free + evictable + protected == capacity.
+So at any idle moment: free + evictable + protected == capacity. With pages
+(paged_allocator.py) a request also owns the unused slots of its partly filled last page,
+and `slots_held` counts them.
 """
 
 from __future__ import annotations
@@ -57,11 +59,6 @@ class KVCacheManager:
         req.kv_len = req.cached_len = n
         if not req.output_ids:  # the first admission; a retracted request keeps its metric
             req.cached_tokens = n
-
-    def alloc(self, n: int) -> torch.Tensor:
-        """(n,) int64 fresh slots now owned by the caller, evicting from the cache if needed."""
-        self._make_room(n)
-        return self.allocator.alloc(n)
 
     def slots_needed(self, req: Req, n: int) -> int:
         """Free slots that computing n more tokens of `req` takes (whole pages when paged)."""

@@ -76,24 +76,28 @@ class ForwardBatch:
             positions.extend(range(p, p + e))
         is_decode = all(e == 1 and p > 0 for p, e in zip(prefix_lens, extend_lens))
 
-        def t(x: list[int]) -> torch.Tensor:
-            return torch.tensor(x, dtype=torch.int64, device=device)
+        # One host-to-device copy for all eight index lists (each a blocking copy on CUDA);
+        # the fields are views of its pieces.
+        lists = (input_ids, positions, req_pool_indices, seq_lens, prefix_lens, extend_lens,
+                 starts, logits_indices)  # fmt: skip
+        flat = torch.tensor([v for x in lists for v in x], dtype=torch.int64).to(device)
+        ids, pos, rows, lens, prefix, extend, start, logits = flat.split([len(x) for x in lists])
 
         return cls(
             mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
             batch_size=batch_size,
-            input_ids=t(input_ids),
-            positions=t(positions),
+            input_ids=ids,
+            positions=pos,
             out_loc=out_loc.to(device=device, dtype=torch.int64),
-            req_pool_indices=t(req_pool_indices),
-            seq_lens=t(seq_lens),
-            extend_prefix_lens=t(prefix_lens),
-            extend_seq_lens=t(extend_lens),
-            extend_start_loc=t(starts),
+            req_pool_indices=rows,
+            seq_lens=lens,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=extend,
+            extend_start_loc=start,
             seq_lens_cpu=seq_lens,
             extend_prefix_lens_cpu=list(prefix_lens),
             extend_seq_lens_cpu=list(extend_lens),
-            logits_indices=t(logits_indices),
+            logits_indices=logits,
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool=token_to_kv_pool,
             attn_backend=attn_backend,
