@@ -61,10 +61,8 @@ class RunnerDriver:
         kv_lens = [s.kv_len for s in seqs]
         pool, start, ids, ends = self.runner.req_to_token_pool, 0, [], []
         last = None
-        if self.runner.allocator.page_size > 1:  # paged: each row's last slot, to fill its page
-            rows = torch.tensor([s.row for s in seqs])
-            cols = torch.tensor([max(k - 1, 0) for k in kv_lens])
-            last = pool.req_to_token[rows.to(self.runner.device), cols.to(self.runner.device)]
+        if self.runner.allocator.page_size > 1:  # paged: each row fills its last page first
+            last = pool.last_slots([s.row for s in seqs], kv_lens)
         out_loc = self.runner.allocator.alloc_extend(kv_lens, extend, last)
         for s, e in zip(seqs, extend, strict=True):
             pool.write(s.row, s.kv_len, out_loc[start : start + e])

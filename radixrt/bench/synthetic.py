@@ -108,8 +108,7 @@ class SyntheticPools:
     ) -> ForwardBatch:
         """One more token for requests already in `rows` holding seq_lens[i] tokens each."""
         if self.pages is not None:
-            r2t = self.req_to_token.req_to_token
-            last = r2t[torch.tensor(rows), torch.tensor(seq_lens) - 1]
+            last = self.req_to_token.last_slots(rows, seq_lens)
             out_loc = self.pages.alloc_extend(list(seq_lens), [1] * len(rows), last)
         else:
             out_loc = self.alloc_slots(len(rows))

@@ -80,11 +80,9 @@ class KVCacheManager:
         extend = [r.extend_len for r in reqs]
         self._make_room(sum(self.allocator.slots_needed(k, e) for k, e in zip(kv_lens, extend)))
         last = None
-        if self.allocator.page_size > 1:  # each request's slot of token kv_len-1
-            rows = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64)
-            cols = torch.tensor([max(k - 1, 0) for k in kv_lens], dtype=torch.int64)
-            r2t = self.req_to_token_pool.req_to_token
-            last = r2t[rows.to(r2t.device), cols.to(r2t.device)]
+        if self.allocator.page_size > 1:
+            rows = [r.req_pool_idx for r in reqs]
+            last = self.req_to_token_pool.last_slots(rows, kv_lens)
         return self.allocator.alloc_extend(kv_lens, extend, last)
 
     def cache_unfinished(self, req: Req) -> None:

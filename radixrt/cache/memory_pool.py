@@ -165,3 +165,11 @@ class ReqToTokenPool:
 
     def clear(self) -> None:
         self._free_rows = list(range(self.max_reqs))
+
+    def last_slots(self, rows: list[int], kv_lens: list[int]) -> torch.Tensor:
+        """(B,) int32 on the pool's device: the slot of token kv_lens[b]-1 of row rows[b]
+        (column 0 where kv_lens[b] == 0). What a paged allocator continues from."""
+        dev = self.req_to_token.device
+        r = torch.tensor(rows, dtype=torch.int64).to(dev)
+        c = torch.tensor([max(k - 1, 0) for k in kv_lens], dtype=torch.int64).to(dev)
+        return self.req_to_token[r, c]
