@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,9 @@ class ModelConfig:
     nnodes: int = 1  # hosts that share the tp_size ranks, tp_size / nnodes each
     node_rank: int = 0  # this host's index; node 0 holds rank 0 and the HTTP server
     dist_init_addr: str | None = None  # host:port where the ranks meet; None: 127.0.0.1, any port
+    # The secret every node shares (a path, so the secret stays out of argv and server info);
+    # None: $RADIXRT_DIST_SECRET, else (one node only) a fresh one.
+    dist_secret_file: str | None = None
     disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer, triton on CUDA)
     cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
     disable_cpu_kernels: bool = False  # float32 on CPU runs radixrt's C kernels when they build
@@ -44,6 +48,12 @@ class ModelConfig:
             raise ValueError(f"node_rank must be in [0, nnodes), got {self.node_rank}")
         if self.nnodes > 1 and not self.dist_init_addr:
             raise ValueError("nnodes > 1 needs dist_init_addr (host:port of node 0)")
+        if self.dist_secret_file == "":
+            raise ValueError("dist_secret_file must not be empty")
+        if self.nnodes > 1 and self.dist_secret_file is None and not os.environ.get(
+                "RADIXRT_DIST_SECRET"):
+            raise ValueError("nnodes > 1 needs the same secret on every node: set "
+                             "$RADIXRT_DIST_SECRET or --dist-secret-file")
         if self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")
 
@@ -118,6 +128,18 @@ class ServerConfig:
     served_model_name: str | None = None  # None: the model file or folder name
     drain_timeout_s: float = 30.0  # on SIGTERM, how long running requests may take to finish
     dp_size: int = 1  # data-parallel replicas: scheduler processes behind this one server
+    # Bounds on the work one HTTP request may ask for (docs/reliability.md); each refusal is a
+    # 400 or 413 naming its flag.
+    max_request_bytes: int = 8 * 2**20  # request body
+    max_prompts_per_request: int = 256  # prompts in one /generate or /v1/completions body
+    max_chat_messages: int = 1024
+    # Characters per prompt, refused before tokenizing; None: the context length times the
+    # longest token's characters (no prompt longer than that can fit the context).
+    max_prompt_chars: int | None = None
+    max_stop_strings: int = 16  # per request
+    max_stop_string_len: int = 256  # characters per stop string
+    max_grammar_bytes: int = 128 * 2**10  # a regex, JSON schema or EBNF grammar, UTF-8
+    max_pending_grammars: int = 64  # grammar checks queued or compiling; more get 503
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -132,6 +154,13 @@ class ServerConfig:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if self.dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {self.dp_size}")
+        for name in ("max_request_bytes", "max_prompts_per_request", "max_chat_messages",
+                     "max_stop_strings", "max_stop_string_len", "max_grammar_bytes",
+                     "max_pending_grammars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
+            raise ValueError(f"max_prompt_chars must be >= 1, got {self.max_prompt_chars}")
 
 
 @dataclass(frozen=True)

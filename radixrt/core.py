@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 # Fields accepted by SamplingParams.from_dict besides the dataclass fields (aliases).
 _ALIASES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Float ranges the float32 sampler handles without overflow or underflow (README.md).
+TEMPERATURE_RANGE = (0.0, 100.0)  # 0 is greedy
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 
 @dataclass(slots=True)
@@ -75,36 +81,64 @@ class SamplingParams:
         if self.json_schema is not None and not isinstance(self.json_schema, str):
             import json
 
-            self.json_schema = json.dumps(self.json_schema)
+            try:
+                self.json_schema = json.dumps(self.json_schema)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"invalid sampling parameter json_schema: {e}") from None
         if self.top_k == 0:
             self.top_k = -1
 
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid field."""
-        checks = [
+        """Raise ValueError naming the first invalid field.
+
+        Every integer fits int64 and every float is finite and inside a range the float32
+        sampling math cannot overflow or underflow (the ranges are listed in README.md).
+        Bounds that depend on the model (top_k, stop_token_ids within the vocabulary) or the
+        prompt (logprob_start_len) are checked where those are known: `check_against`.
+        """
+        for name, ok, why in self._checks():
+            if not ok:
+                raise ValueError(
+                    f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}"
+                )
+        specs = [s for s in (self.regex, self.json_schema, self.ebnf) if s is not None]
+        if len(specs) > 1:
+            raise ValueError("at most one of regex, json_schema and ebnf may be given")
+        for name in ("regex", "json_schema", "ebnf"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"invalid sampling parameter {name}: must be a string")
+
+    def _checks(self) -> list[tuple[str, bool, str]]:
+        lo_t, hi_t = TEMPERATURE_RANGE
+        lo_r, hi_r = REPETITION_PENALTY_RANGE
+        return [
             (
                 "max_new_tokens",
-                isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 0,
-                "must be an integer >= 0",
+                _is_int(self.max_new_tokens, 0),
+                f"must be an integer in [0, {INT64_MAX}]",
             ),
             (
                 "min_new_tokens",
-                isinstance(self.min_new_tokens, int)
-                and 0 <= self.min_new_tokens <= self.max_new_tokens,
+                _is_int(self.min_new_tokens, 0) and self.min_new_tokens <= self.max_new_tokens,
                 "must be an integer in [0, max_new_tokens]",
             ),
-            ("temperature", _is_num(self.temperature) and self.temperature >= 0, "must be >= 0"),
+            (
+                "temperature",
+                _is_num(self.temperature) and lo_t <= self.temperature <= hi_t,
+                f"must be in [{lo_t:g}, {hi_t:g}]",
+            ),
             ("top_p", _is_num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
             (
                 "top_k",
-                isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
-                "must be -1 (off) or >= 1",
+                _is_int(self.top_k, -1) and self.top_k != 0,
+                f"must be -1 or 0 (off), or an integer in [1, {INT64_MAX}]",
             ),
             ("min_p", _is_num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
             (
                 "repetition_penalty",
-                _is_num(self.repetition_penalty) and self.repetition_penalty > 0,
-                "must be > 0",
+                _is_num(self.repetition_penalty) and lo_r <= self.repetition_penalty <= hi_r,
+                f"must be in [{lo_r:g}, {hi_r:g}]",
             ),
             (
                 "frequency_penalty",
@@ -116,7 +150,11 @@ class SamplingParams:
                 _is_num(self.presence_penalty) and -2 <= self.presence_penalty <= 2,
                 "must be in [-2, 2]",
             ),
-            ("seed", self.seed is None or isinstance(self.seed, int), "must be an integer"),
+            (
+                "seed",
+                self.seed is None or _is_int(self.seed, INT64_MIN),
+                f"must be an integer in [{INT64_MIN}, {INT64_MAX}]",
+            ),
             (
                 "stop",
                 isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
@@ -125,29 +163,53 @@ class SamplingParams:
             (
                 "stop_token_ids",
                 isinstance(self.stop_token_ids, list)
-                and all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
-                "must be a list of token ids",
+                and all(_is_int(t, 0) for t in self.stop_token_ids),
+                f"must be a list of token ids (integers in [0, {INT64_MAX}])",
             ),
-            ("n", isinstance(self.n, int) and self.n >= 1, "must be an integer >= 1"),
+            ("ignore_eos", isinstance(self.ignore_eos, bool), "must be a boolean"),
+            ("n", _is_int(self.n, 1), f"must be an integer in [1, {INT64_MAX}]"),
+            (
+                "skip_special_tokens",
+                isinstance(self.skip_special_tokens, bool),
+                "must be a boolean",
+            ),
+            ("return_logprob", isinstance(self.return_logprob, bool), "must be a boolean"),
             (
                 "top_logprobs_num",
-                isinstance(self.top_logprobs_num, int) and self.top_logprobs_num >= 0,
-                "must be an integer >= 0",
+                _is_int(self.top_logprobs_num, 0),
+                f"must be an integer in [0, {INT64_MAX}]",
             ),
             (
                 "logprob_start_len",
-                isinstance(self.logprob_start_len, int) and self.logprob_start_len >= -1,
-                "must be an integer >= -1",
+                _is_int(self.logprob_start_len, -1),
+                f"must be an integer in [-1, {INT64_MAX}]",
             ),
         ]
-        for name, ok, why in checks:
-            if not ok:
-                raise ValueError(
-                    f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}"
-                )
-        specs = [s for s in (self.regex, self.json_schema, self.ebnf) if s is not None]
-        if len(specs) > 1:
-            raise ValueError("at most one of regex, json_schema and ebnf may be given")
+
+    def check_against(self, prompt_len: int, vocab_size: int) -> str | None:
+        """Why these parameters cannot run on this prompt and model (a message naming the
+        field), or None. The server and the scheduler both call this."""
+        if self.top_k > vocab_size:
+            return f"invalid sampling parameter top_k={self.top_k}: must be <= {vocab_size}"
+        if self.top_logprobs_num > vocab_size:
+            return (f"invalid sampling parameter top_logprobs_num={self.top_logprobs_num}: "
+                    f"must be <= {vocab_size}")
+        bad = next((t for t in self.stop_token_ids if t >= vocab_size), None)
+        if bad is not None:
+            return f"stop token id {bad} is outside the vocabulary [0, {vocab_size})"
+        if self.logprob_start_len >= prompt_len > 0:
+            return (f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "
+                    f"must be < the prompt's {prompt_len} tokens")
+        return None
+
+    def for_sample(self, i: int) -> SamplingParams:
+        """The parameters of sample i of n: n == 1, and a seed of its own (seed + i, wrapped
+        into int64) when seeded. The one place the n fan-out derives per-sample params."""
+        sub = SamplingParams.from_dict(self)
+        sub.n = 1
+        if self.seed is not None:
+            sub.seed = (self.seed + i - INT64_MIN) % 2**64 + INT64_MIN
+        return sub
 
     @property
     def is_greedy(self) -> bool:
@@ -158,7 +220,13 @@ class SamplingParams:
 
 
 def _is_num(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A finite int or float (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_int(x: object, low: int) -> bool:
+    """An int (not a bool) in [low, INT64_MAX]."""
+    return type(x) is int and low <= x <= INT64_MAX
 
 
 class FinishKind(str, enum.Enum):
@@ -172,6 +240,18 @@ class FinishReason:
     kind: FinishKind
     matched: int | str | None = None  # the stop token id or stop string that matched
     message: str | None = None
+    # Set when the request ended in an error (always kind ABORT): 400 when the request
+    # itself cannot run, 500 for a fault of the runtime that only this request met. The
+    # server answers with this status; an abort asked for by a client has none.
+    status_code: int | None = None
+
+    @classmethod
+    def error(cls, message: str, status_code: int = 500) -> FinishReason:
+        return cls(FinishKind.ABORT, message=message, status_code=status_code)
+
+    @property
+    def is_error(self) -> bool:
+        return self.status_code is not None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"type": self.kind.value}
@@ -179,6 +259,8 @@ class FinishReason:
             d["matched"] = self.matched
         if self.message is not None:
             d["message"] = self.message
+        if self.status_code is not None:
+            d["status_code"] = self.status_code
         if self.kind == FinishKind.LENGTH:
             d["length"] = None
         return {k: v for k, v in d.items() if v is not None or k == "type"}
@@ -213,8 +295,9 @@ class Req:
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
     input_logprobs: list[float | None] = field(default_factory=list)
     input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
-    # Detokenized-text scan position for stop strings.
-    stop_scan_offset: int = 0
+    # Stop-string scan state (scheduler/finish.py: StopState) once stop strings are checked,
+    # else None; it follows output_ids, which are kept across retraction.
+    stop_state: Any = None
     num_retractions: int = 0
     arrival_time: float = 0.0
     first_token_time: float | None = None

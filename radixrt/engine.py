@@ -137,12 +137,8 @@ class Engine:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
             self._check_grammar(sp)
             for i in range(sp.n):
-                seeded = (
-                    sp
-                    if sp.seed is None or i == 0
-                    else SamplingParams.from_dict({**sp.to_dict(), "seed": sp.seed + i})
-                )
-                req = Req(uuid.uuid4().hex, list(ids), seeded, extra_key=extra_key)
+                sub = sp if sp.n == 1 else sp.for_sample(i)
+                req = Req(uuid.uuid4().hex, list(ids), sub, extra_key=extra_key)
                 req.arrival_time = time.monotonic()
                 out = RequestOutput(req, self.tokenizer)
                 self._outputs[req.rid] = out

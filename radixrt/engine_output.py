@@ -6,8 +6,8 @@ import queue
 from typing import Any
 
 from radixrt.core import Req
-from radixrt.server.detokenizer import IncrementalDetokenizer
 from radixrt.server.output import build_result
+from radixrt.text.detokenizer import IncrementalDetokenizer
 
 
 class RequestOutput:

@@ -49,6 +49,7 @@ class FinishMsg(msgspec.Struct):
     type: str  # a FinishKind value: stop, length, abort
     matched: int | str | None = None
     message: str | None = None
+    status_code: int | None = None  # an error finish (FinishReason.status_code)
 
 
 class ReqOutMsg(msgspec.Struct, array_like=True):
@@ -129,10 +130,10 @@ class SchedulerArgsMsg(msgspec.Struct):
 def finish_to_msg(reason: FinishReason | None) -> FinishMsg | None:
     if reason is None:
         return None
-    return FinishMsg(reason.kind.value, reason.matched, reason.message)
+    return FinishMsg(reason.kind.value, reason.matched, reason.message, reason.status_code)
 
 
 def finish_from_msg(msg: FinishMsg | None) -> FinishReason | None:
     if msg is None:
         return None
-    return FinishReason(FinishKind(msg.type), msg.matched, msg.message)
+    return FinishReason(FinishKind(msg.type), msg.matched, msg.message, msg.status_code)

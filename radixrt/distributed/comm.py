@@ -1,4 +1,5 @@
-"""Communicators for one tensor-parallel group: the null one for tp=1 and torch.distributed.
+"""Communicators for one tensor-parallel group (the null one for tp=1, torch.distributed), and
+the rendezvous store its ranks meet at, which listens only where told and needs their secret.
 
 Every rank of a group calls the same collectives in the same order; a collective whose peer
 has died raises (gloo) rather than returning partial data.
@@ -7,7 +8,12 @@ has died raises (gloo) rather than returning partial data.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
+import ipaddress
 import logging
+import os
+import socket
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -19,6 +25,9 @@ logger = logging.getLogger("radixrt")
 # time: the collective timeout must not end that wait. A dead peer is noticed by the process
 # watching the ranks (radixrt/distributed/group.py), not by this timeout.
 _COLLECTIVE_TIMEOUT = datetime.timedelta(days=365)
+# The group's shared secret: every node of a multi-node group is given it here (or in the file
+# --dist-secret-file names); rank 0 hands its own local ranks theirs here too, never in argv.
+SECRET_ENV = "RADIXRT_DIST_SECRET"
 
 
 class BaseComm(ABC):
@@ -66,15 +75,87 @@ class NullComm(BaseComm):
         return value
 
 
-def connect_store(
-    init_addr: str, is_master: bool, timeout: datetime.timedelta = _COLLECTIVE_TIMEOUT
-) -> Any:
-    """The rendezvous key-value store at host:port (rank 0 serves it, the others connect)."""
+def load_secret(secret_file: str | None) -> str | None:
+    """The shared secret: the file `secret_file` names, else $RADIXRT_DIST_SECRET; None: neither."""
+    if secret_file is None:
+        return os.environ.get(SECRET_ENV) or None
+    try:
+        with open(secret_file, encoding="utf-8") as f:
+            secret = f.read().strip()
+    except OSError as e:
+        raise ValueError(f"cannot read dist_secret_file {secret_file!r}: {e}") from e
+    if not secret:
+        raise ValueError(f"dist_secret_file {secret_file!r} is empty")
+    return secret
+
+
+def secret_name(secret: str, name: str) -> str:
+    """`name` plus a tag only holders of `secret` can compute. For a key whose existence is the
+    message: any client can list the store's keys (and so learn the prefix), not forge this."""
+    tag = hmac.new(secret.encode(), name.encode(), hashlib.sha256).hexdigest()[:32]
+    return f"{name}/{tag}"
+
+
+def serve_store(
+    init_addr: str, secret: str, timeout: datetime.timedelta = _COLLECTIVE_TIMEOUT
+) -> tuple[Any, str]:
+    """Rank 0: serve the rendezvous store on host:port and nowhere else (port 0: a free one).
+    Returns the store seen through the secret's prefix and the host:port it listens on."""
     import torch.distributed as dist
 
+    host, port = split_addr(init_addr)
+    family, sockaddr = _resolve(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    bound_host, port = sock.getsockname()[:2]
+    # From here the store's libuv loop owns the fd and closes it (if the store fails to start,
+    # the fd leaks rather than risk closing it twice). TCPStore given only a host and port
+    # would listen on every interface.
+    fd = sock.detach()
+    store = dist.TCPStore(
+        bound_host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        master_listen_fd=fd,
+        use_libuv=True,
+        timeout=timeout,
+    )
+    return _with_secret(store, secret), join_addr(host, port)
+
+
+def connect_store(
+    init_addr: str, secret: str, timeout: datetime.timedelta = _COLLECTIVE_TIMEOUT
+) -> Any:
+    """A rank other than 0: the store rank 0 serves at host:port, seen through the prefix."""
+    import torch.distributed as dist
+
+    host, port = split_addr(init_addr)
+    store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    return _with_secret(store, secret)
+
+
+def is_loopback(init_addr: str) -> bool:
+    """Whether host:port's host is (or resolves to) a loopback address."""
+    host, port = split_addr(init_addr)
+    return ipaddress.ip_address(_resolve(host, port)[1][0]).is_loopback
+
+
+def split_addr(init_addr: str) -> tuple[str, int]:
+    """Split "host:port" or "[v6addr]:port" into (host, port)."""
     host, _, port = init_addr.rpartition(":")
-    return dist.TCPStore(host, int(port), is_master=is_master, wait_for_workers=False,
-                         timeout=timeout)
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def join_addr(host: str, port: int) -> str:
+    """The inverse of split_addr."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class TorchDistComm(BaseComm):
@@ -88,8 +169,9 @@ class TorchDistComm(BaseComm):
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=_COLLECTIVE_TIMEOUT)
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=_COLLECTIVE_TIMEOUT
+        )
         logger.info("tensor-parallel rank %d of %d joined (%s)", rank, world_size, backend)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,3 +196,20 @@ class TorchDistComm(BaseComm):
     def shutdown(self) -> None:
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
+
+
+def _with_secret(store: Any, secret: str) -> Any:
+    """Every key through a prefix derived from the secret (one way: the secret stays here). A
+    client without it that writes the names we and torch use (`radixrt/failed`, gloo's keys)
+    writes keys no rank reads."""
+    import torch.distributed as dist
+
+    digest = hmac.new(secret.encode(), b"radixrt/prefix", hashlib.sha256).hexdigest()[:32]
+    return dist.PrefixStore(f"radixrt/{digest}", store)
+
+
+def _resolve(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
+    """The address `host` resolves to, IPv4 first: (family, sockaddr)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = min(infos, key=lambda i: i[0] != socket.AF_INET)
+    return family, sockaddr

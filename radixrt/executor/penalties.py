@@ -14,6 +14,8 @@ import torch
 
 from radixrt.core import Req
 
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
 
 def apply_penalties(
     logits: torch.Tensor, reqs: list[Req], eos_token_ids: list[int]
@@ -71,7 +73,9 @@ def _apply_repetition(logits: torch.Tensor, reqs: list[Req], rows: list[int]) ->
     # Duplicate keys read the same old value and write the same new one, so each token
     # is penalized once however often it occurs.
     old = flat[keys]
-    flat[keys] = torch.where(old > 0, old / penalty, old * penalty)
+    new = torch.where(old > 0, old / penalty, old * penalty)
+    # A finite logit stays finite (a -inf one, masked by a grammar, stays -inf).
+    flat[keys] = torch.where(old.isinf(), old, new.clamp(-_FLOAT32_MAX, _FLOAT32_MAX))
 
 
 def _apply_frequency_presence(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:

@@ -5,8 +5,11 @@ top-k mass when both are set), min_p and a draw. Every draw is inverse-CDF sampl
 uniform per row, so a seeded row consumes exactly one number from `req.generator` per step and
 its tokens do not depend on the batch (on GPU, up to the float order of scatter_add's sums).
 Ties at a cut: top_p and min_p keep every tied token; top_k keeps k of them, unspecified which.
-A grammar's vocabulary mask (a bitmask per row) sets disallowed logits to -inf after the
-penalties, for the whole batch in one step; logprobs still come from the raw logits.
+A grammar's vocabulary mask (a bitmask per row) sets disallowed logits to -inf before the
+penalties (so the min_new_tokens ban sees it), for the whole batch in one step; logprobs still
+come from the raw logits. Non-finite logits are tamed first (NaN -> -inf, +inf -> the largest
+float) and every row is shifted by its max before the temperature divides it, so no row's
+probabilities overflow; a row with no finite logit left samples nothing (id -1).
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ _BUCKETS_PER_NAT = 32.0
 _MIN_THRESHOLD = 1e-30
 _BELOW_ONE = 1.0 - 2.0**-24  # the largest float32 below 1
 _INF = float("inf")
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+NO_TOKEN = -1  # next_token_ids entry of a row where no token is allowed
 
 
 @dataclass(slots=True)
 class SampleOutput:
     """One sampling step's result, row i for reqs[i]."""
 
+    # In [0, vocab_size), or NO_TOKEN where the row had no finite logit left (every token
+    # masked or banned, or the model's logits were all NaN): the caller ends that request.
     next_token_ids: list[int]
     # Logprob of the chosen token under the raw logits; NaN in rows without return_logprob.
     logprobs: list[float] | None
@@ -57,21 +64,30 @@ class Sampler:
         token t is allowed for reqs[i] (all bits set for a free row); None: no constraint."""
         assert logits.dim() == 2 and logits.shape[0] == len(reqs), logits.shape
         raw = logits[:, : self.vocab_size].float()  # (B, V) float32, a view when already float32
-        work = apply_penalties(raw, reqs, self.eos_token_ids)
+        work = raw
         if vocab_mask is not None:
-            work = work.masked_fill(~_unpack_bits(vocab_mask, self.vocab_size, raw.device), -_INF)
+            work = raw.masked_fill(~_unpack_bits(vocab_mask, self.vocab_size, raw.device), -_INF)
+        work = apply_penalties(work, reqs, self.eos_token_ids)
+        best = work.max(-1)  # (B,) max is faster than argmax on CPU; NaN and +inf propagate
+        if not bool(torch.isfinite(best.values).all()):  # some row has NaN, +inf or no token
+            work = torch.nan_to_num(work, nan=-_INF, posinf=_FLOAT32_MAX, neginf=-_INF)
+            best = work.max(-1)
+        is_alive = best.values > -_INF  # (B,) bool: some token is allowed
+        next_ids = best.indices  # (B,) int64: the greedy choice
         sampled = [i for i, r in enumerate(reqs) if not r.sampling_params.is_greedy]
-        if not sampled:
-            next_ids = work.max(-1).indices  # (B,) int64; max is faster than argmax on CPU
-        else:
-            next_ids = torch.empty(len(reqs), dtype=torch.int64, device=raw.device)
-            greedy = [i for i, r in enumerate(reqs) if r.sampling_params.is_greedy]
-            if greedy:
-                idx = _index(greedy, raw.device)
-                next_ids[idx] = work.index_select(0, idx).max(-1).indices
+        if sampled:
             idx = _index(sampled, raw.device)
-            rows = work if len(sampled) == len(reqs) else work.index_select(0, idx)
-            next_ids[idx] = _sample_rows(rows, [reqs[i] for i in sampled])
+            is_all = len(sampled) == len(reqs)
+            rows = work if is_all else work.index_select(0, idx)  # (S, V)
+            row_max = best.values[:, None] if is_all else best.values.index_select(0, idx)[:, None]
+            is_own = not is_all or work is not raw  # rows may be overwritten
+            drawn = _sample_rows(rows, row_max, [reqs[i] for i in sampled], is_own)
+            next_ids = next_ids.index_put((idx,), drawn)
+        # A draw must land on an allowed token; where rounding says otherwise, take the best.
+        chosen = work.gather(1, next_ids.clamp(0, self.vocab_size - 1)[:, None])[:, 0]
+        is_valid = (next_ids >= 0) & (next_ids < self.vocab_size) & (chosen > -_INF)
+        next_ids = torch.where(is_valid, next_ids, best.indices)
+        next_ids = torch.where(is_alive, next_ids, torch.full_like(next_ids, NO_TOKEN))
         logprobs, top_logprobs = _logprobs(raw, next_ids, reqs)
         return SampleOutput(next_ids.tolist(), logprobs, top_logprobs)
 
@@ -95,18 +111,25 @@ def _select(t: torch.Tensor, rows: list[int]) -> torch.Tensor:
     return t.index_select(0, _index(rows, t.device))
 
 
-def _sample_rows(logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-    """Sample (S,) int64 token ids from (S, V) penalized logits of non-greedy rows.
+def _sample_rows(
+    logits: torch.Tensor, row_max: torch.Tensor, reqs: list[Req], is_own: bool
+) -> torch.Tensor:
+    """Sample (S,) int64 token ids from (S, V) finite-or--inf logits of non-greedy rows whose
+    maxima are row_max (S, 1); a row whose max is -inf gives an arbitrary id (the caller
+    replaces it). `is_own`: logits may be overwritten (shifted in place, still -inf where
+    they were).
 
     Rows split into disjoint groups; each _sample_* helper may overwrite the probs it gets,
     which are a copy unless its group is every row.
     """
     device = logits.device
     params = [r.sampling_params for r in reqs]
-    scaled = logits  # (S, V) float32
+    # Shifted so every row's max is 0: dividing by a small temperature cannot overflow, and
+    # softmax sees at least one exp(0). A dead row (max -inf) becomes all NaN, harmlessly.
+    scaled = logits.sub_(row_max) if is_own else logits - row_max  # (S, V) float32, <= 0
     if any(p.temperature != 1.0 for p in params):
         temps = [max(p.temperature, _MIN_TEMPERATURE) for p in params]
-        scaled = logits / torch.tensor(temps, device=device)[:, None]
+        scaled = scaled.div_(torch.tensor(temps, device=device)[:, None])
     probs = torch.softmax(scaled, dim=-1)  # (S, V) float32
     u = _uniforms(reqs, device)  # (S,) float32 in [0, 1)
     groups: tuple[list[int], list[int], list[int]] = ([], [], [])  # plain, top_k, nucleus
@@ -246,7 +269,9 @@ def _logprobs(
         return None, None
     idx = _index(rows, raw.device)
     logp = torch.log_softmax(_select(raw, rows), dim=-1)  # (R, V)
-    chosen = logp.gather(1, next_ids[idx][:, None])[:, 0].tolist()
+    ids = next_ids[idx]
+    chosen = logp.gather(1, ids.clamp(min=0)[:, None])[:, 0]
+    chosen = torch.where(ids >= 0, chosen, float("nan")).tolist()  # NO_TOKEN rows: NaN
     logprobs = [float("nan")] * len(reqs)
     for i, lp in zip(rows, chosen, strict=True):
         logprobs[i] = lp

@@ -3,7 +3,10 @@
 Process layout for `--tp N` on one host: the process holding rank 0 (the scheduler process,
 or the Engine's) starts ranks 1..N-1 as `radixrt.executor.tp_worker` children. With
 `--nnodes M` each host starts N/M consecutive ranks; node 0 holds rank 0. All ranks meet at
-a torch.distributed TCP store (`--dist-init-addr`, else a free port on 127.0.0.1).
+a torch.distributed TCP store that rank 0 serves on `--dist-init-addr` only (else a free port on
+127.0.0.1), every key under a prefix derived from the group's secret: for one node made here
+unless given, for several given to every node ($RADIXRT_DIST_SECRET or --dist-secret-file).
+Local ranks get it in their environment, never in argv.
 
 A rank that exits while the group is up is logged and `on_rank_exit` runs (the scheduler
 process exits at once, so the HTTP process notices); children die with their parent.
@@ -11,21 +14,34 @@ process exits at once, so the HTTP process notices); children die with their par
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 import torch
 
 from radixrt.config import CacheConfig, ModelConfig
-from radixrt.distributed.comm import BaseComm, NullComm, TorchDistComm, connect_store
+from radixrt.distributed.comm import (
+    SECRET_ENV,
+    BaseComm,
+    NullComm,
+    TorchDistComm,
+    connect_store,
+    is_loopback,
+    load_secret,
+    secret_name,
+    serve_store,
+)
 from radixrt.executor.tp_worker import TPWorkerArgsMsg
 
 logger = logging.getLogger("radixrt")
@@ -33,7 +49,13 @@ logger = logging.getLogger("radixrt")
 _WATCH_S = 0.2
 _STOP_GRACE_S = 2.0  # after stop was broadcast, time for the ranks to leave by themselves
 _JOIN_KEY = "radixrt/joined/{}"
-_FAILED_KEY = "radixrt/failed"  # set by another host's launcher when one of its ranks dies
+# Set by another host's launcher when one of its ranks dies; the key is secret_name(secret,
+# _FAILED_KEY), which a client that lists the store's keys still cannot name.
+_FAILED_KEY = "radixrt/failed"
+_GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+_NO_SECRET = (
+    f"nnodes > 1 needs the same secret on every node: set ${SECRET_ENV} or --dist-secret-file"
+)
 
 
 class NullTPGroup:
@@ -57,20 +79,35 @@ class NullTPGroup:
 class TPGroup(NullTPGroup):
     """Rank 0 with its local worker processes; `comm` links all ranks."""
 
-    def __init__(self, model_config: ModelConfig, cache_config: CacheConfig,
-                 max_running_requests: int, device: object, log_level: str = "info") -> None:
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        cache_config: CacheConfig,
+        max_running_requests: int,
+        device: object,
+        log_level: str = "info",
+    ) -> None:
         tp, nnodes = model_config.tp_size, model_config.nnodes
-        init_addr = model_config.dist_init_addr or f"127.0.0.1:{_free_port()}"
-        self._store = store = connect_store(init_addr, is_master=True)
+        secret = group_secret(model_config)
+        store, init_addr = serve_store(model_config.dist_init_addr or "127.0.0.1:0", secret)
+        self._store, self._secret = store, secret
         self._stopping = False
         self.comm = NullComm()
-        self.procs = start_ranks(model_config, cache_config, max_running_requests,
-                                 range(1, tp // nnodes), init_addr, log_level)
+        self.procs = start_ranks(
+            model_config,
+            cache_config,
+            max_running_requests,
+            range(1, tp // nnodes),
+            init_addr,
+            secret,
+            log_level,
+        )
         self._threads = torch.get_num_threads()  # restored at stop (the Engine's process)
         torch.set_num_threads(threads_per_rank(model_config))
         try:
             self._wait_joined(store, tp)
-            self.comm = TorchDistComm(store, 0, tp, device)
+            with _env_added(_gloo_env(model_config, init_addr)):  # gloo reads it here only
+                self.comm = TorchDistComm(store, 0, tp, device)
         except BaseException:
             self.stop()
             raise
@@ -98,7 +135,8 @@ class TPGroup(NullTPGroup):
                 if proc.poll() is not None:
                     raise RuntimeError(
                         f"tensor-parallel rank {rank} exited with status {proc.returncode} "
-                        "before joining the group (see its log above)")
+                        "before joining the group (see its log above)"
+                    )
             time.sleep(0.05)
 
     def _watch_ranks(self) -> None:
@@ -113,11 +151,20 @@ class TPGroup(NullTPGroup):
     def _failure(self) -> str | None:
         for rank, proc in self.procs.items():
             if proc.poll() is not None:
-                return (f"tensor-parallel rank {rank} (pid {proc.pid}) exited with status "
-                        f"{proc.returncode}; stopping")
-        if self._store.check([_FAILED_KEY]):
-            return f"{self._store.get(_FAILED_KEY).decode()}; stopping"
-        return None
+                return (
+                    f"tensor-parallel rank {rank} (pid {proc.pid}) exited with status "
+                    f"{proc.returncode}; stopping"
+                )
+        reason = reported_failure(self._store, self._secret)
+        return None if reason is None else f"{reason}; stopping"
+
+
+def group_secret(model_config: ModelConfig) -> str:
+    """The secret all ranks share: the one given, else (one node only) a fresh one."""
+    secret = load_secret(model_config.dist_secret_file)
+    if secret is None and model_config.nnodes > 1:
+        raise ValueError(_NO_SECRET)
+    return secret or secrets.token_hex(16)
 
 
 def announce_joined(store: object, rank: int) -> None:
@@ -125,26 +172,46 @@ def announce_joined(store: object, rank: int) -> None:
     store.set(_JOIN_KEY.format(rank), "1")  # type: ignore[attr-defined]
 
 
-def report_failure(init_addr: str, reason: str) -> None:
+def report_failure(init_addr: str, secret: str, reason: str) -> None:
     """Another host: tell rank 0 (through the store) that one of this host's ranks died."""
     try:
-        store = connect_store(init_addr, is_master=False, timeout=datetime.timedelta(seconds=5))
-        store.set(_FAILED_KEY, reason)
+        store = connect_store(init_addr, secret, timeout=datetime.timedelta(seconds=5))
+        store.set(secret_name(secret, _FAILED_KEY), reason)
     except Exception as e:  # noqa: BLE001 - rank 0 may be gone already
         logger.warning("could not report the failure to rank 0: %s", e)
 
 
-def start_ranks(model_config: ModelConfig, cache_config: CacheConfig, max_running_requests: int,
-                ranks: range, init_addr: str, log_level: str) -> dict[int, subprocess.Popen]:
+def reported_failure(store: Any, secret: str) -> str | None:
+    """Rank 0: the reason another host's report_failure gave, or None while none did."""
+    key = secret_name(secret, _FAILED_KEY)
+    return store.get(key).decode() if store.check([key]) else None
+
+
+def start_ranks(
+    model_config: ModelConfig,
+    cache_config: CacheConfig,
+    max_running_requests: int,
+    ranks: range,
+    init_addr: str,
+    secret: str,
+    log_level: str,
+) -> dict[int, subprocess.Popen]:
     """Spawn `ranks` as tp_worker processes of this host; returns rank -> process."""
     threads = threads_per_rank(model_config)
+    # argv is visible to every user (ps), the environment only to this one.
+    env = {**os.environ, SECRET_ENV: secret, **_gloo_env(model_config, init_addr)}
     procs = {}
     for rank in ranks:
-        args = TPWorkerArgsMsg(model_config, cache_config, max_running_requests, rank, init_addr,
-                               threads, log_level)
-        cmd = [sys.executable, "-m", "radixrt.executor.tp_worker",
-               msgspec.json.encode(args).decode()]
-        procs[rank] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        args = TPWorkerArgsMsg(
+            model_config, cache_config, max_running_requests, rank, init_addr, threads, log_level
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "radixrt.executor.tp_worker",
+            msgspec.json.encode(args).decode(),
+        ]
+        procs[rank] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
     return procs
 
 
@@ -168,7 +235,22 @@ def stop_procs(procs: dict[int, subprocess.Popen], timeout_s: float = 5.0) -> No
             proc.wait()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _gloo_env(model_config: ModelConfig, init_addr: str) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME=lo for a one-node group meeting on loopback, unless the user set it:
+    else gloo's pair sockets listen on the address the host name resolves to."""
+    if model_config.nnodes > 1 or _GLOO_IFNAME in os.environ or not is_loopback(init_addr):
+        return {}
+    if "lo" not in {name for _, name in socket.if_nameindex()}:
+        return {}
+    return {_GLOO_IFNAME: "lo"}
+
+
+@contextlib.contextmanager
+def _env_added(env: dict[str, str]) -> Iterator[None]:
+    """os.environ plus `env` (variables not set before) for the block."""
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name in env:
+            os.environ.pop(name, None)

@@ -38,15 +38,20 @@ def run_worker(args: TPWorkerArgsMsg) -> int:
     """Join the group as `args.rank` and run batches until stopped; returns the exit status."""
     import torch
 
-    from radixrt.distributed.comm import TorchDistComm, connect_store
+    from radixrt.distributed.comm import SECRET_ENV, TorchDistComm, connect_store
     from radixrt.executor.model_runner import ModelRunner, resolve_device
     from radixrt.executor.tp_group import announce_joined
 
     torch.set_num_threads(args.num_threads)
-    store = connect_store(args.init_addr, is_master=False)
+    secret = os.environ.get(SECRET_ENV)
+    if not secret:  # the process that starts the ranks always sets it
+        logger.error("tensor-parallel rank %d: no $%s, the group's secret", args.rank, SECRET_ENV)
+        return 1
+    store = connect_store(args.init_addr, secret)
     announce_joined(store, args.rank)
-    comm = TorchDistComm(store, args.rank, args.model.tp_size,
-                         resolve_device(args.model.device, args.rank))
+    comm = TorchDistComm(
+        store, args.rank, args.model.tp_size, resolve_device(args.model.device, args.rank)
+    )
     try:
         runner = ModelRunner(args.model, args.cache, args.max_running_requests, comm=comm)
         while (desc := runner.batch_link.recv()) is not None:
@@ -61,8 +66,9 @@ def run_worker(args: TPWorkerArgsMsg) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = msgspec.json.decode(argv[0], type=TPWorkerArgsMsg)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s tp rank {args.rank}: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format=f"%(asctime)s tp rank {args.rank}: %(message)s"
+    )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     return run_worker(args)

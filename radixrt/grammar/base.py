@@ -16,6 +16,11 @@ class GrammarError(ValueError):
     """A spec the backend cannot compile (or that took too long); the message says why."""
 
 
+class GrammarBusyError(GrammarError):
+    """Too many compiles are already queued or running; the spec itself may be fine, so the
+    caller should try again later (HTTP 503, not 400)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GrammarSpec:
     """What constrains one request: `kind` is one of SPEC_KINDS, `text` the regex, the JSON

@@ -1,9 +1,10 @@
 """The standalone router's FastAPI app: the native and OpenAI-compatible endpoints, each request
 passed through (streams included) to the worker server its routing policy picks.
 
-A request that never started on a worker (connection refused or dropped before any answer,
-or a 503) is sent to another; a client that goes away closes the upstream connection, so the
-worker aborts the request as it does for its own clients.
+A request that certainly never reached a worker's scheduler (the connection could not be made,
+or a 503 the worker marks as refused before starting) is sent to another; any other failure
+is answered with 502, since the worker may have started it. A client that goes away closes
+the upstream connection, so the worker aborts the request as it does for its own clients.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from radixrt.router.policy import make_policy
 from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import Worker, WorkerPool
 from radixrt.server.http_common import (
+    NOT_STARTED_HEADER,
     SESSION_HEADER,
     ApiKeyMiddleware,
     error_response,
@@ -38,9 +40,9 @@ logger = logging.getLogger("radixrt.router")
 
 ROUTED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
 _PASSED_HEADERS = ("content-type", "authorization", SESSION_HEADER)
-# Errors that mean the worker never produced an answer: safe to send the request elsewhere.
-_NEVER_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                  httpx.ReadError, httpx.WriteError)
+# Errors raised before a connection to the worker existed: nothing was sent, so the request
+# can go elsewhere. A read, write or protocol error may come after the worker got the body.
+_NEVER_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 T = TypeVar("T")
 
@@ -110,13 +112,14 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:
+        """Every worker aborts the rid among the caller's requests (the client's own
+        Authorization travels, as with its requests); the same answer whether or not one ran."""
         body = await request.body()
-        codes = await _broadcast(pool, "/abort_request", body, auth)
-        if 200 in codes:
-            return json_response({"success": True})
+        headers = {**auth, **_passed_headers(request)}
+        codes = await _broadcast(pool, "/abort_request", body, headers)
         if 400 in codes:
             return error_response("abort_request takes {\"rid\": \"...\"}", 400)
-        return error_response("no worker is running that rid", 404)
+        return json_response({"success": True})
 
     if config.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
@@ -132,7 +135,7 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
         parsed = None  # the worker answers 400
     path = request.url.path
     route = route_request(path, parsed, request.headers.get(SESSION_HEADER))
-    headers = {k: v for k in _PASSED_HEADERS if (v := request.headers.get(k)) is not None}
+    headers = _passed_headers(request)
     tried: set[str] = set()
     while (worker := pool.pick(route, tried)) is not None:
         tried.add(worker.url)
@@ -150,10 +153,12 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
             continue
         except httpx.HTTPError as e:
             pool.done(worker)
+            if isinstance(e, httpx.TransportError):
+                pool.mark_unreachable(worker, repr(e))
             return error_response(f"worker {worker.url} failed: {e!r}", 502)
-        if resp.status_code == 503 and any(w.healthy and w.url not in tried
-                                           for w in pool.workers):
-            await resp.aclose()  # refused (queue full or scheduler gone): never started
+        refused = resp.status_code == 503 and resp.headers.get(NOT_STARTED_HEADER) == "1"
+        if refused and any(w.healthy and w.url not in tried for w in pool.workers):
+            await resp.aclose()  # refused before it started (queue full, scheduler gone)
             pool.done(worker)
             pool.retries += 1
             continue
@@ -163,6 +168,10 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
             background=BackgroundTask(_release, resp, pool, worker),
         )
     return error_response("no healthy worker could take the request", 503)
+
+
+def _passed_headers(request: Request) -> dict[str, str]:
+    return {k: v for k in _PASSED_HEADERS if (v := request.headers.get(k)) is not None}
 
 
 async def _relay(resp: httpx.Response) -> AsyncIterator[bytes]:

@@ -15,7 +15,7 @@ def reject_reason(req: Req, context_len: int, capacity: int, vocab_size: int) ->
         return f"the prompt has {req.prompt_len} tokens but the KV pool holds only {capacity}"
     if any(not 0 <= t < vocab_size for t in req.input_ids):
         return f"input_ids must be in [0, {vocab_size})"
-    return None
+    return req.sampling_params.check_against(req.prompt_len, vocab_size)
 
 
 def shares_uncached_prefix(req: Req, admitted: list[Req], min_len: int = 32) -> bool:

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from radixrt.core import FinishKind, FinishReason, Req
+from radixrt.text.decode_stream import DecodeStream
+from radixrt.text.stop_matcher import StopMatcher
+
+
+@dataclass(slots=True)
+class StopState:
+    """A request's stop-string scan (`Req.stop_state`): where decoding of its output ids has
+    got to, and the matcher fed the text decoded so far."""
+
+    stream: DecodeStream
+    matcher: StopMatcher
 
 
 class FinishChecker:
-    """Sets `req.finish_reason` after each new token; stop strings match detokenized text."""
+    """Sets `req.finish_reason` after each new token; stop strings match detokenized text.
+
+    Stop strings are matched incrementally: each check decodes only the new output ids (plus
+    a few tokens of context) and feeds only the new text to the request's StopMatcher.
+    """
 
     def __init__(self, eos_token_ids: list[int], decode: Callable[[list[int]], str]) -> None:
         self.eos_token_ids = list(eos_token_ids)
@@ -21,8 +37,12 @@ class FinishChecker:
             return
         p = req.sampling_params
         tok = req.output_ids[-1]
-        if tok in p.stop_token_ids or (not p.ignore_eos and tok in self._eos):
-            if len(req.output_ids) >= p.min_new_tokens:
+        # A constrained request only samples a stop token when its grammar is complete and,
+        # before min_new_tokens, when nothing else is allowed: it ends there whatever
+        # ignore_eos and min_new_tokens say.
+        is_constrained = req.grammar is not None
+        if tok in p.stop_token_ids or (tok in self._eos and (not p.ignore_eos or is_constrained)):
+            if len(req.output_ids) >= p.min_new_tokens or is_constrained:
                 req.finish(FinishReason(FinishKind.STOP, matched=tok))
                 return
         if p.stop and (matched := self._match_stop_string(req)) is not None:
@@ -32,19 +52,21 @@ class FinishChecker:
             req.finish(FinishReason(FinishKind.LENGTH))
 
     def _match_stop_string(self, req: Req) -> str | None:
-        text = self.decode(req.output_ids)
-        longest = max(len(s) for s in req.sampling_params.stop)
-        # Only text that is new since the last check (plus overlap for a stop string that
-        # straddles the boundary) can hold a new match.
-        start = max(0, req.stop_scan_offset - longest + 1)
-        req.stop_scan_offset = len(text)
-        window = text[start:]
-        hits = [(window.find(s), s) for s in req.sampling_params.stop if s in window]
-        return min(hits)[1] if hits else None
+        state: StopState | None = req.stop_state
+        if state is None:
+            state = req.stop_state = StopState(
+                DecodeStream(self.decode), StopMatcher(req.sampling_params.stop)
+            )
+        new = state.stream.step(req.output_ids)
+        match = state.matcher.feed(new) if new else state.matcher.match
+        return None if match is None else match.stop
 
 
 def truncate_at_stop(text: str, req: Req) -> str:
-    """Cut `text` before the first occurrence of the stop string that finished `req`."""
+    """Cut `text` before the first occurrence of the stop string that finished `req`.
+
+    The first occurrence is where the matcher found it: no occurrence ends earlier.
+    """
     reason = req.finish_reason
     if reason is None or not isinstance(reason.matched, str):
         return text

@@ -10,6 +10,7 @@ same with jump-forward on or off; only seeded sampling draws fewer random number
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
@@ -22,6 +23,8 @@ import torch
 from radixrt.core import FinishKind, FinishReason, Req
 from radixrt.grammar.base import BaseGrammarMatcher, GrammarSpec
 from radixrt.grammar.compiler import GrammarCompiler
+
+logger = logging.getLogger("radixrt")
 
 
 @dataclass(slots=True)
@@ -100,7 +103,7 @@ class GrammarQueue:
                 waiting.append(req)
             elif error is not None or now - since > self.compiler.timeout_s:
                 why = str(error) if error is not None else "compiling the grammar timed out"
-                req.finish(FinishReason(FinishKind.ABORT, message=why))
+                req.finish(FinishReason.error(why, 400))
                 failed.append(req)
             else:
                 still.append((req, fut, since))
@@ -131,13 +134,19 @@ class GrammarQueue:
 
     def vocab_mask(self, reqs: list[Req]) -> torch.Tensor | None:
         """(B, ceil(V / 32)) int32 CPU bitmask for the batch (all ones in free rows), or None
-        when no request in it is constrained."""
+        when no request in it is constrained. A request whose matcher raises is finished with
+        a 500 error (its row stays all ones; the caller skips finished requests)."""
         rows = [i for i, r in enumerate(reqs) if r.grammar is not None]
         if not rows:
             return None
         mask = torch.full((len(reqs), self.num_words), -1, dtype=torch.int32)
         for i in rows:
-            mask[i] = reqs[i].grammar.mask()
+            try:
+                mask[i] = reqs[i].grammar.mask()
+            except Exception as e:
+                logger.exception("the grammar of request %s failed", reqs[i].rid)
+                reqs[i].finish(FinishReason.error(
+                    f"internal error in the request's grammar: {type(e).__name__}: {e}"))
         self.stats.mask_steps += 1
         return mask
 
@@ -149,7 +158,7 @@ class GrammarQueue:
             return
         if not state.accept(req.output_ids[-1]):
             message = f"token {req.output_ids[-1]} is not allowed by the request's grammar"
-            req.finish(FinishReason(FinishKind.ABORT, message=message))
+            req.finish(FinishReason.error(message))
             return
         # Forced tokens have no logprobs from the model: requests that want them decode each.
         if not self.jump_forward or req.sampling_params.return_logprob:
@@ -177,7 +186,7 @@ class NoGrammarQueue(GrammarQueue):
         if GrammarSpec.from_params(req.sampling_params) is None:
             return False
         message = "constrained decoding is not available in this scheduler"
-        req.finish(FinishReason(FinishKind.ABORT, message=message))
+        req.finish(FinishReason.error(message, 400))
         return True
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import traceback
 import msgspec
 import zmq
 
-from radixrt.core import FinishKind, FinishReason, Req, SamplingParams
+from radixrt.core import FinishReason, Req, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
@@ -124,7 +124,7 @@ class SchedulerLoop:
         except Exception as e:
             logger.exception("request %s rejected", msg.rid)
             req = Req(msg.rid, msg.input_ids, SamplingParams())
-            req.finish(FinishReason(FinishKind.ABORT, message=f"bad request: {e}"))
+            req.finish(FinishReason.error(f"bad request: {e}", 400))
         if req.is_finished:
             touched[req.rid] = req
 
@@ -148,7 +148,24 @@ class SchedulerLoop:
             return
         self._counts = counts
         outputs = [self._req_out(req) for req in touched.values()]
-        self.send(BatchTokenOutMsg(outputs, *counts))
+        try:
+            buf = self._encoder.encode(BatchTokenOutMsg(outputs, *counts))
+        except Exception:  # one request's output cannot be carried: fail that one alone
+            logger.exception("could not encode a step's outputs; failing the bad ones")
+            outputs = [self._encodable(out) for out in outputs]
+            buf = self._encoder.encode(BatchTokenOutMsg(outputs, *counts))
+        self.send_sock.send(buf, copy=False)
+
+    def _encodable(self, out: ReqOutMsg) -> ReqOutMsg:
+        """`out` if it encodes, else an error finish for its request (aborted here)."""
+        try:
+            self._encoder.encode(out)
+            return out
+        except Exception as e:
+            self.scheduler.abort(out.rid)  # releases its slots if it was still running
+            self._num_sent.pop(out.rid, None)
+            error = FinishReason.error(f"internal error: its output could not be sent: {e}")
+            return ReqOutMsg(out.rid, [], [], [], finish_to_msg(error), out.cached_tokens)
 
     def _req_out(self, req: Req) -> ReqOutMsg:
         sent = self._num_sent.pop(req.rid, 0)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -17,7 +19,7 @@ from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.config import SchedulerConfig
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.executor.sampler import Sampler
+from radixrt.executor.sampler import NO_TOKEN, Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
 from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
@@ -74,7 +76,7 @@ class Scheduler:
         error = reject_reason(req, self.runner.context_len, self.kv.allocator.capacity,
                               self.runner.arch.vocab_size)  # fmt: skip
         if error:
-            req.finish(FinishReason(FinishKind.ABORT, message=error))
+            req.finish(FinishReason.error(error, 400))
             return
         if not self.grammar.hold(req):
             self.waiting.append(req)
@@ -198,13 +200,17 @@ class Scheduler:
         for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
             if wants_input_logprobs(req):
                 n = req.extend_len
-                add_input_logprobs(req, logits[row : row + n], req.kv_len)
+                _guarded(req, "input logprobs", add_input_logprobs, req, logits[row : row + n],
+                         req.kv_len)  # fmt: skip
                 row += n
             elif sample:
                 row += 1
             req.kv_len += req.extend_len
             if req.extend_len > 1:
                 self.kv.cache_unfinished(req)  # a prefilled chunk becomes shareable at once
+            if req.is_finished:  # its own fault above: it goes like any finished request
+                touched.append(req)
+                continue
             if not sample:
                 continue
             if len(req.output_ids) >= req.sampling_params.max_new_tokens:
@@ -214,25 +220,43 @@ class Scheduler:
                 to_sample.append(req)
                 sample_idx.append(last)
         if to_sample:
-            mask = self.grammar.vocab_mask(to_sample)
-            out = self.sampler.sample(logits[sample_idx], to_sample, mask)
-            now = time.monotonic()
-            for i, req in enumerate(to_sample):
-                req.output_ids.append(out.next_token_ids[i])
-                req.first_token_time = req.first_token_time or now
-                if req.sampling_params.return_logprob and out.logprobs is not None:
-                    req.output_logprobs.append(out.logprobs[i])
-                    if out.top_logprobs is not None:
-                        req.output_top_logprobs.append(out.top_logprobs[i])
-                self.finish.check(req, self.runner.context_len)
-                self.grammar.accept(req, lambda r: self.finish.check(r, self.runner.context_len))
-                touched.append(req)
-            self.stats.generated_tokens += len(to_sample)
+            touched += self._sample(to_sample, logits[sample_idx])
         for req in touched:
             if req.is_finished:
                 self.running.remove(req)
                 self.kv.release(req)
         return touched
+
+    def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[Req]:
+        """Sample one token for each of `reqs` from its logits row (len(reqs), V), then check
+        finish and advance grammars. A fault of one request's own (its grammar's mask or
+        matcher, its stop check) or a row where no token is allowed finishes that request
+        with an error; the others go on."""
+        mask = self.grammar.vocab_mask(reqs)  # a request whose mask failed is finished
+        out = self.sampler.sample(logits, reqs, mask)
+        now = time.monotonic()
+        for i, req in enumerate(reqs):
+            token = out.next_token_ids[i]
+            if req.is_finished:
+                continue
+            if token == NO_TOKEN:
+                req.finish(FinishReason.error(
+                    "no token can be sampled: every token is disallowed here (its grammar, "
+                    "the stop-token ban before min_new_tokens, or non-finite logits)"))
+                continue
+            req.output_ids.append(token)
+            req.first_token_time = req.first_token_time or now
+            self.stats.generated_tokens += 1
+            if req.sampling_params.return_logprob and out.logprobs is not None:
+                req.output_logprobs.append(out.logprobs[i])
+                if out.top_logprobs is not None:
+                    req.output_top_logprobs.append(out.top_logprobs[i])
+            _guarded(req, "the finish check", self._check_finish, req)
+        return reqs
+
+    def _check_finish(self, req: Req) -> None:
+        self.finish.check(req, self.runner.context_len)
+        self.grammar.accept(req, lambda r: self.finish.check(r, self.runner.context_len))
 
     def _retract(self, req: Req) -> None:
         """Give a running request's slots back (computed tokens go to the cache); re-queue it."""
@@ -246,3 +270,13 @@ class Scheduler:
     def _match(self, req: Req) -> tuple[int, object]:
         m = self.kv.match(req)
         return int(m.slots.numel()), m.last_node
+
+
+def _guarded(req: Req, what: str, fn: Callable[..., None], *args: Any) -> None:
+    """Run fn(*args), a step of `req`'s own; if it raises, finish `req` with a 500 error
+    (logged with its traceback) instead of failing the whole step."""
+    try:
+        fn(*args)
+    except Exception as e:
+        logger.exception("request %s failed in %s", req.rid, what)
+        req.finish(FinishReason.error(f"internal error in {what}: {type(e).__name__}: {e}"))

@@ -13,7 +13,7 @@ import asyncio
 import os
 from collections import ChainMap
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -22,6 +22,8 @@ from radixrt.messages import InfoReplyMsg
 from radixrt.router.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
 from radixrt.server.args import ServerArgs
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
+
+T = TypeVar("T")
 
 
 class DPInfoReplyMsg(InfoReplyMsg, tag=True):
@@ -68,18 +70,18 @@ class DataParallelManager:
 
     def submit(
         self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str] | None,
-        extra_key: str | None = None, session: str | None = None,
+        extra_key: str | None = None, session: str | None = None, caller: str = "",
     ) -> list[ReqState]:
         """Pick a replica by the first prompt (and `session`) and submit the lot there."""
         for rid in rids or ():
-            if any(rid in m.groups or rid in m.states for m in self.managers):
+            if any((caller, rid) in m.groups for m in self.managers):
                 raise ValueError(f"rid {rid!r} is already in use")
         key: tuple[Any, ...] = tuple(prompts[0]) if prompts else ()
         if extra_key is not None:  # another cache namespace: never matches the plain prompts
             key = (extra_key, *key)
         loads = [WorkerLoad(wid, len(m.states)) for wid, m in zip(self._ids, self.managers)]
         idx = self.policy.select(RouteRequest(key, session), loads)
-        states = self.managers[idx].submit(prompts, params, rids, extra_key)
+        states = self.managers[idx].submit(prompts, params, rids, extra_key, caller=caller)
         self.routed[idx] += 1
         return states
 
@@ -87,8 +89,12 @@ class DataParallelManager:
         for m in self.managers:  # each drops only the states it holds
             m.abort(states)
 
-    def abort_rid(self, rid: str) -> bool:
-        return any([m.abort_rid(rid) for m in self.managers])
+    def abort_rid(self, rid: str, caller: str = "") -> None:
+        for m in self.managers:
+            m.abort_rid(rid, caller)
+
+    async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.managers[0].run_tokenizer(fn, *args)
 
     def abort_all(self) -> None:
         for m in self.managers:

@@ -1,6 +1,7 @@
 """The FastAPI app: native endpoints (/generate, cache and info, metrics) plus the OpenAI ones.
 
-One asyncio task per HTTP request; each handler validates, submits through the
+One asyncio task per HTTP request; each handler parses, tokenizes and validates its body on
+the tokenizer thread (the event loop stays free), checks its grammar, submits through the
 TokenizerManager and waits on its requests' shared event.
 """
 
@@ -17,13 +18,20 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.grammar.base import GrammarBusyError
 from radixrt.server.args import ServerArgs
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
+    NOT_STARTED_HEADER,
     SESSION_HEADER,
     SSE_DONE,
     ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    BodyTooLargeError,
     ClientGoneError,
+    RequestFailedError,
+    body_too_large,
+    caller_of,
     error_body,
     error_response,
     json_response,
@@ -34,15 +42,18 @@ from radixrt.server.http_common import (
 )
 from radixrt.server.metrics import CONTENT_TYPE
 from radixrt.server.openai_api import OpenAIServing
+from radixrt.server.openai_protocol import ChatCompletionRequest, CompletionRequest
+from radixrt.server.openapi import install_openapi
 from radixrt.server.protocol import (
     BadRequestError,
     GenerateRequest,
     Limits,
+    PreparedRequest,
     decode_body,
     prepare_generate,
 )
 from radixrt.server.tokenizer_manager import (
-    QueueFullError,
+    RefusedError,
     ReqState,
     SchedulerDeadError,
     TokenizerManager,
@@ -60,16 +71,21 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        grammar.start()  # warms a grammar-check worker in the background
         yield
+        grammar.close()
         if on_shutdown is not None:
             await on_shutdown()
 
     app = FastAPI(title="radixrt", lifespan=lifespan, docs_url=None, redoc_url=None)
-    limits = Limits.from_ready(tm.ready)
-    grammar = GrammarChecker(args.scheduler, tm.tokenizer, tm.ready)
+    limits = Limits.from_server(tm.ready, args.server, tm.tokenizer)
+    grammar = GrammarChecker(args.scheduler, tm.tokenizer, tm.ready,
+                             max_pending=args.server.max_pending_grammars,
+                             max_grammar_bytes=args.server.max_grammar_bytes)
     openai = OpenAIServing(tm, limits, args.server.served_model_name or _model_name(args),
                            grammar)
     app.state.model_name = openai.model_name
+    app.state.max_request_bytes = args.server.max_request_bytes
     _add_error_handlers(app)
 
     @app.get("/health")
@@ -78,15 +94,19 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
             return error_response(tm.dead_reason, 503)
         return json_response({"status": "ok"})
 
+    def parse_generate(raw: bytes) -> tuple[GenerateRequest, PreparedRequest]:
+        body = decode_body(raw, GenerateRequest)
+        return body, prepare_generate(body, tm.tokenizer, limits)
+
     @app.post("/generate")
     async def generate(request: Request) -> Response:
-        body = decode_body(await request.body(), GenerateRequest)
-        prepared = prepare_generate(body, tm.tokenizer, limits)
+        body, prepared = await tm.run_tokenizer(parse_generate, await request.body())
         await grammar.check(prepared.params)
         states = tm.submit(prepared.prompts, prepared.params, prepared.rids, body.extra_key,
-                           session=request.headers.get(SESSION_HEADER))
+                           session=request.headers.get(SESSION_HEADER),
+                           caller=caller_of(request))
         if body.stream:
-            return sse_response(_generate_events(states), tm, states)
+            return sse_response(_generate_events(tm, states))
         try:
             await wait_finished(request, tm, states)
         except ClientGoneError:
@@ -124,9 +144,9 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
 
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:
+        """Abort the caller's own request `rid`; the same answer whether or not one runs."""
         body = decode_body(await request.body(), AbortRequest)
-        if not tm.abort_rid(body.rid):
-            return error_response(f"no request with rid {body.rid!r} is running", 404)
+        tm.abort_rid(body.rid, caller_of(request))
         return json_response({"success": True})
 
     @app.get("/metrics")
@@ -136,13 +156,19 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         return Response(tm.metrics.render(await tm.get_info()), media_type=CONTENT_TYPE)
 
     openai.add_routes(app)
-    if args.server.api_key is not None:
+    install_openapi(app, {"/generate": GenerateRequest, "/v1/completions": CompletionRequest,
+                          "/v1/chat/completions": ChatCompletionRequest,
+                          "/abort_request": AbortRequest})
+    app.add_middleware(BodyLimitMiddleware, max_bytes=args.server.max_request_bytes)
+    if args.server.api_key is not None:  # outermost: no body is read before the key check
         app.add_middleware(ApiKeyMiddleware, api_key=args.server.api_key)
     return app
 
 
-async def _generate_events(states: list[ReqState]) -> AsyncIterator[bytes]:
-    """SSE for /generate: cumulative results; `index` tells requests apart when several."""
+async def _generate_events(tm: TokenizerManager, states: list[ReqState]) -> AsyncIterator[bytes]:
+    """SSE for /generate: cumulative results; `index` tells requests apart when several.
+    An error ends the stream with an error event; unfinished requests are aborted however
+    the stream ends."""
     sent: list[tuple[int, str, bool]] = [(0, "", False)] * len(states)
     try:
         async for _ in updates(states):
@@ -157,6 +183,10 @@ async def _generate_events(states: list[ReqState]) -> AsyncIterator[bytes]:
                 yield sse_event(result)
     except SchedulerDeadError as e:
         yield sse_event(error_body(str(e), 503))
+    except RequestFailedError as e:
+        yield sse_event(error_body(str(e), e.status_code))
+    finally:
+        tm.abort(states)  # a no-op for the finished ones
     yield SSE_DONE
 
 
@@ -165,7 +195,21 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def bad_request(request: Request, exc: Exception) -> Response:
         return error_response(str(exc), 400)
 
-    @app.exception_handler(QueueFullError)
+    @app.exception_handler(BodyTooLargeError)
+    async def too_large(request: Request, exc: Exception) -> Response:
+        return body_too_large(request.app.state.max_request_bytes)
+
+    @app.exception_handler(RequestFailedError)
+    async def failed(request: Request, exc: Exception) -> Response:
+        return error_response(str(exc), exc.status_code)  # type: ignore[attr-defined]
+
+    @app.exception_handler(GrammarBusyError)
+    @app.exception_handler(RefusedError)
+    async def refused(request: Request, exc: Exception) -> Response:
+        response = error_response(str(exc), 503)
+        response.headers[NOT_STARTED_HEADER] = "1"
+        return response
+
     @app.exception_handler(SchedulerDeadError)
     async def unavailable(request: Request, exc: Exception) -> Response:
         return error_response(str(exc), 503)

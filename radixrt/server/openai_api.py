@@ -18,6 +18,8 @@ from radixrt.server.http_common import (
     SESSION_HEADER,
     SSE_DONE,
     ClientGoneError,
+    RequestFailedError,
+    caller_of,
     error_body,
     json_response,
     sse_event,
@@ -59,14 +61,20 @@ class OpenAIServing:
         }]})
 
     async def completions(self, request: Request) -> Response:
-        body = decode_body(await request.body(), CompletionRequest)
-        prepared = prepare_completion(body, self.tm.tokenizer, self.limits)
+        body, prepared = await self.tm.run_tokenizer(self._parse, await request.body(), False)
         return await self._serve(request, body, prepared, is_chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
-        body = decode_body(await request.body(), ChatCompletionRequest)
-        prepared = prepare_chat(body, self.tm.tokenizer, self.limits)
+        body, prepared = await self.tm.run_tokenizer(self._parse, await request.body(), True)
         return await self._serve(request, body, prepared, is_chat=True)
+
+    def _parse(self, raw: bytes, is_chat: bool) -> tuple[Any, PreparedRequest]:
+        """Decode, template and tokenize a body (on the tokenizer thread)."""
+        if is_chat:
+            chat = decode_body(raw, ChatCompletionRequest)
+            return chat, prepare_chat(chat, self.tm.tokenizer, self.limits)
+        body = decode_body(raw, CompletionRequest)
+        return body, prepare_completion(body, self.tm.tokenizer, self.limits)
 
     # ---- serving ---------------------------------------------------------------------------
 
@@ -76,11 +84,11 @@ class OpenAIServing:
         await self.grammar.check(prepared.params)
         session = request.headers.get(SESSION_HEADER) or body.prompt_cache_key or body.user
         states = self.tm.submit(prepared.prompts, prepared.params, prepared.rids,
-                                session=session)
+                                session=session, caller=caller_of(request))
         rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return sse_response(self._stream(rid, states, body.n, is_chat, usage), self.tm, states)
+            return sse_response(self._stream(rid, states, body.n, is_chat, usage))
         try:
             await wait_finished(request, self.tm, states)
         except ClientGoneError:
@@ -103,6 +111,8 @@ class OpenAIServing:
     async def _stream(
         self, rid: str, states: list[ReqState], n: int, is_chat: bool, include_usage: bool
     ) -> AsyncIterator[bytes]:
+        """SSE deltas; an error ends the stream with an error event, and unfinished requests
+        are aborted however it ends."""
         head = {"id": rid, "object": "chat.completion.chunk" if is_chat else "text_completion",
                 "created": int(time.time()), "model": self.model_name}
         sent_text = [""] * len(states)
@@ -135,6 +145,10 @@ class OpenAIServing:
                 yield sse_event({**head, "choices": [], "usage": _usage(states, n)})
         except SchedulerDeadError as e:
             yield sse_event(error_body(str(e), 503))
+        except RequestFailedError as e:
+            yield sse_event(error_body(str(e), e.status_code))
+        finally:
+            self.tm.abort(states)  # a no-op for the finished ones
         yield SSE_DONE
 
     def _choice(
@@ -164,18 +178,28 @@ class OpenAIServing:
         return {"content": content, "refusal": None}
 
     def _text_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
+        """Tokens from `start` on; a stream calls this with growing `start`, and the
+        characters before it are carried on the state, so a whole stream costs O(tokens)."""
         req = state.req
-        tokens = [self._token_str(t) for t in req.output_ids]
-        offsets = [0]
-        for s in tokens[:-1]:
-            offsets.append(offsets[-1] + len(s))
+        ids = list(req.output_ids)
+        counted, offset = state.text_offset
+        if counted > start:
+            counted, offset = 0, 0
+        offset += sum(len(self._token_str(t)) for t in ids[counted:start])
+        state.text_offset = (start, offset)
+        tokens = [self._token_str(t) for t in ids[start:]]
+        offsets = []
+        for tok in tokens:
+            offsets.append(offset)
+            offset += len(tok)
         has_top = req.sampling_params.top_logprobs_num > 0
         return {
-            "tokens": tokens[start:],
-            "token_logprobs": list(req.output_logprobs[start:]),
+            "tokens": tokens,
+            "token_logprobs": list(req.output_logprobs[start:len(ids)]),
             "top_logprobs": [{self._token_str(t): lp for lp, t in top}
-                             for top in req.output_top_logprobs[start:]] if has_top else None,
-            "text_offset": offsets[start:len(tokens)],
+                             for top in req.output_top_logprobs[start:len(ids)]]
+            if has_top else None,
+            "text_offset": offsets,
         }
 
     def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from radixrt.server.protocol import (
     BadRequestError,
     Limits,
     PreparedRequest,
+    check_id,
     check_token_ids,
     fit_to_context,
     to_sampling_params,
@@ -117,10 +118,15 @@ def prepare_completion(
         raise BadRequestError("echo, suffix and best_of are not supported")
     p = req.prompt
     if isinstance(p, str):
+        limits.check_text(p)
         prompts = [tokenizer.encode(p)]
     elif p and all(isinstance(x, str) for x in p):
+        limits.check_prompt_count(len(p))
+        for x in p:
+            limits.check_text(x)
         prompts = [tokenizer.encode(x) for x in p]
     elif p and all(isinstance(x, list) for x in p):
+        limits.check_prompt_count(len(p))
         prompts = [check_token_ids(x, "prompt") for x in p]
     else:
         prompts = [check_token_ids(p, "prompt")]
@@ -137,13 +143,18 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
     """Render the messages with the tokenizer's chat template; one prompt."""
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
+    if len(req.messages) > limits.max_chat_messages:
+        raise BadRequestError(f"{len(req.messages)} messages; at most "
+                              f"{limits.max_chat_messages} (--max-chat-messages)")
     if getattr(tokenizer, "chat_template", None) is None:
         raise BadRequestError("this model's tokenizer has no chat template")
     messages = [{"role": m.role, "content": _content_text(m)} for m in req.messages]
+    limits.check_text("".join(m["content"] + m["role"] for m in messages), "the conversation")
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # jinja raises for conversations its template refuses
         raise BadRequestError(f"the chat template rejected the messages: {e}") from None
+    limits.check_text(text, "the rendered conversation")
     prompts = [tokenizer.encode(text, add_special_tokens=False)]
     d = req.sampling_dict()
     if req.response_format is not None:
@@ -172,6 +183,7 @@ def _prepare(prompts: list[list[int]], d: dict[str, Any], explicit_max: int | No
         params.append(fit_to_context(ids, sp, limits, explicit_max is not None))
     if rid is not None and len(prompts) > 1:
         raise BadRequestError("rid takes a single prompt")
+    check_id(rid, "rid")
     return PreparedRequest(prompts, params, None if rid is None else [rid], len(prompts) == 1)
 
 

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from radixrt.core import Req
-from radixrt.server.detokenizer import IncrementalDetokenizer
+from radixrt.text.detokenizer import IncrementalDetokenizer
 
 
 def build_result(req: Req, detok: IncrementalDetokenizer) -> dict[str, Any]:

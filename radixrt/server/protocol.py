@@ -12,12 +12,14 @@ from typing import Any
 
 import msgspec
 
+from radixrt.config import ServerConfig
 from radixrt.core import _ALIASES as SAMPLING_ALIASES  # max_tokens -> max_new_tokens, ...
 from radixrt.core import SamplingParams
 from radixrt.messages import ReadyMsg
 
 MAX_N = 64  # samples per prompt
 MAX_TOP_LOGPROBS = 100
+MAX_ID_LEN = 256  # characters of a client's rid or extra_key
 _UNSET = msgspec.UNSET
 
 
@@ -39,15 +41,40 @@ class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 @dataclass(frozen=True)
 class Limits:
-    """What a prompt must fit, as measured by the scheduler at start-up."""
+    """What a request must fit: the model and pool as measured by the scheduler at start-up,
+    and the server's bounds on the work one request may ask for (ServerConfig)."""
 
     context_length: int
     max_total_tokens: int
     vocab_size: int
+    max_prompts: int = 256
+    max_chat_messages: int = 1024
+    max_prompt_chars: int = 2**62
+    max_stop_strings: int = 16
+    max_stop_string_len: int = 256
 
     @classmethod
-    def from_ready(cls, ready: ReadyMsg) -> Limits:
-        return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size)
+    def from_server(cls, ready: ReadyMsg, config: ServerConfig, tokenizer: Any) -> Limits:
+        """The limits of a server; a prompt longer than the context length times the longest
+        token's characters cannot fit, so that is the default character bound."""
+        chars = config.max_prompt_chars
+        if chars is None:
+            chars = ready.context_length * max(map(len, tokenizer.get_vocab()), default=1)
+        return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size,
+                   config.max_prompts_per_request, config.max_chat_messages, chars,
+                   config.max_stop_strings, config.max_stop_string_len)
+
+    def check_prompt_count(self, num: int) -> None:
+        if num > self.max_prompts:
+            raise BadRequestError(f"{num} prompts in one request; at most {self.max_prompts} "
+                                  "(--max-prompts-per-request)")
+
+    def check_text(self, text: str, what: str = "the prompt") -> None:
+        """Refuse text too long to fit the context, before tokenizing it."""
+        if len(text) > self.max_prompt_chars:
+            raise BadRequestError(
+                f"{what} has {len(text)} characters, more than can fit the context "
+                f"({self.max_prompt_chars}, --max-prompt-chars)")
 
 
 @dataclass(frozen=True)
@@ -75,14 +102,19 @@ def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> Pr
     if req.text is not None:
         is_single = isinstance(req.text, str)
         texts = [req.text] if isinstance(req.text, str) else req.text
+        limits.check_prompt_count(len(texts))
+        for t in texts:
+            limits.check_text(t)
         prompts = [tokenizer.encode(t) for t in texts]
     else:
         ids = req.input_ids or []
         is_single = not ids or not isinstance(ids[0], list)
         prompts = [ids] if is_single else ids
+        limits.check_prompt_count(len(prompts))
         prompts = [check_token_ids(p, "input_ids") for p in prompts]
     if not prompts:
         raise BadRequestError("the prompt list is empty")
+    check_id(req.extra_key, "extra_key")
     raw = req.sampling_params
     dicts = raw if isinstance(raw, list) else [raw or {}] * len(prompts)
     if len(dicts) != len(prompts):
@@ -90,6 +122,8 @@ def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> Pr
     rids = [req.rid] if isinstance(req.rid, str) else req.rid
     if rids is not None and len(rids) != len(prompts):
         raise BadRequestError(f"{len(rids)} rids for {len(prompts)} prompts")
+    for rid in rids or ():
+        check_id(rid, "rid")
     logprob_args = {k: v for k in ("return_logprob", "logprob_start_len", "top_logprobs_num")
                     if (v := getattr(req, k)) is not _UNSET}
     params = []
@@ -127,9 +161,14 @@ def fit_to_context(
     n = len(ids)
     if n == 0:
         raise BadRequestError("the prompt is empty")
-    bad = next((t for t in [*ids, *sp.stop_token_ids] if not 0 <= t < limits.vocab_size), None)
-    if bad is not None:
-        raise BadRequestError(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
+    for name, tokens in (("input_ids", ids), ("stop_token_ids", sp.stop_token_ids)):
+        bad = next((t for t in tokens if not 0 <= t < limits.vocab_size), None)
+        if bad is not None:
+            raise BadRequestError(f"{name}: token id {bad} is outside the vocabulary "
+                                  f"[0, {limits.vocab_size})")
+    check_stop_strings(sp, limits)
+    if (why := sp.check_against(n, limits.vocab_size)) is not None:
+        raise BadRequestError(why)
     ctx = limits.context_length
     if n >= ctx:
         raise BadRequestError(f"the prompt has {n} tokens; the context length is {ctx}")
@@ -147,6 +186,22 @@ def fit_to_context(
         sp.max_new_tokens = room - n
         sp.min_new_tokens = min(sp.min_new_tokens, sp.max_new_tokens)
     return sp
+
+
+def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:
+    if len(sp.stop) > limits.max_stop_strings:
+        raise BadRequestError(f"{len(sp.stop)} stop strings; at most {limits.max_stop_strings} "
+                              "(--max-stop-strings)")
+    longest = max(map(len, sp.stop), default=0)
+    if longest > limits.max_stop_string_len:
+        raise BadRequestError(f"a stop string has {longest} characters; at most "
+                              f"{limits.max_stop_string_len} (--max-stop-string-len)")
+
+
+def check_id(value: str | None, name: str) -> None:
+    """A client-chosen id (rid, extra_key): at most MAX_ID_LEN characters."""
+    if value is not None and len(value) > MAX_ID_LEN:
+        raise BadRequestError(f"{name} has {len(value)} characters; at most {MAX_ID_LEN}")
 
 
 def check_token_ids(ids: Any, name: str) -> list[int]:

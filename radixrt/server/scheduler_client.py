@@ -83,9 +83,18 @@ class SchedulerClient:
             elif self.returncode is not None:
                 raise SchedulerStartError(f"scheduler process exited with status {self.returncode}")
 
+    def encode(self, msg: ToSchedulerMsg) -> bytes:
+        """The message's bytes on the wire; raises (msgspec.EncodeError, OverflowError) for a
+        value msgpack cannot carry."""
+        return self._encoder.encode(msg)
+
+    def send_encoded(self, buf: bytes) -> None:
+        """Queue an encoded message for the scheduler; never blocks."""
+        self._send_sock.send(buf, zmq.NOBLOCK, copy=False)
+
     def send(self, msg: ToSchedulerMsg) -> None:
         """Queue a message for the scheduler; never blocks."""
-        self._send_sock.send(self._encoder.encode(msg), zmq.NOBLOCK, copy=False)
+        self.send_encoded(self.encode(msg))
 
     async def recv(self) -> FromSchedulerMsg:
         raw = await self._recv_sock.recv(copy=False)

@@ -3,21 +3,29 @@
 It sends GenerateReqMsg / AbortReqMsg to the scheduler, applies each BatchTokenOutMsg to a
 mirror `Req` per request (output ids, logprobs, finish reason), and wakes the handler that
 waits on it. When the scheduler process dies every request in flight fails at once.
+
+Request ids: the scheduler only ever sees ids made here (uuid4). What a client calls its
+request (its own `rid`, or the made id it is told in `meta_info.id`) is scoped to that client
+(`caller`), so one client can neither abort nor probe another's requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from radixrt.config import ServerConfig
-from radixrt.core import Req, SamplingParams
+from radixrt.core import FinishReason, Req, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
@@ -28,40 +36,59 @@ from radixrt.messages import (
     GetInfoReqMsg,
     InfoReplyMsg,
     ReadyMsg,
+    ReqOutMsg,
     finish_from_msg,
 )
-from radixrt.server.detokenizer import IncrementalDetokenizer
 from radixrt.server.metrics import NoMetrics
 from radixrt.server.output import build_result
 from radixrt.server.scheduler_client import SchedulerClient
+from radixrt.text.detokenizer import IncrementalDetokenizer
 
 logger = logging.getLogger("radixrt")
 
 _REPLY_TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 
 class SchedulerDeadError(RuntimeError):
     """The scheduler process is gone; the server answers 503 until it exits."""
 
 
-class QueueFullError(RuntimeError):
+class RefusedError(RuntimeError):
+    """Refused before anything was sent to a scheduler: a client (or router) may retry."""
+
+
+class QueueFullError(RefusedError):
     """More than max_queued_requests would be waiting."""
+
+
+class SchedulerUnavailableError(RefusedError, SchedulerDeadError):
+    """The scheduler was already gone when the request arrived."""
+
+
+GroupKey = tuple[str, str]  # (caller, the id the client knows the request by)
 
 
 @dataclass(slots=True, eq=False)
 class ReqState:
-    """One scheduled request. `event` is shared by all requests of one HTTP call."""
+    """One scheduled request (one sample of one prompt). `event` is shared by all requests of
+    one HTTP call; `req.rid` is the scheduler's id, `visible_id` the client's."""
 
     req: Req
     detok: IncrementalDetokenizer
     event: asyncio.Event
-    group: str  # the rid the client knows (and may abort by)
-    error: str | None = None
+    group: GroupKey  # the client's name for the prompt this sample belongs to
+    visible_id: str  # meta_info.id: the group id, with "-i" for sample i when n > 1
+    error: str | None = None  # the scheduler died
+    # OpenAI text logprobs: (tokens, characters) of the output already offset-counted.
+    text_offset: tuple[int, int] = (0, 0)
 
     def result(self) -> dict[str, Any]:
         if self.error is not None:
             raise SchedulerDeadError(self.error)
-        return build_result(self.req, self.detok)
+        result = build_result(self.req, self.detok)
+        result["meta_info"]["id"] = self.visible_id
+        return result
 
 
 class TokenizerManager:
@@ -76,14 +103,17 @@ class TokenizerManager:
         self.ready = ready
         self.config = config
         self.metrics = metrics
-        self.states: dict[str, ReqState] = {}
-        self.groups: dict[str, list[ReqState]] = {}
+        self.states: dict[str, ReqState] = {}  # scheduler rid -> state, until finished
+        self.groups: dict[GroupKey, list[ReqState]] = {}  # unfinished states per client id
         self.num_running = 0  # as last reported by the scheduler
         self.dead_reason: str | None = None
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._reply_ids = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self._on_dead: Callable[[str], None] = lambda reason: None
+        # Tokenizing and chat templating run here, one at a time (the fast tokenizer is not
+        # safe to call concurrently), so the event loop keeps answering while they run.
+        self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="radixrt-tokenize")
 
     def start(self, on_dead: Callable[[str], None]) -> None:
         """Start the output loop and the watchdog; `on_dead` runs once if the scheduler dies."""
@@ -95,6 +125,11 @@ class TokenizerManager:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) on the tokenizer thread (tokenize, template, validate a body)."""
+        return await asyncio.get_running_loop().run_in_executor(self._tokenizer_pool, fn, *args)
 
     @property
     def num_queued(self) -> int:
@@ -105,62 +140,82 @@ class TokenizerManager:
 
     def submit(
         self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str] | None,
-        extra_key: str | None = None, session: str | None = None,
+        extra_key: str | None = None, session: str | None = None, caller: str = "",
     ) -> list[ReqState]:
         """Send one request per prompt and sample (n each); states come back prompt-major.
-        `session` only matters to a dispatcher over several replicas."""
+
+        `rids`: the client's names for its prompts (unique among `caller`'s requests in
+        flight), else ids are made here. Every message is encoded before anything is
+        registered, and a failure while sending unregisters them all: a request that raises
+        here leaves nothing behind. `session` only matters to a dispatcher over replicas."""
         if self.dead_reason is not None:
-            raise SchedulerDeadError(self.dead_reason)
-        rids = rids or [uuid.uuid4().hex for _ in prompts]
+            raise SchedulerUnavailableError(self.dead_reason)
         num_new = sum(p.n for p in params)
-        if self.num_queued + num_new > self.config.max_queued_requests:
+        limit = self.config.max_queued_requests
+        if num_new > limit:
+            raise ValueError(f"the request asks for {num_new} sequences (prompts x n); at most "
+                             f"{limit} may wait (--max-queued-requests)")
+        if self.num_queued + num_new > limit:
             raise QueueFullError(
-                f"too many requests waiting ({self.num_queued}); "
-                f"max_queued_requests is {self.config.max_queued_requests}"
-            )
-        sub_rids = [[rid] if sp.n == 1 else [f"{rid}-{i}" for i in range(sp.n)]
-                    for rid, sp in zip(rids, params, strict=True)]
-        flat = [r for subs in sub_rids for r in subs]
-        taken = [r for r in [*rids, *flat] if r in self.groups or r in self.states]
-        if taken:
-            raise ValueError(f"rid {taken[0]!r} is already in use")
-        if len(set(flat)) != len(flat):
+                f"too many requests waiting ({self.num_queued}); max_queued_requests is {limit}")
+        names = rids or [uuid.uuid4().hex for _ in prompts]
+        if len(set(names)) != len(names):
             raise ValueError("the rids of one request must be distinct")
+        taken = next((r for r in names if (caller, r) in self.groups), None)
+        if taken is not None:
+            raise ValueError(f"rid {taken!r} is already in use")
         event = asyncio.Event()
-        states: list[ReqState] = []
-        for ids, sp, rid, subs in zip(prompts, params, rids, sub_rids, strict=True):
-            group: list[ReqState] = []
-            for i, sub_rid in enumerate(subs):
-                sub = sp if sp.n == 1 else SamplingParams.from_dict(
-                    {**sp.to_dict(), "n": 1, "seed": None if sp.seed is None else sp.seed + i})
-                req = Req(sub_rid, ids, sub, extra_key=extra_key, arrival_time=time.monotonic())
+        now = time.monotonic()
+        groups: dict[GroupKey, list[ReqState]] = {}
+        encoded: list[bytes] = []
+        for ids, sp, name in zip(prompts, params, names, strict=True):
+            key = (caller, name)
+            groups[key] = []
+            for i in range(sp.n):
+                sub = sp if sp.n == 1 else sp.for_sample(i)
+                req = Req(uuid.uuid4().hex, ids, sub, extra_key=extra_key, arrival_time=now)
                 detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
-                group.append(ReqState(req, detok, event, rid))
-            self.groups[rid] = group
-            states.extend(group)
-        for state in states:
-            self.states[state.req.rid] = state
-            req = state.req
-            self.client.send(GenerateReqMsg(req.rid, req.input_ids, req.sampling_params.to_dict(),
-                                            req.extra_key))
+                visible = name if sp.n == 1 else f"{name}-{i}"
+                groups[key].append(ReqState(req, detok, event, key, visible))
+                encoded.append(self._encode(GenerateReqMsg(
+                    req.rid, req.input_ids, sub.to_dict(), req.extra_key)))
+        states = [state for group in groups.values() for state in group]
+        self.groups.update(groups)
+        self.states.update((state.req.rid, state) for state in states)
+        sent = 0
+        try:
+            for buf in encoded:
+                self.client.send_encoded(buf)
+                sent += 1
+        except BaseException:
+            self.abort(states, notify=False)
+            for state in states[:sent]:  # these reached the scheduler: best effort to stop them
+                with contextlib.suppress(Exception):
+                    self.client.send(AbortReqMsg(state.req.rid))
+            raise
         return states
 
-    def abort(self, states: list[ReqState]) -> None:
-        """Abort the unfinished ones (the client went away); their outputs are dropped."""
+    def _encode(self, msg: GenerateReqMsg) -> bytes:
+        try:
+            return self.client.encode(msg)
+        except (msgspec.EncodeError, OverflowError, UnicodeEncodeError, TypeError) as e:
+            raise ValueError(f"the request holds a value that cannot be sent to the scheduler: "
+                             f"{type(e).__name__}: {e}") from None
+
+    def abort(self, states: list[ReqState], notify: bool = True) -> None:
+        """Abort the unfinished ones (the client went away); their outputs are dropped.
+        `notify=False`: they were never sent, so the scheduler is not told."""
         for state in states:
             if self.states.pop(state.req.rid, None) is not None:
                 self._drop_from_group(state)
-                if self.dead_reason is None:
+                if notify and self.dead_reason is None:
                     self.client.send(AbortReqMsg(state.req.rid))
 
-    def abort_rid(self, rid: str) -> bool:
-        """Abort the requests a client submitted as `rid` (exact match); False if none run."""
-        group = self.groups.get(rid)
-        if not group:
-            return False
-        for state in group:
+    def abort_rid(self, rid: str, caller: str = "") -> None:
+        """Abort `caller`'s requests named `rid` (exact match); a no-op when there are none,
+        so the answer says nothing about other clients' requests."""
+        for state in self.groups.get((caller, rid), ()):
             self.client.send(AbortReqMsg(state.req.rid))  # the finish comes back as usual
-        return True
 
     def abort_all(self) -> None:
         """Abort every request in flight; each still gets its (abort) finish as usual."""
@@ -190,7 +245,17 @@ class TokenizerManager:
 
     async def _recv_loop(self) -> None:
         while True:
-            msg = await self.client.recv()
+            try:
+                msg = await self.client.recv()
+            except msgspec.DecodeError:  # one bad message: the others still arrive
+                logger.exception("dropped an undecodable message from the scheduler")
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the channel itself is broken: nothing more will arrive
+                logger.exception("the scheduler channel failed")
+                self._die(f"lost the scheduler channel: {type(e).__name__}: {e}")
+                return
             try:
                 if isinstance(msg, BatchTokenOutMsg):
                     self._on_outputs(msg)
@@ -214,21 +279,35 @@ class TokenizerManager:
             state = self.states.get(out.rid)
             if state is None:  # aborted by a client that went away
                 continue
-            req = state.req
-            if out.new_ids and not req.output_ids:
-                self.metrics.observe_first_token(now - req.arrival_time)
-            req.output_ids.extend(out.new_ids)
-            req.output_logprobs.extend(out.new_logprobs)
-            req.output_top_logprobs.extend(out.new_top_logprobs)
-            req.cached_tokens = out.cached_tokens
-            if out.finish is not None:
-                req.input_logprobs = list(out.input_logprobs)
-                req.input_top_logprobs = list(out.input_top_logprobs)
-                req.finish_reason = finish_from_msg(out.finish)
-                del self.states[out.rid]
-                self._drop_from_group(state)
-                self.metrics.observe_finished(req, now - req.arrival_time)
-            state.event.set()
+            try:
+                self._apply(state, out, now)
+            except Exception as e:  # fail this request only; the others' outputs still apply
+                logger.exception("could not apply the output of request %s", out.rid)
+                self._fail(state, f"internal error: {type(e).__name__}: {e}")
+
+    def _apply(self, state: ReqState, out: ReqOutMsg, now: float) -> None:
+        """Append one step's output to the mirror Req; finish it when the scheduler did."""
+        req = state.req
+        if out.new_ids and not req.output_ids:
+            self.metrics.observe_first_token(now - req.arrival_time)
+        req.output_ids.extend(out.new_ids)
+        req.output_logprobs.extend(out.new_logprobs)
+        req.output_top_logprobs.extend(out.new_top_logprobs)
+        req.cached_tokens = out.cached_tokens
+        if out.finish is not None:
+            req.input_logprobs = list(out.input_logprobs)
+            req.input_top_logprobs = list(out.input_top_logprobs)
+            req.finish_reason = finish_from_msg(out.finish)
+            del self.states[out.rid]
+            self._drop_from_group(state)
+            self.metrics.observe_finished(req, now - req.arrival_time)
+        state.event.set()
+
+    def _fail(self, state: ReqState, message: str) -> None:
+        """Finish `state` with a 500 error here and abort it in the scheduler."""
+        state.req.finish(FinishReason.error(message))
+        self.abort([state])
+        state.event.set()
 
     def _drop_from_group(self, state: ReqState) -> None:
         group = self.groups.get(state.group)

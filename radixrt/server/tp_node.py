@@ -12,7 +12,7 @@ import signal
 import time
 from types import FrameType
 
-from radixrt.executor.tp_group import report_failure, start_ranks, stop_procs
+from radixrt.executor.tp_group import group_secret, report_failure, start_ranks, stop_procs
 from radixrt.server.args import ServerArgs
 
 logger = logging.getLogger("radixrt")
@@ -26,10 +26,28 @@ def run_tp_node(args: ServerArgs) -> int:
     local = m.tp_size // m.nnodes
     ranks = range(m.node_rank * local, (m.node_rank + 1) * local)
     assert m.dist_init_addr is not None  # ModelConfig requires it when nnodes > 1
-    procs = start_ranks(m, args.cache, args.scheduler.max_running_requests, ranks,
-                        m.dist_init_addr, args.server.log_level)
-    logger.info("node %d of %d: tensor-parallel ranks %d-%d joining %s", m.node_rank, m.nnodes,
-                ranks[0], ranks[-1], m.dist_init_addr)
+    try:
+        secret = group_secret(m)
+    except ValueError as e:
+        logger.error("%s", e)
+        return 1
+    procs = start_ranks(
+        m,
+        args.cache,
+        args.scheduler.max_running_requests,
+        ranks,
+        m.dist_init_addr,
+        secret,
+        args.server.log_level,
+    )
+    logger.info(
+        "node %d of %d: tensor-parallel ranks %d-%d joining %s",
+        m.node_rank,
+        m.nnodes,
+        ranks[0],
+        ranks[-1],
+        m.dist_init_addr,
+    )
     stopping: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -43,10 +61,11 @@ def run_tp_node(args: ServerArgs) -> int:
             failed = {r: rc for r, rc in ended.items() if rc != 0}
             if failed:
                 rank, rc = next(iter(failed.items()))
-                reason = (f"tensor-parallel rank {rank} on node {m.node_rank} exited with "
-                          f"status {rc}")
+                reason = (
+                    f"tensor-parallel rank {rank} on node {m.node_rank} exited with status {rc}"
+                )
                 logger.error("%s; stopping this node", reason)
-                report_failure(m.dist_init_addr, reason)
+                report_failure(m.dist_init_addr, secret, reason)
                 return 1
             if len(ended) == len(procs):
                 logger.info("node %d: every rank stopped", m.node_rank)

@@ -63,8 +63,9 @@ def start_node1(model_path: Path) -> tuple[subprocess.Popen, str]:
                              str(model_path), "--node-rank", "1", *flags]), addr
 
 
-def test_two_nodes_on_one_host(tiny_llama_path: Path) -> None:
+def test_two_nodes_on_one_host(tiny_llama_path: Path, monkeypatch) -> None:
     """Node 1 is `launch_server --node-rank 1` (its rank, no HTTP); node 0 an Engine."""
+    monkeypatch.setenv("RADIXRT_DIST_SECRET", "two-nodes-test-secret")  # node 1 inherits it
     node1, addr = start_node1(tiny_llama_path)
     try:
         with Engine(str(tiny_llama_path), max_total_tokens=1024) as engine:
@@ -80,7 +81,8 @@ def test_two_nodes_on_one_host(tiny_llama_path: Path) -> None:
         node1.wait()
 
 
-def test_a_rank_lost_on_another_node_reaches_rank_0(tiny_llama_path: Path) -> None:
+def test_a_rank_lost_on_another_node_reaches_rank_0(tiny_llama_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RADIXRT_DIST_SECRET", "lost-rank-test-secret")
     node1, addr = start_node1(tiny_llama_path)
     try:
         with Engine(str(tiny_llama_path), tp_size=2, nnodes=2, node_rank=0,

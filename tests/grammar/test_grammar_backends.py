@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,13 @@ def test_compiler_caches_times_out_and_does_not_cache_failures() -> None:
     with pytest.raises(GrammarError, match="took longer than 0.05 s"):
         compiler.compile(spec)
     slow.release.set()
-    assert compiler.compile(spec) == "x" and compiler.compile(spec) == "x"
-    assert compiler.submit(spec) is compiler.submit(spec)
+    time.sleep(0.05)
+    with pytest.raises(GrammarError, match="took longer than 0.05 s"):
+        compiler.compile(spec)  # refused at once: a timed-out spec is not compiled again
+    assert slow.num_compiles == 1
+    ok = GrammarSpec("regex", "y")
+    assert compiler.compile(ok) == "y" and compiler.compile(ok) == "y"
+    assert compiler.submit(ok) is compiler.submit(ok)
     before = slow.num_compiles
     for _ in range(2):
         with pytest.raises(GrammarError, match="bad"):

@@ -22,12 +22,12 @@ PREFIX = ("You are a geography tutor. Answer in one short sentence, name the cou
 
 
 class RouterProcess:
-    def __init__(self, urls: list[str], log_path: Path) -> None:
+    def __init__(self, urls: list[str], log_path: Path, *flags: str) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self._log = open(log_path, "wb")
         self.log_path = log_path
         cmd = [sys.executable, "-m", "radixrt.router", "--worker-urls", *urls,
-               "--port", self.url.rsplit(":", 1)[1], "--health-check-interval-s", "0.5"]
+               "--port", self.url.rsplit(":", 1)[1], "--health-check-interval-s", "0.5", *flags]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         deadline = time.monotonic() + 60
@@ -148,15 +148,17 @@ def test_abort_request_by_rid_reaches_the_worker(cluster) -> None:
             "text": "Count to a thousand:", "rid": "long-1",
             "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}})
         deadline = time.monotonic() + 30
-        while httpx.post(router.url + "/abort_request", json={"rid": "long-1"}).status_code \
-                != 200:
+        while sum(httpx.get(w.url + "/get_server_info").json()["num_running_reqs"]
+                  for w in workers) == 0:
             assert time.monotonic() < deadline and not pending.done()
-            time.sleep(0.1)
+            time.sleep(0.05)
+        assert httpx.post(router.url + "/abort_request", json={"rid": "long-1"}).status_code \
+            == 200
         out = pending.result().json()
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert out["meta_info"]["completion_tokens"] < 2000
     r = httpx.post(router.url + "/abort_request", json={"rid": "long-1"})
-    assert r.status_code == 404
+    assert r.status_code == 200  # the same answer whether or not the rid runs
 
 
 def test_killed_worker_leaves_rotation(cluster) -> None:

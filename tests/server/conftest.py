@@ -28,3 +28,24 @@ def chat_prompt(smollm2_path: Path) -> str:
     return load_tokenizer(smollm2_path).apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}], tokenize=False,
         add_generation_prompt=True)
+
+
+# Small limits so each bound is cheap to reach; the queue bound of 4 makes a wedged
+# registration visible after a handful of requests.
+TINY_FLAGS = ("--max-queued-requests", "4", "--context-length", "512", "--max-request-bytes",
+              "1000000", "--max-prompts-per-request", "8", "--max-chat-messages", "16",
+              "--max-stop-strings", "4", "--max-stop-string-len", "32",
+              "--max-grammar-bytes", "4096", "--grammar-timeout-s", "5")
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A server on the tiny random Llama (SmolLM2's tokenizer) for robustness and fuzz tests;
+    at the end it must still serve, with the pool whole and nothing locked."""
+    server = start_server(tiny_llama_path, tmp_path_factory.mktemp("tiny_server"), *TINY_FLAGS)
+    try:
+        yield server
+        server.assert_serving()
+        assert server.proc.poll() is None, "the server died during the tests"
+    finally:
+        server.stop()

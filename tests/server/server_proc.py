@@ -87,7 +87,18 @@ class ServerProcess:
         assert idle, f"server still busy: {info}"
         total = info["free_tokens"] + info["evictable_tokens"] + info["protected_tokens"]
         assert total == info["max_total_tokens"], info
+        assert info["protected_tokens"] == 0, f"slots still locked while idle: {info}"
         return info
+
+    def assert_serving(self) -> None:
+        """/health answers 200 within a second, a normal request is served, the pool whole."""
+        t0 = time.monotonic()
+        assert self.get("/health").status_code == 200
+        assert time.monotonic() - t0 < 1.0, "/health took over a second"
+        r = self.post("/generate", json={"text": "Hello", "sampling_params": {
+            "max_new_tokens": 3, "temperature": 0}})
+        assert r.status_code == 200, r.text
+        self.wait_idle_and_whole()
 
     def stop(self) -> None:
         """SIGTERM the group, then SIGKILL whatever is left of it."""

@@ -18,15 +18,15 @@ class FakeReplica:
         self.tokenizer = self.ready = self.metrics = None
         self.config = ServerConfig()
         self.states: dict[str, object] = {}
-        self.groups: dict[str, object] = {}
+        self.groups: dict[tuple[str, str], object] = {}
         self.dead_reason = None
         self.submitted: list[list[int]] = []
         self.free = free
 
-    def submit(self, prompts, params, rids, extra_key=None) -> list:
+    def submit(self, prompts, params, rids, extra_key=None, caller="") -> list:
         self.submitted.append(prompts[0])
         for rid in rids or ():
-            self.states[rid] = self.groups[rid] = object()
+            self.states[rid] = self.groups[(caller, rid)] = object()
         return []
 
     async def get_info(self) -> InfoReplyMsg:

@@ -1,0 +1,67 @@
+"""The OpenAPI document at /openapi.json: request bodies described by the msgspec structs that
+parse them (and SamplingParams' own fields), so schema-driven clients and fuzzers see the
+real request shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from radixrt.core import _ALIASES, SamplingParams
+
+_REF = "#/components/schemas/{name}"
+
+
+def sampling_params_struct() -> type[msgspec.Struct]:
+    """A struct with SamplingParams' fields and aliases (documentation only: the server
+    validates sampling dicts with SamplingParams.from_dict)."""
+    hints = typing.get_type_hints(SamplingParams)
+    fields: list[tuple[str, Any, Any]] = []
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(SamplingParams):
+        kind = hints[f.name]
+        if f.name == "json_schema":
+            kind = str | dict[str, Any] | None  # an object is accepted and serialized
+        if f.name == "stop":
+            kind = str | list[str] | None
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        defaults[f.name] = default
+        fields.append((f.name, kind, default))
+    for alias, target in _ALIASES.items():
+        fields.append((alias, hints[target], defaults[target]))
+    return msgspec.defstruct("SamplingParams", fields, kw_only=True, forbid_unknown_fields=True)
+
+
+def install_openapi(app: FastAPI, bodies: dict[str, type]) -> None:
+    """Make `app.openapi()` describe the JSON body of each POST path in `bodies`."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            sampling = sampling_params_struct()
+            schemas, components = msgspec.json.schema_components(
+                [*bodies.values(), sampling], ref_template=_REF)
+            _type_sampling_params(components, _REF.format(name="SamplingParams"))
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(components)
+            for path, schema in zip(bodies, schemas, strict=False):
+                doc["paths"][path]["post"]["requestBody"] = {
+                    "required": True, "content": {"application/json": {"schema": schema}}}
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _type_sampling_params(components: dict[str, Any], ref: str) -> None:
+    """Point each body's untyped `sampling_params` at the SamplingParams schema."""
+    one = {"$ref": ref}
+    for schema in components.values():
+        props = schema.get("properties", {})
+        if "sampling_params" in props:
+            props["sampling_params"] = {
+                "anyOf": [one, {"type": "array", "items": one}, {"type": "null"}]}

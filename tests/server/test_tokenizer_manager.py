@@ -1,0 +1,132 @@
+"""TokenizerManager without a scheduler: a submit that fails leaves nothing registered, rids are
+scoped to their caller, and one request's bad output fails only that request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from radixrt.config import ServerConfig
+from radixrt.core import SamplingParams
+from radixrt.messages import (
+    AbortReqMsg,
+    BatchTokenOutMsg,
+    FinishMsg,
+    GenerateReqMsg,
+    ReadyMsg,
+    ReqOutMsg,
+)
+from radixrt.server.metrics import NoMetrics
+from radixrt.server.tokenizer_manager import QueueFullError, TokenizerManager
+
+
+class FakeClient:
+    """Records what would go to the scheduler; the send after `fail_after` messages fails."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.sent: list[object] = []
+        self.fail_after = fail_after
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(GenerateReqMsg | AbortReqMsg)
+
+    def encode(self, msg: object) -> bytes:
+        return self._encoder.encode(msg)
+
+    def send_encoded(self, buf: bytes) -> None:
+        if self.fail_after is not None and len(self.sent) == self.fail_after:
+            self.fail_after = None
+            raise OSError("socket gone")
+        self.sent.append(self._decoder.decode(buf))
+
+    def send(self, msg: object) -> None:
+        self.send_encoded(self.encode(msg))
+
+
+class FakeTokenizer:
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+def make_tm(client: FakeClient, max_queued: int = 8) -> TokenizerManager:
+    ready = ReadyMsg("m", 1000, 0, 512, 100, "cpu", "float32")
+    return TokenizerManager(client, FakeTokenizer(), ready,  # type: ignore[arg-type]
+                            ServerConfig(max_queued_requests=max_queued), NoMetrics())
+
+
+def params(**kw: object) -> SamplingParams:
+    return SamplingParams.from_dict({"max_new_tokens": 4, **kw})
+
+
+def run(coro_fn):
+    return asyncio.run(coro_fn())
+
+
+def test_a_value_msgpack_cannot_carry_is_a_value_error_and_leaves_nothing() -> None:
+    async def go() -> None:
+        client = FakeClient()
+        tm = make_tm(client)
+        sp = params()
+        sp.seed = 10**23  # past validation: what a bug upstream could let through
+        with pytest.raises(ValueError, match="cannot be sent"):
+            tm.submit([[1, 2]], [sp], None)
+        assert not tm.states and not tm.groups and not client.sent
+
+    run(go)
+
+
+def test_a_send_that_fails_midway_unregisters_and_aborts_what_went_out() -> None:
+    async def go() -> None:
+        client = FakeClient(fail_after=2)
+        tm = make_tm(client)
+        with pytest.raises(OSError):
+            tm.submit([[1], [2], [3]], [params()] * 3, None)
+        assert not tm.states and not tm.groups
+        sent = [m for m in client.sent if isinstance(m, GenerateReqMsg)]
+        aborted = {m.rid for m in client.sent if isinstance(m, AbortReqMsg)}
+        assert len(sent) == 2 and aborted == {m.rid for m in sent}
+        for _ in range(8):  # the queue bound sees nothing left behind
+            tm.submit([[1]], [params()], None)
+        with pytest.raises(QueueFullError):
+            tm.submit([[1]], [params()], None)
+
+    run(go)
+
+
+def test_rids_are_scoped_to_their_caller() -> None:
+    async def go() -> None:
+        client = FakeClient()
+        tm = make_tm(client)
+        (a,) = tm.submit([[1]], [params()], ["job"], caller="alice")
+        with pytest.raises(ValueError, match="already in use"):
+            tm.submit([[1]], [params()], ["job"], caller="alice")
+        (b,) = tm.submit([[1]], [params()], ["job"], caller="bob")
+        assert a.req.rid != b.req.rid and "job" not in (a.req.rid, b.req.rid)
+        tm.abort_rid("job", caller="mallory")
+        tm.abort_rid("nothing", caller="bob")
+        assert not [m for m in client.sent if isinstance(m, AbortReqMsg)]
+        tm.abort_rid("job", caller="bob")
+        assert [m.rid for m in client.sent if isinstance(m, AbortReqMsg)] == [b.req.rid]
+        many = tm.submit([[1]], [params(n=3, seed=5)], ["n"], caller="alice")
+        assert [s.visible_id for s in many] == ["n-0", "n-1", "n-2"]
+        assert [s.req.sampling_params.seed for s in many] == [5, 6, 7]
+
+    run(go)
+
+
+def test_a_bad_output_fails_only_its_request() -> None:
+    async def go() -> None:
+        client = FakeClient()
+        tm = make_tm(client)
+        bad, good = tm.submit([[1], [2]], [params(), params()], None)
+        tm._on_outputs(BatchTokenOutMsg([
+            ReqOutMsg(bad.req.rid, [5], [], [], FinishMsg("no-such-kind"), 0),
+            ReqOutMsg(good.req.rid, [6, 7], [], [], FinishMsg("length"), 0),
+        ], 0, 0))
+        assert bad.req.finish_reason.status_code == 500
+        assert good.result()["meta_info"]["finish_reason"] == {"type": "length"}
+        assert not tm.states and not tm.groups
+        assert AbortReqMsg(bad.req.rid) in client.sent
+
+    run(go)
