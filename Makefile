@@ -58,7 +58,7 @@ bench-quick: bench-peers
 	$(PY) -m radixrt.bench.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check radixrt lang tests
+	$(PY) -m ruff check radixrt tests
 
 clean-venv:
 	rm -rf $(VENV)

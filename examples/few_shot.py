@@ -7,7 +7,7 @@ once and every question hits the radix cache.
 from __future__ import annotations
 
 import radixrt as rt
-from lang.launch import example_main
+from radixrt.lang.launch import example_main
 
 EXAMPLES = [
     ("What is the capital of Italy?", "Rome"),

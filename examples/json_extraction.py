@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import radixrt as rt
-from lang.launch import example_main
+from radixrt.lang.launch import example_main
 
 CITY_SCHEMA = {
     "type": "object",

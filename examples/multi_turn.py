@@ -7,7 +7,7 @@ the previous turns from the radix cache.
 from __future__ import annotations
 
 import radixrt as rt
-from lang.launch import example_main
+from radixrt.lang.launch import example_main
 
 
 @rt.function

@@ -7,7 +7,7 @@ one batched request after the (cached) prompt, so the answer is always one of th
 from __future__ import annotations
 
 import radixrt as rt
-from lang.launch import example_main
+from radixrt.lang.launch import example_main
 
 LABELS = ["positive", "negative", "neutral"]
 

@@ -10,7 +10,7 @@ import ast
 import operator
 
 import radixrt as rt
-from lang.launch import example_main
+from radixrt.lang.launch import example_main
 
 _OPS = {
     ast.Add: operator.add,

@@ -7,7 +7,7 @@ prefix, each is expanded, and the model picks the best one with `select`.
 from __future__ import annotations
 
 import radixrt as rt
-from lang.launch import example_main
+from radixrt.lang.launch import example_main
 
 NUM_BRANCHES = 3
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import lang
-from lang import *  # noqa: F403 - the language's public names, listed in lang.__all__
-
-# The runtime's SamplingParams, not lang's (explicit aliases mark the re-exports).
+import radixrt.lang as lang
 from radixrt.core import FinishKind as FinishKind
 from radixrt.core import FinishReason as FinishReason
-from radixrt.core import SamplingParams as SamplingParams
+from radixrt.core import SamplingParams as _RuntimeSamplingParams
+from radixrt.lang import *  # noqa: F403 - the language's public names, listed in lang.__all__
+
+SamplingParams = _RuntimeSamplingParams  # the runtime's, not the one the star import brings
 
 if TYPE_CHECKING:
     from radixrt.engine import Engine as Engine

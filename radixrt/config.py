@@ -11,6 +11,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
+# default.
+GRAMMAR_BACKEND_NAMES = ("llguidance", "outlines")
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,6 @@ class SchedulerConfig:
     disable_jump_forward: bool = False
 
     def __post_init__(self) -> None:
-        from radixrt.grammar import GRAMMAR_BACKENDS  # names only: imports no backend
-
         if self.max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
         if self.chunked_prefill_size < 1:
@@ -106,9 +107,9 @@ class SchedulerConfig:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
             )
-        if self.grammar_backend not in GRAMMAR_BACKENDS:
+        if self.grammar_backend not in GRAMMAR_BACKEND_NAMES:
             raise ValueError(
-                f"grammar_backend must be one of {tuple(GRAMMAR_BACKENDS)}, "
+                f"grammar_backend must be one of {GRAMMAR_BACKEND_NAMES}, "
                 f"got {self.grammar_backend!r}"
             )
         if self.grammar_timeout_s <= 0:
@@ -167,7 +168,7 @@ class ServerConfig:
 class RouterConfig:
     """How requests are spread over replicas (`--dp`) or worker servers (the router)."""
 
-    router_policy: str = "cache_aware"  # a name from radixrt.router.policy.ROUTING_POLICIES
+    router_policy: str = "cache_aware"  # a name from radixrt.routing.policy.ROUTING_POLICIES
     # cache_aware follows the longest match when matched / prompt length exceeds this.
     cache_threshold: float = 0.5
     # Loads (requests in flight) are imbalanced when max - min > abs and max > rel * min;

@@ -202,6 +202,10 @@ class SamplingParams:
                     f"must be < the prompt's {prompt_len} tokens")
         return None
 
+    def samples(self) -> list[SamplingParams]:
+        """One SamplingParams per sample of n (itself when n == 1): the n fan-out."""
+        return [self] if self.n == 1 else [self.for_sample(i) for i in range(self.n)]
+
     def for_sample(self, i: int) -> SamplingParams:
         """The parameters of sample i of n: n == 1, and a seed of its own (seed + i, wrapped
         into int64) when seeded. The one place the n fan-out derives per-sample params."""

@@ -39,7 +39,11 @@ class GetInfoReqMsg(msgspec.Struct, tag=True):
     reply_id: int
 
 
-ToSchedulerMsg = GenerateReqMsg | AbortReqMsg | FlushCacheReqMsg | GetInfoReqMsg
+class StopMsg(msgspec.Struct, tag=True):
+    """Ends the scheduler loop after the current step (the Engine's shutdown)."""
+
+
+ToSchedulerMsg = GenerateReqMsg | AbortReqMsg | FlushCacheReqMsg | GetInfoReqMsg | StopMsg
 
 
 # ---- scheduler -> HTTP process -------------------------------------------------------------

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +50,7 @@ class BaseAttnBackend(ABC):
         v = v.view(-1, layer.num_kv_heads, layer.head_dim)
         fb.token_to_kv_pool.set_kv_buffer(layer.layer_id, fb.out_loc, k, v)
         q = q.view(-1, layer.num_heads, layer.head_dim)
-        if fb.mode.value == "decode":
+        if fb.mode is ForwardMode.DECODE:
             out = self.forward_decode(q, k, v, layer, fb)
         else:
             out = self.forward_extend(q, k, v, layer, fb)

@@ -10,7 +10,7 @@ import torch
 
 from radixrt.attention.base import AttentionLayer
 from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import cpu as ck
 
 
@@ -30,7 +30,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         self._kernel_extends: list[tuple[int, int, int, int]] = []
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        self.decode_batch = fb.mode.value == "decode"
+        self.decode_batch = fb.mode is ForwardMode.DECODE
         if self.decode_batch:
             return
         if not self._use_extend_kernel:

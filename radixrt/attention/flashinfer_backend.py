@@ -25,7 +25,7 @@ from radixrt.attention.flashinfer_metadata import (
     build_flashinfer_metadata,
     paged_kv,
 )
-from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 
 WORKSPACE_BYTES = 256 * 2**20  # FlashInfer's float workspace, shared by every wrapper
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from radixrt.attention.base import AttentionLayer, indptr
-from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import build_kv_indices
 
 PADDING_PAGE = 0  # the pool's never-allocated page: padded graph rows attend to its slot 0

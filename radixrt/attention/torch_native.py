@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from radixrt.attention.base import AttentionLayer, BaseAttnBackend
 from radixrt.attention.decode_cascade import DecodePlan, attend_decode, build_decode_plan
-from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.forward_batch import ForwardBatch
 
 # Decode batches with more (request, key) pairs than this and no shared prefix use SDPA.
 _SMALL_DECODE_TOKENS = 4096

@@ -18,7 +18,7 @@ from types import ModuleType
 import torch
 
 from radixrt.attention.base import AttentionLayer, BaseAttnBackend, indptr
-from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import build_kv_indices
 
 NUM_KV_SPLITS = 8  # decode splits per request (a fixed count keeps the grid graph-safe)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import lang as rt
+import radixrt.lang as rt
 from radixrt.bench.datasets import WordSource
 
 LETTERS = "ABCD"

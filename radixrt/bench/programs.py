@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import lang as rt
+import radixrt.lang as rt
 from radixrt.bench.datasets import WordSource
 from radixrt.bench.program_workloads import Workload, make_workloads
 

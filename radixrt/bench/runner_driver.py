@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from radixrt.executor.forward_batch import ForwardBatch
 from radixrt.executor.model_runner import ModelRunner
+from radixrt.forward_batch import ForwardBatch
 
 
 @dataclass(slots=True)

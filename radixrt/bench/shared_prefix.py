@@ -78,7 +78,7 @@ def run_engine(
     args: argparse.Namespace, prompts: list[list[int]], output_len: int, radix_cache: bool
 ) -> RunResult:
     """The whole workload through a fresh Engine; warm-up excluded from the figures."""
-    from radixrt import Engine
+    from radixrt.engine import Engine
 
     params = {"max_new_tokens": output_len, "temperature": 0, "ignore_eos": True}
     with Engine(

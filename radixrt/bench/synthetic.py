@@ -12,7 +12,7 @@ import torch
 from radixrt.attention.base import BaseAttnBackend
 from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from radixrt.cache.paged_allocator import PagedSlotAllocator
-from radixrt.executor.forward_batch import ForwardBatch
+from radixrt.forward_batch import ForwardBatch
 
 
 class SyntheticPools:

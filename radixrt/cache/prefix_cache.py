@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from radixrt.cache.memory_pool import TokenSlotAllocator
-
-if TYPE_CHECKING:
-    from radixrt.cache.radix_cache import TreeNode
+from radixrt.cache.tree_node import TreeNode
 
 
 @dataclass(slots=True)
@@ -145,9 +142,6 @@ class NoPrefixCache(BasePrefixCache):
     """
 
     def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
-        # Deferred: radix_cache imports this module for the base class.
-        from radixrt.cache.radix_cache import TreeNode
-
         super().__init__(allocator, page_size)
         self.root = TreeNode()
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)

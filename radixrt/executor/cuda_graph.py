@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from radixrt.executor.forward_batch import ForwardBatch, ForwardMode
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 
 if TYPE_CHECKING:
     from torch import nn

@@ -15,10 +15,10 @@ from radixrt.core import Batch
 from radixrt.distributed.comm import BaseComm
 from radixrt.executor.cpu_setup import init_cpu_kernels, keep_freed_memory
 from radixrt.executor.cuda_graph import capture_decode_graphs
-from radixrt.executor.forward_batch import ForwardBatch
 from radixrt.executor.kv_memory import build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
 from radixrt.executor.tp_group import NullTPGroup, TPGroup
+from radixrt.forward_batch import ForwardBatch
 from radixrt.models import get_model_cls
 from radixrt.models.arch import ArchConfig
 from radixrt.models.loader import (

@@ -42,7 +42,6 @@ from radixrt.distributed.comm import (
     secret_name,
     serve_store,
 )
-from radixrt.executor.tp_worker import TPWorkerArgsMsg
 
 logger = logging.getLogger("radixrt")
 
@@ -56,6 +55,19 @@ _GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 _NO_SECRET = (
     f"nnodes > 1 needs the same secret on every node: set ${SECRET_ENV} or --dist-secret-file"
 )
+
+
+class TPWorkerArgsMsg(msgspec.Struct):
+    """What rank 0 (or another host's launcher) passes a tp_worker process on its command line
+    (JSON; the group's secret travels in its environment instead)."""
+
+    model: ModelConfig
+    cache: CacheConfig
+    max_running_requests: int
+    rank: int
+    init_addr: str  # host:port of rank 0's rendezvous (torch.distributed TCP store)
+    num_threads: int  # torch CPU threads for this rank
+    log_level: str = "info"
 
 
 class NullTPGroup:

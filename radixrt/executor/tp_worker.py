@@ -17,21 +17,11 @@ import time
 
 import msgspec
 
-from radixrt.config import CacheConfig, ModelConfig
+from radixrt.executor.tp_group import TPWorkerArgsMsg, announce_joined
 
 logger = logging.getLogger("radixrt")
 
 _PARENT_POLL_S = 0.5
-
-
-class TPWorkerArgsMsg(msgspec.Struct):
-    model: ModelConfig
-    cache: CacheConfig
-    max_running_requests: int
-    rank: int
-    init_addr: str  # host:port of rank 0's rendezvous (torch.distributed TCP store)
-    num_threads: int  # torch CPU threads for this rank
-    log_level: str = "info"
 
 
 def run_worker(args: TPWorkerArgsMsg) -> int:
@@ -40,7 +30,6 @@ def run_worker(args: TPWorkerArgsMsg) -> int:
 
     from radixrt.distributed.comm import SECRET_ENV, TorchDistComm, connect_store
     from radixrt.executor.model_runner import ModelRunner, resolve_device
-    from radixrt.executor.tp_group import announce_joined
 
     torch.set_num_threads(args.num_threads)
     secret = os.environ.get(SECRET_ENV)

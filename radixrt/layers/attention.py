@@ -10,7 +10,7 @@ from torch import nn
 from radixrt.attention.base import AttentionLayer
 
 if TYPE_CHECKING:
-    from radixrt.executor.forward_batch import ForwardBatch
+    from radixrt.forward_batch import ForwardBatch
 
 
 class RadixAttention(nn.Module):

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from radixrt.models.loader import ModelLoadError, merge_token_ids
+from radixrt.models.hf_folder import ModelLoadError, merge_token_ids
 
 logger = logging.getLogger("radixrt")
 

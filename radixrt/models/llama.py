@@ -22,7 +22,7 @@ from radixrt.models.llama_weights import load_llama_weights
 from radixrt.models.tp_partition import TPPartition
 
 if TYPE_CHECKING:
-    from radixrt.executor.forward_batch import ForwardBatch
+    from radixrt.forward_batch import ForwardBatch
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: each (T, head_dim) float32
 

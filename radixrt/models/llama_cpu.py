@@ -18,7 +18,7 @@ from radixrt.kernels import cpu as ck
 from radixrt.layers.cpu import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, PackedLinear
 
 if TYPE_CHECKING:
-    from radixrt.executor.forward_batch import ForwardBatch
+    from radixrt.forward_batch import ForwardBatch
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:

@@ -24,17 +24,19 @@ from starlette.responses import Response, StreamingResponse
 
 from radixrt.config import RouterConfig, RouterServerConfig
 from radixrt.router.keys import route_request
-from radixrt.router.policy import make_policy
 from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import Worker, WorkerPool
-from radixrt.server.http_common import (
+from radixrt.routing.policy import make_policy
+from radixrt.web.middleware import (
     NOT_STARTED_HEADER,
     SESSION_HEADER,
     ApiKeyMiddleware,
+)
+from radixrt.web.responses import (
+    PROMETHEUS_CONTENT_TYPE,
     error_response,
     json_response,
 )
-from radixrt.server.metrics import CONTENT_TYPE
 
 logger = logging.getLogger("radixrt.router")
 
@@ -101,7 +103,8 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(router_metrics(await router_info(pool, auth)), media_type=CONTENT_TYPE)
+        text = router_metrics(await router_info(pool, auth))
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     @app.post("/flush_cache")
     async def flush_cache() -> Response:

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from radixrt.config import LOG_LEVELS, RouterConfig, RouterServerConfig
-from radixrt.router.policy import ROUTING_POLICIES
+from radixrt.routing.policy import ROUTING_POLICIES
 
 ROUTER_CONFIGS = (RouterConfig, RouterServerConfig)
 _CHOICES: dict[str, tuple[str, ...]] = {

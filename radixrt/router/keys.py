@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from radixrt.router.policy import RouteRequest
+from radixrt.routing.policy import RouteRequest
 
 
 def route_request(path: str, body: Any, session_header: str | None) -> RouteRequest:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 
 from radixrt.config import RouterServerConfig
-from radixrt.router.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
+from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
 
 logger = logging.getLogger("radixrt.router")
 

@@ -94,6 +94,26 @@ class Scheduler:
                     return req
         return None
 
+    def flush_cache(self) -> bool:
+        """Drop the prefix cache; only when idle (False, and nothing done, otherwise)."""
+        if not self.is_idle:
+            return False
+        self.kv.cache.reset()
+        return True
+
+    def info(self) -> dict[str, Any]:
+        """The figures InfoReplyMsg carries (all but reply_id): pool, queues, counters."""
+        kv, s = self.kv, self.stats
+        return {
+            "max_total_tokens": kv.allocator.capacity, "free_tokens": kv.allocator.num_free,
+            "evictable_tokens": kv.cache.evictable_size,
+            "protected_tokens": kv.cache.protected_size, "num_running_reqs": len(self.running),
+            "num_queued_reqs": len(self.waiting) + self.grammar.num_held,
+            "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
+            "generated_tokens": s.generated_tokens, "cache_hit_rate": s.hit_rate,
+            "forward_passes": s.forward_passes, "retractions": s.retractions,
+        }  # fmt: skip
+
     @property
     def is_idle(self) -> bool:
         return not self.waiting and not self.running and not self.grammar.num_held

@@ -23,7 +23,7 @@ from radixrt.config import (
     ServerConfig,
 )
 from radixrt.grammar import GRAMMAR_BACKENDS
-from radixrt.router.policy import ROUTING_POLICIES
+from radixrt.routing.policy import ROUTING_POLICIES
 
 SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig, RouterConfig)
 

@@ -19,7 +19,7 @@ import msgspec
 
 from radixrt.core import SamplingParams
 from radixrt.messages import InfoReplyMsg
-from radixrt.router.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
+from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
 from radixrt.server.args import ServerArgs
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
 

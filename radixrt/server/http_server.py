@@ -22,21 +22,8 @@ from radixrt.grammar.base import GrammarBusyError
 from radixrt.server.args import ServerArgs
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
-    NOT_STARTED_HEADER,
-    SESSION_HEADER,
-    SSE_DONE,
-    ApiKeyMiddleware,
-    BodyLimitMiddleware,
-    BodyTooLargeError,
     ClientGoneError,
     RequestFailedError,
-    body_too_large,
-    caller_of,
-    error_body,
-    error_response,
-    json_response,
-    sse_event,
-    sse_response,
     updates,
     wait_finished,
 )
@@ -57,6 +44,23 @@ from radixrt.server.tokenizer_manager import (
     ReqState,
     SchedulerDeadError,
     TokenizerManager,
+)
+from radixrt.web.middleware import (
+    NOT_STARTED_HEADER,
+    SESSION_HEADER,
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    BodyTooLargeError,
+    body_too_large,
+    caller_of,
+)
+from radixrt.web.responses import (
+    SSE_DONE,
+    error_body,
+    error_response,
+    json_response,
+    sse_event,
+    sse_response,
 )
 
 logger = logging.getLogger("radixrt")
@@ -174,7 +178,7 @@ async def _generate_events(tm: TokenizerManager, states: list[ReqState]) -> Asyn
         async for _ in updates(states):
             for i, state in enumerate(states):
                 result = state.result()
-                key = (len(result["output_ids"]), result["text"], state.req.is_finished)
+                key = (len(result["output_ids"]), result["text"], state.out.is_finished)
                 if key == sent[i]:
                     continue
                 sent[i] = key

@@ -44,7 +44,7 @@ async def _serve(args: ServerArgs) -> int:
     import uvicorn
 
     from radixrt.models.loader import load_tokenizer
-    from radixrt.router.policy import make_policy
+    from radixrt.routing.policy import make_policy
     from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
     from radixrt.server.http_server import create_app
     from radixrt.server.metrics import Metrics, NoMetrics

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixrt.core import Req
 from radixrt.messages import InfoReplyMsg
+from radixrt.output.state import ReqOutput
+from radixrt.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
+
+__all__ = ["CONTENT_TYPE", "Metrics", "NoMetrics"]
 
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _E2E_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class NoMetrics:
@@ -20,7 +22,7 @@ class NoMetrics:
     def observe_first_token(self, seconds: float) -> None:
         pass
 
-    def observe_finished(self, req: Req, seconds: float) -> None:
+    def observe_finished(self, req: ReqOutput, seconds: float) -> None:
         pass
 
     def render(self, info: InfoReplyMsg) -> bytes:
@@ -72,7 +74,7 @@ class Metrics(NoMetrics):
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
 
-    def observe_finished(self, req: Req, seconds: float) -> None:
+    def observe_finished(self, req: ReqOutput, seconds: float) -> None:
         self.prompt_tokens.inc(req.prompt_len)
         self.generation_tokens.inc(len(req.output_ids))
         self.cached_tokens.inc(req.cached_tokens)

@@ -15,15 +15,8 @@ from starlette.responses import Response
 
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
-    SESSION_HEADER,
-    SSE_DONE,
     ClientGoneError,
     RequestFailedError,
-    caller_of,
-    error_body,
-    json_response,
-    sse_event,
-    sse_response,
     updates,
     wait_finished,
 )
@@ -35,6 +28,17 @@ from radixrt.server.openai_protocol import (
 )
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
 from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, TokenizerManager
+from radixrt.web.middleware import (
+    SESSION_HEADER,
+    caller_of,
+)
+from radixrt.web.responses import (
+    SSE_DONE,
+    error_body,
+    json_response,
+    sse_event,
+    sse_response,
+)
 
 
 class OpenAIServing:
@@ -129,7 +133,7 @@ class OpenAIServing:
                     if is_done[i]:
                         continue
                     result = state.result()
-                    text, finished = result["text"], state.req.is_finished
+                    text, finished = result["text"], state.out.is_finished
                     if text == sent_text[i] and not finished:
                         continue
                     choice = self._choice(i, state, text[len(sent_text[i]):], sent_tokens[i],
@@ -155,7 +159,7 @@ class OpenAIServing:
         self, index: int, state: ReqState, text: str, first_token: int, is_chat: bool
     ) -> dict[str, Any]:
         """A choice with its text (as `delta`) and the logprobs of tokens from `first_token`."""
-        req = state.req
+        req = state.out
         reason = req.finish_reason
         choice: dict[str, Any] = {
             "index": index, "delta": text, "logprobs": None,
@@ -167,7 +171,7 @@ class OpenAIServing:
         return choice
 
     def _chat_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
-        req = state.req
+        req = state.out
         ids = req.output_ids[start:]
         tops = req.output_top_logprobs[start:] or [[] for _ in ids]
         content = []
@@ -180,7 +184,7 @@ class OpenAIServing:
     def _text_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
         """Tokens from `start` on; a stream calls this with growing `start`, and the
         characters before it are carried on the state, so a whole stream costs O(tokens)."""
-        req = state.req
+        req = state.out
         ids = list(req.output_ids)
         counted, offset = state.text_offset
         if counted > start:
@@ -213,10 +217,10 @@ class OpenAIServing:
 def _usage(states: list[ReqState], n: int) -> dict[str, Any]:
     """Prompt tokens count once per prompt (its first sample), completions once per sample."""
     firsts = states[::n]
-    prompt = sum(s.req.prompt_len for s in firsts)
-    completion = sum(len(s.req.output_ids) for s in states)
+    prompt = sum(s.out.prompt_len for s in firsts)
+    completion = sum(len(s.out.output_ids) for s in states)
     return {
         "prompt_tokens": prompt, "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": sum(s.req.cached_tokens for s in firsts)},
+        "prompt_tokens_details": {"cached_tokens": sum(s.out.cached_tokens for s in firsts)},
     }

@@ -1,7 +1,7 @@
 """TokenizerManager: the HTTP process's view of every request in flight.
 
-It sends GenerateReqMsg / AbortReqMsg to the scheduler, applies each BatchTokenOutMsg to a
-mirror `Req` per request (output ids, logprobs, finish reason), and wakes the handler that
+It sends GenerateReqMsg / AbortReqMsg to the scheduler, applies each BatchTokenOutMsg to the
+`ReqOutput` of each request (output ids, logprobs, finish reason), and wakes the handler that
 waits on it. When the scheduler process dies every request in flight fails at once.
 
 Request ids: the scheduler only ever sees ids made here (uuid4). What a client calls its
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from radixrt.config import ServerConfig
-from radixrt.core import FinishReason, Req, SamplingParams
+from radixrt.core import FinishReason, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
@@ -37,12 +37,12 @@ from radixrt.messages import (
     InfoReplyMsg,
     ReadyMsg,
     ReqOutMsg,
-    finish_from_msg,
 )
+from radixrt.output.detokenizer import IncrementalDetokenizer
+from radixrt.output.result import build_result
+from radixrt.output.state import ReqOutput
 from radixrt.server.metrics import NoMetrics
-from radixrt.server.output import build_result
 from radixrt.server.scheduler_client import SchedulerClient
-from radixrt.text.detokenizer import IncrementalDetokenizer
 
 logger = logging.getLogger("radixrt")
 
@@ -72,9 +72,9 @@ GroupKey = tuple[str, str]  # (caller, the id the client knows the request by)
 @dataclass(slots=True, eq=False)
 class ReqState:
     """One scheduled request (one sample of one prompt). `event` is shared by all requests of
-    one HTTP call; `req.rid` is the scheduler's id, `visible_id` the client's."""
+    one HTTP call; `out.rid` is the scheduler's id, `visible_id` the client's."""
 
-    req: Req
+    out: ReqOutput
     detok: IncrementalDetokenizer
     event: asyncio.Event
     group: GroupKey  # the client's name for the prompt this sample belongs to
@@ -86,7 +86,7 @@ class ReqState:
     def result(self) -> dict[str, Any]:
         if self.error is not None:
             raise SchedulerDeadError(self.error)
-        result = build_result(self.req, self.detok)
+        result = build_result(self.out, self.detok)
         result["meta_info"]["id"] = self.visible_id
         return result
 
@@ -171,17 +171,16 @@ class TokenizerManager:
         for ids, sp, name in zip(prompts, params, names, strict=True):
             key = (caller, name)
             groups[key] = []
-            for i in range(sp.n):
-                sub = sp if sp.n == 1 else sp.for_sample(i)
-                req = Req(uuid.uuid4().hex, ids, sub, extra_key=extra_key, arrival_time=now)
+            for i, sub in enumerate(sp.samples()):
+                out = ReqOutput(uuid.uuid4().hex, ids, sub, now)
                 detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
                 visible = name if sp.n == 1 else f"{name}-{i}"
-                groups[key].append(ReqState(req, detok, event, key, visible))
+                groups[key].append(ReqState(out, detok, event, key, visible))
                 encoded.append(self._encode(GenerateReqMsg(
-                    req.rid, req.input_ids, sub.to_dict(), req.extra_key)))
+                    out.rid, out.input_ids, sub.to_dict(), extra_key)))
         states = [state for group in groups.values() for state in group]
         self.groups.update(groups)
-        self.states.update((state.req.rid, state) for state in states)
+        self.states.update((state.out.rid, state) for state in states)
         sent = 0
         try:
             for buf in encoded:
@@ -191,7 +190,7 @@ class TokenizerManager:
             self.abort(states, notify=False)
             for state in states[:sent]:  # these reached the scheduler: best effort to stop them
                 with contextlib.suppress(Exception):
-                    self.client.send(AbortReqMsg(state.req.rid))
+                    self.client.send(AbortReqMsg(state.out.rid))
             raise
         return states
 
@@ -206,16 +205,16 @@ class TokenizerManager:
         """Abort the unfinished ones (the client went away); their outputs are dropped.
         `notify=False`: they were never sent, so the scheduler is not told."""
         for state in states:
-            if self.states.pop(state.req.rid, None) is not None:
+            if self.states.pop(state.out.rid, None) is not None:
                 self._drop_from_group(state)
                 if notify and self.dead_reason is None:
-                    self.client.send(AbortReqMsg(state.req.rid))
+                    self.client.send(AbortReqMsg(state.out.rid))
 
     def abort_rid(self, rid: str, caller: str = "") -> None:
         """Abort `caller`'s requests named `rid` (exact match); a no-op when there are none,
         so the answer says nothing about other clients' requests."""
         for state in self.groups.get((caller, rid), ()):
-            self.client.send(AbortReqMsg(state.req.rid))  # the finish comes back as usual
+            self.client.send(AbortReqMsg(state.out.rid))  # the finish comes back as usual
 
     def abort_all(self) -> None:
         """Abort every request in flight; each still gets its (abort) finish as usual."""
@@ -285,27 +284,21 @@ class TokenizerManager:
                 logger.exception("could not apply the output of request %s", out.rid)
                 self._fail(state, f"internal error: {type(e).__name__}: {e}")
 
-    def _apply(self, state: ReqState, out: ReqOutMsg, now: float) -> None:
-        """Append one step's output to the mirror Req; finish it when the scheduler did."""
-        req = state.req
-        if out.new_ids and not req.output_ids:
-            self.metrics.observe_first_token(now - req.arrival_time)
-        req.output_ids.extend(out.new_ids)
-        req.output_logprobs.extend(out.new_logprobs)
-        req.output_top_logprobs.extend(out.new_top_logprobs)
-        req.cached_tokens = out.cached_tokens
-        if out.finish is not None:
-            req.input_logprobs = list(out.input_logprobs)
-            req.input_top_logprobs = list(out.input_top_logprobs)
-            req.finish_reason = finish_from_msg(out.finish)
-            del self.states[out.rid]
+    def _apply(self, state: ReqState, msg: ReqOutMsg, now: float) -> None:
+        """Add one step's output to the request's ReqOutput; drop it once finished."""
+        out = state.out
+        if msg.new_ids and not out.output_ids:
+            self.metrics.observe_first_token(now - out.arrival_time)
+        out.apply(msg)
+        if out.is_finished:
+            del self.states[msg.rid]
             self._drop_from_group(state)
-            self.metrics.observe_finished(req, now - req.arrival_time)
+            self.metrics.observe_finished(out, now - out.arrival_time)
         state.event.set()
 
     def _fail(self, state: ReqState, message: str) -> None:
         """Finish `state` with a 500 error here and abort it in the scheduler."""
-        state.req.finish(FinishReason.error(message))
+        state.out.finish(FinishReason.error(message))
         self.abort([state])
         state.event.set()
 

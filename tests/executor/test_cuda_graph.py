@@ -22,8 +22,8 @@ from radixrt.executor.cuda_graph import (
     capture_batch_sizes,
     capture_decode_graphs,
 )
-from radixrt.executor.forward_batch import ForwardBatch
 from radixrt.executor.model_runner import ModelRunner
+from radixrt.forward_batch import ForwardBatch
 
 
 def _model() -> torch.nn.Module:

@@ -206,3 +206,11 @@ def test_sampling_filters_never_pick_a_masked_token(params) -> None:
         logits = torch.randn(4, VOCAB) * 4
         ids = sampler.sample(logits, reqs, queue.vocab_mask(reqs)).next_token_ids
         assert set(ids) <= allowed
+
+
+def test_the_registry_and_the_config_know_the_same_backends() -> None:
+    from radixrt.config import GRAMMAR_BACKEND_NAMES
+    from radixrt.grammar import DEFAULT_GRAMMAR_BACKEND
+
+    assert tuple(GRAMMAR_BACKENDS) == GRAMMAR_BACKEND_NAMES
+    assert DEFAULT_GRAMMAR_BACKEND == GRAMMAR_BACKEND_NAMES[0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import lang as rt
-from lang.choices import ChoiceResult
+import radixrt.lang as rt
+from radixrt.lang.choices import ChoiceResult
 
 CHOICES = ["yes", "no way", "maybe"]
 

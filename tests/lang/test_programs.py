@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import radixrt as rt
-from lang.backends import as_backend
+from radixrt.lang.backends import as_backend
 
 FEW_SHOT = (
     "Q: What is the capital of Italy?\nA: Rome\nQ: What is the capital of Germany?\nA: Berlin\n"

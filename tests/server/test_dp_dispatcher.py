@@ -8,7 +8,7 @@ import pytest
 
 from radixrt.config import RouterConfig, ServerConfig
 from radixrt.messages import InfoReplyMsg
-from radixrt.router.policy import make_policy
+from radixrt.routing.policy import make_policy
 from radixrt.server.args import parse_args
 from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
 

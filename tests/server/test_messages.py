@@ -30,7 +30,8 @@ from radixrt.messages import (
     finish_from_msg,
     finish_to_msg,
 )
-from radixrt.scheduler.process import SchedulerLoop
+from radixrt.scheduler.loop import SchedulerLoop
+from radixrt.scheduler.process import ZmqTransport
 from radixrt.scheduler.scheduler import SchedulerStats
 
 
@@ -100,6 +101,16 @@ class FakeScheduler:
     def check_pool_whole(self) -> None:
         pass
 
+    def flush_cache(self) -> bool:
+        return self.is_idle
+
+    def info(self) -> dict:
+        return {"max_total_tokens": 10, "free_tokens": 10, "evictable_tokens": 0,
+                "protected_tokens": 0, "num_running_reqs": len(self.running),
+                "num_queued_reqs": 0, "prompt_tokens": 0, "cached_tokens": 0,
+                "generated_tokens": 0, "cache_hit_rate": 0.0, "forward_passes": 0,
+                "retractions": 0}
+
 
 def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> None:
     ctx = zmq.Context()
@@ -115,7 +126,7 @@ def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> Non
                 GenerateReqMsg("invalid", [1], {"temperature": -1}),
                 GetInfoReqMsg(9)]:
         to_sched.send(enc.encode(msg))
-    loop = SchedulerLoop(FakeScheduler(fail_at=4), sched_in, sched_out, os.getppid())
+    loop = SchedulerLoop(FakeScheduler(fail_at=4), ZmqTransport(sched_in, sched_out, os.getppid()))
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(loop.run()))
     thread.start()

@@ -102,15 +102,15 @@ def test_rids_are_scoped_to_their_caller() -> None:
         with pytest.raises(ValueError, match="already in use"):
             tm.submit([[1]], [params()], ["job"], caller="alice")
         (b,) = tm.submit([[1]], [params()], ["job"], caller="bob")
-        assert a.req.rid != b.req.rid and "job" not in (a.req.rid, b.req.rid)
+        assert a.out.rid != b.out.rid and "job" not in (a.out.rid, b.out.rid)
         tm.abort_rid("job", caller="mallory")
         tm.abort_rid("nothing", caller="bob")
         assert not [m for m in client.sent if isinstance(m, AbortReqMsg)]
         tm.abort_rid("job", caller="bob")
-        assert [m.rid for m in client.sent if isinstance(m, AbortReqMsg)] == [b.req.rid]
+        assert [m.rid for m in client.sent if isinstance(m, AbortReqMsg)] == [b.out.rid]
         many = tm.submit([[1]], [params(n=3, seed=5)], ["n"], caller="alice")
         assert [s.visible_id for s in many] == ["n-0", "n-1", "n-2"]
-        assert [s.req.sampling_params.seed for s in many] == [5, 6, 7]
+        assert [s.out.sampling_params.seed for s in many] == [5, 6, 7]
 
     run(go)
 
@@ -121,12 +121,12 @@ def test_a_bad_output_fails_only_its_request() -> None:
         tm = make_tm(client)
         bad, good = tm.submit([[1], [2]], [params(), params()], None)
         tm._on_outputs(BatchTokenOutMsg([
-            ReqOutMsg(bad.req.rid, [5], [], [], FinishMsg("no-such-kind"), 0),
-            ReqOutMsg(good.req.rid, [6, 7], [], [], FinishMsg("length"), 0),
+            ReqOutMsg(bad.out.rid, [5], [], [], FinishMsg("no-such-kind"), 0),
+            ReqOutMsg(good.out.rid, [6, 7], [], [], FinishMsg("length"), 0),
         ], 0, 0))
-        assert bad.req.finish_reason.status_code == 500
+        assert bad.out.finish_reason.status_code == 500
         assert good.result()["meta_info"]["finish_reason"] == {"type": "length"}
         assert not tm.states and not tm.groups
-        assert AbortReqMsg(bad.req.rid) in client.sent
+        assert AbortReqMsg(bad.out.rid) in client.sent
 
     run(go)

@@ -1,0 +1,52 @@
+"""TreeNode: one edge of a prefix tree (its tokens, their KV slots, its lock count); the radix
+tree is made of them, and the null cache keeps its lock counts on one."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+
+import torch
+
+_node_ids = itertools.count()  # creation order: the LRU tie-break, so eviction is deterministic
+
+
+class TreeNode:
+    """One edge of the tree: a run of tokens and their KV slots below `parent`."""
+
+    __slots__ = (
+        "key",
+        "slots",
+        "children",
+        "parent",
+        "extra_key",
+        "lock_ref",
+        "last_access_time",
+        "id",
+    )
+
+    def __init__(
+        self,
+        key: list[int] | None = None,
+        slots: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        extra_key: str | None = None,
+    ) -> None:
+        self.key: list[int] = key if key is not None else []
+        # (len(key),) int64 on the allocator's device; never written in place (splits share it).
+        self.slots: torch.Tensor = slots if slots is not None else torch.empty(0, dtype=torch.int64)
+        # Keyed by (extra_key, first token) or (extra_key, tuple of the first page).
+        self.children: dict[Hashable, TreeNode] = {}
+        self.parent = parent
+        self.extra_key = extra_key  # namespace; the same on every node below a root child
+        # Locks taken on this node or any descendant: >= the sum over the children.
+        self.lock_ref = 0
+        self.last_access_time = 0  # the cache's logical clock, not wall time
+        self.id = next(_node_ids)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def __lt__(self, other: TreeNode) -> bool:
+        return (self.last_access_time, self.id) < (other.last_access_time, other.id)

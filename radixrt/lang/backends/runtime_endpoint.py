@@ -1,0 +1,64 @@
+"""RuntimeEndpoint: the radixrt HTTP server (`/generate`, `/get_model_info`, `/flush_cache`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from radixrt.lang.backends.base import BaseBackend, Prompts, Result, check_results
+from radixrt.lang.backends.http import HttpClient
+from radixrt.lang.chat_template import ChatTemplate
+from radixrt.lang.errors import BackendError
+
+
+class RuntimeEndpoint(BaseBackend):
+    """A radixrt server at `url` (e.g. "http://127.0.0.1:30000"); `api_key` if it needs one."""
+
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 600.0) -> None:
+        super().__init__()
+        self.url = url.rstrip("/")
+        self.http = HttpClient(self.url, api_key, timeout)
+        self._model_info: dict[str, Any] | None = None
+
+    def generate(self, prompts: Prompts, params: dict[str, Any]) -> list[Result]:
+        key = "text" if isinstance(prompts[0], str) else "input_ids"
+        out = self.http.post("/generate", {key: list(prompts), "sampling_params": params})
+        if not isinstance(out, list) or len(out) != len(prompts):
+            raise BackendError(
+                f"/generate returned {type(out).__name__}, expected a list of "
+                f"{len(prompts)} results"
+            )
+        return check_results(out)
+
+    def generate_stream(self, prompt: str, params: dict[str, Any]) -> Iterator[Result]:
+        return self.http.post_events(
+            "/generate", {"text": prompt, "sampling_params": params, "stream": True}
+        )
+
+    def get_model_info(self) -> dict[str, Any]:
+        if self._model_info is None:
+            self._model_info = self.http.get("/get_model_info")
+        return self._model_info
+
+    def get_server_info(self) -> dict[str, Any]:
+        return self.http.get("/get_server_info")
+
+    def flush_cache(self) -> bool:
+        try:
+            return bool(self.http.post("/flush_cache", {}).get("success", False))
+        except BackendError as e:
+            if e.status == 409:  # requests are running
+                return False
+            raise
+
+    def _load_chat_template(self) -> ChatTemplate:
+        info = self.get_model_info()
+        source = info.get("chat_template")
+        if not source:
+            raise BackendError(f"the model at {self.url} has no chat template; roles need one")
+        return ChatTemplate.from_jinja(
+            source, info.get("bos_token") or "", info.get("eos_token") or ""
+        )
+
+    def __repr__(self) -> str:
+        return f"RuntimeEndpoint({self.url!r})"

@@ -1,0 +1,60 @@
+"""The response shape shared by the Engine and the server: {text, output_ids, meta_info}."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from radixrt.output.detokenizer import IncrementalDetokenizer
+from radixrt.output.state import ReqOutput
+
+
+def build_result(req: ReqOutput, detok: IncrementalDetokenizer) -> dict[str, Any]:
+    """The request's result as of now; text is final once `req` is finished.
+
+    Only copies of the request's lists are read, so another thread may append meanwhile.
+    """
+    reason = req.finish_reason
+    ids = list(req.output_ids)
+    if reason is not None:
+        matched = reason.matched if isinstance(reason.matched, str) else None
+        text = detok.finish(ids, matched)
+    else:
+        text = detok.update(ids)
+    meta: dict[str, Any] = {
+        "id": req.rid,
+        "prompt_tokens": req.prompt_len,
+        "completion_tokens": len(ids),
+        "cached_tokens": req.cached_tokens,
+        "finish_reason": reason.to_dict() if reason is not None else None,
+        "e2e_latency": time.monotonic() - req.arrival_time,
+    }
+    if req.sampling_params.return_logprob:
+        meta.update(logprob_meta(req, ids))
+    return {"text": text, "output_ids": ids, "meta_info": meta}
+
+
+def logprob_meta(req: ReqOutput, ids: list[int]) -> dict[str, Any]:
+    """Logprob entries as (logprob, token id, None) triples: output, and input when asked."""
+    p = req.sampling_params
+    n = len(ids)
+    meta: dict[str, Any] = {
+        "output_token_logprobs": [
+            (lp, t, None) for lp, t in zip(list(req.output_logprobs)[:n], ids, strict=False)
+        ]
+    }
+    if p.top_logprobs_num > 0:
+        meta["output_top_logprobs"] = [
+            [(lp, t, None) for lp, t in top] for top in list(req.output_top_logprobs)[:n]
+        ]
+    if p.logprob_start_len >= 0:
+        first = p.logprob_start_len
+        meta["input_token_logprobs"] = [
+            (lp, req.input_ids[first + i], None) for i, lp in enumerate(list(req.input_logprobs))
+        ]
+        if p.top_logprobs_num > 0:
+            meta["input_top_logprobs"] = [
+                None if top is None else [(lp, t, None) for lp, t in top]
+                for top in list(req.input_top_logprobs)
+            ]
+    return meta

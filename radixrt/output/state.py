@@ -1,0 +1,55 @@
+"""ReqOutput: a client's view of one request, what it sent and the output the scheduler has
+reported so far, accumulated from ReqOutMsg (the scheduler's `Req` stays in the scheduler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from radixrt.core import FinishReason, SamplingParams
+from radixrt.messages import ReqOutMsg, TopLogprobs, finish_from_msg
+
+
+@dataclass(slots=True, eq=False)
+class ReqOutput:
+    """One request (one sample) as its client sees it.
+
+    Only `apply` and `finish` mutate it, on the one thread that receives the scheduler's
+    outputs; the lists only grow, so readers on other threads copy them before use.
+    """
+
+    rid: str  # the scheduler's id
+    input_ids: list[int]
+    sampling_params: SamplingParams  # n == 1
+    arrival_time: float  # time.monotonic() at submission
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[TopLogprobs] = field(default_factory=list)
+    # Prompt-token logprobs (from logprob_start_len), filled in when the request finishes.
+    input_logprobs: list[float | None] = field(default_factory=list)
+    input_top_logprobs: list[TopLogprobs | None] = field(default_factory=list)
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    finish_reason: FinishReason | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def apply(self, out: ReqOutMsg) -> None:
+        """Add one step's output (tokens and logprobs gained since the last message)."""
+        self.output_ids.extend(out.new_ids)
+        self.output_logprobs.extend(out.new_logprobs)
+        self.output_top_logprobs.extend(out.new_top_logprobs)
+        self.cached_tokens = out.cached_tokens
+        if out.finish is not None:
+            self.input_logprobs = list(out.input_logprobs)
+            self.input_top_logprobs = list(out.input_top_logprobs)
+            self.finish(finish_from_msg(out.finish))
+
+    def finish(self, reason: FinishReason | None) -> None:
+        """Record the finish reason (the first one wins)."""
+        if self.finish_reason is None:
+            self.finish_reason = reason

@@ -1,0 +1,1 @@
+"""HTTP pieces with no knowledge of the runtime: responses, middleware, header names."""

@@ -1,0 +1,85 @@
+"""ASGI middleware every radixrt front end uses: the API-key check and the body-size bound;
+and who a request belongs to (its caller), for rid scoping."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from radixrt.web.responses import error_response
+
+SESSION_HEADER = "x-session-id"  # a sticky-session key for routing across replicas
+# On a 503 that refused a request before any of it reached a scheduler: safe to retry it
+# elsewhere (the router does; any other 503 may have started work).
+NOT_STARTED_HEADER = "x-radixrt-not-started"
+
+
+class BodyTooLargeError(Exception):
+    """The request body is over --max-request-bytes; answered with 413."""
+
+
+def caller_of(request: Request) -> str:
+    """Whose request this is, for rid scoping and aborts: the digest of the Authorization
+    header when there is one (a tenant's key), else the client's address."""
+    auth = request.headers.get("authorization")
+    if auth:
+        return "key:" + hashlib.sha256(auth.encode()).hexdigest()[:32]
+    return "addr:" + (request.client.host if request.client is not None else "")
+
+
+class ApiKeyMiddleware:
+    """Every HTTP path but /health needs `Authorization: Bearer <key>` (constant-time check)."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self._expected = b"Bearer " + api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self._expected):
+                response = error_response("missing or wrong API key", 401)
+                response.headers["WWW-Authenticate"] = "Bearer"
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Refuses request bodies over `max_bytes` with 413: at once from Content-Length, else
+    while reading (BodyTooLargeError from `receive`, mapped to 413 by the app)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await body_too_large(self.max_bytes)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLargeError
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def body_too_large(max_bytes: int) -> Response:
+    message = f"the request body is larger than {max_bytes} bytes (--max-request-bytes)"
+    return error_response(message, 413)
