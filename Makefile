@@ -23,7 +23,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m radixrt.demo
 
+# Lint, format and type checks first (seconds), then the suite.
 test: $(STAMP)
+	$(PY) -m ruff check radixrt tests examples
+	$(PY) -m ruff format --check radixrt tests examples
+	$(PY) -m mypy
 	$(PY) -m pytest -q tests
 
 # nvcc-compile every csrc/*.cu (sm_90, sm_80) and syntax-check the torch binding; on a CUDA
@@ -58,7 +62,9 @@ bench-quick: bench-peers
 	$(PY) -m radixrt.bench.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check radixrt tests
+	$(PY) -m ruff check radixrt tests examples
+	$(PY) -m ruff format --check radixrt tests examples
+	$(PY) -m mypy
 
 clean-venv:
 	rm -rf $(VENV)

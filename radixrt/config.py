@@ -53,10 +53,15 @@ class ModelConfig:
             raise ValueError("nnodes > 1 needs dist_init_addr (host:port of node 0)")
         if self.dist_secret_file == "":
             raise ValueError("dist_secret_file must not be empty")
-        if self.nnodes > 1 and self.dist_secret_file is None and not os.environ.get(
-                "RADIXRT_DIST_SECRET"):
-            raise ValueError("nnodes > 1 needs the same secret on every node: set "
-                             "$RADIXRT_DIST_SECRET or --dist-secret-file")
+        if (
+            self.nnodes > 1
+            and self.dist_secret_file is None
+            and not os.environ.get("RADIXRT_DIST_SECRET")
+        ):
+            raise ValueError(
+                "nnodes > 1 needs the same secret on every node: set "
+                "$RADIXRT_DIST_SECRET or --dist-secret-file"
+            )
         if self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")
 
@@ -155,9 +160,15 @@ class ServerConfig:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if self.dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {self.dp_size}")
-        for name in ("max_request_bytes", "max_prompts_per_request", "max_chat_messages",
-                     "max_stop_strings", "max_stop_string_len", "max_grammar_bytes",
-                     "max_pending_grammars"):
+        for name in (
+            "max_request_bytes",
+            "max_prompts_per_request",
+            "max_chat_messages",
+            "max_stop_strings",
+            "max_stop_string_len",
+            "max_grammar_bytes",
+            "max_pending_grammars",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
@@ -182,10 +193,12 @@ class RouterConfig:
             raise ValueError(f"cache_threshold must be in [0, 1], got {self.cache_threshold}")
         if self.balance_abs_threshold < 0:
             raise ValueError(
-                f"balance_abs_threshold must be >= 0, got {self.balance_abs_threshold}")
+                f"balance_abs_threshold must be >= 0, got {self.balance_abs_threshold}"
+            )
         if self.balance_rel_threshold < 1:
             raise ValueError(
-                f"balance_rel_threshold must be >= 1, got {self.balance_rel_threshold}")
+                f"balance_rel_threshold must be >= 1, got {self.balance_rel_threshold}"
+            )
         if self.max_tree_size < 1:
             raise ValueError(f"max_tree_size must be >= 1, got {self.max_tree_size}")
 
@@ -209,10 +222,12 @@ class RouterServerConfig:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
         if self.health_check_interval_s <= 0:
             raise ValueError(
-                f"health_check_interval_s must be > 0, got {self.health_check_interval_s}")
+                f"health_check_interval_s must be > 0, got {self.health_check_interval_s}"
+            )
         if self.health_failure_threshold < 1:
             raise ValueError(
-                f"health_failure_threshold must be >= 1, got {self.health_failure_threshold}")
+                f"health_failure_threshold must be >= 1, got {self.health_failure_threshold}"
+            )
         if self.request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
 

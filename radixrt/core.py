@@ -192,14 +192,18 @@ class SamplingParams:
         if self.top_k > vocab_size:
             return f"invalid sampling parameter top_k={self.top_k}: must be <= {vocab_size}"
         if self.top_logprobs_num > vocab_size:
-            return (f"invalid sampling parameter top_logprobs_num={self.top_logprobs_num}: "
-                    f"must be <= {vocab_size}")
+            return (
+                f"invalid sampling parameter top_logprobs_num={self.top_logprobs_num}: "
+                f"must be <= {vocab_size}"
+            )
         bad = next((t for t in self.stop_token_ids if t >= vocab_size), None)
         if bad is not None:
             return f"stop token id {bad} is outside the vocabulary [0, {vocab_size})"
         if self.logprob_start_len >= prompt_len > 0:
-            return (f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "
-                    f"must be < the prompt's {prompt_len} tokens")
+            return (
+                f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "
+                f"must be < the prompt's {prompt_len} tokens"
+            )
         return None
 
     def samples(self) -> list[SamplingParams]:

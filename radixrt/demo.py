@@ -58,18 +58,24 @@ def _run_requests(url: str) -> None:
     for q, out in zip(QUESTIONS, outs, strict=True):
         print(f"Q: {q}\nA: {out['choices'][0]['message']['content'].strip()}\n")
     tokens = sum(o["usage"]["completion_tokens"] for o in outs)
-    print(f"{len(outs)} concurrent requests: {tokens} tokens in {elapsed:.2f} s "
-          f"= {tokens / elapsed:.1f} tokens/s\n")
+    print(
+        f"{len(outs)} concurrent requests: {tokens} tokens in {elapsed:.2f} s "
+        f"= {tokens / elapsed:.1f} tokens/s\n"
+    )
     again = _chat(url, QUESTIONS[0])
     usage = again["usage"]
     print(f"Asked again: {QUESTIONS[0]}\nA: {again['choices'][0]['message']['content'].strip()}")
-    print(f"   prompt_tokens={usage['prompt_tokens']}, cached_tokens="
-          f"{usage['prompt_tokens_details']['cached_tokens']} (served from the radix cache)\n")
+    print(
+        f"   prompt_tokens={usage['prompt_tokens']}, cached_tokens="
+        f"{usage['prompt_tokens_details']['cached_tokens']} (served from the radix cache)\n"
+    )
     info = _request(url + "/get_server_info")
-    print(f"server cache: hit rate {info['cache_hit_rate']:.0%} "
-          f"({info['cached_tokens']}/{info['prompt_tokens']} prompt tokens); KV pool "
-          f"{info['max_total_tokens']} tokens = {info['free_tokens']} free + "
-          f"{info['evictable_tokens']} cached (evictable) + {info['protected_tokens']} in use\n")
+    print(
+        f"server cache: hit rate {info['cache_hit_rate']:.0%} "
+        f"({info['cached_tokens']}/{info['prompt_tokens']} prompt tokens); KV pool "
+        f"{info['max_total_tokens']} tokens = {info['free_tokens']} free + "
+        f"{info['evictable_tokens']} cached (evictable) + {info['protected_tokens']} in use\n"
+    )
 
 
 def _run_programs(url: str) -> None:
@@ -85,8 +91,12 @@ def _run_programs(url: str) -> None:
 
 
 def _chat(url: str, question: str) -> dict[str, Any]:
-    body = {"model": "default", "temperature": 0, "max_tokens": 48, "messages": [
-        {"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]}
+    body = {
+        "model": "default",
+        "temperature": 0,
+        "max_tokens": 48,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+    }
     return _request(url + "/v1/chat/completions", body)
 
 

@@ -67,8 +67,9 @@ def _runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*up, base] if base else up)
             # `from pkg import mod` imports the submodule; `from mod import name`, the module.
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                       for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
         else:
             continue
         found |= {t for t in targets if t in modules and t != name}
@@ -87,8 +88,9 @@ def test_imports_point_down_the_floors() -> None:
         for target in targets:
             other = _unit(target)
             if other != unit and FLOOR[other] >= FLOOR[unit]:
-                upward.append(f"{name} -> {target} ({unit} floor {FLOOR[unit]}, "
-                              f"{other} floor {FLOOR[other]})")
+                upward.append(
+                    f"{name} -> {target} ({unit} floor {FLOOR[unit]}, {other} floor {FLOOR[other]})"
+                )
     assert not upward, "imports that do not point down:\n" + "\n".join(sorted(upward))
 
 

@@ -33,7 +33,13 @@ class BaseAttnBackend(ABC):
       Shapes: q (T, num_heads * head_dim), k and v (T, num_kv_heads * head_dim), output
       (T, num_heads * head_dim), all in the model dtype.
     - Backends never allocate or free slots.
+    - `fuses_cpu_decode_layers`: True when a decode batch may instead run whole decoder
+      layers as one C call each (models/llama_cpu.py), which attend over the pool and store
+      the new K/V exactly as this backend's decode does; the runner decides it once, when it
+      builds the model and this backend.
     """
+
+    fuses_cpu_decode_layers: bool = False
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch metadata shared by all layers."""

@@ -17,6 +17,8 @@ from radixrt.kernels import cpu as ck
 class CpuAttnBackend(TorchNativeAttnBackend):
     """Needs a float32 KV pool on the CPU and the kernel library (`ck.available()`)."""
 
+    fuses_cpu_decode_layers = True  # its decode kernel is the fused layer's attention
+
     def __init__(self, device: torch.device | str = "cpu", **layout: object) -> None:
         super().__init__(device, **layout)  # type: ignore[arg-type]
         if torch.device(device).type != "cpu" or not ck.available():
@@ -59,8 +61,16 @@ class CpuAttnBackend(TorchNativeAttnBackend):
             return super().forward(q, k, v, layer, fb)
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         return ck.decode_attention(
-            q, k, v, k_buf, v_buf, fb.out_loc, fb.req_to_token_pool.req_to_token,
-            fb.req_pool_indices, fb.seq_lens, layer.scaling,
+            q,
+            k,
+            v,
+            k_buf,
+            v_buf,
+            fb.out_loc,
+            fb.req_to_token_pool.req_to_token,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            layer.scaling,
         )
 
     def forward_extend(

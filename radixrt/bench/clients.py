@@ -61,9 +61,17 @@ class RadixrtClient(BaseClient):
     """POST /generate with stream on: each event holds the cumulative result."""
 
     async def send(self, prompt: str, output_len: int, record: RequestRecord) -> None:
-        body = {"text": prompt, "stream": True, **self.extra,
-                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0,
-                                    "ignore_eos": True, **self.extra.get("sampling_params", {})}}
+        body = {
+            "text": prompt,
+            "stream": True,
+            **self.extra,
+            "sampling_params": {
+                "max_new_tokens": output_len,
+                "temperature": 0.0,
+                "ignore_eos": True,
+                **self.extra.get("sampling_params", {}),
+            },
+        }
         try:
             async for event in self._events("/generate", body):
                 meta = event["meta_info"]
@@ -82,15 +90,22 @@ class OpenAIClient(BaseClient):
     """POST /v1/completions with stream on; usage (and cached tokens) from the last chunk when
     the server sends it, else one token per chunk."""
 
-    def __init__(self, http: httpx.AsyncClient, base_url: str, extra: dict[str, Any],
-                 model: str) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, base_url: str, extra: dict[str, Any], model: str
+    ) -> None:
         super().__init__(http, base_url.removesuffix("/v1"), extra)
         self.model = model
 
     async def send(self, prompt: str, output_len: int, record: RequestRecord) -> None:
-        body = {"model": self.model, "prompt": prompt, "max_tokens": output_len,
-                "temperature": 0.0, "stream": True,
-                "stream_options": {"include_usage": True}, **self.extra}
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": output_len,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **self.extra,
+        }
         chunks = 0
         usage: dict[str, Any] | None = None
         try:
@@ -110,8 +125,13 @@ class OpenAIClient(BaseClient):
         record.cached_tokens = details.get("cached_tokens")
 
 
-async def make_client(backend: str, http: httpx.AsyncClient, base_url: str,
-                      extra: dict[str, Any], model: str | None = None) -> BaseClient:
+async def make_client(
+    backend: str,
+    http: httpx.AsyncClient,
+    base_url: str,
+    extra: dict[str, Any],
+    model: str | None = None,
+) -> BaseClient:
     """The client for `backend`; the OpenAI model name is asked from /v1/models when not given."""
     if backend == "radixrt":
         return RadixrtClient(http, base_url, extra)

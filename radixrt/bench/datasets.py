@@ -80,8 +80,12 @@ class WordSource:
 
 def make_dataset(name: str, words: WordSource, **sizes: int) -> Dataset:
     """The workload `name` (one of DATASETS) with the sizes given (see each maker's defaults)."""
-    makers = {"random": random_dataset, "shared-prefix": shared_prefix_dataset,
-              "multi-turn": multi_turn_dataset, "agent": agent_dataset}
+    makers = {
+        "random": random_dataset,
+        "shared-prefix": shared_prefix_dataset,
+        "multi-turn": multi_turn_dataset,
+        "agent": agent_dataset,
+    }
     if name not in makers:
         raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     return makers[name](words, **sizes)
@@ -91,14 +95,19 @@ def random_dataset(
     words: WordSource, num_prompts: int = 32, input_len: int = 256, output_len: int = 16
 ) -> Dataset:
     """Independent prompts: nothing to share (the cache's overhead check)."""
-    sessions = [Session((words.text(input_len),), (input_len,), output_len)
-                for _ in range(num_prompts)]
+    sessions = [
+        Session((words.text(input_len),), (input_len,), output_len) for _ in range(num_prompts)
+    ]
     return Dataset("random", sessions)
 
 
 def shared_prefix_dataset(
-    words: WordSource, num_groups: int = 4, prompts_per_group: int = 8, system_len: int = 512,
-    question_len: int = 32, output_len: int = 16,
+    words: WordSource,
+    num_groups: int = 4,
+    prompts_per_group: int = 8,
+    system_len: int = 512,
+    question_len: int = 32,
+    output_len: int = 16,
 ) -> Dataset:
     """G groups x P prompts: the group's system prompt (S tokens) + a question (Q tokens).
 
@@ -115,29 +124,42 @@ def shared_prefix_dataset(
 
 
 def multi_turn_dataset(
-    words: WordSource, num_conversations: int = 4, num_turns: int = 4, turn_len: int = 64,
+    words: WordSource,
+    num_conversations: int = 4,
+    num_turns: int = 4,
+    turn_len: int = 64,
     output_len: int = 32,
 ) -> Dataset:
     """C conversations x T turns; each turn appends the previous answer and a new message."""
     sessions = [
-        Session(tuple(words.text(turn_len) for _ in range(num_turns)),
-                (turn_len,) * num_turns, output_len)
+        Session(
+            tuple(words.text(turn_len) for _ in range(num_turns)),
+            (turn_len,) * num_turns,
+            output_len,
+        )
         for _ in range(num_conversations)
     ]
     return Dataset("multi-turn", sessions)
 
 
 def agent_dataset(
-    words: WordSource, num_agents: int = 4, num_steps: int = 4, tools_len: int = 1024,
-    task_len: int = 32, observation_len: int = 32, output_len: int = 16,
+    words: WordSource,
+    num_agents: int = 4,
+    num_steps: int = 4,
+    tools_len: int = 1024,
+    task_len: int = 32,
+    observation_len: int = 32,
+    output_len: int = 16,
 ) -> Dataset:
     """A long tool-description prefix shared by every agent; each step appends the model's
     action and a short observation."""
     tools = words.text(tools_len)
     sessions = []
     for a in range(num_agents):
-        turns = (tools + words.text(task_len),
-                 *(words.text(observation_len) for _ in range(num_steps - 1)))
+        turns = (
+            tools + words.text(task_len),
+            *(words.text(observation_len) for _ in range(num_steps - 1)),
+        )
         lens = (tools_len + task_len, *(observation_len,) * (num_steps - 1))
         sessions.append(Session(turns, lens, output_len, tools_len if a > 0 else 0))
     return Dataset("agent", sessions)

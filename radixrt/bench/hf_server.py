@@ -83,7 +83,7 @@ class HFServer:
                     if hit >= 0:
                         full, reason = full[:hit], "stop"
                     if not full.endswith("\ufffd") and not (reason == "stop" and full == text):
-                        yield full[len(text):], None
+                        yield full[len(text) :], None
                         text = full
                     if reason == "stop":
                         break
@@ -94,20 +94,40 @@ class HFServer:
             async for _ in _drain(stream):
                 pass
             await task
-        yield "", {"finish_reason": reason, "prompt_tokens": len(ids),
-                   "completion_tokens": len(out), "prompt_tokens_details": {"cached_tokens": 0}}
+        yield (
+            "",
+            {
+                "finish_reason": reason,
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(out),
+                "prompt_tokens_details": {"cached_tokens": 0},
+            },
+        )
 
-    def _generate_kwargs(self, ids: list[int], max_tokens: int, temperature: float,
-                         stream: _Stream, body: dict[str, Any]) -> dict[str, Any]:
+    def _generate_kwargs(
+        self,
+        ids: list[int],
+        max_tokens: int,
+        temperature: float,
+        stream: _Stream,
+        body: dict[str, Any],
+    ) -> dict[str, Any]:
         from transformers import StoppingCriteriaList
 
         sample = temperature > 0
-        return dict(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
-                    dtype=torch.long), max_new_tokens=max_tokens, do_sample=sample,
-                    temperature=temperature if sample else None, top_p=None, top_k=None,
-                    eos_token_id=_NO_EOS if body.get("ignore_eos") else self.eos,
-                    pad_token_id=self.eos[0] if self.eos else 0, streamer=stream,
-                    stopping_criteria=StoppingCriteriaList([stream]))
+        return dict(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_tokens,
+            do_sample=sample,
+            temperature=temperature if sample else None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=_NO_EOS if body.get("ignore_eos") else self.eos,
+            pad_token_id=self.eos[0] if self.eos else 0,
+            streamer=stream,
+            stopping_criteria=StoppingCriteriaList([stream]),
+        )
 
     @torch.inference_mode()
     def _run(self, kwargs: dict[str, Any], stream: _Stream) -> None:
@@ -138,8 +158,11 @@ def create_app(server: HFServer) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         body = await request.json()
-        head = {"id": f"cmpl-{time.monotonic_ns()}", "object": "text_completion",
-                "model": server.model_name}
+        head = {
+            "id": f"cmpl-{time.monotonic_ns()}",
+            "object": "text_completion",
+            "model": server.model_name,
+        }
         if body.get("stream"):
             return StreamingResponse(_sse(server, body, head), media_type="text/event-stream")
         text, usage = "", {}
@@ -147,14 +170,20 @@ def create_app(server: HFServer) -> FastAPI:
             text += delta
             usage = final or usage
         reason = usage.pop("finish_reason")
-        return JSONResponse({**head, "usage": usage, "choices": [
-            {"index": 0, "text": text, "finish_reason": reason}]})
+        return JSONResponse(
+            {
+                **head,
+                "usage": usage,
+                "choices": [{"index": 0, "text": text, "finish_reason": reason}],
+            }
+        )
 
     return app
 
 
-async def _sse(server: HFServer, body: dict[str, Any], head: dict[str, Any]
-               ) -> AsyncIterator[bytes]:
+async def _sse(
+    server: HFServer, body: dict[str, Any], head: dict[str, Any]
+) -> AsyncIterator[bytes]:
     async for delta, final in server.complete(body):
         if final is None:
             choice = {"index": 0, "text": delta, "finish_reason": None}
@@ -176,8 +205,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     import uvicorn
 
-    uvicorn.run(create_app(HFServer(args.model_path, args.model_name)), host=args.host,
-                port=args.port, log_level="warning")
+    uvicorn.run(
+        create_app(HFServer(args.model_path, args.model_name)),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

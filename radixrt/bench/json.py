@@ -37,8 +37,24 @@ SCHEMA = {
     "required": ["city", "country", "population", "founded", "is_capital", "language"],
     "additionalProperties": False,
 }
-CITIES = ["Paris", "Tokyo", "Lima", "Cairo", "Oslo", "Lagos", "Hanoi", "Quito", "Rome", "Seoul",
-          "Perth", "Dakar", "Porto", "Kyoto", "Delhi", "Dublin"]
+CITIES = [
+    "Paris",
+    "Tokyo",
+    "Lima",
+    "Cairo",
+    "Oslo",
+    "Lagos",
+    "Hanoi",
+    "Quito",
+    "Rome",
+    "Seoul",
+    "Perth",
+    "Dakar",
+    "Porto",
+    "Kyoto",
+    "Delhi",
+    "Dublin",
+]
 ASPECTS = ["a short profile", "the key facts", "a summary", "an encyclopedia entry"]
 
 
@@ -66,17 +82,21 @@ def prompts(tokenizer: Any, n: int) -> list[str]:
     out = []
     for i in range(n):
         city, aspect = CITIES[i % len(CITIES)], ASPECTS[(i // len(CITIES)) % len(ASPECTS)]
-        msg = f"Give {aspect} of {city} as JSON: city, country, population, founded, " \
-              "is_capital, language."
+        msg = (
+            f"Give {aspect} of {city} as JSON: city, country, population, founded, "
+            "is_capital, language."
+        )
         if getattr(tokenizer, "chat_template", None):
             msg = tokenizer.apply_chat_template(
-                [{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True)
+                [{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True
+            )
         out.append(msg)
     return out
 
 
-def run_pass(engine: Any, texts: list[str], max_new_tokens: int, backend: str,
-             jump_forward: bool) -> PassResult:
+def run_pass(
+    engine: Any, texts: list[str], max_new_tokens: int, backend: str, jump_forward: bool
+) -> PassResult:
     """All requests at once from one thread each; cache flushed first."""
     sched = engine.scheduler
     sched.grammar.jump_forward = jump_forward
@@ -98,14 +118,21 @@ def run_pass(engine: Any, texts: list[str], max_new_tokens: int, backend: str,
     output_tokens = sum(len(r["output_ids"]) for r, _ in results)
     latencies = sorted(t for _, t in results)
     return PassResult(
-        backend=backend, jump_forward=jump_forward, num_requests=len(texts), wall_s=wall,
-        out_tok_s=output_tokens / wall, mean_latency_s=statistics.fmean(latencies),
-        p90_latency_s=latencies[int(0.9 * (len(latencies) - 1))], output_tokens=output_tokens,
-        forced_tokens=int(forced), forced_share=forced / max(output_tokens, 1),
+        backend=backend,
+        jump_forward=jump_forward,
+        num_requests=len(texts),
+        wall_s=wall,
+        out_tok_s=output_tokens / wall,
+        mean_latency_s=statistics.fmean(latencies),
+        p90_latency_s=latencies[int(0.9 * (len(latencies) - 1))],
+        output_tokens=output_tokens,
+        forced_tokens=int(forced),
+        forced_share=forced / max(output_tokens, 1),
         forward_passes=sched.stats.forward_passes - s0[0],
         mask_ms_per_step=1e3 * mask_s / max(mask_steps, 1),
         mask_us_per_mask=1e6 * mask_s / max(num_masks, 1),
-        num_valid=sum(_is_valid(r) for r, _ in results), other_cpu=load.fraction(),
+        num_valid=sum(_is_valid(r) for r, _ in results),
+        other_cpu=load.fraction(),
     )
 
 
@@ -126,15 +153,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     passes: list[PassResult] = []
     compiles: dict[str, dict[str, float]] = {}
     for backend in args.backends:
-        with Engine(args.model_path, grammar_backend=backend,
-                    max_total_tokens=args.max_total_tokens,
-                    max_running_requests=args.num_requests) as engine:
+        with Engine(
+            args.model_path,
+            grammar_backend=backend,
+            max_total_tokens=args.max_total_tokens,
+            max_running_requests=args.num_requests,
+        ) as engine:
             compiles[backend] = compile_times(engine)
             texts = prompts(engine.tokenizer, args.num_requests)
             run_pass(engine, texts[:2], args.max_new_tokens, backend, True)  # warm up
             for jump_forward in (True, False):
-                passes.append(run_pass(engine, texts, args.max_new_tokens, backend,
-                                       jump_forward))
+                passes.append(run_pass(engine, texts, args.max_new_tokens, backend, jump_forward))
     print(_table(passes, compiles))
     print(close_machine_info(machine, load))
     result = {"machine": machine, "compile": compiles, "passes": [asdict(p) for p in passes]}
@@ -152,8 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-requests", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--max-total-tokens", type=int, default=32768)
-    p.add_argument("--backends", nargs="+", default=list(GRAMMAR_BACKENDS),
-                   choices=list(GRAMMAR_BACKENDS))
+    p.add_argument(
+        "--backends", nargs="+", default=list(GRAMMAR_BACKENDS), choices=list(GRAMMAR_BACKENDS)
+    )
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     return p
 
@@ -178,16 +208,19 @@ def _is_valid(result: dict[str, Any]) -> bool:
 
 
 def _table(passes: list[PassResult], compiles: dict[str, dict[str, float]]) -> str:
-    lines = ["| backend | jump-forward | wall s | out tok/s | mean lat s | p90 lat s | "
-             "forced | forwards | mask ms/step | mask us/mask | valid | others' CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| backend | jump-forward | wall s | out tok/s | mean lat s | p90 lat s | "
+        "forced | forwards | mask ms/step | mask us/mask | valid | others' CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in passes:
         other = "?" if p.other_cpu is None else f"{100 * p.other_cpu:.0f}%"
         lines.append(
             f"| {p.backend} | {'on' if p.jump_forward else 'off'} | {p.wall_s:.2f} | "
             f"{p.out_tok_s:.1f} | {p.mean_latency_s:.2f} | {p.p90_latency_s:.2f} | "
             f"{100 * p.forced_share:.0f}% | {p.forward_passes} | {p.mask_ms_per_step:.2f} | "
-            f"{p.mask_us_per_mask:.0f} | {p.num_valid}/{p.num_requests} | {other} |")
+            f"{p.mask_us_per_mask:.0f} | {p.num_valid}/{p.num_requests} | {other} |"
+        )
     lines += ["", "| backend | start-up s | schema compile ms |", "|---|---|---|"]
     for name, c in compiles.items():
         lines.append(f"| {name} | {c['backend_init_s']:.2f} | {1e3 * c['compile_s']:.1f} |")

@@ -59,8 +59,11 @@ def stats(values: list[float]) -> dict[str, float | None]:
         return {"mean": None, "median": None, "p99": None}
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, -(-99 * len(ordered) // 100) - 1))
-    return {"mean": statistics.fmean(ordered), "median": statistics.median(ordered),
-            "p99": ordered[rank]}
+    return {
+        "mean": statistics.fmean(ordered),
+        "median": statistics.median(ordered),
+        "p99": ordered[rank],
+    }
 
 
 def summarize(records: list[RequestRecord], duration_s: float) -> dict[str, Any]:
@@ -114,25 +117,31 @@ def ttft_by_turn(records: list[RequestRecord]) -> dict[int, float]:
 
 def format_summary(title: str, s: dict[str, Any]) -> str:
     """A fixed-width summary table (SGLang bench_serving style)."""
+
     def ms(key: str) -> str:
         v = s.get(key)
         return "-" if v is None else f"{v * 1000:.1f}"
 
-    lines = [f"{' ' + title + ' ':=^56}",
-             f"{'Successful requests:':<40}{s['completed']:>16}",
-             f"{'Failed requests:':<40}{s['failed']:>16}",
-             f"{'Duration (s):':<40}{s['duration_s']:>16.2f}",
-             f"{'Prompt / output tokens:':<40}{s['prompt_tokens']:>8}/{s['output_tokens']:<7}",
-             f"{'Request throughput (req/s):':<40}{s['request_throughput']:>16.3f}",
-             f"{'Output token throughput (tok/s):':<40}{s['output_throughput']:>16.2f}",
-             f"{'Total token throughput (tok/s):':<40}{s['total_token_throughput']:>16.2f}"]
+    lines = [
+        f"{' ' + title + ' ':=^56}",
+        f"{'Successful requests:':<40}{s['completed']:>16}",
+        f"{'Failed requests:':<40}{s['failed']:>16}",
+        f"{'Duration (s):':<40}{s['duration_s']:>16.2f}",
+        f"{'Prompt / output tokens:':<40}{s['prompt_tokens']:>8}/{s['output_tokens']:<7}",
+        f"{'Request throughput (req/s):':<40}{s['request_throughput']:>16.3f}",
+        f"{'Output token throughput (tok/s):':<40}{s['output_throughput']:>16.2f}",
+        f"{'Total token throughput (tok/s):':<40}{s['total_token_throughput']:>16.2f}",
+    ]
     if s.get("hit_rate") is not None:
-        lines.append(f"{'Cached tokens / hit rate:':<40}{s['cached_tokens']:>8} "
-                     f"{s['hit_rate']:>7.3f}")
+        lines.append(
+            f"{'Cached tokens / hit rate:':<40}{s['cached_tokens']:>8} {s['hit_rate']:>7.3f}"
+        )
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E")):
-        lines.append(f"{label + ' mean / median / p99 (ms):':<32}"
-                     f"{ms(f'mean_{name}_s'):>8}{ms(f'median_{name}_s'):>8}"
-                     f"{ms(f'p99_{name}_s'):>8}")
+        lines.append(
+            f"{label + ' mean / median / p99 (ms):':<32}"
+            f"{ms(f'mean_{name}_s'):>8}{ms(f'median_{name}_s'):>8}"
+            f"{ms(f'p99_{name}_s'):>8}"
+        )
     for e in s.get("errors", []):
         lines.append(f"error: {e[:200]}")
     return "\n".join(lines + ["=" * 56])

@@ -43,8 +43,9 @@ SYSTEMS = {s.name: s for s in (RADIXRT, RADIXRT_OFF, LLAMA_CPP, TRANSFORMERS)}
 
 def page_size_system(page_size: int) -> System:
     """radixrt with the radix cache on at `page_size` tokens per page."""
-    return System(f"radixrt page {page_size}", "radixrt", "radixrt",
-                  ("--page-size", str(page_size)))
+    return System(
+        f"radixrt page {page_size}", "radixrt", "radixrt", ("--page-size", str(page_size))
+    )
 
 
 def llama_cpp_available() -> bool:
@@ -53,22 +54,52 @@ def llama_cpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
-def launch_command(system: System, port: int, model_path: str | None, gguf: Path,
-                   threads: int) -> list[str]:
+def launch_command(
+    system: System, port: int, model_path: str | None, gguf: Path, threads: int
+) -> list[str]:
     """The command line that serves `system` on 127.0.0.1:port."""
     py = sys.executable
     if system.kind == "radixrt":
         model = ["--model-path", model_path] if model_path else []
-        return [py, "-m", "radixrt.launch_server", *model, "--host", "127.0.0.1",
-                "--port", str(port), *system.flags]
+        return [
+            py,
+            "-m",
+            "radixrt.launch_server",
+            *model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *system.flags,
+        ]
     if system.kind == "transformers":
         model = ["--model-path", model_path] if model_path else []
         return [py, "-m", "radixrt.bench.hf_server", *model, "--port", str(port)]
-    return [py, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", "8192", "--n_threads", str(threads),
-            "--n_threads_batch", str(threads), "--cache", "true", "--interrupt_requests", "false",
-            "--model_alias", "llama.cpp",
-            "--verbose", "false"]
+    return [
+        py,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "8192",
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        "--cache",
+        "true",
+        "--interrupt_requests",
+        "false",
+        "--model_alias",
+        "llama.cpp",
+        "--verbose",
+        "false",
+    ]
 
 
 class ManagedServer:
@@ -83,8 +114,13 @@ class ManagedServer:
 
     def __enter__(self) -> str:
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=os.environ.copy())
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=os.environ.copy(),
+        )
         try:
             self._wait_ready()
         except BaseException:
@@ -92,8 +128,9 @@ class ManagedServer:
             raise
         return self.url
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.proc is not None:
             for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
                 try:

@@ -20,9 +20,11 @@ JSON_SCHEMA = {
     "type": "object",
     # Bounded fields, so that any model (a random one included) closes the object within
     # max_tokens: at most 12 tokens per string, 3 per number, about 15 of structure.
-    "properties": {"name": {"type": "string", "maxLength": 12},
-                   "city": {"type": "string", "maxLength": 12},
-                   "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "city": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
     "required": ["name", "city", "age"],
     "additionalProperties": False,
 }
@@ -43,22 +45,46 @@ def make_workloads(words: WordSource, num_items: int) -> list[Workload]:
     swag_ctx = "".join(f"{w.text(24)}{w.text(12)}\n\n" for _ in range(10))
     tools = "Tools:\n" + "".join(f"- tool{i}:{w.text(32)}\n" for i in range(6))
     builders: list[tuple[str, Any, Callable[[], dict[str, Any]], bool]] = [
-        ("few-shot", few_shot, lambda: {"context": few_shot_ctx, "question": _mc_question(w)},
-         True),
-        ("hellaswag-select", hellaswag, lambda: {
-            "context": swag_ctx, "query": w.text(24), "endings": [w.text(8) for _ in range(4)]},
-         False),
+        (
+            "few-shot",
+            few_shot,
+            lambda: {"context": few_shot_ctx, "question": _mc_question(w)},
+            True,
+        ),
+        (
+            "hellaswag-select",
+            hellaswag,
+            lambda: {
+                "context": swag_ctx,
+                "query": w.text(24),
+                "endings": [w.text(8) for _ in range(4)],
+            },
+            False,
+        ),
         ("tree-of-thought", tree_of_thought, lambda: {"question": w.text(48)}, True),
         ("skeleton-of-thought", skeleton_of_thought, lambda: {"question": w.text(48)}, True),
-        ("multi-turn-chat", multi_turn_chat, lambda: {
-            "turns": [w.text(32) for _ in range(4)]}, True),
+        (
+            "multi-turn-chat",
+            multi_turn_chat,
+            lambda: {"turns": [w.text(32) for _ in range(4)]},
+            True,
+        ),
         ("json-extraction", json_extraction, lambda: {"document": w.text(160)}, False),
-        ("react-agent", react_agent, lambda: {
-            "tools": tools, "question": w.text(24),
-            "observations": [w.text(24) for _ in range(3)]}, True),
+        (
+            "react-agent",
+            react_agent,
+            lambda: {
+                "tools": tools,
+                "question": w.text(24),
+                "observations": [w.text(24) for _ in range(3)],
+            },
+            True,
+        ),
     ]
-    return [Workload(name, prog, [make() for _ in range(num_items)], gen_only)
-            for name, prog, make, gen_only in builders]
+    return [
+        Workload(name, prog, [make() for _ in range(num_items)], gen_only)
+        for name, prog, make, gen_only in builders
+    ]
 
 
 def _mc_question(w: WordSource) -> str:
@@ -84,8 +110,9 @@ def _expand(s: Any, depth: int) -> None:
     if depth == 0:
         return
     branches = s.fork(2)
-    branches += lambda i: f"\nIdea {i + 1}:" + rt.gen("idea", max_tokens=8, stop="\n",
-                                                      temperature=0)
+    branches += lambda i: (
+        f"\nIdea {i + 1}:" + rt.gen("idea", max_tokens=8, stop="\n", temperature=0)
+    )
     for b in branches:
         _expand(b, depth - 1)
     branches.join()
@@ -104,8 +131,7 @@ def skeleton_of_thought(s: Any, question: str) -> None:
     s += "Question:" + question + "\nSkeleton (three short points):\n"
     s += "1." + rt.gen("skeleton", max_tokens=24, temperature=0)
     points = s.fork(3)
-    points += lambda i: f"\nExpand point {i + 1}:" + rt.gen("point", max_tokens=16,
-                                                            temperature=0)
+    points += lambda i: f"\nExpand point {i + 1}:" + rt.gen("point", max_tokens=16, temperature=0)
     points.join()
 
 
@@ -113,8 +139,11 @@ def skeleton_of_thought(s: Any, question: str) -> None:
 def multi_turn_chat(s: Any, turns: list[str]) -> None:
     """Four user turns, each answered before the next (plain-text roles)."""
     for i, turn in enumerate(turns):
-        s += f"User:{turn}\nAssistant:" + rt.gen(f"reply{i}", max_tokens=16, stop="\n",
-                                                  temperature=0) + "\n"
+        s += (
+            f"User:{turn}\nAssistant:"
+            + rt.gen(f"reply{i}", max_tokens=16, stop="\n", temperature=0)
+            + "\n"
+        )
 
 
 @rt.function

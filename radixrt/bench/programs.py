@@ -24,8 +24,11 @@ _UNSUPPORTED_MARKERS = ("not available", "not supported")
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m radixrt.bench.programs", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m radixrt.bench.programs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--backend", choices=("radixrt", "openai"), default="radixrt")
     p.add_argument("--base-url", default="http://127.0.0.1:30000")
     p.add_argument("--model", default=None, help="OpenAI model name; default: /v1/models' first")
@@ -70,19 +73,22 @@ def run_workload(workload: Workload, backend: Any, parallel: int) -> dict[str, A
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         list(pool.map(one, workload.items))
     duration = time.perf_counter() - start
-    out: dict[str, Any] = {"workload": workload.name, "programs": len(workload.items),
-                           "completed": len(latencies), "duration_s": duration,
-                           "programs_per_s": len(latencies) / duration if latencies else 0.0,
-                           "mean_latency_s": statistics.fmean(latencies) if latencies else None,
-                           "max_latency_s": max(latencies) if latencies else None}
+    out: dict[str, Any] = {
+        "workload": workload.name,
+        "programs": len(workload.items),
+        "completed": len(latencies),
+        "duration_s": duration,
+        "programs_per_s": len(latencies) / duration if latencies else 0.0,
+        "mean_latency_s": statistics.fmean(latencies) if latencies else None,
+        "max_latency_s": max(latencies) if latencies else None,
+    }
     if errors:
         out["error"] = errors[0][:300]
         out["skipped"] = not latencies and any(m in errors[0] for m in _UNSUPPORTED_MARKERS)
     return out
 
 
-def run_programs(args: argparse.Namespace, words: WordSource | None = None
-                 ) -> list[dict[str, Any]]:
+def run_programs(args: argparse.Namespace, words: WordSource | None = None) -> list[dict[str, Any]]:
     """Every chosen workload in turn; prints one line each and returns the results."""
     if words is None:
         from radixrt.bench.serving import load_words
@@ -95,8 +101,10 @@ def run_programs(args: argparse.Namespace, words: WordSource | None = None
             continue
         label = args.label or args.backend
         if args.backend == "openai" and not workload.gen_only:
-            print(f"{label:>24} {workload.name:<20} skipped: uses select or a JSON schema, "
-                  "which the OpenAI API cannot serve")
+            print(
+                f"{label:>24} {workload.name:<20} skipped: uses select or a JSON schema, "
+                "which the OpenAI API cannot serve"
+            )
             continue
         if args.flush_cache:
             backend.flush_cache()
@@ -113,8 +121,10 @@ def _line(r: dict[str, Any]) -> str:
     head = f"{r['label']:>24} {r['workload']:<20}"
     if r.get("skipped"):
         return f"{head} skipped: the server answered: {r['error']}"
-    line = (f"{head} {r['completed']}/{r['programs']} programs in {r['duration_s']:.2f} s: "
-            f"{r['programs_per_s']:.3f} programs/s")
+    line = (
+        f"{head} {r['completed']}/{r['programs']} programs in {r['duration_s']:.2f} s: "
+        f"{r['programs_per_s']:.3f} programs/s"
+    )
     if r["mean_latency_s"] is not None:
         line += f", latency mean {r['mean_latency_s']:.2f} s, max {r['max_latency_s']:.2f} s"
     return line + (f"; error: {r['error']}" if r.get("error") else "")

@@ -25,32 +25,47 @@ from radixrt.bench.metrics import RequestRecord, format_summary, summarize, ttft
 
 # Dataset size flags: flag name -> (dataset, keyword of its maker).
 SIZE_FLAGS = {
-    "random_input_len": ("random", "input_len"), "random_output_len": ("random", "output_len"),
+    "random_input_len": ("random", "input_len"),
+    "random_output_len": ("random", "output_len"),
     "num_groups": ("shared-prefix", "num_groups"),
     "prompts_per_group": ("shared-prefix", "prompts_per_group"),
     "system_len": ("shared-prefix", "system_len"),
     "question_len": ("shared-prefix", "question_len"),
     "sp_output_len": ("shared-prefix", "output_len"),
     "num_conversations": ("multi-turn", "num_conversations"),
-    "num_turns": ("multi-turn", "num_turns"), "turn_len": ("multi-turn", "turn_len"),
+    "num_turns": ("multi-turn", "num_turns"),
+    "turn_len": ("multi-turn", "turn_len"),
     "mt_output_len": ("multi-turn", "output_len"),
-    "num_agents": ("agent", "num_agents"), "num_steps": ("agent", "num_steps"),
-    "tools_len": ("agent", "tools_len"), "agent_output_len": ("agent", "output_len"),
+    "num_agents": ("agent", "num_agents"),
+    "num_steps": ("agent", "num_steps"),
+    "tools_len": ("agent", "tools_len"),
+    "agent_output_len": ("agent", "output_len"),
 }
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m radixrt.bench.serving", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m radixrt.bench.serving",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--backend", choices=BACKENDS, default="radixrt")
     p.add_argument("--base-url", default="http://127.0.0.1:30000")
     p.add_argument("--model", default=None, help="OpenAI model name; default: /v1/models' first")
     p.add_argument("--model-path", default=None, help="tokenizer for the prompts; default SmolLM2")
     p.add_argument("--dataset", choices=DATASETS, default="shared-prefix")
-    p.add_argument("--num-prompts", type=int, default=None,
-                   help="random: prompts; other datasets: cap on sessions")
-    p.add_argument("--request-rate", type=float, default=float("inf"),
-                   help="sessions started per second (Poisson); inf: all at once")
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help="random: prompts; other datasets: cap on sessions",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        default=float("inf"),
+        help="sessions started per second (Poisson); inf: all at once",
+    )
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--warmup", type=int, default=1, help="unrelated requests sent first")
     p.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before timing")
@@ -60,15 +75,17 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, help="name of this run in the summary and file")
     p.add_argument("--no-progress", action="store_true")
     for name, (ds, key) in SIZE_FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                       help=f"{ds}: {key}")
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"{ds}: {key}")
     return p
 
 
 def build_dataset(args: argparse.Namespace, words: WordSource) -> Dataset:
     """The dataset named by args.dataset with the size flags given (the others default)."""
-    sizes = {key: getattr(args, name) for name, (ds, key) in SIZE_FLAGS.items()
-             if ds == args.dataset and getattr(args, name) is not None}
+    sizes = {
+        key: getattr(args, name)
+        for name, (ds, key) in SIZE_FLAGS.items()
+        if ds == args.dataset and getattr(args, name) is not None
+    }
     if args.dataset == "random" and args.num_prompts is not None:
         sizes["num_prompts"] = args.num_prompts
     dataset = make_dataset(args.dataset, words, **sizes)
@@ -77,9 +94,14 @@ def build_dataset(args: argparse.Namespace, words: WordSource) -> Dataset:
     return dataset
 
 
-async def run_sessions(client: BaseClient, sessions: list[Session], request_rate: float,
-                       max_concurrency: int | None, seed: int,
-                       progress: bool = True) -> tuple[list[RequestRecord], float]:
+async def run_sessions(
+    client: BaseClient,
+    sessions: list[Session],
+    request_rate: float,
+    max_concurrency: int | None,
+    seed: int,
+    progress: bool = True,
+) -> tuple[list[RequestRecord], float]:
     """Run every session; returns the records (in completion order) and the wall time."""
     limit = asyncio.Semaphore(max_concurrency or 1 << 30)
     records: list[RequestRecord] = []
@@ -114,8 +136,9 @@ async def run_sessions(client: BaseClient, sessions: list[Session], request_rate
     return records, duration
 
 
-async def run_benchmark(args: argparse.Namespace, words: WordSource | None = None
-                        ) -> dict[str, Any]:
+async def run_benchmark(
+    args: argparse.Namespace, words: WordSource | None = None
+) -> dict[str, Any]:
     """One run as the flags say; returns the summary (also written where the flags ask)."""
     words = words or load_words(args.model_path, args.seed)
     dataset = build_dataset(args, words)
@@ -128,21 +151,35 @@ async def run_benchmark(args: argparse.Namespace, words: WordSource | None = Non
             warm = [Session((words.text(16),), (16,), 4) for _ in range(args.warmup)]
             await run_sessions(client, warm, float("inf"), None, args.seed, progress=False)
         flushed = await client.flush_cache() if args.flush_cache else None
-        records, duration = await run_sessions(client, dataset.sessions, args.request_rate,
-                                               args.max_concurrency, args.seed,
-                                               progress=not args.no_progress)
+        records, duration = await run_sessions(
+            client,
+            dataset.sessions,
+            args.request_rate,
+            args.max_concurrency,
+            args.seed,
+            progress=not args.no_progress,
+        )
     summary = summarize(records, duration)
-    summary.update({
-        "label": args.label or args.backend, "backend": args.backend, "dataset": dataset.name,
-        "num_sessions": len(dataset.sessions), "num_requests": dataset.num_requests,
-        "optimal_hit_rate": dataset.optimal_hit_rate(), "flushed": flushed,
-        "request_rate": args.request_rate, "max_concurrency": args.max_concurrency,
-        "ttft_by_turn_s": ttft_by_turn(records),
-        # requests that ended before output_len tokens (a server ignoring ignore_eos, or
-        # interrupting a stream): their throughput is not comparable
-        "short_outputs": sum(r.ok and r.output_tokens < dataset.sessions[r.session_idx].output_len
-                             for r in records),
-    })
+    summary.update(
+        {
+            "label": args.label or args.backend,
+            "backend": args.backend,
+            "dataset": dataset.name,
+            "num_sessions": len(dataset.sessions),
+            "num_requests": dataset.num_requests,
+            "optimal_hit_rate": dataset.optimal_hit_rate(),
+            "flushed": flushed,
+            "request_rate": args.request_rate,
+            "max_concurrency": args.max_concurrency,
+            "ttft_by_turn_s": ttft_by_turn(records),
+            # requests that ended before output_len tokens (a server ignoring ignore_eos, or
+            # interrupting a stream): their throughput is not comparable
+            "short_outputs": sum(
+                r.ok and r.output_tokens < dataset.sessions[r.session_idx].output_len
+                for r in records
+            ),
+        }
+    )
     if args.output_file:
         with open(args.output_file, "a") as f:
             f.write(json.dumps(summary, default=str) + "\n")

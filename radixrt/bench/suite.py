@@ -28,8 +28,15 @@ from radixrt.bench.metrics import RequestRecord
 
 SHARING = ("shared-prefix", "multi-turn", "agent")
 # A seed per workload, so no two workloads share words (llama.cpp's cache cannot be flushed).
-SEEDS = {"random": 1, "shared-prefix": 2, "multi-turn": 3, "agent": 4, "long-context": 5,
-         "programs": 6, "sweep": 10}
+SEEDS = {
+    "random": 1,
+    "shared-prefix": 2,
+    "multi-turn": 3,
+    "agent": 4,
+    "long-context": 5,
+    "programs": 6,
+    "sweep": 10,
+}
 
 
 @dataclass(frozen=True)
@@ -46,23 +53,33 @@ class Sizes:
     page_sizes: tuple[int, ...] = (16, 32)  # besides 1
 
 
-QUICK = Sizes(random=(3, 16, 4), shared_prefix=(2, 2, 32, 8, 4), multi_turn=(2, 2, 16, 4),
-              agent=(2, 2, 48, 4), sweep_system_lens=(16,), num_programs=1, long_doc_len=128,
-              page_sizes=(16,))
+QUICK = Sizes(
+    random=(3, 16, 4),
+    shared_prefix=(2, 2, 32, 8, 4),
+    multi_turn=(2, 2, 16, 4),
+    agent=(2, 2, 48, 4),
+    sweep_system_lens=(16,),
+    num_programs=1,
+    long_doc_len=128,
+    page_sizes=(16,),
+)
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m radixrt.bench.suite", description=__doc__)
-    p.add_argument("--systems", nargs="*", default=list(peers.SYSTEMS),
-                   choices=list(peers.SYSTEMS))
+    p.add_argument("--systems", nargs="*", default=list(peers.SYSTEMS), choices=list(peers.SYSTEMS))
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that it all runs")
     p.add_argument("--model-path", default=None, help="default: the bundled SmolLM2")
     p.add_argument("--gguf", default=None, help="llama.cpp's model; default: the bundled GGUF")
     p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     p.add_argument("--out-dir", default="docs/bench", help="results.jsonl, plots, server logs")
     p.add_argument("--doc", default="docs/benchmarks.md", help="markdown to update; '' = none")
-    p.add_argument("--skip", nargs="*", default=[],
-                   choices=["serving", "sweep", "programs", "long-context", "granularity"])
+    p.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["serving", "sweep", "programs", "long-context", "granularity"],
+    )
     return p
 
 
@@ -91,16 +108,28 @@ def run_suite(args: argparse.Namespace) -> list[dict[str, Any]]:
     if "granularity" not in args.skip and peers.RADIXRT in systems:
         for ps in sizes.page_sizes:
             system = peers.page_size_system(ps)
-            _run_system(system, args, sizes, words, gguf, out, keep, only=("serving",),
-                        datasets=SHARING)
+            _run_system(
+                system, args, sizes, words, gguf, out, keep, only=("serving",), datasets=SHARING
+            )
     return rows
 
 
-def _run_system(system: peers.System, args: argparse.Namespace, sizes: Sizes, words: list[str],
-                gguf: Path, out: Path, keep: Any, only: tuple[str, ...] | None = None,
-                datasets: tuple[str, ...] = DATASETS) -> None:
-    studies = [s for s in ("serving", "sweep", "programs", "long-context")
-               if s not in args.skip and (only is None or s in only)]
+def _run_system(
+    system: peers.System,
+    args: argparse.Namespace,
+    sizes: Sizes,
+    words: list[str],
+    gguf: Path,
+    out: Path,
+    keep: Any,
+    only: tuple[str, ...] | None = None,
+    datasets: tuple[str, ...] = DATASETS,
+) -> None:
+    studies = [
+        s
+        for s in ("serving", "sweep", "programs", "long-context")
+        if s not in args.skip and (only is None or s in only)
+    ]
     cmd = peers.launch_command(system, peers.free_port(), args.model_path, gguf, args.threads)
     log = out / f"server-{system.name.replace(' ', '-').replace('.', '')}.log"
     print(f"=== {system.name}: {shlex.join(cmd)}", flush=True)
@@ -108,8 +137,12 @@ def _run_system(system: peers.System, args: argparse.Namespace, sizes: Sizes, wo
     if system.kind == "transformers":
         extra = {"ignore_eos": True}
     with peers.ManagedServer(cmd, log) as url:
-        base = {"study": "serving", "system": system.name, "kind": system.kind,
-                "page_size": _page_size(system)}
+        base = {
+            "study": "serving",
+            "system": system.name,
+            "kind": system.kind,
+            "page_size": _page_size(system),
+        }
         for study in studies:
             t0 = time.perf_counter()
             for row in _STUDIES[study](system, url, sizes, words, extra, datasets):
@@ -117,12 +150,23 @@ def _run_system(system: peers.System, args: argparse.Namespace, sizes: Sizes, wo
             print(f"--- {system.name} {study}: {time.perf_counter() - t0:.1f} s", flush=True)
 
 
-def _serving(system: peers.System, url: str, sizes: Sizes, words: list[str],
-             extra: dict[str, Any], datasets: tuple[str, ...]) -> list[dict[str, Any]]:
+def _serving(
+    system: peers.System,
+    url: str,
+    sizes: Sizes,
+    words: list[str],
+    extra: dict[str, Any],
+    datasets: tuple[str, ...],
+) -> list[dict[str, Any]]:
     flags = {
         "random": ["--num-prompts", "--random-input-len", "--random-output-len"],
-        "shared-prefix": ["--num-groups", "--prompts-per-group", "--system-len",
-                          "--question-len", "--sp-output-len"],
+        "shared-prefix": [
+            "--num-groups",
+            "--prompts-per-group",
+            "--system-len",
+            "--question-len",
+            "--sp-output-len",
+        ],
         "multi-turn": ["--num-conversations", "--num-turns", "--turn-len", "--mt-output-len"],
         "agent": ["--num-agents", "--num-steps", "--tools-len", "--agent-output-len"],
     }
@@ -134,52 +178,115 @@ def _serving(system: peers.System, url: str, sizes: Sizes, words: list[str],
     return rows
 
 
-def _sweep(system: peers.System, url: str, sizes: Sizes, words: list[str],
-           extra: dict[str, Any], datasets: tuple[str, ...]) -> list[dict[str, Any]]:
+def _sweep(
+    system: peers.System,
+    url: str,
+    sizes: Sizes,
+    words: list[str],
+    extra: dict[str, Any],
+    datasets: tuple[str, ...],
+) -> list[dict[str, Any]]:
     g, p, _, q, o = sizes.shared_prefix
     rows = []
     for i, s in enumerate(sizes.sweep_system_lens):
-        argv = ["--num-groups", str(g), "--prompts-per-group", str(p), "--system-len", str(s),
-                "--question-len", str(q), "--sp-output-len", str(o)]
-        rows.append(_serve(system, url, "shared-prefix", argv, SEEDS["sweep"] + i, words,
-                           extra))
+        argv = [
+            "--num-groups",
+            str(g),
+            "--prompts-per-group",
+            str(p),
+            "--system-len",
+            str(s),
+            "--question-len",
+            str(q),
+            "--sp-output-len",
+            str(o),
+        ]
+        rows.append(_serve(system, url, "shared-prefix", argv, SEEDS["sweep"] + i, words, extra))
     return rows
 
 
-def _serve(system: peers.System, url: str, ds: str, argv: list[str], seed: int,
-           words: list[str], extra: dict[str, Any]) -> dict[str, Any]:
-    ns = serving.make_parser().parse_args([
-        "--backend", system.backend, "--base-url", url, "--dataset", ds, "--seed", str(seed),
-        "--extra-request-body", json.dumps(extra), "--label", system.name,
-        *(["--flush-cache"] if system.is_radixrt else []), *argv])
+def _serve(
+    system: peers.System,
+    url: str,
+    ds: str,
+    argv: list[str],
+    seed: int,
+    words: list[str],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    ns = serving.make_parser().parse_args(
+        [
+            "--backend",
+            system.backend,
+            "--base-url",
+            url,
+            "--dataset",
+            ds,
+            "--seed",
+            str(seed),
+            "--extra-request-body",
+            json.dumps(extra),
+            "--label",
+            system.name,
+            *(["--flush-cache"] if system.is_radixrt else []),
+            *argv,
+        ]
+    )
     summary = asyncio.run(serving.run_benchmark(ns, WordSource(words, seed)))
     hit = summary["hit_rate"]
-    print(f"{system.name:>20} {ds:<14} {summary['completed']}/{summary['num_requests']} req, "
-          f"{summary['request_throughput']:.3f} req/s, {summary['output_throughput']:.1f} out "
-          f"tok/s, mean TTFT {(summary['mean_ttft_s'] or 0) * 1000:.0f} ms"
-          + (f", hit rate {hit:.3f} (optimal {summary['optimal_hit_rate']:.3f})"
-             if hit is not None else "")
-          + (f"; {summary['short_outputs']} SHORT outputs" if summary["short_outputs"] else ""),
-          flush=True)
+    print(
+        f"{system.name:>20} {ds:<14} {summary['completed']}/{summary['num_requests']} req, "
+        f"{summary['request_throughput']:.3f} req/s, {summary['output_throughput']:.1f} out "
+        f"tok/s, mean TTFT {(summary['mean_ttft_s'] or 0) * 1000:.0f} ms"
+        + (
+            f", hit rate {hit:.3f} (optimal {summary['optimal_hit_rate']:.3f})"
+            if hit is not None
+            else ""
+        )
+        + (f"; {summary['short_outputs']} SHORT outputs" if summary["short_outputs"] else ""),
+        flush=True,
+    )
     return {**summary, "args": argv}
 
 
-def _programs(system: peers.System, url: str, sizes: Sizes, words: list[str],
-              extra: dict[str, Any], datasets: tuple[str, ...]) -> list[dict[str, Any]]:
-    ns = programs.make_parser().parse_args([
-        "--backend", system.backend, "--base-url", url, "--label", system.name,
-        "--num-programs", str(sizes.num_programs),
-        *(["--flush-cache"] if system.is_radixrt else [])])
+def _programs(
+    system: peers.System,
+    url: str,
+    sizes: Sizes,
+    words: list[str],
+    extra: dict[str, Any],
+    datasets: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    ns = programs.make_parser().parse_args(
+        [
+            "--backend",
+            system.backend,
+            "--base-url",
+            url,
+            "--label",
+            system.name,
+            "--num-programs",
+            str(sizes.num_programs),
+            *(["--flush-cache"] if system.is_radixrt else []),
+        ]
+    )
     return programs.run_programs(ns, WordSource(words, SEEDS["programs"]))
 
 
-def _long_context(system: peers.System, url: str, sizes: Sizes, words: list[str],
-                  extra: dict[str, Any], datasets: tuple[str, ...]) -> list[dict[str, Any]]:
+def _long_context(
+    system: peers.System,
+    url: str,
+    sizes: Sizes,
+    words: list[str],
+    extra: dict[str, Any],
+    datasets: tuple[str, ...],
+) -> list[dict[str, Any]]:
     return [asyncio.run(long_context_ttft(system, url, sizes.long_doc_len, words, extra))]
 
 
-async def long_context_ttft(system: peers.System, url: str, doc_len: int, words: list[str],
-                            extra: dict[str, Any]) -> dict[str, Any]:
+async def long_context_ttft(
+    system: peers.System, url: str, doc_len: int, words: list[str], extra: dict[str, Any]
+) -> dict[str, Any]:
     """TTFT of a document + question, cold, then again with another question (cached)."""
     w = WordSource(words, SEEDS["long-context"])
     doc = w.text(doc_len)
@@ -193,16 +300,28 @@ async def long_context_ttft(system: peers.System, url: str, doc_len: int, words:
             await client.send(doc + " question:" + w.text(16), 1, rec)
             recs.append(rec)
     cold, warm = recs
-    row = {"doc_len": doc_len, "prompt_tokens": warm.prompt_tokens,
-           "cold_ttft_s": cold.ttft, "cached_ttft_s": warm.ttft,
-           "cached_tokens": warm.cached_tokens, "error": cold.error or warm.error}
-    print(f"{system.name:>20} long context {warm.prompt_tokens} tokens: TTFT cold "
-          f"{(cold.ttft or 0) * 1000:.0f} ms, cached {(warm.ttft or 0) * 1000:.0f} ms", flush=True)
+    row = {
+        "doc_len": doc_len,
+        "prompt_tokens": warm.prompt_tokens,
+        "cold_ttft_s": cold.ttft,
+        "cached_ttft_s": warm.ttft,
+        "cached_tokens": warm.cached_tokens,
+        "error": cold.error or warm.error,
+    }
+    print(
+        f"{system.name:>20} long context {warm.prompt_tokens} tokens: TTFT cold "
+        f"{(cold.ttft or 0) * 1000:.0f} ms, cached {(warm.ttft or 0) * 1000:.0f} ms",
+        flush=True,
+    )
     return row
 
 
-_STUDIES = {"serving": _serving, "sweep": _sweep, "programs": _programs,
-            "long-context": _long_context}
+_STUDIES = {
+    "serving": _serving,
+    "sweep": _sweep,
+    "programs": _programs,
+    "long-context": _long_context,
+}
 
 
 def _page_size(system: peers.System) -> int | None:
@@ -224,11 +343,15 @@ def main(argv: list[str] | None = None) -> None:
     elapsed = time.time() - t0
     from radixrt.bench import report
 
-    command = "python -m radixrt.bench.suite " + shlex.join(sys.argv[1:] if argv is None
-                                                             else argv)
+    command = "python -m radixrt.bench.suite " + shlex.join(sys.argv[1:] if argv is None else argv)
     plots = report.make_plots(rows, Path(args.out_dir))
-    text = report.render(rows, command=command.strip(), elapsed_s=elapsed, plots=plots,
-                         doc_dir=Path(args.doc).parent if args.doc else Path(args.out_dir))
+    text = report.render(
+        rows,
+        command=command.strip(),
+        elapsed_s=elapsed,
+        plots=plots,
+        doc_dir=Path(args.doc).parent if args.doc else Path(args.out_dir),
+    )
     if args.doc:
         report.write_section(Path(args.doc), text)
         print(f"wrote {args.doc} and {args.out_dir}/ in {elapsed / 60:.1f} min")

@@ -75,15 +75,22 @@ class KVCacheManager:
 
     def alloc_for(self, reqs: list[Req]) -> torch.Tensor:
         """Slots for each request's next extend_len tokens, in order: (sum,) int64, owned by
-        the requests (written into req_to_token by the caller); evicts as needed."""
+        the requests and written into each one's req_to_token row after its kv_len (on rank
+        0 the rows are written here, in admit and in cache_unfinished, nowhere else); evicts
+        as needed. The caller must have admitted every request (it holds a row)."""
+        rows = [_row(r) for r in reqs]
         kv_lens = [r.kv_len for r in reqs]
         extend = [r.extend_len for r in reqs]
         self._make_room(sum(self.allocator.slots_needed(k, e) for k, e in zip(kv_lens, extend)))
         last = None
         if self.allocator.page_size > 1:
-            rows = [r.req_pool_idx for r in reqs]
             last = self.req_to_token_pool.last_slots(rows, kv_lens)
-        return self.allocator.alloc_extend(kv_lens, extend, last)
+        out_loc = self.allocator.alloc_extend(kv_lens, extend, last)
+        start = 0
+        for row, kv_len, e in zip(rows, kv_lens, extend):
+            self.req_to_token_pool.write(row, kv_len, out_loc[start : start + e])
+            start += e
+        return out_loc
 
     def cache_unfinished(self, req: Req) -> None:
         """Hand the computed tokens of a still-running request to the cache and re-pin them."""
@@ -161,3 +168,10 @@ class KVCacheManager:
         if present > req.cached_len:
             self.allocator.free(slots[req.cached_len : present])
         return aligned
+
+
+def _row(req: Req) -> int:
+    """The req_to_token row of an admitted request."""
+    if req.req_pool_idx is None:
+        raise RuntimeError(f"request {req.rid} has no req_to_token row (not admitted)")
+    return req.req_pool_idx

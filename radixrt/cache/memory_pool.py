@@ -92,11 +92,16 @@ class TokenSlotAllocator:
 
     def clear(self) -> None:
         # (num_free,) int64 on the pool's device; order is allocation order.
-        self.free_slots = torch.arange(1, self.capacity + 1, dtype=torch.int64, device=self.device)
+        self._free = torch.arange(1, self.capacity + 1, dtype=torch.int64, device=self.device)
+
+    @property
+    def free_slots(self) -> torch.Tensor:
+        """(num_free,) int64: the free slots, in allocation order (read-only)."""
+        return self._free
 
     @property
     def num_free(self) -> int:
-        return int(self.free_slots.numel())
+        return int(self._free.numel())
 
     @property
     def max_slot(self) -> int:
@@ -114,8 +119,8 @@ class TokenSlotAllocator:
         """Return (n,) int64 slot indices now owned by the caller; raise OutOfSlotsError."""
         if n > self.num_free:
             raise OutOfSlotsError(f"asked for {n} KV slots but only {self.num_free} are free")
-        out = self.free_slots[:n]
-        self.free_slots = self.free_slots[n:]
+        out = self._free[:n]
+        self._free = self._free[n:]
         return out
 
     def alloc_extend(
@@ -130,7 +135,7 @@ class TokenSlotAllocator:
         """Give back slots the caller owned. Freeing a slot twice corrupts the pool."""
         if slots.numel() == 0:
             return
-        self.free_slots = torch.cat([self.free_slots, slots.to(self.free_slots)])
+        self._free = torch.cat([self._free, slots.to(self._free)])
 
 
 class ReqToTokenPool:

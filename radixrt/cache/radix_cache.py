@@ -23,6 +23,7 @@ from radixrt.cache.tree_node import TreeNode
 
 __all__ = ["RadixCache", "TreeNode"]
 
+
 class RadixCache(BasePrefixCache):
     """Radix tree over token ids; see `BasePrefixCache` for the contract."""
 

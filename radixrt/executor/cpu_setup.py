@@ -50,7 +50,8 @@ def keep_freed_memory() -> bool:
 
 def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) -> bool:
     """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/layers/cpu.py) when
-    they build, and fuse its decode layers; True when the kernels run."""
+    they build; True when the kernels run (the runner then fuses decode layers if its
+    attention backend allows, `fuse_cpu_decode_layers`)."""
     if dtype != torch.float32 or config.disable_cpu_kernels:
         return False
     from radixrt.kernels import cpu as ck
@@ -60,7 +61,14 @@ def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) 
         logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
         return False
     swapped = use_cpu_kernels(model)
+    logger.info("CPU kernels on: %d modules swapped", swapped)
+    return True
+
+
+def fuse_cpu_decode_layers(model: nn.Module) -> int:
+    """Run each decoder layer's decode steps as one C call where the model can (its
+    `fuse_cpu_decode_layers`); returns how many layers."""
     fuse = getattr(model, "fuse_cpu_decode_layers", None)
     fused = fuse() if fuse is not None else 0
-    logger.info("CPU kernels on: %d modules swapped, %d decoder layers fused", swapped, fused)
-    return True
+    logger.info("CPU kernels: %d decoder layers fused for decode batches", fused)
+    return fused

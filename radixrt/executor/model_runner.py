@@ -13,7 +13,11 @@ from radixrt.attention import create_attention_backend
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
 from radixrt.distributed.comm import BaseComm
-from radixrt.executor.cpu_setup import init_cpu_kernels, keep_freed_memory
+from radixrt.executor.cpu_setup import (
+    fuse_cpu_decode_layers,
+    init_cpu_kernels,
+    keep_freed_memory,
+)
 from radixrt.executor.cuda_graph import capture_decode_graphs
 from radixrt.executor.kv_memory import build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
@@ -83,6 +87,8 @@ class ModelRunner:
             self.tp_group.stop()
             raise
         self._init_attention_backend()
+        if self.cpu_kernels and self.attn_backend.fuses_cpu_decode_layers:
+            fuse_cpu_decode_layers(self.model)
         self._init_cuda_graphs(max_running_requests)
         self.batch_link = BatchLink(self.comm, self.req_to_token_pool)
 
@@ -116,12 +122,15 @@ class ModelRunner:
         check_tp_size(self.arch, tp)
         local = tp // self.model_config.nnodes
         if tp > 1 and self.device.type == "cuda" and local > torch.cuda.device_count():
-            raise ValueError(f"--tp {tp} needs {local} CUDA devices on this host, "
-                             f"torch sees {torch.cuda.device_count()}")
+            raise ValueError(
+                f"--tp {tp} needs {local} CUDA devices on this host, "
+                f"torch sees {torch.cuda.device_count()}"
+            )
         if tp > 1 and self.comm.world_size == 1:  # rank 0: start the other ranks
             level = logging.getLevelName(logger.getEffectiveLevel()).lower()
-            self.tp_group = TPGroup(self.model_config, self.cache_config, max_running_requests,
-                                    self.device, level)
+            self.tp_group = TPGroup(
+                self.model_config, self.cache_config, max_running_requests, self.device, level
+            )
             self.comm = self.tp_group.comm
         with torch.device("meta"):  # no random init: every tensor comes from the checkpoint
             model = cls(self.arch, max(ctx, self.arch.max_position_embeddings), self.comm)

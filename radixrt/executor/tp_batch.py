@@ -50,11 +50,19 @@ class BatchLink:
             return
         b, t, n = len(d.extend_lens), len(d.input_ids), len(d.logits_indices)
         table = self.pool.req_to_token
-        rows = [table[r, : p + e] for r, p, e in zip(d.req_pool_indices, d.prefix_lens,
-                                                    d.extend_lens)]
+        rows = [
+            table[r, : p + e] for r, p, e in zip(d.req_pool_indices, d.prefix_lens, d.extend_lens)
+        ]
         lists = torch.tensor(
-            d.input_ids + [0] * t + d.req_pool_indices + d.prefix_lens + d.extend_lens
-            + d.logits_indices, dtype=torch.int64, device=self.device)
+            d.input_ids
+            + [0] * t
+            + d.req_pool_indices
+            + d.prefix_lens
+            + d.extend_lens
+            + d.logits_indices,
+            dtype=torch.int64,
+            device=self.device,
+        )
         lists[t : 2 * t] = d.out_loc
         payload = torch.cat([lists, *(r.to(torch.int64) for r in rows)])
         header = [_FORWARD, b, t, n, payload.numel() - lists.numel(), 0]
@@ -71,12 +79,14 @@ class BatchLink:
     def recv(self) -> BatchDesc | None:
         """Other ranks: the next batch, with its rows written into req_to_token; None at stop."""
         header = self.comm.broadcast(
-            torch.zeros(_HEADER_LEN, dtype=torch.int64, device=self.device))
+            torch.zeros(_HEADER_LEN, dtype=torch.int64, device=self.device)
+        )
         kind, b, t, n, r, _ = header.tolist()
         if kind == _STOP:
             return None
         payload = self.comm.broadcast(
-            torch.empty(2 * t + 3 * b + n + r, dtype=torch.int64, device=self.device))
+            torch.empty(2 * t + 3 * b + n + r, dtype=torch.int64, device=self.device)
+        )
         head = payload[: 2 * t + 3 * b + n].tolist()
         d = BatchDesc(
             input_ids=head[:t],

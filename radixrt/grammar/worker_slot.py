@@ -174,8 +174,7 @@ class WorkerSlot:
         if self._proc is proc and not self._busy and not self._closed:
             self._proc = None
             if code == -signal.SIGTERM:  # stopped with its process group: the server is going
-                logger.info("grammar worker %d was terminated; the next check starts one",
-                            proc.pid)
+                logger.info("grammar worker %d was terminated; the next check starts one", proc.pid)
                 return
             logger.warning(
                 "grammar worker %d exited (%s); starting another", proc.pid, _exit_reason(code)

@@ -70,8 +70,15 @@ def linear(
     m, k = x.shape
     y = torch.empty(m, n, dtype=torch.float32)
     lib().rt_linear_f32(
-        x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n,
-        None if bias is None else bias.data_ptr(), y.data_ptr(), n,
+        x.data_ptr(),
+        x.stride(0),
+        m,
+        k,
+        packed.data_ptr(),
+        n,
+        None if bias is None else bias.data_ptr(),
+        y.data_ptr(),
+        n,
     )
     return y
 
@@ -92,8 +99,17 @@ def rotary_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     rows, e.g. slices of one qkv tensor) by cos, sin (T, d) float32."""
     t = q.shape[0]
     lib().rt_rotary_f32(
-        q.data_ptr(), q.stride(0), q.shape[1] // d, k.data_ptr(), k.stride(0), k.shape[1] // d,
-        cos.data_ptr(), sin.data_ptr(), cos.stride(0), t, d,
+        q.data_ptr(),
+        q.stride(0),
+        q.shape[1] // d,
+        k.data_ptr(),
+        k.stride(0),
+        k.shape[1] // d,
+        cos.data_ptr(),
+        sin.data_ptr(),
+        cos.stride(0),
+        t,
+        d,
     )
 
 
@@ -102,8 +118,9 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _rows(gate_up, "gate_up")
     t, two_i = gate_up.shape
     out = torch.empty(t, two_i // 2, dtype=torch.float32)
-    lib().rt_silu_mul_f32(gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), two_i // 2,
-                           t, two_i // 2)
+    lib().rt_silu_mul_f32(
+        gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), two_i // 2, t, two_i // 2
+    )
     return out
 
 
@@ -128,10 +145,25 @@ def decode_attention(
         raise ValueError("k_new and v_new must share one layout")
     out = torch.empty(b, hq_d, dtype=torch.float32)
     lib().rt_decode_attention_f32(
-        q.data_ptr(), q.stride(0), k_new.data_ptr(), v_new.data_ptr(), k_new.stride(0),
-        k_buf.data_ptr(), v_buf.data_ptr(), out_loc.data_ptr(), req_to_token.data_ptr(),
-        req_to_token.stride(0), rows.data_ptr(), seq_lens.data_ptr(), out.data_ptr(), hq_d,
-        b, hq_d // d, hkv, d, scale,
+        q.data_ptr(),
+        q.stride(0),
+        k_new.data_ptr(),
+        v_new.data_ptr(),
+        k_new.stride(0),
+        k_buf.data_ptr(),
+        v_buf.data_ptr(),
+        out_loc.data_ptr(),
+        req_to_token.data_ptr(),
+        req_to_token.stride(0),
+        rows.data_ptr(),
+        seq_lens.data_ptr(),
+        out.data_ptr(),
+        hq_d,
+        b,
+        hq_d // d,
+        hkv,
+        d,
+        scale,
     )
     return out
 
@@ -140,9 +172,10 @@ def has_extend_attention() -> bool:
     """True when the library has the vector extend-attention path (AVX-512 builds)."""
     global _HAS_EXTEND
     if _HAS_EXTEND is None:
-        _HAS_EXTEND = lib().rt_extend_attention_f32(
-            None, 0, None, None, None, 0, 0, None, 0, 1, 1, 1, 1.0
-        ) != -2
+        _HAS_EXTEND = (
+            lib().rt_extend_attention_f32(None, 0, None, None, None, 0, 0, None, 0, 1, 1, 1, 1.0)
+            != -2
+        )
     return _HAS_EXTEND
 
 
@@ -168,8 +201,19 @@ def extend_attention(
         raise ValueError("slots must be contiguous int32 covering every key")
     hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows
     rc = lib().rt_extend_attention_f32(
-        q.data_ptr(), q.stride(0), k_buf.data_ptr(), v_buf.data_ptr(), slots.data_ptr(),
-        prefix_len, e, out.data_ptr(), out.stride(0), hq, hkv, d, scale,
+        q.data_ptr(),
+        q.stride(0),
+        k_buf.data_ptr(),
+        v_buf.data_ptr(),
+        slots.data_ptr(),
+        prefix_len,
+        e,
+        out.data_ptr(),
+        out.stride(0),
+        hq,
+        hkv,
+        d,
+        scale,
     )
     if rc != 0:
         raise RuntimeError(f"rt_extend_attention_f32 failed ({rc})")

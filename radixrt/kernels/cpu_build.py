@@ -28,7 +28,11 @@ logger = logging.getLogger("radixrt")
 
 CPU_SRC_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
 CPU_SOURCES = (
-    "gemm_f32.c", "ops_f32.c", "attention_f32.c", "extend_attention_f32.c", "layer_f32.c"
+    "gemm_f32.c",
+    "ops_f32.c",
+    "attention_f32.c",
+    "extend_attention_f32.c",
+    "layer_f32.c",
 )
 CPU_HEADERS = ("rt_cpu.h", "vec_math.h", "attention_rows.h")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
@@ -44,11 +48,46 @@ SIGNATURES: dict[str, list] = {
     "rt_rotary_f32": [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I],
     "rt_silu_mul_f32": [_P, _I, _P, _I, _I, _I],
     "rt_decode_attention_f32": [
-        _P, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _I, _I, _I, _I, _I, _F
+        _P,
+        _I,
+        _P,
+        _P,
+        _I,
+        _P,
+        _P,
+        _P,
+        _P,
+        _I,
+        _P,
+        _P,
+        _P,
+        _I,
+        _I,
+        _I,
+        _I,
+        _I,
+        _F,
     ],
     "rt_extend_attention_f32": [_P, _I, _P, _P, _P, _I, _I, _P, _I, _I, _I, _I, _F],
     "rt_decode_layer_f32": [
-        _P, _P, _I, _I, _P, _P, _F, *[_P] * 8, _I, _I, _I, _I, *[_P] * 6, _I, _P, _P, _F, _P
+        _P,
+        _P,
+        _I,
+        _I,
+        _P,
+        _P,
+        _F,
+        *[_P] * 8,
+        _I,
+        _I,
+        _I,
+        _I,
+        *[_P] * 6,
+        _I,
+        _P,
+        _P,
+        _F,
+        _P,
     ],
 }
 RESTYPES = {"rt_extend_attention_f32": ctypes.c_int}  # every other function returns void

@@ -64,9 +64,7 @@ class GatheredLMHead(nn.Module):
         return logits[..., : self.vocab_size]
 
 
-def row_parallel_linear(
-    in_local: int, out_features: int, bias: bool, comm: BaseComm
-) -> nn.Module:
+def row_parallel_linear(in_local: int, out_features: int, bias: bool, comm: BaseComm) -> nn.Module:
     """nn.Linear for one rank, else a RowParallelLinear."""
     if comm.world_size == 1:
         return nn.Linear(in_local, out_features, bias=bias)

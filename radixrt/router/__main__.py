@@ -15,8 +15,9 @@ def main(argv: list[str] | None = None) -> None:
     from radixrt.router.args import parse_args
 
     args = parse_args(argv)
-    logging.basicConfig(level=args.server.log_level.upper(),
-                        format="%(asctime)s %(levelname)s router: %(message)s")
+    logging.basicConfig(
+        level=args.server.log_level.upper(), format="%(asctime)s %(levelname)s router: %(message)s"
+    )
     sys.exit(asyncio.run(_serve(args)))
 
 
@@ -27,12 +28,23 @@ async def _serve(args: RouterArgs) -> int:
 
     s = args.server
     app = create_router_app(args.worker_urls, args.router, s)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=s.host, port=s.port, log_config=None, access_log=False,
-        log_level="debug" if s.log_level == "debug" else "warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=s.host,
+            port=s.port,
+            log_config=None,
+            access_log=False,
+            log_level="debug" if s.log_level == "debug" else "warning",
+        )
+    )
     logging.getLogger("radixrt.router").info(
-        "routing over %d workers (%s) on http://%s:%d", len(args.worker_urls),
-        args.router.router_policy, s.host, s.port)
+        "routing over %d workers (%s) on http://%s:%d",
+        len(args.worker_urls),
+        args.router.router_policy,
+        s.host,
+        s.port,
+    )
     await server.serve()
     return 0
 

@@ -55,8 +55,10 @@ class _ClientGone(Exception):
 
 def create_router_app(urls: list[str], router: RouterConfig, config: RouterServerConfig) -> FastAPI:
     """Build the app; the worker pool's health checks run for the app's lifetime."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(config.request_timeout_s, connect=5.0),
-                               limits=httpx.Limits(max_connections=1024))
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(config.request_timeout_s, connect=5.0),
+        limits=httpx.Limits(max_connections=1024),
+    )
     pool = WorkerPool(urls, make_policy(router), config, client)
 
     @contextlib.asynccontextmanager
@@ -121,7 +123,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         headers = {**auth, **_passed_headers(request)}
         codes = await _broadcast(pool, "/abort_request", body, headers)
         if 400 in codes:
-            return error_response("abort_request takes {\"rid\": \"...\"}", 400)
+            return error_response('abort_request takes {"rid": "..."}', 400)
         return json_response({"success": True})
 
     if config.api_key is not None:
@@ -142,8 +144,9 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
     tried: set[str] = set()
     while (worker := pool.pick(route, tried)) is not None:
         tried.add(worker.url)
-        upstream = pool.client.build_request("POST", worker.url + path, content=body,
-                                             headers=headers)
+        upstream = pool.client.build_request(
+            "POST", worker.url + path, content=body, headers=headers
+        )
         try:
             resp = await _unless_client_goes(request, pool.client.send(upstream, stream=True))
         except _ClientGone:
@@ -166,7 +169,8 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
             pool.retries += 1
             continue
         return StreamingResponse(
-            _relay(resp), status_code=resp.status_code,
+            _relay(resp),
+            status_code=resp.status_code,
             media_type=resp.headers.get("content-type"),
             background=BackgroundTask(_release, resp, pool, worker),
         )
@@ -209,13 +213,18 @@ async def _wait_disconnect(request: Request) -> None:
         pass
 
 
-async def _broadcast(pool: WorkerPool, path: str, body: bytes,
-                     headers: dict[str, str]) -> list[int]:
+async def _broadcast(
+    pool: WorkerPool, path: str, body: bytes, headers: dict[str, str]
+) -> list[int]:
     """POST to every healthy worker; the status codes of those that answered."""
+
     async def one(worker: Worker) -> int | None:
         try:
-            r = await pool.client.post(worker.url + path, content=body,
-                                       headers={**headers, "content-type": "application/json"})
+            r = await pool.client.post(
+                worker.url + path,
+                content=body,
+                headers={**headers, "content-type": "application/json"},
+            )
             return r.status_code
         except httpx.HTTPError:
             return None

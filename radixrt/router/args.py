@@ -12,7 +12,8 @@ from radixrt.routing.policy import ROUTING_POLICIES
 
 ROUTER_CONFIGS = (RouterConfig, RouterServerConfig)
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "router_policy": tuple(ROUTING_POLICIES), "log_level": LOG_LEVELS,
+    "router_policy": tuple(ROUTING_POLICIES),
+    "log_level": LOG_LEVELS,
 }
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -25,10 +26,17 @@ class RouterArgs(NamedTuple):
 
 def make_parser(prog: str = "radixrt router") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, description="Route requests over several radixrt servers.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--worker-urls", nargs="+", required=True, metavar="URL",
-                        help="base URLs of the worker servers, e.g. http://10.0.0.2:30000")
+        prog=prog,
+        description="Route requests over several radixrt servers.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--worker-urls",
+        nargs="+",
+        required=True,
+        metavar="URL",
+        help="base URLs of the worker servers, e.g. http://10.0.0.2:30000",
+    )
     for cls in ROUTER_CONFIGS:
         group = parser.add_argument_group(cls.__name__)
         for f in dataclasses.fields(cls):
@@ -45,8 +53,9 @@ def parse_args(argv: list[str] | None = None) -> RouterArgs:
     parser = make_parser()
     ns = vars(parser.parse_args(argv))
     try:
-        router, server = (cls(**{f.name: ns[f.name] for f in dataclasses.fields(cls)})
-                          for cls in ROUTER_CONFIGS)
+        router, server = (
+            cls(**{f.name: ns[f.name] for f in dataclasses.fields(cls)}) for cls in ROUTER_CONFIGS
+        )
     except ValueError as e:
         parser.error(str(e))
     urls = ns["worker_urls"]

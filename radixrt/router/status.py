@@ -11,8 +11,13 @@ import httpx
 from radixrt.router.workers import Worker, WorkerPool
 
 _INFO_TIMEOUT_S = 5.0
-_WORKER_FIELDS = ("cache_hit_rate", "num_running_reqs", "num_queued_reqs", "prompt_tokens",
-                  "cached_tokens")
+_WORKER_FIELDS = (
+    "cache_hit_rate",
+    "num_running_reqs",
+    "num_queued_reqs",
+    "prompt_tokens",
+    "cached_tokens",
+)
 
 
 async def router_info(pool: WorkerPool, headers: dict[str, str]) -> dict[str, Any]:
@@ -20,25 +25,45 @@ async def router_info(pool: WorkerPool, headers: dict[str, str]) -> dict[str, An
     reported = await asyncio.gather(*(_worker_info(pool, w, headers) for w in pool.workers))
     workers = []
     for w, info in zip(pool.workers, reported):
-        workers.append({
-            "url": w.url, "healthy": w.healthy, "routed_requests": w.routed,
-            "in_flight": w.in_flight, **{k: info.get(k) for k in _WORKER_FIELDS},
-        })
-    return {"router_policy": pool.policy.name, "policy": pool.policy.stats(),
-            "retries": pool.retries, "workers": workers}
+        workers.append(
+            {
+                "url": w.url,
+                "healthy": w.healthy,
+                "routed_requests": w.routed,
+                "in_flight": w.in_flight,
+                **{k: info.get(k) for k in _WORKER_FIELDS},
+            }
+        )
+    return {
+        "router_policy": pool.policy.name,
+        "policy": pool.policy.stats(),
+        "retries": pool.retries,
+        "workers": workers,
+    }
 
 
 def router_metrics(info: dict[str, Any]) -> bytes:
     """Prometheus text format of `router_info`'s figures, labelled by worker URL."""
     series = (
-        ("radixrt_router_routed_requests_total", "counter", "Requests sent to the worker",
-         "routed_requests"),
-        ("radixrt_router_in_flight_requests", "gauge", "Requests in flight on the worker",
-         "in_flight"),
-        ("radixrt_router_worker_healthy", "gauge", "1 while the worker is in rotation",
-         "healthy"),
-        ("radixrt_router_worker_cache_hit_rate", "gauge", "Cached / prompt tokens the worker "
-         "reports", "cache_hit_rate"),
+        (
+            "radixrt_router_routed_requests_total",
+            "counter",
+            "Requests sent to the worker",
+            "routed_requests",
+        ),
+        (
+            "radixrt_router_in_flight_requests",
+            "gauge",
+            "Requests in flight on the worker",
+            "in_flight",
+        ),
+        ("radixrt_router_worker_healthy", "gauge", "1 while the worker is in rotation", "healthy"),
+        (
+            "radixrt_router_worker_cache_hit_rate",
+            "gauge",
+            "Cached / prompt tokens the worker reports",
+            "cache_hit_rate",
+        ),
     )
     lines = []
     for name, kind, doc, field in series:
@@ -47,9 +72,11 @@ def router_metrics(info: dict[str, Any]) -> bytes:
             value = w[field]
             if value is not None:
                 lines.append(f'{name}{{worker="{w["url"]}"}} {float(value)}')
-    lines += ["# HELP radixrt_router_retries_total Requests re-sent to another worker",
-              "# TYPE radixrt_router_retries_total counter",
-              f"radixrt_router_retries_total {float(info['retries'])}"]
+    lines += [
+        "# HELP radixrt_router_retries_total Requests re-sent to another worker",
+        "# TYPE radixrt_router_retries_total counter",
+        f"radixrt_router_retries_total {float(info['retries'])}",
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -57,8 +84,9 @@ async def _worker_info(pool: WorkerPool, worker: Worker, headers: dict[str, str]
     if not worker.healthy:
         return {}
     try:
-        r = await pool.client.get(worker.url + "/get_server_info", headers=headers,
-                                  timeout=_INFO_TIMEOUT_S)
+        r = await pool.client.get(
+            worker.url + "/get_server_info", headers=headers, timeout=_INFO_TIMEOUT_S
+        )
         return r.json() if r.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
         return {}

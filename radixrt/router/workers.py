@@ -33,8 +33,13 @@ class Worker:
 class WorkerPool:
     """Owns the workers' state and the health-check task; picks a worker through the policy."""
 
-    def __init__(self, urls: list[str], policy: BaseRoutingPolicy, config: RouterServerConfig,
-                 client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        policy: BaseRoutingPolicy,
+        config: RouterServerConfig,
+        client: httpx.AsyncClient,
+    ) -> None:
         if not urls:
             raise ValueError("the router needs at least one worker URL")
         self.workers = [Worker(u.rstrip("/")) for u in urls]
@@ -104,6 +109,7 @@ class WorkerPool:
             return
         worker.failures += 1
         if worker.healthy and worker.failures >= self.config.health_failure_threshold:
-            logger.warning("worker %s failed %d health checks; out of rotation", worker.url,
-                           worker.failures)
+            logger.warning(
+                "worker %s failed %d health checks; out of rotation", worker.url, worker.failures
+            )
             worker.healthy = False

@@ -116,7 +116,7 @@ class ApproxTree:
 def _common_len(edge: Key, key: Key, pos: int) -> int:
     """How many leading items of `edge` equal `key[pos:]`."""
     n = min(len(edge), len(key) - pos)
-    if edge[:n] == key[pos:pos + n]:
+    if edge[:n] == key[pos : pos + n]:
         return n
     i = 0
     while i < n and edge[i] == key[pos + i]:

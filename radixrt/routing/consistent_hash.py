@@ -46,8 +46,9 @@ class ConsistentHashPolicy(BaseRoutingPolicy):
         return self._owners[i]
 
     def _build(self, members: frozenset[str]) -> None:
-        ring = sorted((ring_hash(f"{wid}#{v}"), wid) for wid in members
-                      for v in range(VIRTUAL_NODES))
+        ring = sorted(
+            (ring_hash(f"{wid}#{v}"), wid) for wid in members for v in range(VIRTUAL_NODES)
+        )
         self._members = members
         self._points = [p for p, _ in ring]
         self._owners = [w for _, w in ring]

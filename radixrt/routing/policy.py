@@ -67,8 +67,9 @@ def make_policy(config: RouterConfig) -> BaseRoutingPolicy:
     """Instantiate `config.router_policy`; ValueError naming the choices when unknown."""
     target = ROUTING_POLICIES.get(config.router_policy)
     if target is None:
-        raise ValueError(f"router_policy must be one of {tuple(ROUTING_POLICIES)}, "
-                         f"got {config.router_policy!r}")
+        raise ValueError(
+            f"router_policy must be one of {tuple(ROUTING_POLICIES)}, got {config.router_policy!r}"
+        )
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)(config)
 

@@ -145,8 +145,11 @@ class GrammarQueue:
                 mask[i] = reqs[i].grammar.mask()
             except Exception as e:
                 logger.exception("the grammar of request %s failed", reqs[i].rid)
-                reqs[i].finish(FinishReason.error(
-                    f"internal error in the request's grammar: {type(e).__name__}: {e}"))
+                reqs[i].finish(
+                    FinishReason.error(
+                        f"internal error in the request's grammar: {type(e).__name__}: {e}"
+                    )
+                )
         self.stats.mask_steps += 1
         return mask
 

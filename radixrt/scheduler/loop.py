@@ -178,7 +178,11 @@ class SchedulerLoop:
             self._num_sent[req.rid] = len(req.output_ids)
         p = req.sampling_params
         out = ReqOutMsg(
-            req.rid, req.output_ids[sent:], [], [], finish_to_msg(req.finish_reason),
+            req.rid,
+            req.output_ids[sent:],
+            [],
+            [],
+            finish_to_msg(req.finish_reason),
             req.cached_tokens,
         )
         if p.return_logprob:

@@ -28,6 +28,7 @@ from radixrt.scheduler.loop import BaseTransport, SchedulerLoop
 
 logger = logging.getLogger("radixrt")
 
+
 class ZmqTransport(BaseTransport):
     """The scheduler process's side of the HTTP process's two ipc sockets (typed msgpack)."""
 
@@ -115,12 +116,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     runner = scheduler.runner
     runner.tp_group.on_rank_exit = _exit_at_once
-    send_sock.send(encoder.encode(ReadyMsg(
-        model_path=str(runner.model_path), max_total_tokens=runner.max_total_tokens,
-        kv_pool_bytes=runner.token_to_kv_pool.size_bytes, context_length=runner.context_len,
-        vocab_size=runner.arch.vocab_size, device=str(runner.device),
-        dtype=str(runner.dtype).removeprefix("torch."),
-    )))
+    send_sock.send(
+        encoder.encode(
+            ReadyMsg(
+                model_path=str(runner.model_path),
+                max_total_tokens=runner.max_total_tokens,
+                kv_pool_bytes=runner.token_to_kv_pool.size_bytes,
+                context_length=runner.context_len,
+                vocab_size=runner.arch.vocab_size,
+                device=str(runner.device),
+                dtype=str(runner.dtype).removeprefix("torch."),
+            )
+        )
+    )
     # The loop runs on its own thread, as in the Engine: torch's CPU kernels called from the
     # main thread were measured several times slower when other processes compete for cores.
     loop = SchedulerLoop(scheduler, ZmqTransport(recv_sock, send_sock, args.parent_pid))

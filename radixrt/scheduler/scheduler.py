@@ -132,8 +132,8 @@ class Scheduler:
         if batch is None:
             self.grammar.wait(0.01)  # only requests waiting for a grammar, if any
             return failed
-        out_loc = self.kv.alloc_for(batch.reqs)
-        logits_rows, sample_rows = self._layout(batch, out_loc)
+        out_loc = self.kv.alloc_for(batch.reqs)  # also written into the requests' rows
+        logits_rows, sample_rows = self._layout(batch)
         logits = self.runner.forward(batch, out_loc, logits_rows)
         self.stats.forward_passes += 1
         return failed + self._process(batch, logits, sample_rows)
@@ -194,16 +194,14 @@ class Scheduler:
         """Free slots one decode step of `decoding` takes (new pages only, when paged)."""
         return sum(self.kv.slots_needed(r, 1) for r in decoding)
 
-    def _layout(self, batch: Batch, out_loc: torch.Tensor) -> tuple[list[int], list[int]]:
-        """Write out_loc into req_to_token; choose logits rows (all, last, or none per request)."""
+    def _layout(self, batch: Batch) -> tuple[list[int], list[int]]:
+        """Choose the logits rows of the packed batch (all, last, or none per request), and
+        each sampled request's row among them (-1: not sampled)."""
         logits_rows: list[int] = []
-        sample_rows: list[int] = []  # index into logits_rows of each sampled request's last row
+        sample_rows: list[int] = []
         start = 0
         for req, sample in zip(batch.reqs, batch.sample_mask):
             e = req.extend_len
-            self.kv.req_to_token_pool.write(
-                req.req_pool_idx, req.kv_len, out_loc[start : start + e]
-            )
             if wants_input_logprobs(req):
                 logits_rows.extend(range(start, start + e))
             elif sample:
@@ -260,9 +258,12 @@ class Scheduler:
             if req.is_finished:
                 continue
             if token == NO_TOKEN:
-                req.finish(FinishReason.error(
-                    "no token can be sampled: every token is disallowed here (its grammar, "
-                    "the stop-token ban before min_new_tokens, or non-finite logits)"))
+                req.finish(
+                    FinishReason.error(
+                        "no token can be sampled: every token is disallowed here (its grammar, "
+                        "the stop-token ban before min_new_tokens, or non-finite logits)"
+                    )
+                )
                 continue
             req.output_ids.append(token)
             req.first_token_time = req.first_token_time or now

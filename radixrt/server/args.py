@@ -72,7 +72,7 @@ _HELP = {
     "max_prompts_per_request": "prompts in one /generate or /v1/completions request",
     "max_chat_messages": "messages in one chat request",
     "max_prompt_chars": "characters per prompt, refused before tokenizing; None: context "
-                        "length x the longest token's characters",
+    "length x the longest token's characters",
     "max_stop_strings": "stop strings per request",
     "max_stop_string_len": "characters per stop string",
     "max_grammar_bytes": "bytes of a regex, JSON schema or EBNF grammar",
@@ -95,8 +95,11 @@ class ServerArgs(NamedTuple):
 
 def make_parser(prog: str = "radixrt serve") -> argparse.ArgumentParser:
     """An ArgumentParser with one flag per config field; defaults come from the dataclasses."""
-    parser = argparse.ArgumentParser(prog=prog, description="Serve a model over HTTP.",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Serve a model over HTTP.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     for cls in SERVER_CONFIGS:
         group = parser.add_argument_group(cls.__name__)
         for f in dataclasses.fields(cls):
@@ -109,8 +112,9 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     parser = make_parser()
     ns = vars(parser.parse_args(argv))
     try:
-        configs = [cls(**{f.name: ns[f.name] for f in dataclasses.fields(cls)})
-                   for cls in SERVER_CONFIGS]
+        configs = [
+            cls(**{f.name: ns[f.name] for f in dataclasses.fields(cls)}) for cls in SERVER_CONFIGS
+        ]
     except ValueError as e:
         parser.error(str(e))
     return ServerArgs(*configs)  # type: ignore[arg-type]  # one instance per SERVER_CONFIGS

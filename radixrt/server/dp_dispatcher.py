@@ -69,8 +69,13 @@ class DataParallelManager:
         await asyncio.gather(*(m.close() for m in self.managers))
 
     def submit(
-        self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str] | None,
-        extra_key: str | None = None, session: str | None = None, caller: str = "",
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        rids: list[str] | None,
+        extra_key: str | None = None,
+        session: str | None = None,
+        caller: str = "",
     ) -> list[ReqState]:
         """Pick a replica by the first prompt (and `session`) and submit the lot there."""
         for rid in rids or ():
@@ -116,8 +121,11 @@ class DataParallelManager:
             d.pop("reply_id")
             replicas.append({"replica": wid, "routed_requests": routed, **d})
         return DPInfoReplyMsg(
-            reply_id=0, cache_hit_rate=totals["cached_tokens"] / prompt if prompt else 0.0,
-            router_policy=self.policy.name, replicas=replicas, **totals,
+            reply_id=0,
+            cache_hit_rate=totals["cached_tokens"] / prompt if prompt else 0.0,
+            router_policy=self.policy.name,
+            replicas=replicas,
+            **totals,
         )
 
 
@@ -134,13 +142,12 @@ def replica_envs(args: ServerArgs) -> list[dict[str, str] | None]:
     gpus = [] if args.model.device == "cpu" else _visible_gpus()
     if args.model.device == "cuda" or gpus:
         if len(gpus) < dp * tp:
-            raise ValueError(f"--dp {dp} with --tp {tp} needs {dp * tp} GPUs, "
-                             f"{len(gpus)} visible")
+            raise ValueError(f"--dp {dp} with --tp {tp} needs {dp * tp} GPUs, {len(gpus)} visible")
     envs: list[dict[str, str] | None] = []
     for rank in range(dp):
         env = dict(os.environ)
         if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[rank * tp:(rank + 1) * tp])
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[rank * tp : (rank + 1) * tp])
         else:
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dp)))
         envs.append(env)

@@ -88,5 +88,3 @@ class DisconnectWatcher:
 
     def cancel(self) -> None:
         self._task.cancel()
-
-

@@ -83,11 +83,14 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
 
     app = FastAPI(title="radixrt", lifespan=lifespan, docs_url=None, redoc_url=None)
     limits = Limits.from_server(tm.ready, args.server, tm.tokenizer)
-    grammar = GrammarChecker(args.scheduler, tm.tokenizer, tm.ready,
-                             max_pending=args.server.max_pending_grammars,
-                             max_grammar_bytes=args.server.max_grammar_bytes)
-    openai = OpenAIServing(tm, limits, args.server.served_model_name or _model_name(args),
-                           grammar)
+    grammar = GrammarChecker(
+        args.scheduler,
+        tm.tokenizer,
+        tm.ready,
+        max_pending=args.server.max_pending_grammars,
+        max_grammar_bytes=args.server.max_grammar_bytes,
+    )
+    openai = OpenAIServing(tm, limits, args.server.served_model_name or _model_name(args), grammar)
     app.state.model_name = openai.model_name
     app.state.max_request_bytes = args.server.max_request_bytes
     _add_error_handlers(app)
@@ -106,9 +109,14 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
     async def generate(request: Request) -> Response:
         body, prepared = await tm.run_tokenizer(parse_generate, await request.body())
         await grammar.check(prepared.params)
-        states = tm.submit(prepared.prompts, prepared.params, prepared.rids, body.extra_key,
-                           session=request.headers.get(SESSION_HEADER),
-                           caller=caller_of(request))
+        states = tm.submit(
+            prepared.prompts,
+            prepared.params,
+            prepared.rids,
+            body.extra_key,
+            session=request.headers.get(SESSION_HEADER),
+            caller=caller_of(request),
+        )
         if body.stream:
             return sse_response(_generate_events(tm, states))
         try:
@@ -120,11 +128,15 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
 
     @app.get("/get_model_info")
     async def get_model_info() -> Response:
-        return json_response({
-            "model_path": tm.ready.model_path, "served_model_name": openai.model_name,
-            "chat_template": getattr(tm.tokenizer, "chat_template", None),
-            "context_length": limits.context_length, "vocab_size": limits.vocab_size,
-        })
+        return json_response(
+            {
+                "model_path": tm.ready.model_path,
+                "served_model_name": openai.model_name,
+                "chat_template": getattr(tm.tokenizer, "chat_template", None),
+                "context_length": limits.context_length,
+                "vocab_size": limits.vocab_size,
+            }
+        )
 
     @app.get("/get_server_info")
     async def get_server_info() -> Response:
@@ -132,13 +144,19 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         info.pop("reply_id")
         server = dataclasses.asdict(args.server)
         server["api_key"] = None if server["api_key"] is None else "***"
-        return json_response({
-            **info, "num_inflight_reqs": len(tm.states), "kv_pool_bytes": tm.ready.kv_pool_bytes,
-            "device": tm.ready.device, "dtype": tm.ready.dtype,
-            "model_config": dataclasses.asdict(args.model),
-            "cache_config": dataclasses.asdict(args.cache),
-            "scheduler_config": dataclasses.asdict(args.scheduler), "server_config": server,
-        })
+        return json_response(
+            {
+                **info,
+                "num_inflight_reqs": len(tm.states),
+                "kv_pool_bytes": tm.ready.kv_pool_bytes,
+                "device": tm.ready.device,
+                "dtype": tm.ready.dtype,
+                "model_config": dataclasses.asdict(args.model),
+                "cache_config": dataclasses.asdict(args.cache),
+                "scheduler_config": dataclasses.asdict(args.scheduler),
+                "server_config": server,
+            }
+        )
 
     @app.post("/flush_cache")
     async def flush_cache() -> Response:
@@ -160,9 +178,15 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         return Response(tm.metrics.render(await tm.get_info()), media_type=CONTENT_TYPE)
 
     openai.add_routes(app)
-    install_openapi(app, {"/generate": GenerateRequest, "/v1/completions": CompletionRequest,
-                          "/v1/chat/completions": ChatCompletionRequest,
-                          "/abort_request": AbortRequest})
+    install_openapi(
+        app,
+        {
+            "/generate": GenerateRequest,
+            "/v1/completions": CompletionRequest,
+            "/v1/chat/completions": ChatCompletionRequest,
+            "/abort_request": AbortRequest,
+        },
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.server.max_request_bytes)
     if args.server.api_key is not None:  # outermost: no body is read before the key check
         app.add_middleware(ApiKeyMiddleware, api_key=args.server.api_key)

@@ -69,10 +69,15 @@ async def _serve(args: ServerArgs) -> int:
         ready = readies[0]
         tokenizer = load_tokenizer(Path(ready.model_path))
         metrics = Metrics() if args.server.enable_metrics else NoMetrics()
-        managers = [TokenizerManager(c, tokenizer, r, args.server, metrics)
-                    for c, r in zip(clients, readies)]
-        tm = managers[0] if len(managers) == 1 else DataParallelManager(
-            managers, make_policy(args.router))
+        managers = [
+            TokenizerManager(c, tokenizer, r, args.server, metrics)
+            for c, r in zip(clients, readies)
+        ]
+        tm = (
+            managers[0]
+            if len(managers) == 1
+            else DataParallelManager(managers, make_policy(args.router))
+        )
 
         async def on_shutdown() -> None:
             await tm.close()
@@ -82,13 +87,19 @@ async def _serve(args: ServerArgs) -> int:
         app = create_app(tm, args, on_shutdown)
         s = args.server
         uvicorn_level = "debug" if s.log_level == "debug" else "warning"
-        server = uvicorn.Server(uvicorn.Config(
-            app, host=s.host, port=s.port, log_config=None, log_level=uvicorn_level,
-            access_log=False,
-            # Requests still running at the drain deadline are aborted (see _drain); this is
-            # the hard stop for connections that still have not finished after that.
-            timeout_graceful_shutdown=math.ceil(s.drain_timeout_s) + _ABORT_GRACE_S,
-        ))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=s.host,
+                port=s.port,
+                log_config=None,
+                log_level=uvicorn_level,
+                access_log=False,
+                # Requests still running at the drain deadline are aborted (see _drain); this is
+                # the hard stop for connections that still have not finished after that.
+                timeout_graceful_shutdown=math.ceil(s.drain_timeout_s) + _ABORT_GRACE_S,
+            )
+        )
         exit_code = 0
 
         def on_dead(reason: str) -> None:
@@ -98,12 +109,16 @@ async def _serve(args: ServerArgs) -> int:
 
         tm.start(on_dead)
         gib = ready.kv_pool_bytes / 2**30
-        line = (f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); KV pool "
-                f"{ready.max_total_tokens} tokens ({gib:.2f} GiB); http://{s.host}:{s.port}")
+        line = (
+            f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); KV pool "
+            f"{ready.max_total_tokens} tokens ({gib:.2f} GiB); http://{s.host}:{s.port}"
+        )
         if len(clients) > 1:
             line += f"; {len(clients)} replicas, {args.router.router_policy} routing"
-        helpers = [asyncio.create_task(_announce(server, line)),
-                   asyncio.create_task(_drain(server, tm, s.drain_timeout_s))]
+        helpers = [
+            asyncio.create_task(_announce(server, line)),
+            asyncio.create_task(_drain(server, tm, s.drain_timeout_s)),
+        ]
         await server.serve()
         for task in helpers:
             task.cancel()

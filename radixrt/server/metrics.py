@@ -46,20 +46,33 @@ class Metrics(NoMetrics):
         disable_created_metrics()  # no *_created series: they only add noise to a scrape
         self.registry = CollectorRegistry()
         r = self.registry
-        self.prompt_tokens = Counter("radixrt_prompt_tokens", "Prompt tokens of finished "
-                                     "requests", registry=r)
-        self.generation_tokens = Counter("radixrt_generation_tokens", "Generated tokens of "
-                                         "finished requests", registry=r)
-        self.cached_tokens = Counter("radixrt_cached_tokens", "Prompt tokens served from the "
-                                     "prefix cache", registry=r)
-        self.requests = Counter("radixrt_requests", "Finished requests", ["finish_reason"],
-                                registry=r)
-        self.ttft = Histogram("radixrt_time_to_first_token_seconds", "Time to first token",
-                              buckets=_TTFT_BUCKETS, registry=r)
-        self.e2e = Histogram("radixrt_e2e_request_latency_seconds", "Request latency",
-                             buckets=_E2E_BUCKETS, registry=r)
+        self.prompt_tokens = Counter(
+            "radixrt_prompt_tokens", "Prompt tokens of finished requests", registry=r
+        )
+        self.generation_tokens = Counter(
+            "radixrt_generation_tokens", "Generated tokens of finished requests", registry=r
+        )
+        self.cached_tokens = Counter(
+            "radixrt_cached_tokens", "Prompt tokens served from the prefix cache", registry=r
+        )
+        self.requests = Counter(
+            "radixrt_requests", "Finished requests", ["finish_reason"], registry=r
+        )
+        self.ttft = Histogram(
+            "radixrt_time_to_first_token_seconds",
+            "Time to first token",
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "radixrt_e2e_request_latency_seconds",
+            "Request latency",
+            buckets=_E2E_BUCKETS,
+            registry=r,
+        )
         self.gauges: dict[str, Any] = {
-            name: Gauge(f"radixrt_{name}", doc, registry=r) for name, doc in (
+            name: Gauge(f"radixrt_{name}", doc, registry=r)
+            for name, doc in (
                 ("cache_hit_rate", "Cached / prompt tokens since start (scheduler side)"),
                 ("num_running_reqs", "Requests in the running batch"),
                 ("num_queued_reqs", "Requests waiting to be admitted"),
@@ -86,8 +99,15 @@ class Metrics(NoMetrics):
         from prometheus_client import generate_latest
 
         g = self.gauges
-        for name in ("cache_hit_rate", "num_running_reqs", "num_queued_reqs", "max_total_tokens",
-                     "free_tokens", "evictable_tokens", "protected_tokens"):
+        for name in (
+            "cache_hit_rate",
+            "num_running_reqs",
+            "num_queued_reqs",
+            "max_total_tokens",
+            "free_tokens",
+            "evictable_tokens",
+            "protected_tokens",
+        ):
             g[name].set(getattr(info, name))
         cap = info.max_total_tokens
         g["token_usage"].set((cap - info.free_tokens) / cap if cap else 0.0)

@@ -44,8 +44,9 @@ from radixrt.web.responses import (
 class OpenAIServing:
     """Handlers for the OpenAI routes; choice i is prompt i // n, sample i % n."""
 
-    def __init__(self, tm: TokenizerManager, limits: Limits, model_name: str,
-                 grammar: GrammarChecker) -> None:
+    def __init__(
+        self, tm: TokenizerManager, limits: Limits, model_name: str, grammar: GrammarChecker
+    ) -> None:
         self.tm = tm
         self.grammar = grammar
         self.limits = limits
@@ -59,10 +60,20 @@ class OpenAIServing:
         app.get("/v1/models")(self.models)
 
     async def models(self) -> Response:
-        return json_response({"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": self.created,
-            "owned_by": "radixrt", "max_model_len": self.limits.context_length,
-        }]})
+        return json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "radixrt",
+                        "max_model_len": self.limits.context_length,
+                    }
+                ],
+            }
+        )
 
     async def completions(self, request: Request) -> Response:
         body, prepared = await self.tm.run_tokenizer(self._parse, await request.body(), False)
@@ -87,8 +98,13 @@ class OpenAIServing:
     ) -> Response:
         await self.grammar.check(prepared.params)
         session = request.headers.get(SESSION_HEADER) or body.prompt_cache_key or body.user
-        states = self.tm.submit(prepared.prompts, prepared.params, prepared.rids,
-                                session=session, caller=caller_of(request))
+        states = self.tm.submit(
+            prepared.prompts,
+            prepared.params,
+            prepared.rids,
+            session=session,
+            caller=caller_of(request),
+        )
         rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
@@ -106,27 +122,40 @@ class OpenAIServing:
             else:
                 choice["text"] = choice.pop("delta")
             choices.append(choice)
-        return json_response({
-            "id": rid, "object": "chat.completion" if is_chat else "text_completion",
-            "created": int(time.time()), "model": self.model_name, "choices": choices,
-            "usage": _usage(states, body.n),
-        })
+        return json_response(
+            {
+                "id": rid,
+                "object": "chat.completion" if is_chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.model_name,
+                "choices": choices,
+                "usage": _usage(states, body.n),
+            }
+        )
 
     async def _stream(
         self, rid: str, states: list[ReqState], n: int, is_chat: bool, include_usage: bool
     ) -> AsyncIterator[bytes]:
         """SSE deltas; an error ends the stream with an error event, and unfinished requests
         are aborted however it ends."""
-        head = {"id": rid, "object": "chat.completion.chunk" if is_chat else "text_completion",
-                "created": int(time.time()), "model": self.model_name}
+        head = {
+            "id": rid,
+            "object": "chat.completion.chunk" if is_chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+        }
         sent_text = [""] * len(states)
         sent_tokens = [0] * len(states)
         is_done = [False] * len(states)
         try:
             if is_chat:
                 for i in range(len(states)):
-                    first = {"index": i, "delta": {"role": "assistant", "content": ""},
-                             "logprobs": None, "finish_reason": None}
+                    first = {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
                     yield sse_event({**head, "choices": [first]})
             async for _ in updates(states):
                 for i, state in enumerate(states):
@@ -136,8 +165,9 @@ class OpenAIServing:
                     text, finished = result["text"], state.out.is_finished
                     if text == sent_text[i] and not finished:
                         continue
-                    choice = self._choice(i, state, text[len(sent_text[i]):], sent_tokens[i],
-                                          is_chat)
+                    choice = self._choice(
+                        i, state, text[len(sent_text[i]) :], sent_tokens[i], is_chat
+                    )
                     if is_chat:
                         choice["delta"] = {"content": choice["delta"]}
                     else:
@@ -162,12 +192,15 @@ class OpenAIServing:
         req = state.out
         reason = req.finish_reason
         choice: dict[str, Any] = {
-            "index": index, "delta": text, "logprobs": None,
+            "index": index,
+            "delta": text,
+            "logprobs": None,
             "finish_reason": None if reason is None else reason.kind.value,
         }
         if req.sampling_params.return_logprob:
             choice["logprobs"] = (self._chat_logprobs if is_chat else self._text_logprobs)(
-                state, first_token)
+                state, first_token
+            )
         return choice
 
     def _chat_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
@@ -199,10 +232,13 @@ class OpenAIServing:
         has_top = req.sampling_params.top_logprobs_num > 0
         return {
             "tokens": tokens,
-            "token_logprobs": list(req.output_logprobs[start:len(ids)]),
-            "top_logprobs": [{self._token_str(t): lp for lp, t in top}
-                             for top in req.output_top_logprobs[start:len(ids)]]
-            if has_top else None,
+            "token_logprobs": list(req.output_logprobs[start : len(ids)]),
+            "top_logprobs": [
+                {self._token_str(t): lp for lp, t in top}
+                for top in req.output_top_logprobs[start : len(ids)]
+            ]
+            if has_top
+            else None,
             "text_offset": offsets,
         }
 
@@ -220,7 +256,8 @@ def _usage(states: list[ReqState], n: int) -> dict[str, Any]:
     prompt = sum(s.out.prompt_len for s in firsts)
     completion = sum(len(s.out.output_ids) for s in states)
     return {
-        "prompt_tokens": prompt, "completion_tokens": completion,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": sum(s.out.cached_tokens for s in firsts)},
     }

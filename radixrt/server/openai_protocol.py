@@ -52,9 +52,21 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     rid: str | None = None
 
     def sampling_dict(self) -> dict[str, Any]:
-        names = ("temperature", "top_p", "n", "stop", "seed", "presence_penalty",
-                 "frequency_penalty", "top_k", "min_p", "repetition_penalty", "stop_token_ids",
-                 "ignore_eos", "skip_special_tokens")
+        names = (
+            "temperature",
+            "top_p",
+            "n",
+            "stop",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "stop_token_ids",
+            "ignore_eos",
+            "skip_special_tokens",
+        )
         d = {k: v for k in names if (v := getattr(self, k)) is not None}
         if self.min_tokens is not None:
             d["min_new_tokens"] = self.min_tokens
@@ -95,11 +107,14 @@ class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
             return {"json_schema": {"type": "object"}}
         if self.type == "json_schema":
             if self.json_schema is None or not isinstance(self.json_schema.get("schema"), dict):
-                raise BadRequestError("response_format json_schema needs json_schema.schema, "
-                                      "an object")
+                raise BadRequestError(
+                    "response_format json_schema needs json_schema.schema, an object"
+                )
             return {"json_schema": self.json_schema["schema"]}
-        raise BadRequestError(f"response_format type {self.type!r} is not supported; use "
-                              "text, json_object or json_schema")
+        raise BadRequestError(
+            f"response_format type {self.type!r} is not supported; use "
+            "text, json_object or json_schema"
+        )
 
 
 class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -110,9 +125,7 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     top_logprobs: int | None = None
 
 
-def prepare_completion(
-    req: CompletionRequest, tokenizer: Any, limits: Limits
-) -> PreparedRequest:
+def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
     """Prompts (text, texts, ids or lists of ids) and one SamplingParams per prompt."""
     if req.echo or req.suffix is not None or (req.best_of or 1) > 1:
         raise BadRequestError("echo, suffix and best_of are not supported")
@@ -144,8 +157,10 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
     if len(req.messages) > limits.max_chat_messages:
-        raise BadRequestError(f"{len(req.messages)} messages; at most "
-                              f"{limits.max_chat_messages} (--max-chat-messages)")
+        raise BadRequestError(
+            f"{len(req.messages)} messages; at most "
+            f"{limits.max_chat_messages} (--max-chat-messages)"
+        )
     if getattr(tokenizer, "chat_template", None) is None:
         raise BadRequestError("this model's tokenizer has no chat template")
     messages = [{"role": m.role, "content": _content_text(m)} for m in req.messages]
@@ -166,15 +181,21 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
         if not 0 <= top <= MAX_OPENAI_TOP_LOGPROBS:
             raise BadRequestError(f"top_logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
         d.update(return_logprob=True, top_logprobs_num=top)
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
-        else req.max_tokens
+    max_tokens = (
+        req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    )
     if max_tokens is not None:
         d["max_new_tokens"] = max_tokens
     return _prepare(prompts, d, max_tokens, limits, req.rid)
 
 
-def _prepare(prompts: list[list[int]], d: dict[str, Any], explicit_max: int | None,
-             limits: Limits, rid: str | None) -> PreparedRequest:
+def _prepare(
+    prompts: list[list[int]],
+    d: dict[str, Any],
+    explicit_max: int | None,
+    limits: Limits,
+    rid: str | None,
+) -> PreparedRequest:
     params = []
     for ids in prompts:
         sp = to_sampling_params(d)

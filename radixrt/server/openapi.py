@@ -45,12 +45,15 @@ def install_openapi(app: FastAPI, bodies: dict[str, type]) -> None:
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
             sampling = sampling_params_struct()
             schemas, components = msgspec.json.schema_components(
-                [*bodies.values(), sampling], ref_template=_REF)
+                [*bodies.values(), sampling], ref_template=_REF
+            )
             _type_sampling_params(components, _REF.format(name="SamplingParams"))
             doc.setdefault("components", {}).setdefault("schemas", {}).update(components)
             for path, schema in zip(bodies, schemas, strict=False):
                 doc["paths"][path]["post"]["requestBody"] = {
-                    "required": True, "content": {"application/json": {"schema": schema}}}
+                    "required": True,
+                    "content": {"application/json": {"schema": schema}},
+                }
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -64,4 +67,5 @@ def _type_sampling_params(components: dict[str, Any], ref: str) -> None:
         props = schema.get("properties", {})
         if "sampling_params" in props:
             props["sampling_params"] = {
-                "anyOf": [one, {"type": "array", "items": one}, {"type": "null"}]}
+                "anyOf": [one, {"type": "array", "items": one}, {"type": "null"}]
+            }

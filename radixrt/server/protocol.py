@@ -60,21 +60,31 @@ class Limits:
         chars = config.max_prompt_chars
         if chars is None:
             chars = ready.context_length * max(map(len, tokenizer.get_vocab()), default=1)
-        return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size,
-                   config.max_prompts_per_request, config.max_chat_messages, chars,
-                   config.max_stop_strings, config.max_stop_string_len)
+        return cls(
+            ready.context_length,
+            ready.max_total_tokens,
+            ready.vocab_size,
+            config.max_prompts_per_request,
+            config.max_chat_messages,
+            chars,
+            config.max_stop_strings,
+            config.max_stop_string_len,
+        )
 
     def check_prompt_count(self, num: int) -> None:
         if num > self.max_prompts:
-            raise BadRequestError(f"{num} prompts in one request; at most {self.max_prompts} "
-                                  "(--max-prompts-per-request)")
+            raise BadRequestError(
+                f"{num} prompts in one request; at most {self.max_prompts} "
+                "(--max-prompts-per-request)"
+            )
 
     def check_text(self, text: str, what: str = "the prompt") -> None:
         """Refuse text too long to fit the context, before tokenizing it."""
         if len(text) > self.max_prompt_chars:
             raise BadRequestError(
                 f"{what} has {len(text)} characters, more than can fit the context "
-                f"({self.max_prompt_chars}, --max-prompt-chars)")
+                f"({self.max_prompt_chars}, --max-prompt-chars)"
+            )
 
 
 @dataclass(frozen=True)
@@ -124,8 +134,11 @@ def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> Pr
         raise BadRequestError(f"{len(rids)} rids for {len(prompts)} prompts")
     for rid in rids or ():
         check_id(rid, "rid")
-    logprob_args = {k: v for k in ("return_logprob", "logprob_start_len", "top_logprobs_num")
-                    if (v := getattr(req, k)) is not _UNSET}
+    logprob_args = {
+        k: v
+        for k in ("return_logprob", "logprob_start_len", "top_logprobs_num")
+        if (v := getattr(req, k)) is not _UNSET
+    }
     params = []
     for ids, d in zip(prompts, dicts, strict=True):
         explicit_max = "max_new_tokens" in d or "max_tokens" in d
@@ -149,8 +162,10 @@ def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
     if sp.n > MAX_N:
         raise BadRequestError(f"invalid sampling parameter n={sp.n}: must be <= {MAX_N}")
     if sp.top_logprobs_num > MAX_TOP_LOGPROBS:
-        raise BadRequestError(f"invalid sampling parameter top_logprobs_num="
-                              f"{sp.top_logprobs_num}: must be <= {MAX_TOP_LOGPROBS}")
+        raise BadRequestError(
+            f"invalid sampling parameter top_logprobs_num="
+            f"{sp.top_logprobs_num}: must be <= {MAX_TOP_LOGPROBS}"
+        )
     return sp
 
 
@@ -164,8 +179,9 @@ def fit_to_context(
     for name, tokens in (("input_ids", ids), ("stop_token_ids", sp.stop_token_ids)):
         bad = next((t for t in tokens if not 0 <= t < limits.vocab_size), None)
         if bad is not None:
-            raise BadRequestError(f"{name}: token id {bad} is outside the vocabulary "
-                                  f"[0, {limits.vocab_size})")
+            raise BadRequestError(
+                f"{name}: token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
+            )
     check_stop_strings(sp, limits)
     if (why := sp.check_against(n, limits.vocab_size)) is not None:
         raise BadRequestError(why)
@@ -173,8 +189,9 @@ def fit_to_context(
     if n >= ctx:
         raise BadRequestError(f"the prompt has {n} tokens; the context length is {ctx}")
     if n + 1 > limits.max_total_tokens:
-        raise BadRequestError(f"the prompt has {n} tokens but the KV pool holds only "
-                              f"{limits.max_total_tokens}")
+        raise BadRequestError(
+            f"the prompt has {n} tokens but the KV pool holds only {limits.max_total_tokens}"
+        )
     # A request must fit the pool on its own too, or it could never be scheduled again after
     # a retraction.
     room = min(ctx, limits.max_total_tokens)
@@ -182,7 +199,8 @@ def fit_to_context(
         if explicit_max:
             raise BadRequestError(
                 f"the prompt has {n} tokens and max_new_tokens is {sp.max_new_tokens}: more "
-                f"than fits (context length {ctx}, KV pool {limits.max_total_tokens} tokens)")
+                f"than fits (context length {ctx}, KV pool {limits.max_total_tokens} tokens)"
+            )
         sp.max_new_tokens = room - n
         sp.min_new_tokens = min(sp.min_new_tokens, sp.max_new_tokens)
     return sp
@@ -190,12 +208,15 @@ def fit_to_context(
 
 def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:
     if len(sp.stop) > limits.max_stop_strings:
-        raise BadRequestError(f"{len(sp.stop)} stop strings; at most {limits.max_stop_strings} "
-                              "(--max-stop-strings)")
+        raise BadRequestError(
+            f"{len(sp.stop)} stop strings; at most {limits.max_stop_strings} (--max-stop-strings)"
+        )
     longest = max(map(len, sp.stop), default=0)
     if longest > limits.max_stop_string_len:
-        raise BadRequestError(f"a stop string has {longest} characters; at most "
-                              f"{limits.max_stop_string_len} (--max-stop-string-len)")
+        raise BadRequestError(
+            f"a stop string has {longest} characters; at most "
+            f"{limits.max_stop_string_len} (--max-stop-string-len)"
+        )
 
 
 def check_id(value: str | None, name: str) -> None:
@@ -215,10 +236,14 @@ def _check_type(name: str, kind: str, value: Any) -> None:
     if value is None and kind.endswith("|None"):
         return
     base = kind.removesuffix("|None")
-    ok = {"bool": lambda v: isinstance(v, bool),
-          "int": lambda v: type(v) is int,
-          "float": lambda v: type(v) in (int, float),
-          "str": lambda v: isinstance(v, str)}.get(base, lambda v: True)(value)
+    ok = {
+        "bool": lambda v: isinstance(v, bool),
+        "int": lambda v: type(v) is int,
+        "float": lambda v: type(v) in (int, float),
+        "str": lambda v: isinstance(v, str),
+    }.get(base, lambda v: True)(value)
     if not ok:
-        raise BadRequestError(f"invalid sampling parameter {name}={value!r}: must be of type "
-                              f"{kind.replace('|', ' | ')}")
+        raise BadRequestError(
+            f"invalid sampling parameter {name}={value!r}: must be of type "
+            f"{kind.replace('|', ' | ')}"
+        )

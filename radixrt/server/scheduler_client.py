@@ -64,11 +64,20 @@ class SchedulerClient:
         """Spawn the scheduler process (its arguments travel as JSON on its command line)."""
         a = self.args
         start_args = SchedulerArgsMsg(
-            a.model, a.cache, a.scheduler, self._in_addr, self._out_addr, os.getpid(),
+            a.model,
+            a.cache,
+            a.scheduler,
+            self._in_addr,
+            self._out_addr,
+            os.getpid(),
             a.server.log_level,
         )
-        cmd = [sys.executable, "-m", "radixrt.scheduler.process",
-               msgspec.json.encode(start_args).decode()]
+        cmd = [
+            sys.executable,
+            "-m",
+            "radixrt.scheduler.process",
+            msgspec.json.encode(start_args).decode(),
+        ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=self.env)
 
     async def wait_ready(self) -> ReadyMsg:

@@ -95,7 +95,11 @@ class TokenizerManager:
     """Submits requests, routes their outputs, and answers cache and info queries."""
 
     def __init__(
-        self, client: SchedulerClient, tokenizer: Any, ready: ReadyMsg, config: ServerConfig,
+        self,
+        client: SchedulerClient,
+        tokenizer: Any,
+        ready: ReadyMsg,
+        config: ServerConfig,
         metrics: NoMetrics,
     ) -> None:
         self.client = client
@@ -118,8 +122,7 @@ class TokenizerManager:
     def start(self, on_dead: Callable[[str], None]) -> None:
         """Start the output loop and the watchdog; `on_dead` runs once if the scheduler dies."""
         self._on_dead = on_dead
-        self._tasks = [asyncio.create_task(self._recv_loop()),
-                       asyncio.create_task(self._watch())]
+        self._tasks = [asyncio.create_task(self._recv_loop()), asyncio.create_task(self._watch())]
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -139,8 +142,13 @@ class TokenizerManager:
     # ---- requests ------------------------------------------------------------------------
 
     def submit(
-        self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str] | None,
-        extra_key: str | None = None, session: str | None = None, caller: str = "",
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        rids: list[str] | None,
+        extra_key: str | None = None,
+        session: str | None = None,
+        caller: str = "",
     ) -> list[ReqState]:
         """Send one request per prompt and sample (n each); states come back prompt-major.
 
@@ -153,11 +161,14 @@ class TokenizerManager:
         num_new = sum(p.n for p in params)
         limit = self.config.max_queued_requests
         if num_new > limit:
-            raise ValueError(f"the request asks for {num_new} sequences (prompts x n); at most "
-                             f"{limit} may wait (--max-queued-requests)")
+            raise ValueError(
+                f"the request asks for {num_new} sequences (prompts x n); at most "
+                f"{limit} may wait (--max-queued-requests)"
+            )
         if self.num_queued + num_new > limit:
             raise QueueFullError(
-                f"too many requests waiting ({self.num_queued}); max_queued_requests is {limit}")
+                f"too many requests waiting ({self.num_queued}); max_queued_requests is {limit}"
+            )
         names = rids or [uuid.uuid4().hex for _ in prompts]
         if len(set(names)) != len(names):
             raise ValueError("the rids of one request must be distinct")
@@ -176,8 +187,9 @@ class TokenizerManager:
                 detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
-                encoded.append(self._encode(GenerateReqMsg(
-                    out.rid, out.input_ids, sub.to_dict(), extra_key)))
+                encoded.append(
+                    self._encode(GenerateReqMsg(out.rid, out.input_ids, sub.to_dict(), extra_key))
+                )
         states = [state for group in groups.values() for state in group]
         self.groups.update(groups)
         self.states.update((state.out.rid, state) for state in states)
@@ -198,8 +210,10 @@ class TokenizerManager:
         try:
             return self.client.encode(msg)
         except (msgspec.EncodeError, OverflowError, UnicodeEncodeError, TypeError) as e:
-            raise ValueError(f"the request holds a value that cannot be sent to the scheduler: "
-                             f"{type(e).__name__}: {e}") from None
+            raise ValueError(
+                f"the request holds a value that cannot be sent to the scheduler: "
+                f"{type(e).__name__}: {e}"
+            ) from None
 
     def abort(self, states: list[ReqState], notify: bool = True) -> None:
         """Abort the unfinished ones (the client went away); their outputs are dropped.

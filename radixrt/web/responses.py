@@ -13,9 +13,15 @@ from starlette.types import Receive, Scope, Send
 _encoder = msgspec.json.Encoder()
 SSE_DONE = b"data: [DONE]\n\n"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
-                409: "ConflictError", 413: "RequestTooLargeError", 500: "InternalServerError",
-                503: "ServiceUnavailableError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    413: "RequestTooLargeError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
 
 
 def json_response(obj: Any, status_code: int = 200) -> Response:

@@ -30,8 +30,14 @@ def test_groups_prefixes_and_matches_reference() -> None:
     shared_a = torch.randperm(slots - 1)[:300] + 1
     shared_b = torch.randperm(slots - 1)[:50] + 1
     rows, lens = [], []
-    for base, tail in ((shared_a, 5), (shared_a, 40), (shared_a[:120], 9), (shared_b, 3),
-                       (shared_b, 1), (torch.randperm(slots - 1)[:70] + 1, 0)):
+    for base, tail in (
+        (shared_a, 5),
+        (shared_a, 40),
+        (shared_a[:120], 9),
+        (shared_b, 3),
+        (shared_b, 1),
+        (torch.randperm(slots - 1)[:70] + 1, 0),
+    ):
         own = torch.randint(1, slots, (tail,))
         rows.append(torch.cat([base, own]))
         lens.append(len(rows[-1]))

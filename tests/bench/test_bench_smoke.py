@@ -99,11 +99,31 @@ def test_dp_routing_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
     from radixrt.bench import dp_routing
 
     out = tmp_path / "dp.json"
-    rows = dp_routing.main([
-        "--dp", "2", "--policies", "cache_aware", "round_robin", "-G", "2", "-P", "2",
-        "-S", "64", "-Q", "8", "-O", "2", "--max-total-tokens", "2048",
-        "--model-path", str(tiny_llama_path), "--json", str(out),
-    ])
+    rows = dp_routing.main(
+        [
+            "--dp",
+            "2",
+            "--policies",
+            "cache_aware",
+            "round_robin",
+            "-G",
+            "2",
+            "-P",
+            "2",
+            "-S",
+            "64",
+            "-Q",
+            "8",
+            "-O",
+            "2",
+            "--max-total-tokens",
+            "2048",
+            "--model-path",
+            str(tiny_llama_path),
+            "--json",
+            str(out),
+        ]
+    )
     assert [r["policy"] for r in rows] == ["cache_aware", "round_robin"]
     for r in rows:
         assert r["requests"] == 4 and sum(r["routed_per_replica"]) == 4

@@ -28,8 +28,9 @@ def test_alloc_free_roundtrip_never_hands_out_slot_zero() -> None:
 
 
 def test_kv_pool_write_read_and_size() -> None:
-    pool = TokenToKVPool(8, num_layers=2, num_kv_heads=3, head_dim=4, dtype=torch.float32,
-                         device="cpu")
+    pool = TokenToKVPool(
+        8, num_layers=2, num_kv_heads=3, head_dim=4, dtype=torch.float32, device="cpu"
+    )
     loc = torch.tensor([3, 5])
     k, v = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     pool.set_kv_buffer(1, loc, k, v)

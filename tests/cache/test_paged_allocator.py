@@ -78,8 +78,9 @@ class PagedKVMachine(RuleBasedStateMachine):
         except OutOfSlotsError:
             return
         start = 0
-        for r in reqs:
-            self.rows.write(r.req_pool_idx, r.kv_len, out[start : start + r.extend_len])
+        for r in reqs:  # alloc_for wrote each request's new slots into its row
+            row = self.rows.req_to_token[r.req_pool_idx, r.kv_len : r.kv_len + r.extend_len]
+            assert torch.equal(row.to(torch.int64), out[start : start + r.extend_len])
             start += r.extend_len
             r.kv_len += r.extend_len
 

@@ -47,7 +47,8 @@ def test_tp2_greedy_equals_tp1_and_the_radix_cache_hits(tiny_path: Path) -> None
     with Engine(str(tiny_path), tp_size=2, max_total_tokens=1024) as engine:
         got, meta = generate_twice(engine)
         assert engine.scheduler.runner.token_to_kv_pool.num_kv_heads == max(
-            engine.scheduler.runner.arch.num_key_value_heads // 2, 1)
+            engine.scheduler.runner.arch.num_key_value_heads // 2, 1
+        )
         assert_pool_whole(engine)
     assert got == want
     assert all(m["cached_tokens"] == len(p) - 1 for m, p in zip(meta, PROMPTS))
@@ -59,8 +60,18 @@ def start_node1(model_path: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
     flags = ["--tp", "2", "--nnodes", "2", "--dist-init-addr", addr, "--max-total-tokens", "1024"]
-    return subprocess.Popen([sys.executable, "-m", "radixrt.launch_server", "--model-path",
-                             str(model_path), "--node-rank", "1", *flags]), addr
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "radixrt.launch_server",
+            "--model-path",
+            str(model_path),
+            "--node-rank",
+            "1",
+            *flags,
+        ]
+    ), addr
 
 
 def test_two_nodes_on_one_host(tiny_llama_path: Path, monkeypatch) -> None:
@@ -70,8 +81,14 @@ def test_two_nodes_on_one_host(tiny_llama_path: Path, monkeypatch) -> None:
     try:
         with Engine(str(tiny_llama_path), max_total_tokens=1024) as engine:
             want = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
-        with Engine(str(tiny_llama_path), tp_size=2, nnodes=2, node_rank=0,
-                    dist_init_addr=addr, max_total_tokens=1024) as engine:
+        with Engine(
+            str(tiny_llama_path),
+            tp_size=2,
+            nnodes=2,
+            node_rank=0,
+            dist_init_addr=addr,
+            max_total_tokens=1024,
+        ) as engine:
             got = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
             assert_pool_whole(engine)
         assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
@@ -85,8 +102,14 @@ def test_a_rank_lost_on_another_node_reaches_rank_0(tiny_llama_path: Path, monke
     monkeypatch.setenv("RADIXRT_DIST_SECRET", "lost-rank-test-secret")
     node1, addr = start_node1(tiny_llama_path)
     try:
-        with Engine(str(tiny_llama_path), tp_size=2, nnodes=2, node_rank=0,
-                    dist_init_addr=addr, max_total_tokens=1024) as engine:
+        with Engine(
+            str(tiny_llama_path),
+            tp_size=2,
+            nnodes=2,
+            node_rank=0,
+            dist_init_addr=addr,
+            max_total_tokens=1024,
+        ) as engine:
             lost = threading.Event()
             engine.scheduler.runner.tp_group.on_rank_exit = lambda reason: lost.set()
             children = Path(f"/proc/{node1.pid}/task/{node1.pid}/children").read_text().split()

@@ -13,11 +13,17 @@ from radixrt.models.tp_partition import TPPartition, check_tp_size, valid_tp_siz
 
 
 def arch(heads: int, kv_heads: int, inter: int = 64, vocab: int = 101) -> ArchConfig:
-    return ArchConfig.from_hf({
-        "architectures": ["LlamaForCausalLM"], "vocab_size": vocab, "hidden_size": 8 * heads,
-        "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-    })
+    return ArchConfig.from_hf(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "vocab_size": vocab,
+            "hidden_size": 8 * heads,
+            "intermediate_size": inter,
+            "num_hidden_layers": 1,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+        }
+    )
 
 
 class RankComm(NullComm):
@@ -40,7 +46,9 @@ def test_smollm2_heads_allow_tp_1_and_3_only() -> None:
 def test_kv_heads_are_split_or_replicated_with_their_query_heads() -> None:
     split = [TPPartition.of(arch(8, 4), 2, r) for r in range(2)]
     assert [(p.head_start, p.num_heads, p.kv_head_start, p.num_kv_heads) for p in split] == [
-        (0, 4, 0, 2), (4, 4, 2, 2)]
+        (0, 4, 0, 2),
+        (4, 4, 2, 2),
+    ]
     replicated = [TPPartition.of(arch(8, 2), 4, r) for r in range(4)]
     assert [p.kv_head_start for p in replicated] == [0, 0, 1, 1]
     for p in replicated:  # query heads [head_start, +2) use KV head head_start // 4
@@ -63,8 +71,12 @@ def test_shards_concatenate_to_the_checkpoint(tiny_llama_path) -> None:
     layer = "model.layers.1."
     q = torch.cat([s[layer + "self_attn.qkv_proj.weight"][: h // 2 * d] for s in shards])
     assert torch.equal(q, full[layer + "self_attn.q_proj.weight"])
-    k = torch.cat([s[layer + "self_attn.qkv_proj.weight"][h // 2 * d : (h // 2 + hkv // 2) * d]
-                   for s in shards])
+    k = torch.cat(
+        [
+            s[layer + "self_attn.qkv_proj.weight"][h // 2 * d : (h // 2 + hkv // 2) * d]
+            for s in shards
+        ]
+    )
     assert torch.equal(k, full[layer + "self_attn.k_proj.weight"])
     o = torch.cat([s[layer + "self_attn.o_proj.weight"] for s in shards], dim=1)
     assert torch.equal(o, full[layer + "self_attn.o_proj.weight"])

@@ -29,20 +29,25 @@ def mask_allowing(rows: list[list[int]]) -> torch.Tensor:
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
-@pytest.mark.parametrize("sp", [
-    {"repetition_penalty": 1e-40},  # logits / 1e-40 overflow to inf, softmax NaN
-    {"repetition_penalty": 1e-40, "temperature": 0.0},
-    {"repetition_penalty": 1e-40, "top_p": 0.5},
-    {"repetition_penalty": 1e-40, "top_k": 5},
-    {"temperature": 3e38},
-    {"temperature": 1e-30, "top_p": 0.9, "min_p": 0.1},
-    {"frequency_penalty": 1e30},
-])
+@pytest.mark.parametrize(
+    "sp",
+    [
+        {"repetition_penalty": 1e-40},  # logits / 1e-40 overflow to inf, softmax NaN
+        {"repetition_penalty": 1e-40, "temperature": 0.0},
+        {"repetition_penalty": 1e-40, "top_p": 0.5},
+        {"repetition_penalty": 1e-40, "top_k": 5},
+        {"temperature": 3e38},
+        {"temperature": 1e-30, "top_p": 0.9, "min_p": 0.1},
+        {"frequency_penalty": 1e30},
+    ],
+)
 def test_extreme_parameters_give_a_token_in_the_vocabulary(sp: dict) -> None:
     torch.manual_seed(0)
     logits = torch.randn(4, V) * 30
-    reqs = [raw_req(output_ids=[3, 3, 7], return_logprob=True, top_logprobs_num=3, **sp)
-            for _ in range(4)]
+    reqs = [
+        raw_req(output_ids=[3, 3, 7], return_logprob=True, top_logprobs_num=3, **sp)
+        for _ in range(4)
+    ]
     out = Sampler(V, [EOS]).sample(logits, reqs)
     assert all(0 <= t < V for t in out.next_token_ids), out.next_token_ids
 
@@ -90,13 +95,19 @@ def test_a_row_with_nothing_allowed_gets_no_token_and_others_are_unharmed() -> N
     allowed=st.lists(st.integers(0, V - 1), min_size=1, max_size=6),
 )
 def test_any_parameters_sample_an_allowed_token(
-    temperature: float, top_p: float, top_k: int, min_p: float, rep: float, scale: float,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    min_p: float,
+    rep: float,
+    scale: float,
     allowed: list[int],
 ) -> None:
     torch.manual_seed(1)
     logits = (torch.randn(2, V) * scale).clamp(-3e38, 3e38)
-    sp = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-              repetition_penalty=rep)
+    sp = dict(
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, repetition_penalty=rep
+    )
     reqs = [raw_req(output_ids=[allowed[0]], **sp) for _ in range(2)]
     out = Sampler(V, [EOS]).sample(logits, reqs, mask_allowing([allowed, allowed]))
     assert all(t in allowed for t in out.next_token_ids), (out.next_token_ids, allowed)

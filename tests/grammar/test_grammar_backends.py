@@ -21,8 +21,12 @@ from radixrt.scheduler.grammar_queue import GrammarQueue, GrammarState, GrammarS
 
 VOCAB = 49152
 EOS = 2
-PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}},
-          "required": ["name"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}},
+    "required": ["name"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +48,13 @@ def _allowed(matcher: BaseGrammarMatcher) -> set[int]:
     return set(bits.flatten().nonzero()[:, 0].tolist())
 
 
-@pytest.mark.parametrize("spec, text", [
-    (GrammarSpec("regex", r"[0-9]{3}-[A-Z]{2}"), "123-AB"),
-    (GrammarSpec("json_schema", json.dumps(PERSON)), '{"name": "Bob"}'),
-])
+@pytest.mark.parametrize(
+    "spec, text",
+    [
+        (GrammarSpec("regex", r"[0-9]{3}-[A-Z]{2}"), "123-AB"),
+        (GrammarSpec("json_schema", json.dumps(PERSON)), '{"name": "Bob"}'),
+    ],
+)
 def test_a_valid_text_is_accepted_and_then_only_eos(backend, tokenizer, spec, text) -> None:
     matcher = backend.new_matcher(backend.compile(spec))
     assert EOS not in _allowed(matcher)
@@ -62,11 +69,14 @@ def test_a_disallowed_token_is_refused(backend, tokenizer) -> None:
     assert not matcher.accept(tokenizer.encode("abc")[0])
 
 
-@pytest.mark.parametrize("spec", [
-    GrammarSpec("regex", "a(b"),
-    GrammarSpec("json_schema", '{"type": "no-such-type"}'),
-    GrammarSpec("json_schema", "{not json"),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        GrammarSpec("regex", "a(b"),
+        GrammarSpec("json_schema", '{"type": "no-such-type"}'),
+        GrammarSpec("json_schema", "{not json"),
+    ],
+)
 def test_bad_specs_raise_grammar_error(backend, spec) -> None:
     with pytest.raises(GrammarError, match="invalid"):
         backend.compile(spec)
@@ -152,8 +162,9 @@ def test_forced_token_is_the_single_allowed_bit() -> None:
     assert stats.num_masks == 4
 
 
-def _req(steps: list[set[int]] | None, max_new: int = 10, temperature: float = 0.0,
-         **params: Any) -> Req:
+def _req(
+    steps: list[set[int]] | None, max_new: int = 10, temperature: float = 0.0, **params: Any
+) -> Req:
     sp = SamplingParams(max_new_tokens=max_new, temperature=temperature, **params)
     req = Req("r", [1], sp)
     if steps is not None:
@@ -190,10 +201,16 @@ def test_sampler_masks_constrained_rows_only() -> None:
     assert queue.vocab_mask([_req(None)]) is None
 
 
-@pytest.mark.parametrize("params", [
-    {"top_k": 5}, {"top_p": 0.9}, {"min_p": 0.2}, {"top_k": 40, "top_p": 0.5},
-    {"repetition_penalty": 1.3, "frequency_penalty": 0.5},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"top_k": 5},
+        {"top_p": 0.9},
+        {"min_p": 0.2},
+        {"top_k": 40, "top_p": 0.5},
+        {"repetition_penalty": 1.3, "frequency_penalty": 0.5},
+    ],
+)
 def test_sampling_filters_never_pick_a_masked_token(params) -> None:
     torch.manual_seed(1)
     sampler = Sampler(VOCAB, [EOS])

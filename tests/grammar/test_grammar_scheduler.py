@@ -24,16 +24,18 @@ def wide_llama_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
     spec = importlib.util.spec_from_file_location("_root_conftest", path)
     root = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(root)
-    return root._make_tiny(tmp_path_factory.mktemp("wide_llama"), smollm2_path, "llama",
-                      vocab_size=49152 + 64)
+    return root._make_tiny(
+        tmp_path_factory.mktemp("wide_llama"), smollm2_path, "llama", vocab_size=49152 + 64
+    )
 
 
 @pytest.mark.parametrize("backend", ["llguidance", "outlines"])
 def test_retracted_constrained_requests_still_match(tiny_llama_path, backend) -> None:
     prompts = [f"Request number {i} says" for i in range(12)]
     with rt.Engine(str(tiny_llama_path), max_total_tokens=160, grammar_backend=backend) as e:
-        outs = e.generate(prompts, {"regex": WORD, "temperature": 1.0, "seed": 1,
-                                    "max_new_tokens": 60})
+        outs = e.generate(
+            prompts, {"regex": WORD, "temperature": 1.0, "seed": 1, "max_new_tokens": 60}
+        )
         assert e.scheduler.stats.retractions > 0
         e.scheduler.kv.check_whole()
     for out in outs:
@@ -45,8 +47,9 @@ def test_retracted_constrained_requests_still_match(tiny_llama_path, backend) ->
 def test_logits_wider_than_the_vocabulary(wide_llama_path, backend) -> None:
     with rt.Engine(str(wide_llama_path), max_total_tokens=1024, grammar_backend=backend) as e:
         assert e.scheduler.sampler.vocab_size == 49152 + 64
-        outs = e.generate(["a", "b", "c"], [{"regex": IPV4, "temperature": t, "seed": 2}
-                                             for t in (0.0, 1.0, 1.0)])
+        outs = e.generate(
+            ["a", "b", "c"], [{"regex": IPV4, "temperature": t, "seed": 2} for t in (0.0, 1.0, 1.0)]
+        )
         plain = e.generate(["a"], {"temperature": 0, "max_new_tokens": 4, "ignore_eos": True})
         e.scheduler.kv.check_whole()
     for out in outs:
@@ -56,8 +59,12 @@ def test_logits_wider_than_the_vocabulary(wide_llama_path, backend) -> None:
 
 def test_a_compile_over_the_time_limit_is_refused(tiny_llama_path) -> None:
     # outlines walks the whole vocabulary per DFA state: this regex takes seconds.
-    with rt.Engine(str(tiny_llama_path), max_total_tokens=512, grammar_backend="outlines",
-                   grammar_timeout_s=0.2) as e:
+    with rt.Engine(
+        str(tiny_llama_path),
+        max_total_tokens=512,
+        grammar_backend="outlines",
+        grammar_timeout_s=0.2,
+    ) as e:
         for _ in range(2):  # the second time from the timed-out cache, without compiling
             with pytest.raises(GrammarError, match="took longer than 0.2 s"):
                 e.generate("x", {"regex": "[a-z]{1,2000}"})

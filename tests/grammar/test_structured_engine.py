@@ -22,11 +22,29 @@ def _specs(temperature: float) -> list[tuple[str, dict[str, Any]]]:
     """(prompt, sampling params) of every schema and regex; seeded so runs repeat."""
     out = []
     for i, (prompt, schema) in enumerate(SCHEMAS):
-        out.append((prompt, {"json_schema": schema, "temperature": temperature, "seed": i,
-                             "max_new_tokens": MAX_NEW_TOKENS}))
+        out.append(
+            (
+                prompt,
+                {
+                    "json_schema": schema,
+                    "temperature": temperature,
+                    "seed": i,
+                    "max_new_tokens": MAX_NEW_TOKENS,
+                },
+            )
+        )
     for i, (prompt, regex) in enumerate(REGEXES):
-        out.append((prompt, {"regex": regex, "temperature": temperature, "seed": i,
-                             "max_new_tokens": MAX_NEW_TOKENS}))
+        out.append(
+            (
+                prompt,
+                {
+                    "regex": regex,
+                    "temperature": temperature,
+                    "seed": i,
+                    "max_new_tokens": MAX_NEW_TOKENS,
+                },
+            )
+        )
     return out
 
 
@@ -64,7 +82,8 @@ def engine(smollm2_path: Path) -> Iterator[Any]:
 def test_every_spec_greedy_and_sampled_in_one_mixed_batch(engine) -> None:
     specs = _specs(0.0) + _specs(1.0)
     free = [("Once upon a time", {"temperature": 0.0, "max_new_tokens": 12})] * 2 + [
-        ("The weather today", {"temperature": 1.0, "seed": 3, "max_new_tokens": 12})]
+        ("The weather today", {"temperature": 1.0, "seed": 3, "max_new_tokens": 12})
+    ]
     batch = specs[:30] + free + specs[30:]
     results = engine.generate([p for p, _ in batch], [copy.deepcopy(s) for _, s in batch])
     for result, (_, params) in zip(results, batch, strict=True):
@@ -97,8 +116,12 @@ def test_running_out_of_tokens_finishes_with_length(engine) -> None:
 
 
 def test_bad_specs_raise_before_queueing_and_the_engine_keeps_serving(engine) -> None:
-    for params in ({"regex": "a(b"}, {"json_schema": {"type": "no-such-type"}},
-                   {"ebnf": "start: ("}, {"grammar": "x"}):
+    for params in (
+        {"regex": "a(b"},
+        {"json_schema": {"type": "no-such-type"}},
+        {"ebnf": "start: ("},
+        {"grammar": "x"},
+    ):
         with pytest.raises(ValueError):
             engine.generate("Hi", params)
     with pytest.raises(GrammarError, match="invalid regex"):

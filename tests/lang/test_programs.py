@@ -133,9 +133,15 @@ def test_json_extraction_example(backend) -> None:
 
 def test_json_schema_and_regex_gens_at_temperature_one(backend) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    person = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
-              "properties": {"name": {"type": "string", "maxLength": 12},
-                             "age": {"type": "integer", "minimum": 0, "maximum": 99}}}
+    person = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "age"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+    }
 
     @rt.function
     def profile(s, who):
@@ -144,7 +150,8 @@ def test_json_schema_and_regex_gens_at_temperature_one(backend) -> None:
 
     states = profile.run_batch(
         [{"who": w, "seed": i} for i, w in enumerate(["teacher", "pilot", "child"])],
-        backend=backend, temperature=1.0,
+        backend=backend,
+        temperature=1.0,
     )
     for state in states:
         assert state.error() is None, state.error()

@@ -22,10 +22,15 @@ def test_router_defaults_equal_the_dataclasses() -> None:
     assert args.router == RouterConfig() and args.server == RouterServerConfig(port=9)
 
 
-@pytest.mark.parametrize("argv", [
-    [], ["--worker-urls", "a:1"], ["--worker-urls", "http://a", "--router-policy", "x"],
-    ["--worker-urls", "http://a", "--health-check-interval-s", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--worker-urls", "a:1"],
+        ["--worker-urls", "http://a", "--router-policy", "x"],
+        ["--worker-urls", "http://a", "--health-check-interval-s", "0"],
+    ],
+)
 def test_bad_router_flags(argv: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as e:
         parse_args(argv)
@@ -41,11 +46,16 @@ def test_console_script_has_router(capsys) -> None:
 def test_route_keys_from_bodies() -> None:
     assert route_request("/generate", {"text": ["ab", "c"]}, None).key == "ab"
     assert route_request("/generate", {"input_ids": [[1, 2], [3]]}, None).key == (1, 2)
-    r = route_request("/v1/completions", {"prompt": "hi", "user": "u", "prompt_cache_key": "k"},
-                      None)
+    r = route_request(
+        "/v1/completions", {"prompt": "hi", "user": "u", "prompt_cache_key": "k"}, None
+    )
     assert (r.key, r.session) == ("hi", "k")
-    chat = {"messages": [{"role": "system", "content": "S"},
-                         {"role": "user", "content": [{"type": "text", "text": "Q"}]}]}
+    chat = {
+        "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "Q"}]},
+        ]
+    }
     r = route_request("/v1/chat/completions", chat, "sess")
     assert r.key == "system: S\nuser: Q\n" and r.session == "sess"
     assert route_request("/generate", None, None).key == ()

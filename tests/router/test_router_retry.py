@@ -43,8 +43,9 @@ class FakeWorker:
                     self.close_connection = True
                     self.connection.shutdown(2)
                 elif worker.mode == "refuse":
-                    self._answer(503, {"error": {"message": "queue full"}},
-                                 {NOT_STARTED_HEADER: "1"})
+                    self._answer(
+                        503, {"error": {"message": "queue full"}}, {NOT_STARTED_HEADER: "1"}
+                    )
                 elif worker.mode == "busy":  # 503 after starting (say, its scheduler died)
                     self._answer(503, {"error": {"message": "the scheduler failed"}})
                 else:
@@ -72,8 +73,9 @@ class FakeWorker:
 @pytest.fixture
 def pair(tmp_path) -> Iterator[tuple[FakeWorker, FakeWorker, RouterProcess]]:
     odd, good = FakeWorker("ok"), FakeWorker("ok")
-    router = RouterProcess([odd.url, good.url], tmp_path / "router.log",
-                           "--router-policy", "round_robin")
+    router = RouterProcess(
+        [odd.url, good.url], tmp_path / "router.log", "--router-policy", "round_robin"
+    )
     try:
         yield odd, good, router
     finally:
@@ -83,8 +85,10 @@ def pair(tmp_path) -> Iterator[tuple[FakeWorker, FakeWorker, RouterProcess]]:
 
 
 def _send(router: RouterProcess, n: int) -> list[int]:
-    return [httpx.post(router.url + "/generate", json={"text": f"hi {i}"}, timeout=30)
-            .status_code for i in range(n)]
+    return [
+        httpx.post(router.url + "/generate", json={"text": f"hi {i}"}, timeout=30).status_code
+        for i in range(n)
+    ]
 
 
 def test_a_request_the_worker_may_have_started_is_not_retried(pair) -> None:
@@ -112,8 +116,12 @@ def test_a_refused_request_goes_to_another_worker(pair) -> None:
 
 def test_an_unreachable_worker_is_skipped(tmp_path) -> None:
     good = FakeWorker("ok")
-    router = RouterProcess([f"http://127.0.0.1:{free_port()}", good.url],
-                           tmp_path / "router.log", "--router-policy", "round_robin")
+    router = RouterProcess(
+        [f"http://127.0.0.1:{free_port()}", good.url],
+        tmp_path / "router.log",
+        "--router-policy",
+        "round_robin",
+    )
     try:
         assert _send(router, 4) == [200] * 4 and good.posts == 4
     finally:

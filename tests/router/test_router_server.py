@@ -17,8 +17,10 @@ import pytest
 
 from tests.server.server_proc import ServerProcess, free_port, start_server
 
-PREFIX = ("You are a geography tutor. Answer in one short sentence, name the country first, "
-          "and never add any other detail to the answer. ")
+PREFIX = (
+    "You are a geography tutor. Answer in one short sentence, name the country first, "
+    "and never add any other detail to the answer. "
+)
 
 
 class RouterProcess:
@@ -26,10 +28,21 @@ class RouterProcess:
         self.url = f"http://127.0.0.1:{free_port()}"
         self._log = open(log_path, "wb")
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "radixrt.router", "--worker-urls", *urls,
-               "--port", self.url.rsplit(":", 1)[1], "--health-check-interval-s", "0.5", *flags]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "radixrt.router",
+            "--worker-urls",
+            *urls,
+            "--port",
+            self.url.rsplit(":", 1)[1],
+            "--health-check-interval-s",
+            "0.5",
+            *flags,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, log_path.read_text()
@@ -63,8 +76,9 @@ def cluster(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
     try:
         for i in range(2):
             (tmp / f"w{i}").mkdir()
-            workers.append(start_server(smollm2_path, tmp / f"w{i}", "--max-total-tokens",
-                                        "2048", env=env))
+            workers.append(
+                start_server(smollm2_path, tmp / f"w{i}", "--max-total-tokens", "2048", env=env)
+            )
         router = RouterProcess([w.url for w in workers], tmp / "router.log")
         yield router, workers
         for w in workers:
@@ -79,8 +93,11 @@ def cluster(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 def _generate(url: str, text: str, **params) -> dict:
-    r = httpx.post(url + "/generate", timeout=120, json={
-        "text": text, "sampling_params": {"max_new_tokens": 3, "temperature": 0, **params}})
+    r = httpx.post(
+        url + "/generate",
+        timeout=120,
+        json={"text": text, "sampling_params": {"max_new_tokens": 3, "temperature": 0, **params}},
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -92,17 +109,27 @@ def test_prefix_routing_streaming_and_openai(cluster) -> None:
     after = [w["routed_requests"] for w in router.info()["workers"]]
     assert sorted(a - b for a, b in zip(after, before)) == [0, 3]  # one worker took the group
     assert all(o["meta_info"]["cached_tokens"] > 20 for o in outs[1:])
-    with httpx.stream("POST", router.url + "/generate", timeout=60, json={
-            "text": "1, 2, 3,", "stream": True,
-            "sampling_params": {"max_new_tokens": 4, "temperature": 0}}) as r:
+    with httpx.stream(
+        "POST",
+        router.url + "/generate",
+        timeout=60,
+        json={
+            "text": "1, 2, 3,",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+        },
+    ) as r:
         events = [line for line in r.iter_lines() if line.startswith("data: ")]
     assert len(events) >= 3 and events[-1] == "data: [DONE]"
     assert '"finish_reason"' in events[-2]
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="unused", max_retries=0)
     msgs = [{"role": "user", "content": "What is the capital of France?"}]
     full = client.chat.completions.create(model="m", messages=msgs, max_tokens=8, temperature=0)
-    chunks = list(client.chat.completions.create(model="m", messages=msgs, max_tokens=8,
-                                                 temperature=0, stream=True, user="alice"))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=msgs, max_tokens=8, temperature=0, stream=True, user="alice"
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full.choices[0].message.content and "Paris" in text
     assert client.completions.create(model="m", prompt="A, B,", max_tokens=2).usage
@@ -128,15 +155,22 @@ def _wait_workers_idle(workers: list[ServerProcess], timeout_s: float = 15.0) ->
 def test_client_disconnect_aborts_on_the_worker(cluster) -> None:
     router, workers = cluster
     long = {"max_new_tokens": 2000, "ignore_eos": True}
-    with httpx.stream("POST", router.url + "/generate", timeout=60, json={
-            "text": "Count to a thousand:", "stream": True, "sampling_params": long}) as r:
+    with httpx.stream(
+        "POST",
+        router.url + "/generate",
+        timeout=60,
+        json={"text": "Count to a thousand:", "stream": True, "sampling_params": long},
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
                 break  # leave after the first event
     _wait_workers_idle(workers)
     with pytest.raises(httpx.ReadTimeout):  # a non-streaming client that gives up
-        httpx.post(router.url + "/generate", timeout=1.0, json={
-            "text": "Count to a thousand:", "sampling_params": long})
+        httpx.post(
+            router.url + "/generate",
+            timeout=1.0,
+            json={"text": "Count to a thousand:", "sampling_params": long},
+        )
     _wait_workers_idle(workers)
     assert all(w["in_flight"] == 0 for w in router.info()["workers"])
 
@@ -144,16 +178,24 @@ def test_client_disconnect_aborts_on_the_worker(cluster) -> None:
 def test_abort_request_by_rid_reaches_the_worker(cluster) -> None:
     router, workers = cluster
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(httpx.post, router.url + "/generate", timeout=60, json={
-            "text": "Count to a thousand:", "rid": "long-1",
-            "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}})
+        pending = pool.submit(
+            httpx.post,
+            router.url + "/generate",
+            timeout=60,
+            json={
+                "text": "Count to a thousand:",
+                "rid": "long-1",
+                "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True},
+            },
+        )
         deadline = time.monotonic() + 30
-        while sum(httpx.get(w.url + "/get_server_info").json()["num_running_reqs"]
-                  for w in workers) == 0:
+        while (
+            sum(httpx.get(w.url + "/get_server_info").json()["num_running_reqs"] for w in workers)
+            == 0
+        ):
             assert time.monotonic() < deadline and not pending.done()
             time.sleep(0.05)
-        assert httpx.post(router.url + "/abort_request", json={"rid": "long-1"}).status_code \
-            == 200
+        assert httpx.post(router.url + "/abort_request", json={"rid": "long-1"}).status_code == 200
         out = pending.result().json()
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert out["meta_info"]["completion_tokens"] < 2000

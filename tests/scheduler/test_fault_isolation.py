@@ -17,7 +17,9 @@ from radixrt.scheduler.grammar_queue import GrammarState, GrammarStats
 def sched(tiny_llama_path):
     scheduler, _ = build_scheduler(
         ModelConfig(model_path=str(tiny_llama_path), context_length=256),
-        CacheConfig(max_total_tokens=2048), SchedulerConfig())
+        CacheConfig(max_total_tokens=2048),
+        SchedulerConfig(),
+    )
     return scheduler
 
 
@@ -105,8 +107,11 @@ def test_failing_input_logprobs_fail_only_their_request(sched, monkeypatch) -> N
 
 def test_parameters_checked_against_the_model_are_refused_at_add(sched) -> None:
     vocab = sched.runner.arch.vocab_size
-    for sp, field in [({"top_k": vocab + 1}, "top_k"), ({"logprob_start_len": 5}, "logprob"),
-                      ({"stop_token_ids": [vocab]}, "vocabulary")]:
+    for sp, field in [
+        ({"top_k": vocab + 1}, "top_k"),
+        ({"logprob_start_len": 5}, "logprob"),
+        ({"stop_token_ids": [vocab]}, "vocabulary"),
+    ]:
         req = _req("r", **sp)
         sched.add_request(req)
         assert req.finish_reason.status_code == 400 and field in req.finish_reason.message

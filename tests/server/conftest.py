@@ -26,16 +26,34 @@ def chat_prompt(smollm2_path: Path) -> str:
     from radixrt.models.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path).apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False,
-        add_generation_prompt=True)
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
 
 
 # Small limits so each bound is cheap to reach; the queue bound of 4 makes a wedged
 # registration visible after a handful of requests.
-TINY_FLAGS = ("--max-queued-requests", "4", "--context-length", "512", "--max-request-bytes",
-              "1000000", "--max-prompts-per-request", "8", "--max-chat-messages", "16",
-              "--max-stop-strings", "4", "--max-stop-string-len", "32",
-              "--max-grammar-bytes", "4096", "--grammar-timeout-s", "5")
+TINY_FLAGS = (
+    "--max-queued-requests",
+    "4",
+    "--context-length",
+    "512",
+    "--max-request-bytes",
+    "1000000",
+    "--max-prompts-per-request",
+    "8",
+    "--max-chat-messages",
+    "16",
+    "--max-stop-strings",
+    "4",
+    "--max-stop-string-len",
+    "32",
+    "--max-grammar-bytes",
+    "4096",
+    "--grammar-timeout-s",
+    "5",
+)
 
 
 @pytest.fixture(scope="session")

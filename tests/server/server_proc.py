@@ -26,17 +26,30 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m radixrt.launch_server` in its own process group, logging to a file."""
 
-    def __init__(self, model_path: Path, log_path: Path, *flags: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, model_path: Path, log_path: Path, *flags: str, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "radixrt.launch_server", "--model-path", str(model_path),
-               "--host", "127.0.0.1", "--port", str(self.port), "--max-total-tokens", "4096",
-               *flags]
+        cmd = [
+            sys.executable,
+            "-m",
+            "radixrt.launch_server",
+            "--model-path",
+            str(model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-total-tokens",
+            "4096",
+            *flags,
+        ]
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
         self.headers: dict[str, str] = {}
 
     def wait_ready(self) -> None:
@@ -79,8 +92,11 @@ class ServerProcess:
         deadline = time.monotonic() + timeout_s
         while True:
             info = self.get("/get_server_info").json()
-            idle = info["num_running_reqs"] == 0 and info["num_queued_reqs"] == 0 \
+            idle = (
+                info["num_running_reqs"] == 0
+                and info["num_queued_reqs"] == 0
                 and info["num_inflight_reqs"] == 0
+            )
             if idle or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -95,8 +111,10 @@ class ServerProcess:
         t0 = time.monotonic()
         assert self.get("/health").status_code == 200
         assert time.monotonic() - t0 < 1.0, "/health took over a second"
-        r = self.post("/generate", json={"text": "Hello", "sampling_params": {
-            "max_new_tokens": 3, "temperature": 0}})
+        r = self.post(
+            "/generate",
+            json={"text": "Hello", "sampling_params": {"max_new_tokens": 3, "temperature": 0}},
+        )
         assert r.status_code == 200, r.text
         self.wait_idle_and_whole()
 
@@ -120,8 +138,9 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def start_server(model_path: Path, tmp: Path, *flags: str,
-                 env: dict[str, str] | None = None) -> ServerProcess:
+def start_server(
+    model_path: Path, tmp: Path, *flags: str, env: dict[str, str] | None = None
+) -> ServerProcess:
     server = ServerProcess(model_path, tmp / "server.log", *flags, env=env)
     try:
         server.wait_ready()

@@ -11,10 +11,25 @@ from radixrt.config import CacheConfig, ModelConfig, RouterConfig, SchedulerConf
 from radixrt.server.args import SERVER_CONFIGS, make_parser, parse_args
 
 ISSUE_FLAGS = [
-    "--model-path", "--host", "--port", "--tp", "--mem-fraction-static", "--max-total-tokens",
-    "--context-length", "--page-size", "--schedule-policy", "--disable-radix-cache",
-    "--chunked-prefill-size", "--max-running-requests", "--max-queued-requests", "--api-key",
-    "--dtype", "--device", "--attention-backend", "--grammar-backend", "--log-level",
+    "--model-path",
+    "--host",
+    "--port",
+    "--tp",
+    "--mem-fraction-static",
+    "--max-total-tokens",
+    "--context-length",
+    "--page-size",
+    "--schedule-policy",
+    "--disable-radix-cache",
+    "--chunked-prefill-size",
+    "--max-running-requests",
+    "--max-queued-requests",
+    "--api-key",
+    "--dtype",
+    "--device",
+    "--attention-backend",
+    "--grammar-backend",
+    "--log-level",
     "--enable-metrics",
 ]
 
@@ -24,23 +39,63 @@ def test_every_cli_default_equals_the_dataclass_default() -> None:
     for cls in SERVER_CONFIGS:
         for f in dataclasses.fields(cls):
             assert parser.get_default(f.name) == f.default, (cls.__name__, f.name)
-    assert parse_args([]) == (ModelConfig(), CacheConfig(), SchedulerConfig(), ServerConfig(),
-                              RouterConfig())
+    assert parse_args([]) == (
+        ModelConfig(),
+        CacheConfig(),
+        SchedulerConfig(),
+        ServerConfig(),
+        RouterConfig(),
+    )
 
 
 def test_the_issue_flags_exist_and_parse() -> None:
     options = {s for a in make_parser()._actions for s in a.option_strings}
     assert set(ISSUE_FLAGS) <= options
-    args = parse_args([
-        "--model-path", "/m", "--host", "0.0.0.0", "--port", "8000", "--tp", "1",
-        "--mem-fraction-static", "0.5", "--max-total-tokens", "1000", "--context-length", "512",
-        "--page-size", "4", "--schedule-policy", "fcfs", "--disable-radix-cache",
-        "--chunked-prefill-size", "256", "--max-running-requests", "8",
-        "--max-queued-requests", "3", "--api-key", "k", "--dtype", "float32", "--device", "cpu",
-        "--attention-backend", "torch_native", "--grammar-backend", "outlines",
-        "--disable-jump-forward", "--grammar-timeout-s", "2.5",
-        "--log-level", "warning", "--enable-metrics",
-    ])
+    args = parse_args(
+        [
+            "--model-path",
+            "/m",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--tp",
+            "1",
+            "--mem-fraction-static",
+            "0.5",
+            "--max-total-tokens",
+            "1000",
+            "--context-length",
+            "512",
+            "--page-size",
+            "4",
+            "--schedule-policy",
+            "fcfs",
+            "--disable-radix-cache",
+            "--chunked-prefill-size",
+            "256",
+            "--max-running-requests",
+            "8",
+            "--max-queued-requests",
+            "3",
+            "--api-key",
+            "k",
+            "--dtype",
+            "float32",
+            "--device",
+            "cpu",
+            "--attention-backend",
+            "torch_native",
+            "--grammar-backend",
+            "outlines",
+            "--disable-jump-forward",
+            "--grammar-timeout-s",
+            "2.5",
+            "--log-level",
+            "warning",
+            "--enable-metrics",
+        ]
+    )
     assert args.model == ModelConfig("/m", "float32", "cpu", 512, "torch_native", 1)
     assert args.cache == CacheConfig(1000, 0.5, 4, True)
     assert args.scheduler.schedule_policy == "fcfs" and args.scheduler.max_running_requests == 8
@@ -50,23 +105,49 @@ def test_the_issue_flags_exist_and_parse() -> None:
     assert (s.log_level, s.enable_metrics) == ("warning", True)
     sc = args.scheduler
     assert (sc.grammar_backend, sc.disable_jump_forward, sc.grammar_timeout_s) == (
-        "outlines", True, 2.5)
+        "outlines",
+        True,
+        2.5,
+    )
 
 
 def test_dp_and_router_flags() -> None:
-    args = parse_args(["--dp", "2", "--router-policy", "round_robin", "--cache-threshold", "0.3",
-                       "--balance-abs-threshold", "4", "--balance-rel-threshold", "2",
-                       "--max-tree-size", "100"])
+    args = parse_args(
+        [
+            "--dp",
+            "2",
+            "--router-policy",
+            "round_robin",
+            "--cache-threshold",
+            "0.3",
+            "--balance-abs-threshold",
+            "4",
+            "--balance-rel-threshold",
+            "2",
+            "--max-tree-size",
+            "100",
+        ]
+    )
     assert args.server.dp_size == 2
     assert args.router == RouterConfig("round_robin", 0.3, 4, 2.0, 100)
 
 
-@pytest.mark.parametrize("argv", [
-    ["--dp", "0"], ["--router-policy", "random"], ["--cache-threshold", "2"],
-    ["--tp", "2", "--nnodes", "3"], ["--dtype", "int3"], ["--device", "tpu"], ["--port", "70000"],
-    ["--mem-fraction-static", "1.5"], ["--max-total-tokens", "x"], ["--log-level", "loud"],
-    ["--grammar-backend", "xgrammar"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--dp", "0"],
+        ["--router-policy", "random"],
+        ["--cache-threshold", "2"],
+        ["--tp", "2", "--nnodes", "3"],
+        ["--dtype", "int3"],
+        ["--device", "tpu"],
+        ["--port", "70000"],
+        ["--mem-fraction-static", "1.5"],
+        ["--max-total-tokens", "x"],
+        ["--log-level", "loud"],
+        ["--grammar-backend", "xgrammar"],
+    ],
+)
 def test_bad_flags_exit_with_a_usage_error(argv: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as e:
         parse_args(argv)

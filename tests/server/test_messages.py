@@ -38,25 +38,50 @@ from radixrt.scheduler.scheduler import SchedulerStats
 def test_messages_round_trip() -> None:
     enc = msgspec.msgpack.Encoder()
     to_sched = msgspec.msgpack.Decoder(ToSchedulerMsg)
-    for msg in [GenerateReqMsg("a", [1, 2], {"temperature": 0.0, "stop": ["x"]}, "ns"),
-                AbortReqMsg("a"), FlushCacheReqMsg(3), GetInfoReqMsg(4)]:
+    for msg in [
+        GenerateReqMsg("a", [1, 2], {"temperature": 0.0, "stop": ["x"]}, "ns"),
+        AbortReqMsg("a"),
+        FlushCacheReqMsg(3),
+        GetInfoReqMsg(4),
+    ]:
         assert to_sched.decode(enc.encode(msg)) == msg
     from_sched = msgspec.msgpack.Decoder(FromSchedulerMsg)
-    out = ReqOutMsg("a", [5], [-0.5], [[(-0.5, 5), (-1.0, 6)]], FinishMsg("stop", 2), 3,
-                    [None, -1.5], [None, [(-1.5, 9)]])
-    for msg in [BatchTokenOutMsg([out], 1, 0), ReadyMsg("/m", 10, 100, 8, 50, "cpu", "float32"),
-                InfoReplyMsg(1, 10, 5, 3, 2, 0, 0, 7, 3, 9, 0.4, 4, 0),
-                FlushCacheReplyMsg(2, True), FatalErrorMsg("boom")]:
+    out = ReqOutMsg(
+        "a",
+        [5],
+        [-0.5],
+        [[(-0.5, 5), (-1.0, 6)]],
+        FinishMsg("stop", 2),
+        3,
+        [None, -1.5],
+        [None, [(-1.5, 9)]],
+    )
+    for msg in [
+        BatchTokenOutMsg([out], 1, 0),
+        ReadyMsg("/m", 10, 100, 8, 50, "cpu", "float32"),
+        InfoReplyMsg(1, 10, 5, 3, 2, 0, 0, 7, 3, 9, 0.4, 4, 0),
+        FlushCacheReplyMsg(2, True),
+        FatalErrorMsg("boom"),
+    ]:
         assert from_sched.decode(enc.encode(msg)) == msg
-    args = SchedulerArgsMsg(ModelConfig(context_length=64), CacheConfig(max_total_tokens=99),
-                            SchedulerConfig(schedule_policy="fcfs"), "ipc://a", "ipc://b", 1)
+    args = SchedulerArgsMsg(
+        ModelConfig(context_length=64),
+        CacheConfig(max_total_tokens=99),
+        SchedulerConfig(schedule_policy="fcfs"),
+        "ipc://a",
+        "ipc://b",
+        1,
+    )
     assert msgspec.json.decode(msgspec.json.encode(args), type=SchedulerArgsMsg) == args
 
 
 def test_finish_reason_survives_the_trip() -> None:
-    for reason in [FinishReason(FinishKind.STOP, matched=2), FinishReason(FinishKind.LENGTH),
-                   FinishReason(FinishKind.ABORT, message="no"),
-                   FinishReason(FinishKind.STOP, matched="###")]:
+    for reason in [
+        FinishReason(FinishKind.STOP, matched=2),
+        FinishReason(FinishKind.LENGTH),
+        FinishReason(FinishKind.ABORT, message="no"),
+        FinishReason(FinishKind.STOP, matched="###"),
+    ]:
         assert finish_from_msg(finish_to_msg(reason)) == reason
     assert finish_to_msg(None) is None
 
@@ -70,7 +95,8 @@ class FakeScheduler:
         self.stats = SchedulerStats()
         self.kv = SimpleNamespace(
             allocator=SimpleNamespace(capacity=10, num_free=10),
-            cache=SimpleNamespace(evictable_size=0, protected_size=0, reset=lambda: None))
+            cache=SimpleNamespace(evictable_size=0, protected_size=0, reset=lambda: None),
+        )
         self.fail_at = fail_at
         self.num_steps = 0
 
@@ -105,11 +131,20 @@ class FakeScheduler:
         return self.is_idle
 
     def info(self) -> dict:
-        return {"max_total_tokens": 10, "free_tokens": 10, "evictable_tokens": 0,
-                "protected_tokens": 0, "num_running_reqs": len(self.running),
-                "num_queued_reqs": 0, "prompt_tokens": 0, "cached_tokens": 0,
-                "generated_tokens": 0, "cache_hit_rate": 0.0, "forward_passes": 0,
-                "retractions": 0}
+        return {
+            "max_total_tokens": 10,
+            "free_tokens": 10,
+            "evictable_tokens": 0,
+            "protected_tokens": 0,
+            "num_running_reqs": len(self.running),
+            "num_queued_reqs": 0,
+            "prompt_tokens": 0,
+            "cached_tokens": 0,
+            "generated_tokens": 0,
+            "cache_hit_rate": 0.0,
+            "forward_passes": 0,
+            "retractions": 0,
+        }
 
 
 def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> None:
@@ -121,10 +156,12 @@ def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> Non
     from_sched.bind("inproc://out")
     sched_out.connect("inproc://out")
     enc = msgspec.msgpack.Encoder()
-    for msg in [GenerateReqMsg("good", [1, 2], {"max_new_tokens": 2}),
-                GenerateReqMsg("raises", [666], {}),
-                GenerateReqMsg("invalid", [1], {"temperature": -1}),
-                GetInfoReqMsg(9)]:
+    for msg in [
+        GenerateReqMsg("good", [1, 2], {"max_new_tokens": 2}),
+        GenerateReqMsg("raises", [666], {}),
+        GenerateReqMsg("invalid", [1], {"temperature": -1}),
+        GetInfoReqMsg(9),
+    ]:
         to_sched.send(enc.encode(msg))
     loop = SchedulerLoop(FakeScheduler(fail_at=4), ZmqTransport(sched_in, sched_out, os.getppid()))
     result: list[int] = []

@@ -26,22 +26,37 @@ UNCARRIABLE = [
     ("/generate", {"text": "hi", "sampling_params": {"n": BIG}}, "n="),
     ("/generate", {"text": "hi", "sampling_params": {"stop_token_ids": [BIG]}}, "stop_token"),
     ("/generate", {"text": "hi", "sampling_params": {"min_new_tokens": BIG}}, "min_new_tokens"),
-    ("/generate", {"text": "hi", "return_logprob": True, "logprob_start_len": BIG},
-     "logprob_start_len"),
-    ("/generate", {"text": "hi", "return_logprob": True, "logprob_start_len": 7},
-     "logprob_start_len"),
-    ("/generate", {"text": "hi", "return_logprob": True, "top_logprobs_num": BIG},
-     "top_logprobs_num"),
-    ("/generate", {"text": "hi", "sampling_params": {"repetition_penalty": 1e-40}},
-     "repetition_penalty"),
+    (
+        "/generate",
+        {"text": "hi", "return_logprob": True, "logprob_start_len": BIG},
+        "logprob_start_len",
+    ),
+    (
+        "/generate",
+        {"text": "hi", "return_logprob": True, "logprob_start_len": 7},
+        "logprob_start_len",
+    ),
+    (
+        "/generate",
+        {"text": "hi", "return_logprob": True, "top_logprobs_num": BIG},
+        "top_logprobs_num",
+    ),
+    (
+        "/generate",
+        {"text": "hi", "sampling_params": {"repetition_penalty": 1e-40}},
+        "repetition_penalty",
+    ),
     ("/generate", {"text": "hi", "sampling_params": {"temperature": 3e38}}, "temperature"),
     ("/generate", {"text": "hi", "sampling_params": {"temperature": 1e300}}, "temperature"),
     ("/generate", {"input_ids": [BIG]}, "input_ids"),
     ("/generate", {"text": "hi", "rid": "r" * 300}, "rid"),
     ("/v1/completions", {"model": "m", "prompt": "hi", "seed": BIG}, "seed"),
     ("/v1/completions", {"model": "m", "prompt": "hi", "top_k": BIG}, "top_k"),
-    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                              "seed": -BIG}, "seed"),
+    (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": -BIG},
+        "seed",
+    ),
 ]
 
 
@@ -92,8 +107,10 @@ def test_bounds_on_the_work_of_one_request(tiny_server) -> None:
         ({"text": ["a"] * 9}, "--max-prompts-per-request"),
         ({"input_ids": [[5]] * 9}, "--max-prompts-per-request"),
         ({"text": "x" * 600_000}, "--max-prompt-chars"),
-        ({"text": "hi", "sampling_params": {"stop": ["a", "b", "c", "d", "e"]}},
-         "--max-stop-strings"),
+        (
+            {"text": "hi", "sampling_params": {"stop": ["a", "b", "c", "d", "e"]}},
+            "--max-stop-strings",
+        ),
         ({"text": "hi", "sampling_params": {"stop": ["s" * 33]}}, "--max-stop-string-len"),
         ({"text": "hi", "sampling_params": {"regex": "a" * 5000}}, "--max-grammar-bytes"),
         ({"text": ["a", "b"], "sampling_params": {"n": 3}}, "--max-queued-requests"),
@@ -153,10 +170,15 @@ def test_health_stays_fast_while_prompts_are_tokenized(tiny_server) -> None:
 
 
 def _long_stream(server, rid: str, auth: str, out: list) -> None:
-    body = {"text": "Count:", "rid": rid, "stream": True,
-            "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
-    with httpx.stream("POST", server.url + "/generate", json=body, timeout=60,
-                      headers={"Authorization": auth}) as r:
+    body = {
+        "text": "Count:",
+        "rid": rid,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 400, "ignore_eos": True},
+    }
+    with httpx.stream(
+        "POST", server.url + "/generate", json=body, timeout=60, headers={"Authorization": auth}
+    ) as r:
         out.append([line for line in r.iter_lines() if line.startswith("data: {")])
 
 
@@ -173,33 +195,66 @@ def test_abort_only_reaches_the_callers_own_requests(tiny_server) -> None:
     thread = threading.Thread(target=_long_stream, args=(tiny_server, "job", alice, got))
     thread.start()
     _wait_running(tiny_server, 1)
-    known = httpx.post(tiny_server.url + "/abort_request", json={"rid": "job"},
-                       headers={"Authorization": bob})
-    unknown = httpx.post(tiny_server.url + "/abort_request", json={"rid": "nothing-here"},
-                         headers={"Authorization": bob})
+    known = httpx.post(
+        tiny_server.url + "/abort_request", json={"rid": "job"}, headers={"Authorization": bob}
+    )
+    unknown = httpx.post(
+        tiny_server.url + "/abort_request",
+        json={"rid": "nothing-here"},
+        headers={"Authorization": bob},
+    )
     assert known.status_code == unknown.status_code == 200
     assert known.json() == unknown.json()  # nothing tells bob that alice's "job" exists
     # bob may use the same name for a request of his own
-    r = httpx.post(tiny_server.url + "/generate", headers={"Authorization": bob},
-                   json={**HI, "rid": "job"}, timeout=60)
+    r = httpx.post(
+        tiny_server.url + "/generate",
+        headers={"Authorization": bob},
+        json={**HI, "rid": "job"},
+        timeout=60,
+    )
     assert r.status_code == 200 and r.json()["meta_info"]["id"] == "job"
-    time.sleep(0.3)
-    assert tiny_server.get("/get_server_info").json()["num_running_reqs"] == 1  # alice's runs
-    httpx.post(tiny_server.url + "/abort_request", json={"rid": "job"},
-               headers={"Authorization": alice})
     thread.join(60)
     last = json.loads(got[0][-1].removeprefix("data: "))
+    assert last["meta_info"]["finish_reason"]["type"] == "length"  # bob's abort missed it
+    assert last["meta_info"]["completion_tokens"] == 400
+    tiny_server.assert_serving()
+
+
+def test_a_caller_aborts_its_own_request_by_the_id_it_was_given(tiny_server) -> None:
+    """No rid given: the server makes one, tells it in meta_info.id, and aborts by it."""
+    body = {
+        "text": "Count:",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 500, "ignore_eos": True},
+    }
+    headers = {"Authorization": "Bearer carol"}
+    with httpx.stream(
+        "POST", tiny_server.url + "/generate", json=body, timeout=60, headers=headers
+    ) as r:
+        events = (
+            json.loads(line.removeprefix("data: "))
+            for line in r.iter_lines()
+            if line.startswith("data: {")
+        )
+        rid = next(events)["meta_info"]["id"]
+        assert len(rid) >= 32  # unguessable
+        httpx.post(tiny_server.url + "/abort_request", json={"rid": rid}, headers=headers)
+        last = list(events)[-1]
     assert last["meta_info"]["finish_reason"]["type"] == "abort"
-    assert last["meta_info"]["completion_tokens"] < 400
+    assert last["meta_info"]["completion_tokens"] < 500
     tiny_server.assert_serving()
 
 
 def test_a_stream_whose_client_leaves_is_aborted(tiny_server) -> None:
     before = tiny_server.get("/get_server_info").json()["generated_tokens"]
-    body = {"model": "m", "stream": True, "max_tokens": 400, "ignore_eos": True,
-            "messages": [{"role": "user", "content": "Tell me a long story."}]}
-    with httpx.stream("POST", tiny_server.url + "/v1/chat/completions", json=body,
-                      timeout=60) as r:
+    body = {
+        "model": "m",
+        "stream": True,
+        "max_tokens": 400,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+    }
+    with httpx.stream("POST", tiny_server.url + "/v1/chat/completions", json=body, timeout=60) as r:
         for i, _ in enumerate(r.iter_lines()):
             if i > 4:
                 break
@@ -222,9 +277,19 @@ def test_the_receive_loop_survives_bad_scheduler_messages(tiny_server) -> None:
     _wait_running(tiny_server, 1)
     try:
         enc = msgspec.msgpack.Encoder()
-        for raw in [b"garbage", b"\x81\xa4type\xa5bogus", enc.encode({"type": "BatchTokenOutMsg"}),
-                    enc.encode({"type": "BatchTokenOutMsg", "outputs": [[1, 2]],
-                                "num_running": "x", "num_waiting": 0})]:
+        for raw in [
+            b"garbage",
+            b"\x81\xa4type\xa5bogus",
+            enc.encode({"type": "BatchTokenOutMsg"}),
+            enc.encode(
+                {
+                    "type": "BatchTokenOutMsg",
+                    "outputs": [[1, 2]],
+                    "num_running": "x",
+                    "num_waiting": 0,
+                }
+            ),
+        ]:
             sock.send(raw)
     finally:
         sock.close(0)

@@ -28,8 +28,11 @@ CASES = [
     ("/generate", {"text": "hi", "input_ids": [1]}, "exactly one"),
     ("/generate", {"text": "hi", "streem": True}, "streem"),
     ("/generate", {"text": "hi", "stream": "yes"}, "stream"),
-    ("/generate", {"text": "hi", "top_logprobs_num": 5000, "return_logprob": True},
-     "top_logprobs_num"),
+    (
+        "/generate",
+        {"text": "hi", "top_logprobs_num": 5000, "return_logprob": True},
+        "top_logprobs_num",
+    ),
     ("/generate", {"text": ["a", "b"], "sampling_params": [{}]}, "sampling_params"),
     ("/generate", [1, 2], "object"),
     ("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 100000}, "context"),
@@ -60,8 +63,9 @@ def test_bad_input_gets_400(api_server, path: str, body: object, fragment: str) 
 
 def test_server_still_healthy_after_bad_input(api_server) -> None:
     assert api_server.get("/health").status_code == 200
-    out = api_server.post("/generate", json={"text": "Hi",
-                                             "sampling_params": {"max_new_tokens": 2}})
+    out = api_server.post(
+        "/generate", json={"text": "Hi", "sampling_params": {"max_new_tokens": 2}}
+    )
     assert out.status_code == 200
     api_server.wait_idle_and_whole()
 

@@ -32,23 +32,25 @@ def dp_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
         info = server.wait_idle_and_whole()
         for replica in info["replicas"]:
             r = replica
-            assert r["free_tokens"] + r["evictable_tokens"] + r["protected_tokens"] \
-                == r["max_total_tokens"], r
+            assert (
+                r["free_tokens"] + r["evictable_tokens"] + r["protected_tokens"]
+                == r["max_total_tokens"]
+            ), r
         assert server.proc.poll() is None, "the server died during the tests"
     finally:
         server.stop()
 
 
 def _generate(server: ServerProcess, text: str) -> dict:
-    r = server.post("/generate", json={
-        "text": text, "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
+    r = server.post(
+        "/generate", json={"text": text, "sampling_params": {"max_new_tokens": 3, "temperature": 0}}
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def test_prefix_groups_stay_on_one_replica(dp_server, api_server) -> None:
-    prompts = [[f"{p} Question {i}: say it in one word." for p in PREFIXES]
-               for i in range(ROUNDS)]
+    prompts = [[f"{p} Question {i}: say it in one word." for p in PREFIXES] for i in range(ROUNDS)]
     results = []
     with ThreadPoolExecutor(len(PREFIXES)) as pool:
         for round_prompts in prompts:  # rounds in order, the groups of one round at once
@@ -70,10 +72,19 @@ def test_prefix_groups_stay_on_one_replica(dp_server, api_server) -> None:
 
 
 def test_openai_chat_and_session_through_dp(dp_server) -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
-            "temperature": 0, "user": "alice"}
-    r = httpx.post(dp_server.url + "/v1/chat/completions", json=body,
-                   headers={"X-Session-Id": "s1"}, timeout=60)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 3,
+        "temperature": 0,
+        "user": "alice",
+    }
+    r = httpx.post(
+        dp_server.url + "/v1/chat/completions",
+        json=body,
+        headers={"X-Session-Id": "s1"},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 3
     bad = dp_server.post("/v1/completions", json={"prompt": "x", "max_tokens": -1})

@@ -25,9 +25,18 @@ DRAIN_S = 8
 def guarded(smollm2_path, tmp_path_factory):
     """Two requests at a time, one more may wait; every endpoint but /health needs the key;
     SIGTERM gives running requests DRAIN_S seconds."""
-    server = start_server(smollm2_path, tmp_path_factory.mktemp("guarded"), "--api-key", KEY,
-                          "--max-running-requests", "2", "--max-queued-requests", "1",
-                          "--drain-timeout-s", str(DRAIN_S))
+    server = start_server(
+        smollm2_path,
+        tmp_path_factory.mktemp("guarded"),
+        "--api-key",
+        KEY,
+        "--max-running-requests",
+        "2",
+        "--max-queued-requests",
+        "1",
+        "--drain-timeout-s",
+        str(DRAIN_S),
+    )
     server.headers = {"Authorization": f"Bearer {KEY}"}
     try:
         yield server
@@ -61,12 +70,21 @@ def test_api_key_is_enforced(guarded) -> None:
 
 def test_queue_limit_refuses_with_503(guarded) -> None:
     async def run() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=guarded.url, headers=guarded.headers,
-                                     timeout=300) as c:
-            return await asyncio.gather(*[
-                c.post("/generate", json={"text": f"Story {i}:", "sampling_params": {
-                    "max_new_tokens": 32, "ignore_eos": True}})
-                for i in range(8)])
+        async with httpx.AsyncClient(
+            base_url=guarded.url, headers=guarded.headers, timeout=300
+        ) as c:
+            return await asyncio.gather(
+                *[
+                    c.post(
+                        "/generate",
+                        json={
+                            "text": f"Story {i}:",
+                            "sampling_params": {"max_new_tokens": 32, "ignore_eos": True},
+                        },
+                    )
+                    for i in range(8)
+                ]
+            )
 
     responses = asyncio.run(run())
     codes = [r.status_code for r in responses]
@@ -81,15 +99,21 @@ def test_sigterm_drains_running_requests_then_exits(guarded) -> None:
     still answered); then the server and its scheduler exit."""
     sched_pid = guarded.scheduler_pid()
     results: list[httpx.Response] = []
-    long = {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 3000,
-                                                           "ignore_eos": True}}
+    long = {
+        "text": "Once upon a time",
+        "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True},
+    }
     thread = threading.Thread(target=lambda: results.append(guarded.post("/generate", json=long)))
     thread.start()
     wait_running(guarded)
-    short = {"text": "In a land far away", "stream": True,
-             "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
-    with httpx.stream("POST", guarded.url + "/generate", json=short, headers=guarded.headers,
-                      timeout=120) as stream:
+    short = {
+        "text": "In a land far away",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 16, "ignore_eos": True},
+    }
+    with httpx.stream(
+        "POST", guarded.url + "/generate", json=short, headers=guarded.headers, timeout=120
+    ) as stream:
         events = (line[6:] for line in stream.iter_lines() if line.startswith("data: "))
         next(events)  # the short request is running
         start = time.monotonic()
@@ -114,11 +138,18 @@ def test_killing_the_scheduler_fails_requests_and_exits(smollm2_path, tmp_path) 
     try:
         long = {"sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}
         result: list[httpx.Response] = []
-        thread = threading.Thread(target=lambda: result.append(
-            server.post("/generate", json={"text": "Write an essay.", **long})))
+        thread = threading.Thread(
+            target=lambda: result.append(
+                server.post("/generate", json={"text": "Write an essay.", **long})
+            )
+        )
         thread.start()
-        with httpx.stream("POST", server.url + "/generate", timeout=120,
-                          json={"text": "Write a poem.", "stream": True, **long}) as stream:
+        with httpx.stream(
+            "POST",
+            server.url + "/generate",
+            timeout=120,
+            json={"text": "Write a poem.", "stream": True, **long},
+        ) as stream:
             lines = stream.iter_lines()
             next(line for line in lines if line.startswith("data: "))
             wait_running(server, 2)
@@ -134,8 +165,15 @@ def test_killing_the_scheduler_fails_requests_and_exits(smollm2_path, tmp_path) 
 
 
 def test_a_bad_model_path_exits_with_status_1(tmp_path) -> None:
-    cmd = [sys.executable, "-m", "radixrt.launch_server", "--model-path",
-           str(tmp_path / "missing"), "--port", str(free_port())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "radixrt.launch_server",
+        "--model-path",
+        str(tmp_path / "missing"),
+        "--port",
+        str(free_port()),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "model path not found" in done.stderr

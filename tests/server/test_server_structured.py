@@ -25,23 +25,39 @@ def test_generate_batch_of_every_spec_and_a_free_prompt(api_server, temperature)
     for out, (_, schema) in zip(results, SCHEMAS):
         assert out["meta_info"]["finish_reason"]["type"] == "stop", out
         check_schema(out["text"], schema)
-    for out, (_, regex) in zip(results[len(SCHEMAS):], REGEXES):
+    for out, (_, regex) in zip(results[len(SCHEMAS) :], REGEXES):
         assert out["meta_info"]["finish_reason"]["type"] == "stop", out
         check_regex(out["text"], regex)
     assert results[-1]["meta_info"]["completion_tokens"] == 8
     api_server.wait_idle_and_whole()
 
 
-@pytest.mark.parametrize("question, response_format, schema", [
-    ("Describe a person in JSON.",
-     {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}, PERSON),
-    ('What is 2 + 2? Reply in JSON with the key "answer".', {"type": "json_object"},
-     {"type": "object"}),
-])
+@pytest.mark.parametrize(
+    "question, response_format, schema",
+    [
+        (
+            "Describe a person in JSON.",
+            {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+            PERSON,
+        ),
+        (
+            'What is 2 + 2? Reply in JSON with the key "answer".',
+            {"type": "json_object"},
+            {"type": "object"},
+        ),
+    ],
+)
 def test_openai_response_format(api_server, question, response_format, schema) -> None:
-    r = api_server.post("/v1/chat/completions", json={
-        "model": "m", "messages": [{"role": "user", "content": question}],
-        "temperature": 0, "max_tokens": 64, "response_format": response_format})
+    r = api_server.post(
+        "/v1/chat/completions",
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": question}],
+            "temperature": 0,
+            "max_tokens": 64,
+            "response_format": response_format,
+        },
+    )
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "stop", choice
@@ -52,11 +68,20 @@ def test_openai_response_format(api_server, question, response_format, schema) -
 def test_openai_response_format_with_every_schema(api_server) -> None:
     def ask(i: int) -> tuple[dict, dict]:
         prompt, schema = SCHEMAS[i]
-        r = api_server.post("/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": prompt}], "temperature": 1.0,
-            "seed": i, "max_tokens": 96,
-            "response_format": {"type": "json_schema",
-                                "json_schema": {"name": f"s{i}", "schema": schema}}})
+        r = api_server.post(
+            "/v1/chat/completions",
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "content": prompt}],
+                "temperature": 1.0,
+                "seed": i,
+                "max_tokens": 96,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": f"s{i}", "schema": schema},
+                },
+            },
+        )
         assert r.status_code == 200, r.text
         return r.json()["choices"][0], schema
 
@@ -71,18 +96,30 @@ def test_openai_response_format_with_every_schema(api_server) -> None:
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 BAD = [
     ("/generate", {"text": "hi", "sampling_params": {"regex": "a(b"}}, "invalid regex"),
-    ("/generate", {"text": "hi", "sampling_params": {"json_schema": {"type": "nope"}}},
-     "invalid json_schema"),
-    ("/generate", {"text": "hi", "sampling_params": {"json_schema": "{not json"}},
-     "invalid json_schema"),
+    (
+        "/generate",
+        {"text": "hi", "sampling_params": {"json_schema": {"type": "nope"}}},
+        "invalid json_schema",
+    ),
+    (
+        "/generate",
+        {"text": "hi", "sampling_params": {"json_schema": "{not json"}},
+        "invalid json_schema",
+    ),
     ("/generate", {"text": "hi", "sampling_params": {"ebnf": "start: ("}}, "invalid ebnf"),
     ("/generate", {"text": "hi", "sampling_params": {"regex": 5}}, "regex"),
     ("/generate", {"text": "hi", "sampling_params": {"grammar": "x"}}, "grammar"),
     ("/generate", {"text": "hi", "sampling_params": {"regex": "a", "ebnf": "b"}}, "at most one"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "xml"}}, "xml"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema"}}, "schema"),
-    ("/v1/chat/completions", {**CHAT, "response_format": {
-        "type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}, "invalid"),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}},
+        },
+        "invalid",
+    ),
 ]
 
 
@@ -91,7 +128,9 @@ def test_bad_specs_get_400_and_the_server_keeps_serving(api_server, path, body, 
     r = api_server.post(path, json=body)
     assert r.status_code == 400, r.text
     assert fragment.lower() in r.json()["error"]["message"].lower(), r.text
-    ok = api_server.post("/generate", json={
-        "text": "My pet is a ", "sampling_params": {"regex": "(cat|dog)", "temperature": 0}})
+    ok = api_server.post(
+        "/generate",
+        json={"text": "My pet is a ", "sampling_params": {"regex": "(cat|dog)", "temperature": 0}},
+    )
     assert ok.status_code == 200 and ok.json()["text"] in ("cat", "dog")
     assert json.loads(api_server.get("/health").text)["status"] == "ok"

@@ -63,8 +63,9 @@ def test_killing_one_rank_stops_the_server(tp3_server) -> None:
     os.kill(workers[0], signal.SIGKILL)
     assert tp3_server.proc.wait(30) != 0
     assert time.monotonic() - start < 15
-    assert "tensor-parallel rank 1" in tp3_server.log() or "tensor-parallel rank 2" in \
-        tp3_server.log()
+    assert (
+        "tensor-parallel rank 1" in tp3_server.log() or "tensor-parallel rank 2" in tp3_server.log()
+    )
     deadline = time.monotonic() + 10
     while any(os.path.exists(f"/proc/{p}") for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -72,8 +73,17 @@ def test_killing_one_rank_stops_the_server(tp3_server) -> None:
 
 
 def test_tp2_on_smollm2_fails_at_startup_naming_the_heads(smollm2_path) -> None:
-    cmd = [sys.executable, "-m", "radixrt.launch_server", "--model-path", str(smollm2_path),
-           "--tp", "2", "--port", str(free_port())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "radixrt.launch_server",
+        "--model-path",
+        str(smollm2_path),
+        "--tp",
+        "2",
+        "--port",
+        str(free_port()),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "num_attention_heads=9, num_key_value_heads=3" in done.stderr

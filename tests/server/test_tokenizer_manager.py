@@ -51,8 +51,13 @@ class FakeTokenizer:
 
 def make_tm(client: FakeClient, max_queued: int = 8) -> TokenizerManager:
     ready = ReadyMsg("m", 1000, 0, 512, 100, "cpu", "float32")
-    return TokenizerManager(client, FakeTokenizer(), ready,  # type: ignore[arg-type]
-                            ServerConfig(max_queued_requests=max_queued), NoMetrics())
+    return TokenizerManager(
+        client,
+        FakeTokenizer(),
+        ready,  # type: ignore[arg-type]
+        ServerConfig(max_queued_requests=max_queued),
+        NoMetrics(),
+    )
 
 
 def params(**kw: object) -> SamplingParams:
@@ -120,10 +125,16 @@ def test_a_bad_output_fails_only_its_request() -> None:
         client = FakeClient()
         tm = make_tm(client)
         bad, good = tm.submit([[1], [2]], [params(), params()], None)
-        tm._on_outputs(BatchTokenOutMsg([
-            ReqOutMsg(bad.out.rid, [5], [], [], FinishMsg("no-such-kind"), 0),
-            ReqOutMsg(good.out.rid, [6, 7], [], [], FinishMsg("length"), 0),
-        ], 0, 0))
+        tm._on_outputs(
+            BatchTokenOutMsg(
+                [
+                    ReqOutMsg(bad.out.rid, [5], [], [], FinishMsg("no-such-kind"), 0),
+                    ReqOutMsg(good.out.rid, [6, 7], [], [], FinishMsg("length"), 0),
+                ],
+                0,
+                0,
+            )
+        )
         assert bad.out.finish_reason.status_code == 500
         assert good.result()["meta_info"]["finish_reason"] == {"type": "length"}
         assert not tm.states and not tm.groups
