@@ -55,11 +55,11 @@ bench-peers: $(STAMP)
 		$(PIP) install --no-cache-dir 'llama-cpp-python[server]'
 
 bench: bench-peers
-	$(PY) -m radixrt.bench.suite $(BENCH_ARGS)
+	$(PY) -m radixrt.bench.serving.suite $(BENCH_ARGS)
 
 # Every code path at tiny sizes (a few minutes); prints the tables instead of writing docs.
 bench-quick: bench-peers
-	$(PY) -m radixrt.bench.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
+	$(PY) -m radixrt.bench.serving.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check radixrt tests examples

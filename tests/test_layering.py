@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("radixrt.scheduler", "radixrt.routing"),
     ("radixrt.engine", "radixrt.web"),
     ("radixrt.server",),
-    ("radixrt.router",),
+    ("radixrt.router", "radixrt.testing"),
     ("radixrt.launch_server", "radixrt.demo", "radixrt.bench"),
     ("radixrt.cli",),
     ("radixrt",),

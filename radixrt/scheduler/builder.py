@@ -22,11 +22,24 @@ def build_scheduler(
     """Load the model and build what a scheduler loop needs; returns (scheduler, tokenizer)."""
     runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests)
     tokenizer = load_tokenizer(runner.model_path)
+    return assemble_scheduler(runner, cache_config, scheduler_config, tokenizer), tokenizer
+
+
+def assemble_scheduler(
+    runner: ModelRunner,
+    cache_config: CacheConfig,
+    scheduler_config: SchedulerConfig,
+    tokenizer: Any | None = None,
+) -> Scheduler:
+    """The prefix cache, KV manager, finish checker and grammar queue around a built runner.
+    Without a tokenizer (a model given in memory): no stop strings, no EOS, no grammars."""
     cache_cls: type[BasePrefixCache] = (
         NoPrefixCache if cache_config.disable_radix_cache else RadixCache
     )
     cache = cache_cls(runner.allocator, page_size=cache_config.page_size)
     kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache)
+    if tokenizer is None:
+        return Scheduler(runner, kv, FinishChecker([], lambda ids: ""), scheduler_config)
     eos = eos_token_ids(runner.model_path, tokenizer)
     finish = FinishChecker(eos, lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     grammar = GrammarQueue(
@@ -34,4 +47,4 @@ def build_scheduler(
         runner.arch.vocab_size,
         jump_forward=not scheduler_config.disable_jump_forward,
     )
-    return Scheduler(runner, kv, finish, scheduler_config, grammar), tokenizer
+    return Scheduler(runner, kv, finish, scheduler_config, grammar)

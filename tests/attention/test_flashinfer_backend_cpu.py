@@ -13,7 +13,7 @@ import torch
 from radixrt.attention.base import AttentionLayer
 from radixrt.attention.flashinfer_backend import AttentionGeometry, FlashInferAttnBackend
 from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.bench.synthetic import SyntheticPools
+from radixrt.testing.synthetic import SyntheticPools
 
 H, HKV, D = 4, 2, 16
 LAYER = AttentionLayer(layer_id=0, num_heads=H, num_kv_heads=HKV, head_dim=D, scaling=D**-0.5)

@@ -15,8 +15,8 @@ from radixrt.attention.flashinfer_metadata import (
     paged_kv,
 )
 from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.bench.synthetic import SyntheticPools
 from radixrt.forward_batch import ForwardBatch, ForwardMode
+from radixrt.testing.synthetic import SyntheticPools
 
 LAYER = AttentionLayer(layer_id=1, num_heads=4, num_kv_heads=2, head_dim=16, scaling=16**-0.5)
 MIXED = ([0, 7, 12, 3, 0], [9, 1, 5, 1, 1])  # prefills, decodes, an extend after a prefix

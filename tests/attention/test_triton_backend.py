@@ -24,7 +24,7 @@ from conftest import assert_pool_whole  # noqa: E402
 from radixrt.attention.base import AttentionLayer  # noqa: E402
 from radixrt.attention.torch_native import TorchNativeAttnBackend  # noqa: E402
 from radixrt.attention.triton_backend import TritonAttnBackend  # noqa: E402
-from radixrt.bench.synthetic import SyntheticPools  # noqa: E402
+from radixrt.testing.synthetic import SyntheticPools  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # masked rows' 0/0 in numpy
 

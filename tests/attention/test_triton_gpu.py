@@ -10,7 +10,7 @@ import torch
 
 from radixrt.attention.base import AttentionLayer
 from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.bench.synthetic import SyntheticPools
+from radixrt.testing.synthetic import SyntheticPools
 
 pytestmark = pytest.mark.gpu
 

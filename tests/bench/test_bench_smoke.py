@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from radixrt.bench import engine as engine_bench
-from radixrt.bench import engine_rows, roofline, shared_prefix
+from radixrt.bench.micro import engine as engine_bench
+from radixrt.bench.micro import engine_rows, roofline
+from radixrt.bench.serving import shared_prefix
 
 SMALL_ROOFLINE = "--copy-mib 8 --matmul-n 128".split()
 TINY_ENGINE = "--decode-prompt-len 12 --repeats 1 --retries 0".split() + SMALL_ROOFLINE
@@ -96,7 +97,7 @@ def test_engine_bench_with_two_ranks(tiny_llama_path) -> None:
 
 
 def test_dp_routing_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
-    from radixrt.bench import dp_routing
+    from radixrt.bench.serving import dp_routing
 
     out = tmp_path / "dp.json"
     rows = dp_routing.main(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from radixrt.bench.datasets import DATASETS, WordSource, make_dataset
-from radixrt.bench.metrics import RequestRecord, stats, summarize, ttft_by_turn
+from radixrt.bench.serving.datasets import DATASETS, WordSource, make_dataset
+from radixrt.bench.serving.metrics import RequestRecord, stats, summarize, ttft_by_turn
 
 WORDS = [f"w{i}" for i in range(500)]
 

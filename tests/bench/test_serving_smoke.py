@@ -9,8 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from radixrt.bench import peers, programs, report, serving, suite
-from radixrt.bench.datasets import DATASETS, WordSource
+from radixrt.bench.serving import loadgen as serving
+from radixrt.bench.serving import peers, programs, report, suite
+from radixrt.bench.serving.datasets import DATASETS, WordSource
 
 WORDS = [f"w{i}" for i in range(300)]
 TINY = {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from radixrt.bench.soak_cases import KINDS
+from radixrt.bench.serving.soak_cases import KINDS
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def tiny_chat_path(
 
 def test_soak_passes_on_the_tiny_model(tiny_chat_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    cmd = [sys.executable, "-m", "radixrt.bench.soak", "--minutes", "0.3", "--threads", "3",
+    cmd = [sys.executable, "-m", "radixrt.bench.serving.soak", "--minutes", "0.3", "--threads", "3",
            "--model-path", str(tiny_chat_path), "--json", str(out)]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     report = run.stdout + run.stderr

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from radixrt.bench.engine_rows import DecodeRow, PrefillRow
+    from radixrt.bench.micro.engine_rows import DecodeRow, PrefillRow
 
 
 def format_tables(

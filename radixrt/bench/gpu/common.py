@@ -14,10 +14,10 @@ import torch
 
 from radixrt.attention import create_attention_backend
 from radixrt.attention.base import BaseAttnBackend
-from radixrt.bench.synthetic import SyntheticPools
 from radixrt.executor.cuda_graph import CudaGraphRunner
 from radixrt.models.arch import ArchConfig
 from radixrt.models.llama import LlamaForCausalLM
+from radixrt.testing.synthetic import SyntheticPools
 
 _LLAMA_COMMON: dict = dict(
     architecture="LlamaForCausalLM",

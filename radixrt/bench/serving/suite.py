@@ -1,4 +1,5 @@
-"""`python -m radixrt.bench.suite` (`make bench`): every benchmark against every peer, one run.
+"""`python -m radixrt.bench.serving.suite` (`make bench`): every benchmark against every peer,
+one run.
 
 Each system (radixrt, radixrt with the cache off, llama.cpp, transformers) is started in turn
 as a server and gets the same seeded workloads: the four serving datasets, a shared-prefix
@@ -21,10 +22,11 @@ from typing import Any
 
 import httpx
 
-from radixrt.bench import peers, programs, serving
-from radixrt.bench.clients import make_client
-from radixrt.bench.datasets import DATASETS, WordSource
-from radixrt.bench.metrics import RequestRecord
+from radixrt.bench.serving import loadgen as serving
+from radixrt.bench.serving import peers, programs
+from radixrt.bench.serving.clients import make_client
+from radixrt.bench.serving.datasets import DATASETS, WordSource
+from radixrt.bench.serving.metrics import RequestRecord
 
 SHARING = ("shared-prefix", "multi-turn", "agent")
 # A seed per workload, so no two workloads share words (llama.cpp's cache cannot be flushed).
@@ -66,7 +68,7 @@ QUICK = Sizes(
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m radixrt.bench.suite", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m radixrt.bench.serving.suite", description=__doc__)
     p.add_argument("--systems", nargs="*", default=list(peers.SYSTEMS), choices=list(peers.SYSTEMS))
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that it all runs")
     p.add_argument("--model-path", default=None, help="default: the bundled SmolLM2")
@@ -341,9 +343,10 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     rows = run_suite(args)
     elapsed = time.time() - t0
-    from radixrt.bench import report
+    from radixrt.bench.serving import report
 
-    command = "python -m radixrt.bench.suite " + shlex.join(sys.argv[1:] if argv is None else argv)
+    args_line = shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m radixrt.bench.serving.suite " + args_line
     plots = report.make_plots(rows, Path(args.out_dir))
     text = report.render(
         rows,

@@ -1,6 +1,6 @@
-"""`python -m radixrt.bench.soak --minutes N`: one server under mixed, partly hostile load (the
-kinds in soak_cases.py) from several client threads; reports what was served, every anomaly,
-/health latency, the server's RSS, and whether the KV pool is whole once the server is idle."""
+"""`python -m radixrt.bench.serving.soak --minutes N`: one server under mixed, partly hostile
+load (the kinds in soak_cases.py) from several client threads; reports what was served, every
+anomaly, /health latency, the server's RSS, and whether the KV pool is whole once idle."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from radixrt.bench.peers import ManagedServer, free_port
-from radixrt.bench.soak_cases import KINDS, TIMEOUT_S, Outcome, SoakContext, abort_rid
-from radixrt.bench.soak_report import (
+from radixrt.bench.serving.peers import ManagedServer, free_port
+from radixrt.bench.serving.soak_cases import KINDS, TIMEOUT_S, Outcome, SoakContext, abort_rid
+from radixrt.bench.serving.soak_report import (
     BUSY_KEYS,
     RSS_EVERY_S,
     Observed,
@@ -67,7 +67,7 @@ class Monitor(threading.Thread):
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m radixrt.bench.soak", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m radixrt.bench.serving.soak", description=__doc__)
     p.add_argument("--minutes", type=float, default=1.0, help="of load, after the warm-up")
     p.add_argument("--threads", type=int, default=6, help="client threads")
     p.add_argument("--seed", type=int, default=0)

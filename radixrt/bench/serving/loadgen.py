@@ -1,4 +1,5 @@
-"""`python -m radixrt.bench.serving`: a load generator for a radixrt or OpenAI-compatible server.
+"""`python -m radixrt.bench.serving.loadgen`: a load generator for a radixrt or
+OpenAI-compatible server.
 
 Sessions (see datasets.py) start at Poisson arrival times (`--request-rate`, inf: all at
 once); within a session each turn waits for the previous answer. At most
@@ -19,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from radixrt.bench.clients import BACKENDS, BaseClient, make_client
-from radixrt.bench.datasets import DATASETS, Dataset, Session, WordSource, make_dataset
-from radixrt.bench.metrics import RequestRecord, format_summary, summarize, ttft_by_turn
+from radixrt.bench.serving.clients import BACKENDS, BaseClient, make_client
+from radixrt.bench.serving.datasets import DATASETS, Dataset, Session, WordSource, make_dataset
+from radixrt.bench.serving.metrics import RequestRecord, format_summary, summarize, ttft_by_turn
 
 # Dataset size flags: flag name -> (dataset, keyword of its maker).
 SIZE_FLAGS = {
@@ -45,7 +46,7 @@ SIZE_FLAGS = {
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m radixrt.bench.serving",
+        prog="python -m radixrt.bench.serving.loadgen",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

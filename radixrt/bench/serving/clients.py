@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from radixrt.bench.metrics import RequestRecord
+from radixrt.bench.serving.metrics import RequestRecord
 
 BACKENDS = ("radixrt", "openai")
 

@@ -1,6 +1,7 @@
 """Prefill and decode throughput of radixrt against transformers, beside this machine's roofline.
 
-    python -m radixrt.bench.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32] [--tp 2]
+    python -m radixrt.bench.micro.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32]
+        [--tp 2]
 
 radixrt runs on a scheduler stepped in this thread (no engine thread, radix cache off), so the
 timings are of steps alone: prefill = the one step that computes a prompt and samples its first
@@ -21,10 +22,10 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from radixrt.bench.engine_rows import Rows, quietest, warm_up
-from radixrt.bench.engine_tables import format_tables
-from radixrt.bench.hf_peer import load_hf_model
-from radixrt.bench.roofline import (
+from radixrt.bench.micro.engine_rows import Rows, quietest, warm_up
+from radixrt.bench.micro.engine_tables import format_tables
+from radixrt.bench.micro.hf_peer import load_hf_model
+from radixrt.bench.micro.roofline import (
     OtherLoad,
     add_roofline_args,
     close_machine_info,

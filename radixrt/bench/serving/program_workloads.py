@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import radixrt.lang as rt
-from radixrt.bench.datasets import WordSource
+from radixrt.bench.serving.datasets import WordSource
 
 LETTERS = "ABCD"
 JSON_SCHEMA = {

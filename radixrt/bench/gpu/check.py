@@ -1,4 +1,4 @@
-"""The one GPU check: `python -m radixrt.bench.gpu_check --out DIR [--dry-run]`.
+"""The one GPU check: `python -m radixrt.bench.gpu.check --out DIR [--dry-run]`.
 
 Stages run in order, each on its own: a failing stage prints its traceback and the next one
 starts. (1) env, (2) install FlashInfer from .whl/ when `import flashinfer` fails, (3) build the
@@ -25,19 +25,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_BUDGET_S = 480.0  # 8 minutes for everything
 # (name, module, function, takes the CLI args, seconds that must be left to start it)
 STAGES = (
-    ("env", "gpu_stages", "stage_env", False, 0),
-    ("install_flashinfer", "gpu_stages", "stage_install", True, 30),
-    ("build_kernels", "gpu_stages", "stage_build_kernels", False, 60),
-    ("flashinfer_warmup", "gpu_stages", "stage_flashinfer_warmup", False, 60),
-    ("pytest_gpu", "gpu_stages", "stage_pytest", True, 60),
-    ("smollm2_greedy", "gpu_model_stages", "stage_smollm2", True, 45),
-    ("correctness", "gpu_correctness", "stage_correctness", False, 45),
-    ("bench", "gpu_model_stages", "stage_bench", True, 60),
-    ("shared_prefix", "gpu_shared_prefix", "stage_shared_prefix", False, 45),
+    ("env", "stages", "stage_env", False, 0),
+    ("install_flashinfer", "stages", "stage_install", True, 30),
+    ("build_kernels", "stages", "stage_build_kernels", False, 60),
+    ("flashinfer_warmup", "stages", "stage_flashinfer_warmup", False, 60),
+    ("pytest_gpu", "stages", "stage_pytest", True, 60),
+    ("smollm2_greedy", "model_stages", "stage_smollm2", True, 45),
+    ("correctness", "correctness", "stage_correctness", False, 45),
+    ("bench", "model_stages", "stage_bench", True, 60),
+    ("shared_prefix", "shared_prefix", "stage_shared_prefix", False, 45),
 )
 
 
@@ -163,7 +163,7 @@ def _stage_fn(
     """Import the stage's module when it runs, so an import error fails only that stage."""
 
     def run(c: Check, d: dict[str, Any]) -> str:
-        stage = getattr(importlib.import_module(f"radixrt.bench.{module}"), fn)
+        stage = getattr(importlib.import_module(f"radixrt.bench.gpu.{module}"), fn)
         return stage(c, d) if args is None else stage(c, d, args)
 
     return run

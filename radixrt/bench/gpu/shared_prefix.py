@@ -16,19 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixrt.cache.kv_manager import KVCacheManager
-from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
-from radixrt.cache.radix_cache import RadixCache
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import Req, SamplingParams
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.builder import assemble_scheduler
 from radixrt.scheduler.scheduler import Scheduler, SchedulerStats
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from radixrt.bench.gpu_check import Check
+    from radixrt.bench.gpu.check import Check
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +62,9 @@ def build_scheduler(
     context_length: int,
     cuda_graph_max_bs: int = 64,
 ) -> Scheduler:
-    """What radixrt.scheduler.builder assembles for Engine, around an in-memory model."""
+    """The scheduler radixrt.scheduler.builder assembles, around an in-memory model."""
     device = next(model.parameters()).device.type
+    cache = CacheConfig(max_total_tokens=max_total_tokens, disable_radix_cache=not radix_cache)
     runner = ModelRunner(
         ModelConfig(
             device=device,
@@ -74,15 +72,12 @@ def build_scheduler(
             disable_cuda_graph=not graphs,
             cuda_graph_max_bs=cuda_graph_max_bs,
         ),
-        CacheConfig(max_total_tokens=max_total_tokens, disable_radix_cache=not radix_cache),
+        cache,
         max_running_requests,
         model=model,
     )
-    cache: BasePrefixCache = (RadixCache if radix_cache else NoPrefixCache)(runner.allocator)
-    kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache)
-    finish = FinishChecker([], lambda ids: "")
     config = SchedulerConfig(max_running_requests=max_running_requests)
-    return Scheduler(runner, kv, finish, config)
+    return assemble_scheduler(runner, cache, config)
 
 
 def run_to_completion(
@@ -116,8 +111,8 @@ def build_prompts(w: Workload, vocab_size: int, seed: int = 0) -> list[list[int]
 
 def stage_shared_prefix(c: Check, d: dict[str, Any]) -> str:
     """G=8 x P=16, S=1024, Q=64, O=32 on a random Llama-3-8B shape, radix cache on and off."""
-    from radixrt.bench import gpu_bench as gb
-    from radixrt.bench.gpu_model_stages import free_memory
+    from radixrt.bench.gpu import common as gb
+    from radixrt.bench.gpu.model_stages import free_memory
 
     if c.dry_run:
         device, arch, w = torch.device("cpu"), gb.TINY_LLAMA, Workload(2, 3, 48, 8, 4)

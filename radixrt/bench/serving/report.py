@@ -25,7 +25,7 @@ Notes on the peers:
 - llama.cpp (`llama-cpp-python[server]`, `--cache true`, `--n_threads` as given) serves one
   request at a time; it has no `ignore_eos`, so EOS is forbidden with `logit_bias` instead
   (same number of tokens, slightly different tokens). It reports no cached tokens.
-- transformers is `radixrt.bench.hf_server`: `generate` behind a minimal OpenAI API, one
+- transformers is `radixrt.bench.serving.hf_server`: `generate` behind a minimal OpenAI API, one
   request at a time, float32, no cache shared across requests (hit rate 0 by construction).
 - radixrt and the peers get the same seeded prompts; radixrt's cache is flushed before each
   workload. Hit rate = cached prompt tokens / prompt tokens as the server reports them;

@@ -1,6 +1,7 @@
 """JSON extraction on the offline Engine: jump-forward on against off, for each grammar backend.
 
-    python -m radixrt.bench.json [-n 64] [--max-new-tokens 160] [--backends llguidance outlines]
+    python -m radixrt.bench.serving.json_bench [-n 64] [--max-new-tokens 160]
+        [--backends llguidance outlines]
 
 Each request asks, through the chat template, for a 6-field record about one city; all of
 them are submitted at once (one client thread each) with the same JSON schema, greedy. Per
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from radixrt.bench.roofline import OtherLoad, close_machine_info, machine_info
+from radixrt.bench.micro.roofline import OtherLoad, close_machine_info, machine_info
 from radixrt.grammar import GRAMMAR_BACKENDS
 from radixrt.grammar.base import GrammarSpec
 

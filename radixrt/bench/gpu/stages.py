@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from radixrt.bench.gpu_check import Check
+    from radixrt.bench.gpu.check import Check
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 GEOMETRIES = ((32, 8, 128), (9, 3, 64))  # (heads, kv heads, head_dim): Llama-3-8B, SmolLM2
 
 
@@ -127,7 +127,7 @@ def stage_flashinfer_warmup(c: Check, d: dict[str, Any]) -> str:
     d["compile_s"] = time.perf_counter() - t0
     from radixrt.attention.base import AttentionLayer
     from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
-    from radixrt.bench.synthetic import SyntheticPools
+    from radixrt.testing.synthetic import SyntheticPools
 
     for h, hkv, hd in GEOMETRIES:
         t1 = time.perf_counter()

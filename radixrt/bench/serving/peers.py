@@ -74,7 +74,7 @@ def launch_command(
         ]
     if system.kind == "transformers":
         model = ["--model-path", model_path] if model_path else []
-        return [py, "-m", "radixrt.bench.hf_server", *model, "--port", str(port)]
+        return [py, "-m", "radixrt.bench.serving.hf_server", *model, "--port", str(port)]
     return [
         py,
         "-m",

@@ -1,4 +1,4 @@
-"""`python -m radixrt.bench.hf_server`: transformers `generate` behind a minimal OpenAI API.
+"""`python -m radixrt.bench.serving.hf_server`: transformers `generate` behind a minimal OpenAI API.
 
 The peer for the serving and program benchmarks: /v1/completions (streamed or not) and
 /v1/models. One request at a time, float32, greedy unless temperature > 0, transformers'
@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from radixrt.bench.hf_peer import load_hf_model
+from radixrt.bench.micro.hf_peer import load_hf_model
 
 _NO_EOS = -1  # as in hf_peer: EOS may be generated but does not stop the request
 
@@ -197,7 +197,9 @@ async def _sse(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m radixrt.bench.hf_server", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m radixrt.bench.serving.hf_server", description=__doc__
+    )
     p.add_argument("--model-path", default=None)
     p.add_argument("--model-name", default="transformers")
     p.add_argument("--host", default="127.0.0.1")

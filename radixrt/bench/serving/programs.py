@@ -1,4 +1,5 @@
-"""`python -m radixrt.bench.programs`: the SGLang paper's program workloads against one server.
+"""`python -m radixrt.bench.serving.programs`: the SGLang paper's program workloads against one
+server.
 
 Runs each workload's programs `--parallel` at a time and reports programs/s and latency.
 `--backend radixrt` talks to a radixrt server (RuntimeEndpoint); `--backend openai` to any
@@ -17,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import radixrt.lang as rt
-from radixrt.bench.datasets import WordSource
-from radixrt.bench.program_workloads import Workload, make_workloads
+from radixrt.bench.serving.datasets import WordSource
+from radixrt.bench.serving.program_workloads import Workload, make_workloads
 
 _UNSUPPORTED_MARKERS = ("not available", "not supported")
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m radixrt.bench.programs",
+        prog="python -m radixrt.bench.serving.programs",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -91,7 +92,7 @@ def run_workload(workload: Workload, backend: Any, parallel: int) -> dict[str, A
 def run_programs(args: argparse.Namespace, words: WordSource | None = None) -> list[dict[str, Any]]:
     """Every chosen workload in turn; prints one line each and returns the results."""
     if words is None:
-        from radixrt.bench.serving import load_words
+        from radixrt.bench.serving.loadgen import load_words
 
         words = load_words(args.model_path, args.seed)
     backend = make_backend(args.backend, args.base_url, args.model)

@@ -1,6 +1,6 @@
 """Shared-prefix workload on the offline Engine: radix cache on against off, and transformers.
 
-    python -m radixrt.bench.shared_prefix [-G 8] [-P 16] [-S 1024] [-Q 64] [-O 32]
+    python -m radixrt.bench.serving.shared_prefix [-G 8] [-P 16] [-S 1024] [-Q 64] [-O 32]
 
 G groups of P requests; a request is its group's S-token system prompt plus Q unique tokens,
 and asks for O greedy tokens (EOS ignored). All requests are submitted at once, in a shuffled
@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from radixrt.bench.engine_rows import random_prompts
-from radixrt.bench.hf_peer import hf_generate, load_hf_model
-from radixrt.bench.roofline import OtherLoad, close_machine_info, machine_info
+from radixrt.bench.micro.engine_rows import random_prompts
+from radixrt.bench.micro.hf_peer import hf_generate, load_hf_model
+from radixrt.bench.micro.roofline import OtherLoad, close_machine_info, machine_info
 from radixrt.config import CacheConfig, SchedulerConfig
 
 HF_REQUESTS = 16  # transformers runs on this many requests and is extrapolated to all

@@ -1,11 +1,11 @@
 """Shared-prefix workload against a `--dp N` server, once per routing policy.
 
-    python -m radixrt.bench.dp_routing [--dp 2] [--policies cache_aware round_robin]
+    python -m radixrt.bench.serving.dp_routing [--dp 2] [--policies cache_aware round_robin]
         [-G 8] [-P 8] [-S 512] [-Q 32] [-O 16]
 
 For each policy a fresh server is started (`python -m radixrt.launch_server --dp N
 --router-policy P`), warmed up with one short request, and sent the workload of
-`radixrt.bench.shared_prefix` (G groups of P requests sharing an S-token prefix, Q unique
+`radixrt.bench.serving.shared_prefix` (G groups of P requests sharing an S-token prefix, Q unique
 tokens each, O greedy output tokens), all at once from client threads over /generate. Prints
 the prefix-cache hit rate over all replicas (cached / prompt tokens of the workload), how many
 requests each replica got, and throughput.
@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from radixrt.bench.peers import ManagedServer, free_port
-from radixrt.bench.shared_prefix import Workload, build_prompts
+from radixrt.bench.serving.peers import ManagedServer, free_port
+from radixrt.bench.serving.shared_prefix import Workload, build_prompts
 
 
 def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Engine micro-benchmarks: prefill and decode steps against the machine's roofline."""
