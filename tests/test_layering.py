@@ -17,6 +17,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("radixrt.distributed", "radixrt.cache", "radixrt.output"),
     ("radixrt.attention",),
     ("radixrt.layers",),
+    ("radixrt.cpu",),  # the float32 CPU fast path; the attention registry names its backend
     ("radixrt.models",),
     ("radixrt.grammar",),
     ("radixrt.executor",),

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 # name -> "module:class"; modules are imported lazily so FlashInfer and CUDA stay optional.
 ATTENTION_BACKENDS: dict[str, str] = {
     "torch_native": "radixrt.attention.torch_native:TorchNativeAttnBackend",
-    "cpu": "radixrt.attention.cpu_backend:CpuAttnBackend",  # chosen with the CPU kernels
+    "cpu": "radixrt.cpu.attention:CpuAttnBackend",  # chosen with the CPU kernels
     "flashinfer": "radixrt.attention.flashinfer_backend:FlashInferAttnBackend",
     "triton": "radixrt.attention.triton_backend:TritonAttnBackend",
 }

@@ -34,7 +34,7 @@ class BaseAttnBackend(ABC):
       (T, num_heads * head_dim), all in the model dtype.
     - Backends never allocate or free slots.
     - `fuses_cpu_decode_layers`: True when a decode batch may instead run whole decoder
-      layers as one C call each (models/llama_cpu.py), which attend over the pool and store
+      layers as one C call each (cpu/fused_layer.py), which attend over the pool and store
       the new K/V exactly as this backend's decode does; the runner decides it once, when it
       builds the model and this backend.
     """

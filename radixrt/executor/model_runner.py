@@ -12,12 +12,12 @@ from torch import nn
 from radixrt.attention import create_attention_backend
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
-from radixrt.distributed.comm import BaseComm
-from radixrt.executor.cpu_setup import (
+from radixrt.cpu.runtime import (
     fuse_cpu_decode_layers,
     init_cpu_kernels,
     keep_freed_memory,
 )
+from radixrt.distributed.comm import BaseComm
 from radixrt.executor.cuda_graph import capture_decode_graphs
 from radixrt.executor.kv_memory import build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
@@ -166,7 +166,7 @@ class ModelRunner:
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     def _init_cpu_kernels(self) -> None:
-        """On the CPU: the C heap's reuse policy and radixrt's C kernels (cpu_setup.py);
+        """On the CPU: the C heap's reuse policy and radixrt's C kernels (cpu/runtime.py);
         `cpu_kernels` says whether they run. The parameters are counted before the swap."""
         self.num_params = sum(p.numel() for p in self.model.parameters())
         self.cpu_kernels = False

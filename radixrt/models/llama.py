@@ -130,8 +130,8 @@ class LlamaForCausalLM(nn.Module):
 
     def fuse_cpu_decode_layers(self) -> int:
         """After `use_cpu_kernels`: run each layer's decode steps as one C call where all of
-        its parts have kernel versions; returns how many layers (models/llama_cpu.py)."""
-        from radixrt.models.llama_cpu import fuse_decode_layers
+        its parts have kernel versions; returns how many layers (cpu/fused_layer.py)."""
+        from radixrt.cpu.fused_layer import fuse_decode_layers
 
         return fuse_decode_layers(self.model.layers)
 

@@ -60,15 +60,3 @@ class FinishChecker:
         new = state.stream.step(req.output_ids)
         match = state.matcher.feed(new) if new else state.matcher.match
         return None if match is None else match.stop
-
-
-def truncate_at_stop(text: str, req: Req) -> str:
-    """Cut `text` before the first occurrence of the stop string that finished `req`.
-
-    The first occurrence is where the matcher found it: no occurrence ends earlier.
-    """
-    reason = req.finish_reason
-    if reason is None or not isinstance(reason.matched, str):
-        return text
-    idx = text.find(reason.matched)
-    return text if idx < 0 else text[:idx]

@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_pool_whole
 
 from radixrt import Engine
-from radixrt.kernels import cpu as ck
+from radixrt.cpu import kernels as ck
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixrt.kernels import cpu as ck
-from radixrt.kernels import cpu_build
+from radixrt.cpu import build as cpu_build
+from radixrt.cpu import kernels as ck
 from radixrt.layers.norm import RMSNorm
 from radixrt.layers.rotary import apply_rotary
 

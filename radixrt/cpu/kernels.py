@@ -12,7 +12,7 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
-from radixrt.kernels.cpu_build import build_error, get_cpu_lib
+from radixrt.cpu.build import build_error, get_cpu_lib
 
 __all__ = [
     "available",

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from radixrt.cpu import kernels as ck
+from radixrt.cpu.layers import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, PackedLinear
 from radixrt.forward_batch import ForwardBatch, ForwardMode
-from radixrt.kernels import cpu as ck
-from radixrt.layers.cpu import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, PackedLinear
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:

@@ -49,13 +49,13 @@ def keep_freed_memory() -> bool:
 
 
 def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) -> bool:
-    """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/layers/cpu.py) when
+    """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/cpu/layers.py) when
     they build; True when the kernels run (the runner then fuses decode layers if its
     attention backend allows, `fuse_cpu_decode_layers`)."""
     if dtype != torch.float32 or config.disable_cpu_kernels:
         return False
-    from radixrt.kernels import cpu as ck
-    from radixrt.layers.cpu import use_cpu_kernels
+    from radixrt.cpu import kernels as ck
+    from radixrt.cpu.layers import use_cpu_kernels
 
     if not ck.available():
         logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())

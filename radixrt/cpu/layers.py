@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from radixrt.kernels import cpu as ck
+from radixrt.cpu import kernels as ck
 from radixrt.layers.activation import GatedActivation
 from radixrt.layers.norm import RMSNorm
 from radixrt.layers.rotary import QKVRotary

@@ -10,8 +10,8 @@ import torch
 
 from radixrt.attention.base import AttentionLayer
 from radixrt.attention.torch_native import TorchNativeAttnBackend
+from radixrt.cpu import kernels as ck
 from radixrt.forward_batch import ForwardBatch, ForwardMode
-from radixrt.kernels import cpu as ck
 
 
 class CpuAttnBackend(TorchNativeAttnBackend):
