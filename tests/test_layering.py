@@ -24,7 +24,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("radixrt.scheduler", "radixrt.routing"),
     ("radixrt.engine", "radixrt.web"),
     ("radixrt.server",),
-    ("radixrt.router", "radixrt.testing"),
+    ("radixrt.router", "radixrt.testing"),  # testing: fixtures for tests/ (and tests/gpu)
     ("radixrt.launch_server", "radixrt.demo", "radixrt.bench"),
     ("radixrt.cli",),
     ("radixrt",),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from radixrt.bench.gpu import check as gpu_check
+from tests.gpu import check as gpu_check
 
 PYTEST_ARGS = "tests/kernels/test_kernels_gpu.py"  # all skipped without CUDA; keeps it quick
 
@@ -67,7 +67,7 @@ def test_stage_failure_is_recorded_and_later_stages_still_run(tmp_path: Path) ->
 
 
 def test_correctness_flags_a_backend_only_beyond_twice_the_bf16_noise() -> None:
-    from radixrt.bench.gpu.correctness import _flags
+    from tests.gpu.correctness import _flags
 
     def cfg(first: float, decode: float, row_first: float = 0.0) -> dict:
         rows = {"a": {"first_step_err": row_first or first, "decode_err_mean": decode}}

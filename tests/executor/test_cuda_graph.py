@@ -12,8 +12,6 @@ import pytest
 import torch
 
 from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.bench.gpu import common as gb
-from radixrt.bench.gpu.shared_prefix import build_scheduler, greedy, run_to_completion
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.executor.cuda_graph import (
     CudaGraphRunner,
@@ -24,6 +22,8 @@ from radixrt.executor.cuda_graph import (
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.forward_batch import ForwardBatch
 from radixrt.testing.runner_driver import RunnerDriver
+from tests.gpu import common as gb
+from tests.gpu.shared_prefix import build_scheduler, greedy, run_to_completion
 
 
 def _model() -> torch.nn.Module:

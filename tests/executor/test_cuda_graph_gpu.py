@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 import torch
 
-from radixrt.bench.gpu import common as gb
-from radixrt.bench.gpu.shared_prefix import build_scheduler, run_to_completion
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import SamplingParams
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.testing.runner_driver import RunnerDriver
+from tests.gpu import common as gb
+from tests.gpu.shared_prefix import build_scheduler, run_to_completion
 
 pytestmark = pytest.mark.gpu
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from radixrt.bench.gpu.check import Check
+    from tests.gpu.check import Check
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 GEOMETRIES = ((32, 8, 128), (9, 3, 64))  # (heads, kv heads, head_dim): Llama-3-8B, SmolLM2
 
 

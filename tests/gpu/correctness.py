@@ -23,7 +23,7 @@ from radixrt.executor.model_runner import ModelRunner
 from radixrt.testing.runner_driver import RunnerDriver
 
 if TYPE_CHECKING:
-    from radixrt.bench.gpu.check import Check
+    from tests.gpu.check import Check
 
 # Row layout of the mixed step: (label, shared prefix length, new tokens).
 PREFIX_LEN = 40
@@ -65,7 +65,7 @@ def model_specs(dry_run: bool) -> dict[str, ModelSpec]:
     """std 0.02 keeps bf16 noise near 1e-2 over 30 layers (0.08 makes the random net chaotic:
     ~1e-1 relative error in bf16 against float32 on CPU); the std-0.08 SmolLM2 is the regime of
     the first GPU run, kept to tell backend error from bf16 noise there."""
-    from radixrt.bench.gpu import common as gb
+    from tests.gpu import common as gb
 
     if dry_run:
         return {"tiny": ModelSpec(gb.TINY_LLAMA, 0.08, 4.0)}
@@ -154,7 +154,7 @@ def compare(ref: RunOutput, forced: RunOutput, free: RunOutput) -> dict[str, Any
 def stage_correctness(c: Check, d: dict[str, Any]) -> str:
     """Random SmolLM2 and 2-layer Llama-3-8B shapes; flag flashinfer or triton (or graphs) if
     their error against float32 is over twice torch_native bf16's."""
-    from radixrt.bench.gpu.model_stages import free_memory
+    from tests.gpu.model_stages import free_memory
 
     if c.dry_run:
         device, num_tokens = torch.device("cpu"), 6
@@ -191,7 +191,7 @@ def stage_correctness(c: Check, d: dict[str, Any]) -> str:
 def _check_model(
     c: Check, name: str, spec: ModelSpec, device: torch.device, num_tokens: int
 ) -> dict[str, Any]:
-    from radixrt.bench.gpu import common as gb
+    from tests.gpu import common as gb
 
     torch.manual_seed(0)
     arch = spec.arch

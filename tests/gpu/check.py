@@ -1,4 +1,4 @@
-"""The one GPU check: `python -m radixrt.bench.gpu.check --out DIR [--dry-run]`.
+"""The one GPU check: `python -m tests.gpu.check --out DIR [--dry-run]`.
 
 Stages run in order, each on its own: a failing stage prints its traceback and the next one
 starts. (1) env, (2) install FlashInfer from .whl/ when `import flashinfer` fails, (3) build the
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUDGET_S = 480.0  # 8 minutes for everything
 # (name, module, function, takes the CLI args, seconds that must be left to start it)
 STAGES = (
@@ -163,7 +163,7 @@ def _stage_fn(
     """Import the stage's module when it runs, so an import error fails only that stage."""
 
     def run(c: Check, d: dict[str, Any]) -> str:
-        stage = getattr(importlib.import_module(f"radixrt.bench.gpu.{module}"), fn)
+        stage = getattr(importlib.import_module(f"tests.gpu.{module}"), fn)
         return stage(c, d) if args is None else stage(c, d, args)
 
     return run

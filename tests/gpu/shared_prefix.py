@@ -25,7 +25,7 @@ from radixrt.scheduler.scheduler import Scheduler, SchedulerStats
 if TYPE_CHECKING:
     from torch import nn
 
-    from radixrt.bench.gpu.check import Check
+    from tests.gpu.check import Check
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +111,8 @@ def build_prompts(w: Workload, vocab_size: int, seed: int = 0) -> list[list[int]
 
 def stage_shared_prefix(c: Check, d: dict[str, Any]) -> str:
     """G=8 x P=16, S=1024, Q=64, O=32 on a random Llama-3-8B shape, radix cache on and off."""
-    from radixrt.bench.gpu import common as gb
-    from radixrt.bench.gpu.model_stages import free_memory
+    from tests.gpu import common as gb
+    from tests.gpu.model_stages import free_memory
 
     if c.dry_run:
         device, arch, w = torch.device("cpu"), gb.TINY_LLAMA, Workload(2, 3, 48, 8, 4)

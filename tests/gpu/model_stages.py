@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from radixrt.bench.gpu.check import Check
+    from tests.gpu.check import Check
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):",
@@ -65,7 +65,7 @@ def stage_bench(c: Check, d: dict[str, Any], args: argparse.Namespace) -> str:
     """Prefill 2k/8k and decode b1/b32/b128 at context 512 on a Llama-3-8B-shaped model."""
     import torch
 
-    from radixrt.bench.gpu import common as gb
+    from tests.gpu import common as gb
 
     if c.dry_run:
         device, dtype, arch = torch.device("cpu"), torch.float32, gb.TINY_LLAMA
@@ -204,7 +204,7 @@ def _engine_greedy(c: Check, d: dict[str, Any], path: Path, backend: str, max_ne
 def _random_greedy(c: Check, d: dict[str, Any], backends: tuple[str, str], max_new: int) -> list:
     import torch
 
-    from radixrt.bench.gpu import common as gb
+    from tests.gpu import common as gb
 
     dev = torch.device("cpu" if c.dry_run else "cuda")
     dtype = torch.float32 if c.dry_run else torch.bfloat16

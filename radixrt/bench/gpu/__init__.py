@@ -1,2 +1,0 @@
-"""The GPU check (`python -m radixrt.bench.gpu.check --out DIR`): every GPU test and benchmark
-in one run on a device machine."""
