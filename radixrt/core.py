@@ -83,7 +83,7 @@ class SamplingParams:
 
             try:
                 self.json_schema = json.dumps(self.json_schema)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, RecursionError) as e:
                 raise ValueError(f"invalid sampling parameter json_schema: {e}") from None
         if self.top_k == 0:
             self.top_k = -1

@@ -136,7 +136,7 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
     body = await request.body()
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = None  # the worker answers 400
     path = request.url.path
     route = route_request(path, parsed, request.headers.get(SESSION_HEADER))

@@ -103,6 +103,8 @@ def decode_body(body: bytes, cls: type[Any]) -> Any:
         raise BadRequestError(f"invalid request: {e}") from None
     except msgspec.DecodeError as e:
         raise BadRequestError(f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise BadRequestError("the JSON body is nested too deeply") from None
 
 
 def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:

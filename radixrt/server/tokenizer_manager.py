@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -39,56 +38,31 @@ from radixrt.messages import (
     ReqOutMsg,
 )
 from radixrt.output.detokenizer import IncrementalDetokenizer
-from radixrt.output.result import build_result
 from radixrt.output.state import ReqOutput
 from radixrt.server.metrics import NoMetrics
+from radixrt.server.req_state import (
+    GroupKey,
+    QueueFullError,
+    RefusedError,
+    ReqState,
+    SchedulerDeadError,
+    SchedulerUnavailableError,
+)
 from radixrt.server.scheduler_client import SchedulerClient
+
+__all__ = [
+    "QueueFullError",
+    "RefusedError",
+    "ReqState",
+    "SchedulerDeadError",
+    "SchedulerUnavailableError",
+    "TokenizerManager",
+]
 
 logger = logging.getLogger("radixrt")
 
 _REPLY_TIMEOUT_S = 30.0
 T = TypeVar("T")
-
-
-class SchedulerDeadError(RuntimeError):
-    """The scheduler process is gone; the server answers 503 until it exits."""
-
-
-class RefusedError(RuntimeError):
-    """Refused before anything was sent to a scheduler: a client (or router) may retry."""
-
-
-class QueueFullError(RefusedError):
-    """More than max_queued_requests would be waiting."""
-
-
-class SchedulerUnavailableError(RefusedError, SchedulerDeadError):
-    """The scheduler was already gone when the request arrived."""
-
-
-GroupKey = tuple[str, str]  # (caller, the id the client knows the request by)
-
-
-@dataclass(slots=True, eq=False)
-class ReqState:
-    """One scheduled request (one sample of one prompt). `event` is shared by all requests of
-    one HTTP call; `out.rid` is the scheduler's id, `visible_id` the client's."""
-
-    out: ReqOutput
-    detok: IncrementalDetokenizer
-    event: asyncio.Event
-    group: GroupKey  # the client's name for the prompt this sample belongs to
-    visible_id: str  # meta_info.id: the group id, with "-i" for sample i when n > 1
-    error: str | None = None  # the scheduler died
-    # OpenAI text logprobs: (tokens, characters) of the output already offset-counted.
-    text_offset: tuple[int, int] = (0, 0)
-
-    def result(self) -> dict[str, Any]:
-        if self.error is not None:
-            raise SchedulerDeadError(self.error)
-        result = build_result(self.out, self.detok)
-        result["meta_info"]["id"] = self.visible_id
-        return result
 
 
 class TokenizerManager:

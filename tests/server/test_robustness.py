@@ -67,6 +67,21 @@ def test_values_the_process_cannot_carry_get_400(tiny_server, path, body, fragme
     assert fragment in r.json()["error"]["message"], r.text
 
 
+@pytest.mark.parametrize("where", ["input_ids", "json_schema", "text"])
+def test_deeply_nested_json_gets_400(tiny_server, where: str) -> None:
+    for depth in (900, 100_000):  # under and over Python's recursion limit
+        deep = "[" * depth + "]" * depth
+        body = {
+            "input_ids": '{"input_ids": %s}',
+            "json_schema": '{"text": "hi", "sampling_params": {"json_schema": %s}}',
+            "text": '{"text": %s}',
+        }[where] % deep
+        r = tiny_server.post("/generate", content=body.encode())
+        assert r.status_code == 400, (depth, r.text[:300])
+        assert r.json()["error"]["message"]
+    tiny_server.assert_serving()
+
+
 def test_failing_requests_leave_nothing_registered(tiny_server) -> None:
     """Twice --max-queued-requests (4) failing requests, then a normal one and a flush."""
     for i in range(8):
