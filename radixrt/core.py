@@ -48,6 +48,10 @@ class SamplingParams:
     regex: str | None = None
     json_schema: str | None = None
     ebnf: str | None = None
+    # Constrained only: where the grammar could end, the probability of every token it
+    # disallows counts toward ending (EOS), so a value ends where the model's own text would
+    # have left the grammar (a typed gen's "24" before "."), not where the budget runs out.
+    end_on_exit: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -174,6 +178,7 @@ class SamplingParams:
                 "must be a boolean",
             ),
             ("return_logprob", isinstance(self.return_logprob, bool), "must be a boolean"),
+            ("end_on_exit", isinstance(self.end_on_exit, bool), "must be a boolean"),
             (
                 "top_logprobs_num",
                 _is_int(self.top_logprobs_num, 0),

@@ -66,8 +66,11 @@ class Sampler:
         raw = logits[:, : self.vocab_size].float()  # (B, V) float32, a view when already float32
         work = raw
         if vocab_mask is not None:
-            work = raw.masked_fill(~_unpack_bits(vocab_mask, self.vocab_size, raw.device), -_INF)
+            allowed = _unpack_bits(vocab_mask, self.vocab_size, raw.device)  # (B, V) bool
+            work = raw.masked_fill(~allowed, -_INF)
         work = apply_penalties(work, reqs, self.eos_token_ids)
+        if vocab_mask is not None and any(r.sampling_params.end_on_exit for r in reqs):
+            _exit_mass_to_eos(raw, work, allowed, reqs, self.eos_token_ids)
         best = work.max(-1)  # (B,) max is faster than argmax on CPU; NaN and +inf propagate
         if not bool(torch.isfinite(best.values).all()):  # some row has NaN, +inf or no token
             work = torch.nan_to_num(work, nan=-_INF, posinf=_FLOAT32_MAX, neginf=-_INF)
@@ -90,6 +93,32 @@ class Sampler:
         next_ids = torch.where(is_alive, next_ids, torch.full_like(next_ids, NO_TOKEN))
         logprobs, top_logprobs = _logprobs(raw, next_ids, reqs)
         return SampleOutput(next_ids.tolist(), logprobs, top_logprobs)
+
+
+def _exit_mass_to_eos(
+    raw: torch.Tensor,
+    work: torch.Tensor,
+    allowed: torch.Tensor,
+    reqs: list[Req],
+    eos_token_ids: list[int],
+) -> None:
+    """For end_on_exit rows whose grammar allows an EOS token (and no ban removed it): give
+    that EOS the probability of every token the grammar disallows, at the row's temperature
+    (1 for greedy rows), so ending is chosen exactly when the model would rather leave the
+    grammar than continue it. Writes `work` (B, V) in place; `raw` (B, V) is read only."""
+    for i, req in enumerate(reqs):
+        p = req.sampling_params
+        if not p.end_on_exit:
+            continue
+        eos = next((e for e in eos_token_ids if bool(allowed[i, e]) and work[i, e] > -_INF), None)
+        if eos is None:  # the grammar cannot end here, or min_new_tokens bans it
+            continue
+        t = 1.0 if p.is_greedy else max(p.temperature, _MIN_TEMPERATURE)
+        leaving = raw[i][~allowed[i]]  # (n,) the logits of the tokens the grammar refuses
+        if leaving.numel() == 0:
+            continue
+        both = torch.cat([leaving, work[i, eos : eos + 1]]) / t
+        work[i, eos] = torch.logsumexp(both, dim=0) * t
 
 
 def _unpack_bits(bitmask: torch.Tensor, width: int, device: torch.device) -> torch.Tensor:

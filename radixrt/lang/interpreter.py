@@ -223,8 +223,8 @@ class StateExecutor:
 
     def _gen_typed(self, node: ir.Gen, params: ir.SamplingParams) -> None:
         assert node.dtype is not None
-        if self.backend.supports_regex:
-            params = params.replace(regex=typed.regex_for(node.dtype))
+        if self.backend.supports_regex:  # the value ends where the model's text would
+            params = params.replace(regex=typed.regex_for(node.dtype), end_on_exit=True)
         else:  # unconstrained: stop at the end of the line and recover the value
             params = params.replace(stop=[*params.stop_list(), "\n"])
         raw, meta = self._call_gen(node.name, params, stream=False)

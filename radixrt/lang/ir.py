@@ -38,6 +38,8 @@ class SamplingParams:
     top_logprobs_num: int | None = None
     regex: str | None = None
     json_schema: str | dict[str, Any] | None = None
+    # Where the regex could end, tokens it refuses count toward ending: typed gens set it.
+    end_on_exit: bool | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

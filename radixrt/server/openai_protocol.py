@@ -49,6 +49,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     stop_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None
+    end_on_exit: bool | None = None
     rid: str | None = None
 
     def sampling_dict(self) -> dict[str, Any]:
@@ -66,6 +67,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
             "stop_token_ids",
             "ignore_eos",
             "skip_special_tokens",
+            "end_on_exit",
         )
         d = {k: v for k in names if (v := getattr(self, k)) is not None}
         if self.min_tokens is not None:

@@ -3,6 +3,8 @@ that bypassed validation, rows where a grammar and the stop-token ban leave noth
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -111,3 +113,44 @@ def test_any_parameters_sample_an_allowed_token(
     reqs = [raw_req(output_ids=[allowed[0]], **sp) for _ in range(2)]
     out = Sampler(V, [EOS]).sample(logits, reqs, mask_allowing([allowed, allowed]))
     assert all(t in allowed for t in out.next_token_ids), (out.next_token_ids, allowed)
+
+
+DIGITS = list(range(10, 20))
+
+
+def test_end_on_exit_gives_eos_the_mass_the_grammar_refuses() -> None:
+    """Digits and EOS allowed; the model prefers token 40 (refused). With end_on_exit, EOS
+    carries token 40's probability and wins; without, the best digit does; a min_new_tokens
+    ban or a grammar that cannot end yet keeps the digits."""
+    logits = torch.full((1, V), -5.0)
+    logits[0, 40] = 6.0  # the model's choice, outside the grammar
+    logits[0, 12] = 3.0  # the best digit
+    ends = mask_allowing([[*DIGITS, EOS]])
+    cannot_end = mask_allowing([DIGITS])
+    sampler = Sampler(V, [EOS])
+    assert sampler.sample(
+        logits, [raw_req(temperature=0.0, end_on_exit=True)], ends
+    ).next_token_ids == [EOS]
+    assert sampler.sample(logits, [raw_req(temperature=0.0)], ends).next_token_ids == [12]
+    banned = raw_req(temperature=0.0, end_on_exit=True, min_new_tokens=3)
+    assert sampler.sample(logits, [banned], ends).next_token_ids == [12]
+    assert sampler.sample(
+        logits, [raw_req(temperature=0.0, end_on_exit=True)], cannot_end
+    ).next_token_ids == [12]
+
+
+def test_end_on_exit_samples_ending_with_the_refused_mass() -> None:
+    logits = torch.zeros(1, V)
+    # Every token has mass 1 but token 40, which has 3; only 12 and EOS are allowed, so EOS
+    # carries all the mass but token 12's.
+    logits[0, 40] = math.log(3.0)
+    n = 4000
+    batch = logits.repeat(n, 1)
+    mask = mask_allowing([[12, EOS]] * n)
+    reqs = [raw_req(temperature=1.0, end_on_exit=True) for _ in range(n)]
+    ids = Sampler(V, [EOS]).sample(batch, reqs, mask).next_token_ids
+    assert set(ids) <= {12, EOS}
+    share = ids.count(EOS) / n
+    total = math.exp(logits[0, 40].item()) + 1 + 1 + (V - 3) * 1.0  # every other token: e^0
+    want = (total - 1) / total  # all mass but the one allowed digit's
+    assert abs(share - want) < 0.03, (share, want)

@@ -4,6 +4,7 @@ greedy and at temperature 1.0, mixed with free requests in one batch; jump-forwa
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,42 @@ def test_jump_forward_gives_the_same_greedy_tokens(smollm2_path, engine) -> None
         assert off.scheduler.grammar.stats.forced_tokens == 0
         _wait_whole(off)
     assert [r["output_ids"] for r in on] == [r["output_ids"] for r in plain]
+    _wait_whole(engine)
+
+
+INT = r"[-+]?[0-9]+"
+# (sentence start, regex, the value a reader expects)
+TYPED = [
+    ("The number of hours in a day is ", INT, 24),
+    ("The number of days in a year is ", INT, 365),
+    ("The number of days in a week is ", INT, 7),
+    ("The number of minutes in an hour is ", INT, 60),
+]
+
+
+def _typed_params(regex: str, **extra: Any) -> dict[str, Any]:
+    return {"regex": regex, "end_on_exit": True, "max_new_tokens": 16, **extra}
+
+
+def test_end_on_exit_ends_a_value_where_the_models_text_would(smollm2_path, engine) -> None:
+    """Without it, greedy "hours in a day" gives 2400000000000000: "." is the model's choice
+    after "24", the regex refuses it, and EOS is unlikely mid-sentence."""
+    prompts = [p for p, _, _ in TYPED]
+    greedy = engine.generate(prompts, [_typed_params(r, temperature=0) for _, r, _ in TYPED])
+    for out, (_, _, want) in zip(greedy, TYPED, strict=True):
+        assert int(out["text"]) == want, out["text"]
+        assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    sampled = engine.generate(
+        prompts * 4,
+        [_typed_params(r, temperature=1.0, seed=i) for i in range(4) for _, r, _ in TYPED],
+    )
+    for out in sampled:
+        assert re.fullmatch(INT, out["text"]) and len(out["output_ids"]) < 16, out["text"]
+        assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    with rt.Engine(str(smollm2_path), max_total_tokens=8192, disable_jump_forward=True) as off:
+        plain = off.generate(prompts, [_typed_params(r, temperature=0) for _, r, _ in TYPED])
+        _wait_whole(off)
+    assert [r["output_ids"] for r in plain] == [r["output_ids"] for r in greedy]
     _wait_whole(engine)
 
 

@@ -99,9 +99,12 @@ def test_typed_gens(backend) -> None:
         s += "Half of 5 is 2.5\nHalf of 3 is 1.5\nHalf of 7 is " + rt.gen("half", dtype=float)
         s += "\n"
         s += "Is the sky blue? Answer True or False: " + rt.gen("blue", dtype=bool) + "\n"
+        s += "The number of hours in a day is " + rt.gen_int("hours") + ".\n"
 
     s = typed.run(backend=backend, temperature=0)
     assert s["n"] == 7 and isinstance(s["n"], int)
+    if as_backend(backend).supports_regex:  # the value ends where the model's sentence goes on
+        assert s["hours"] == 24
     assert isinstance(s["half"], float)
     assert math.isfinite(s["half"]) and f"Half of 7 is {s['half']}" in s.text()
     assert s["blue"] is True
