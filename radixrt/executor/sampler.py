@@ -106,19 +106,33 @@ def _exit_mass_to_eos(
     that EOS the probability of every token the grammar disallows, at the row's temperature
     (1 for greedy rows), so ending is chosen exactly when the model would rather leave the
     grammar than continue it. Writes `work` (B, V) in place; `raw` (B, V) is read only."""
-    for i, req in enumerate(reqs):
-        p = req.sampling_params
-        if not p.end_on_exit:
-            continue
-        eos = next((e for e in eos_token_ids if bool(allowed[i, e]) and work[i, e] > -_INF), None)
-        if eos is None:  # the grammar cannot end here, or min_new_tokens bans it
-            continue
-        t = 1.0 if p.is_greedy else max(p.temperature, _MIN_TEMPERATURE)
-        leaving = raw[i][~allowed[i]]  # (n,) the logits of the tokens the grammar refuses
-        if leaving.numel() == 0:
-            continue
-        both = torch.cat([leaving, work[i, eos : eos + 1]]) / t
-        work[i, eos] = torch.logsumexp(both, dim=0) * t
+    rows = [i for i, r in enumerate(reqs) if r.sampling_params.end_on_exit]
+    if not rows or not eos_token_ids:
+        return
+    device = raw.device
+    idx = _index(rows, device)
+    temps = [
+        1.0
+        if reqs[i].sampling_params.is_greedy
+        else max(reqs[i].sampling_params.temperature, _MIN_TEMPERATURE)
+        for i in rows
+    ]
+    t = torch.tensor(temps, device=device)[:, None]  # (R, 1)
+    is_all = len(rows) == len(reqs)
+    ok = allowed if is_all else allowed.index_select(0, idx)  # (R, V) bool
+    eos = torch.tensor(eos_token_ids, dtype=torch.int64, device=device)  # (E,)
+    # (R, E): an EOS the grammar allows that no ban has removed; the row ends with the first.
+    can_end = ok[:, eos] & (work[:, eos].index_select(0, idx) > -_INF)
+    has = can_end.any(dim=1)  # (R,)
+    if not bool(has.any()):
+        return
+    first = eos[can_end.to(torch.int8).argmax(dim=1)]  # (R,) the EOS id of each row
+    sub = raw if is_all else raw.index_select(0, idx)  # (R, V), never written
+    leaving = sub.masked_fill(ok, -_INF).div_(t)  # (R, V) the refused tokens only
+    mass = torch.logsumexp(leaving, dim=1)  # (R,) log of the refused mass at temperature t
+    current = work[idx, first] / t[:, 0]
+    merged = torch.logaddexp(current, mass) * t[:, 0]
+    work[idx[has], first[has]] = merged[has]
 
 
 def _unpack_bits(bitmask: torch.Tensor, width: int, device: torch.device) -> torch.Tensor:
