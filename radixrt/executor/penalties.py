@@ -14,7 +14,7 @@ import torch
 
 from radixrt.core import Req
 
-_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def apply_penalties(
@@ -75,7 +75,7 @@ def _apply_repetition(logits: torch.Tensor, reqs: list[Req], rows: list[int]) ->
     old = flat[keys]
     new = torch.where(old > 0, old / penalty, old * penalty)
     # A finite logit stays finite (a -inf one, masked by a grammar, stays -inf).
-    flat[keys] = torch.where(old.isinf(), old, new.clamp(-_FLOAT32_MAX, _FLOAT32_MAX))
+    flat[keys] = torch.where(old.isinf(), old, new.clamp(-FLOAT32_MAX, FLOAT32_MAX))
 
 
 def _apply_frequency_presence(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:

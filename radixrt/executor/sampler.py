@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from radixrt.core import Req, SamplingParams
-from radixrt.executor.penalties import apply_penalties
+from radixrt.executor.penalties import FLOAT32_MAX, apply_penalties
 
 # Temperatures below this are clamped (only reached by rows that are not greedy).
 _MIN_TEMPERATURE = 1e-5
@@ -31,7 +31,6 @@ _BUCKETS_PER_NAT = 32.0
 _MIN_THRESHOLD = 1e-30
 _BELOW_ONE = 1.0 - 2.0**-24  # the largest float32 below 1
 _INF = float("inf")
-_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 NO_TOKEN = -1  # next_token_ids entry of a row where no token is allowed
 
 
@@ -73,7 +72,7 @@ class Sampler:
             _exit_mass_to_eos(raw, work, allowed, reqs, self.eos_token_ids)
         best = work.max(-1)  # (B,) max is faster than argmax on CPU; NaN and +inf propagate
         if not bool(torch.isfinite(best.values).all()):  # some row has NaN, +inf or no token
-            work = torch.nan_to_num(work, nan=-_INF, posinf=_FLOAT32_MAX, neginf=-_INF)
+            work = torch.nan_to_num(work, nan=-_INF, posinf=FLOAT32_MAX, neginf=-_INF)
             best = work.max(-1)
         is_alive = best.values > -_INF  # (B,) bool: some token is allowed
         next_ids = best.indices  # (B,) int64: the greedy choice

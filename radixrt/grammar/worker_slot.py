@@ -37,9 +37,8 @@ class WorkerSlot:
     """One pool slot: a worker process, replaced in the background when it is killed at the time
     limit or dies. Serves one check at a time (the pool hands it to one caller)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str]) -> None:
         self._argv = argv
-        self._env = env
         self._proc: asyncio.subprocess.Process | None = None  # the current process, if any
         self._ready: asyncio.Task[None] | None = None  # starting `_proc`; done once it is up
         self._watch: asyncio.Task[None] | None = None  # replaces `_proc` if it dies while idle
@@ -150,7 +149,6 @@ class WorkerSlot:
             *self._argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env=self._env,
         )
         self._proc = proc
         try:

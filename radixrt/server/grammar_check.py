@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -173,9 +172,6 @@ class GrammarChecker:
                 "radixrt.grammar.worker",
                 msgspec.json.encode(args).decode(),
             ]
-            root = str(Path(__file__).resolve().parents[2])  # holds radixrt/, wherever we run
-            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-            env = {**os.environ, "PYTHONPATH": path}
-            self._workers = [WorkerSlot(argv, env) for _ in range(NUM_WORKERS)]
+            self._workers = [WorkerSlot(argv) for _ in range(NUM_WORKERS)]
             self._idle = list(self._workers)
         return self._workers

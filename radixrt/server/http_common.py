@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.types import Receive
 
 from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, TokenizerManager
+from radixrt.web.responses import SSE_DONE, error_body, sse_event
 
 
 class ClientGoneError(Exception):
@@ -60,6 +61,24 @@ async def updates(states: list[ReqState]) -> AsyncIterator[None]:
             return
 
 
+async def request_events(
+    tm: TokenizerManager, states: list[ReqState], events: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """The SSE stream of one HTTP request: `events`, then [DONE]. A failure ends it with an
+    error event (503 when the scheduler died, the request's own status otherwise); however
+    it ends (finished, failed, the client gone), its unfinished requests are aborted."""
+    try:
+        async for event in events:
+            yield event
+    except SchedulerDeadError as e:
+        yield sse_event(error_body(str(e), 503))
+    except RequestFailedError as e:
+        yield sse_event(error_body(str(e), e.status_code))
+    finally:
+        tm.abort(states)  # a no-op for the finished ones
+    yield SSE_DONE
+
+
 def raise_if_failed(states: list[ReqState]) -> None:
     """SchedulerDeadError if the scheduler died, RequestFailedError if a state ended in an
     error of its own."""
@@ -67,7 +86,7 @@ def raise_if_failed(states: list[ReqState]) -> None:
         if s.error is not None:
             raise SchedulerDeadError(s.error)
         reason = s.out.finish_reason
-        if reason is not None and reason.status_code is not None:
+        if reason is not None and reason.is_error:
             raise RequestFailedError(reason.message or "the request failed", reason.status_code)
 
 

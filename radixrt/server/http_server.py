@@ -24,6 +24,7 @@ from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
     RequestFailedError,
+    request_events,
     updates,
     wait_finished,
 )
@@ -55,8 +56,6 @@ from radixrt.web.middleware import (
     caller_of,
 )
 from radixrt.web.responses import (
-    SSE_DONE,
-    error_body,
     error_response,
     json_response,
     sse_event,
@@ -118,7 +117,7 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
             caller=caller_of(request),
         )
         if body.stream:
-            return sse_response(_generate_events(tm, states))
+            return sse_response(request_events(tm, states, _generate_events(states)))
         try:
             await wait_finished(request, tm, states)
         except ClientGoneError:
@@ -193,29 +192,20 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
     return app
 
 
-async def _generate_events(tm: TokenizerManager, states: list[ReqState]) -> AsyncIterator[bytes]:
-    """SSE for /generate: cumulative results; `index` tells requests apart when several.
-    An error ends the stream with an error event; unfinished requests are aborted however
-    the stream ends."""
+async def _generate_events(states: list[ReqState]) -> AsyncIterator[bytes]:
+    """SSE events for /generate: cumulative results; `index` tells requests apart when
+    several (errors, [DONE] and aborts: `request_events`)."""
     sent: list[tuple[int, str, bool]] = [(0, "", False)] * len(states)
-    try:
-        async for _ in updates(states):
-            for i, state in enumerate(states):
-                result = state.result()
-                key = (len(result["output_ids"]), result["text"], state.out.is_finished)
-                if key == sent[i]:
-                    continue
-                sent[i] = key
-                if len(states) > 1:
-                    result["index"] = i
-                yield sse_event(result)
-    except SchedulerDeadError as e:
-        yield sse_event(error_body(str(e), 503))
-    except RequestFailedError as e:
-        yield sse_event(error_body(str(e), e.status_code))
-    finally:
-        tm.abort(states)  # a no-op for the finished ones
-    yield SSE_DONE
+    async for _ in updates(states):
+        for i, state in enumerate(states):
+            result = state.result()
+            key = (len(result["output_ids"]), result["text"], state.out.is_finished)
+            if key == sent[i]:
+                continue
+            sent[i] = key
+            if len(states) > 1:
+                result["index"] = i
+            yield sse_event(result)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
-    RequestFailedError,
+    request_events,
     updates,
     wait_finished,
 )
@@ -27,14 +27,12 @@ from radixrt.server.openai_protocol import (
     prepare_completion,
 )
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
-from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, TokenizerManager
+from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
 from radixrt.web.middleware import (
     SESSION_HEADER,
     caller_of,
 )
 from radixrt.web.responses import (
-    SSE_DONE,
-    error_body,
     json_response,
     sse_event,
     sse_response,
@@ -108,7 +106,8 @@ class OpenAIServing:
         rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return sse_response(self._stream(rid, states, body.n, is_chat, usage))
+            events = self._stream(rid, states, body.n, is_chat, usage)
+            return sse_response(request_events(self.tm, states, events))
         try:
             await wait_finished(request, self.tm, states)
         except ClientGoneError:
@@ -136,8 +135,7 @@ class OpenAIServing:
     async def _stream(
         self, rid: str, states: list[ReqState], n: int, is_chat: bool, include_usage: bool
     ) -> AsyncIterator[bytes]:
-        """SSE deltas; an error ends the stream with an error event, and unfinished requests
-        are aborted however it ends."""
+        """SSE deltas (errors, [DONE] and aborts: `request_events`)."""
         head = {
             "id": rid,
             "object": "chat.completion.chunk" if is_chat else "text_completion",
@@ -147,43 +145,33 @@ class OpenAIServing:
         sent_text = [""] * len(states)
         sent_tokens = [0] * len(states)
         is_done = [False] * len(states)
-        try:
-            if is_chat:
-                for i in range(len(states)):
-                    first = {
-                        "index": i,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                    yield sse_event({**head, "choices": [first]})
-            async for _ in updates(states):
-                for i, state in enumerate(states):
-                    if is_done[i]:
-                        continue
-                    result = state.result()
-                    text, finished = result["text"], state.out.is_finished
-                    if text == sent_text[i] and not finished:
-                        continue
-                    choice = self._choice(
-                        i, state, text[len(sent_text[i]) :], sent_tokens[i], is_chat
-                    )
-                    if is_chat:
-                        choice["delta"] = {"content": choice["delta"]}
-                    else:
-                        choice["text"] = choice.pop("delta")
-                    sent_text[i], sent_tokens[i] = text, len(result["output_ids"])
-                    is_done[i] = finished
-                    yield sse_event({**head, "choices": [choice]})
-            if include_usage:
-                yield sse_event({**head, "choices": [], "usage": _usage(states, n)})
-        except SchedulerDeadError as e:
-            yield sse_event(error_body(str(e), 503))
-        except RequestFailedError as e:
-            yield sse_event(error_body(str(e), e.status_code))
-        finally:
-            self.tm.abort(states)  # a no-op for the finished ones
-        yield SSE_DONE
+        if is_chat:
+            for i in range(len(states)):
+                first = {
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                yield sse_event({**head, "choices": [first]})
+        async for _ in updates(states):
+            for i, state in enumerate(states):
+                if is_done[i]:
+                    continue
+                result = state.result()
+                text, finished = result["text"], state.out.is_finished
+                if text == sent_text[i] and not finished:
+                    continue
+                choice = self._choice(i, state, text[len(sent_text[i]) :], sent_tokens[i], is_chat)
+                if is_chat:
+                    choice["delta"] = {"content": choice["delta"]}
+                else:
+                    choice["text"] = choice.pop("delta")
+                sent_text[i], sent_tokens[i] = text, len(result["output_ids"])
+                is_done[i] = finished
+                yield sse_event({**head, "choices": [choice]})
+        if include_usage:
+            yield sse_event({**head, "choices": [], "usage": _usage(states, n)})
 
     def _choice(
         self, index: int, state: ReqState, text: str, first_token: int, is_chat: bool

@@ -158,15 +158,15 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
     """Render the messages with the tokenizer's chat template; one prompt."""
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
-    if len(req.messages) > limits.max_chat_messages:
-        raise BadRequestError(
-            f"{len(req.messages)} messages; at most "
-            f"{limits.max_chat_messages} (--max-chat-messages)"
-        )
+    most = limits.server.max_chat_messages
+    if len(req.messages) > most:
+        raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
     if getattr(tokenizer, "chat_template", None) is None:
         raise BadRequestError("this model's tokenizer has no chat template")
     messages = [{"role": m.role, "content": _content_text(m)} for m in req.messages]
-    limits.check_text("".join(m["content"] + m["role"] for m in messages), "the conversation")
+    limits.check_length(
+        sum(len(m["content"]) + len(m["role"]) for m in messages), "the conversation"
+    )
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # jinja raises for conversations its template refuses

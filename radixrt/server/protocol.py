@@ -42,16 +42,13 @@ class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
 @dataclass(frozen=True)
 class Limits:
     """What a request must fit: the model and pool as measured by the scheduler at start-up,
-    and the server's bounds on the work one request may ask for (ServerConfig)."""
+    and the server's bounds on the work one request may ask for (`server`)."""
 
     context_length: int
     max_total_tokens: int
     vocab_size: int
-    max_prompts: int = 256
-    max_chat_messages: int = 1024
-    max_prompt_chars: int = 2**62
-    max_stop_strings: int = 16
-    max_stop_string_len: int = 256
+    max_prompt_chars: int = 2**62  # the server's --max-prompt-chars, resolved
+    server: ServerConfig = ServerConfig()
 
     @classmethod
     def from_server(cls, ready: ReadyMsg, config: ServerConfig, tokenizer: Any) -> Limits:
@@ -60,29 +57,23 @@ class Limits:
         chars = config.max_prompt_chars
         if chars is None:
             chars = ready.context_length * max(map(len, tokenizer.get_vocab()), default=1)
-        return cls(
-            ready.context_length,
-            ready.max_total_tokens,
-            ready.vocab_size,
-            config.max_prompts_per_request,
-            config.max_chat_messages,
-            chars,
-            config.max_stop_strings,
-            config.max_stop_string_len,
-        )
+        return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size, chars, config)
 
     def check_prompt_count(self, num: int) -> None:
-        if num > self.max_prompts:
+        if num > self.server.max_prompts_per_request:
             raise BadRequestError(
-                f"{num} prompts in one request; at most {self.max_prompts} "
+                f"{num} prompts in one request; at most {self.server.max_prompts_per_request} "
                 "(--max-prompts-per-request)"
             )
 
     def check_text(self, text: str, what: str = "the prompt") -> None:
         """Refuse text too long to fit the context, before tokenizing it."""
-        if len(text) > self.max_prompt_chars:
+        self.check_length(len(text), what)
+
+    def check_length(self, num_chars: int, what: str) -> None:
+        if num_chars > self.max_prompt_chars:
             raise BadRequestError(
-                f"{what} has {len(text)} characters, more than can fit the context "
+                f"{what} has {num_chars} characters, more than can fit the context "
                 f"({self.max_prompt_chars}, --max-prompt-chars)"
             )
 
@@ -178,12 +169,11 @@ def fit_to_context(
     n = len(ids)
     if n == 0:
         raise BadRequestError("the prompt is empty")
-    for name, tokens in (("input_ids", ids), ("stop_token_ids", sp.stop_token_ids)):
-        bad = next((t for t in tokens if not 0 <= t < limits.vocab_size), None)
-        if bad is not None:
-            raise BadRequestError(
-                f"{name}: token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
-            )
+    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
+    if bad is not None:
+        raise BadRequestError(
+            f"input_ids: token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
+        )
     check_stop_strings(sp, limits)
     if (why := sp.check_against(n, limits.vocab_size)) is not None:
         raise BadRequestError(why)
@@ -209,15 +199,14 @@ def fit_to_context(
 
 
 def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:
-    if len(sp.stop) > limits.max_stop_strings:
-        raise BadRequestError(
-            f"{len(sp.stop)} stop strings; at most {limits.max_stop_strings} (--max-stop-strings)"
-        )
+    most, longest_allowed = limits.server.max_stop_strings, limits.server.max_stop_string_len
+    if len(sp.stop) > most:
+        raise BadRequestError(f"{len(sp.stop)} stop strings; at most {most} (--max-stop-strings)")
     longest = max(map(len, sp.stop), default=0)
-    if longest > limits.max_stop_string_len:
+    if longest > longest_allowed:
         raise BadRequestError(
-            f"a stop string has {longest} characters; at most "
-            f"{limits.max_stop_string_len} (--max-stop-string-len)"
+            f"a stop string has {longest} characters; at most {longest_allowed} "
+            "(--max-stop-string-len)"
         )
 
 

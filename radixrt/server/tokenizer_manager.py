@@ -173,7 +173,7 @@ class TokenizerManager:
                 self.client.send_encoded(buf)
                 sent += 1
         except BaseException:
-            self.abort(states, notify=False)
+            self._unregister(states)
             for state in states[:sent]:  # these reached the scheduler: best effort to stop them
                 with contextlib.suppress(Exception):
                     self.client.send(AbortReqMsg(state.out.rid))
@@ -189,14 +189,11 @@ class TokenizerManager:
                 f"{type(e).__name__}: {e}"
             ) from None
 
-    def abort(self, states: list[ReqState], notify: bool = True) -> None:
-        """Abort the unfinished ones (the client went away); their outputs are dropped.
-        `notify=False`: they were never sent, so the scheduler is not told."""
-        for state in states:
-            if self.states.pop(state.out.rid, None) is not None:
-                self._drop_from_group(state)
-                if notify and self.dead_reason is None:
-                    self.client.send(AbortReqMsg(state.out.rid))
+    def abort(self, states: list[ReqState]) -> None:
+        """Abort the unfinished ones (the client went away); their outputs are dropped."""
+        for state in self._unregister(states):
+            if self.dead_reason is None:
+                self.client.send(AbortReqMsg(state.out.rid))
 
     def abort_rid(self, rid: str, caller: str = "") -> None:
         """Abort `caller`'s requests named `rid` (exact match); a no-op when there are none,
@@ -289,6 +286,13 @@ class TokenizerManager:
         state.out.finish(FinishReason.error(message))
         self.abort([state])
         state.event.set()
+
+    def _unregister(self, states: list[ReqState]) -> list[ReqState]:
+        """Forget the states still in flight (their later outputs are dropped); returns them."""
+        gone = [s for s in states if self.states.pop(s.out.rid, None) is not None]
+        for state in gone:
+            self._drop_from_group(state)
+        return gone
 
     def _drop_from_group(self, state: ReqState) -> None:
         group = self.groups.get(state.group)

@@ -43,9 +43,9 @@ def sse_event(obj: Any) -> bytes:
 
 
 def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
-    """Stream `events`, an async generator whose `finally` aborts its unfinished requests.
-    The generator is closed however the response ends (finished, client gone, cancelled), so
-    that `finally` always runs, on any Starlette version."""
+    """Stream `events`, an async generator; it is closed however the response ends
+    (finished, client gone, cancelled), so its `finally` always runs, on any Starlette
+    version (the server's `request_events` aborts its requests there)."""
     return _ClosingStreamingResponse(events, media_type="text/event-stream")
 
 

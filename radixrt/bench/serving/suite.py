@@ -343,11 +343,12 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     rows = run_suite(args)
     elapsed = time.time() - t0
+    from radixrt.bench.serving import plots as bench_plots
     from radixrt.bench.serving import report
 
     args_line = shlex.join(sys.argv[1:] if argv is None else argv)
     command = "python -m radixrt.bench.serving.suite " + args_line
-    plots = report.make_plots(rows, Path(args.out_dir))
+    plots = bench_plots.make_plots(rows, Path(args.out_dir))
     text = report.render(
         rows,
         command=command.strip(),
