@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick
+.PHONY: demo test cross-cc install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m radixrt.demo
 
+# An aarch64 cross compiler (Debian's gcc-aarch64-linux-gnu), for the test that the CPU kernels
+# build for ARM; best effort: without root or apt the test is skipped.
+AARCH64_CC := aarch64-linux-gnu-gcc
+
+cross-cc:
+	@command -v $(AARCH64_CC) >/dev/null 2>&1 || timeout 600 apt-get install -y -q \
+		gcc-aarch64-linux-gnu >/dev/null 2>&1 || echo "no $(AARCH64_CC): ARM build check skipped"
+
 # Lint, format and type checks first (seconds), then the suite.
-test: $(STAMP)
+test: $(STAMP) cross-cc
 	$(PY) -m ruff check radixrt tests examples
 	$(PY) -m ruff format --check radixrt tests examples
 	$(PY) -m mypy

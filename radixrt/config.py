@@ -9,6 +9,8 @@ from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+# radixrt/cpu/guard.py: auto times each C kernel against torch once per machine, keeps the faster.
+CPU_KERNEL_MODES = ("auto", "on", "off")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
@@ -34,7 +36,7 @@ class ModelConfig:
     dist_secret_file: str | None = None
     disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer, triton on CUDA)
     cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
-    disable_cpu_kernels: bool = False  # float32 on CPU runs radixrt's C kernels when they build
+    cpu_kernels: str = "auto"  # float32 on CPU: radixrt's C kernels (auto: where faster than torch)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -61,6 +63,10 @@ class ModelConfig:
             raise ValueError(
                 "nnodes > 1 needs the same secret on every node: set "
                 "$RADIXRT_DIST_SECRET or --dist-secret-file"
+            )
+        if self.cpu_kernels not in CPU_KERNEL_MODES:
+            raise ValueError(
+                f"cpu_kernels must be one of {CPU_KERNEL_MODES}, got {self.cpu_kernels!r}"
             )
         if self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")

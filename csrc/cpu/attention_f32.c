@@ -29,15 +29,14 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
                          float* ml) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
   int64_t l0 = 0;
-#if defined(__AVX512F__)
-  if (d % 16 == 0) {  // 16 keys at a time: 16 dot products, then one transposing reduction
-    for (; l0 + 16 <= len; l0 += 16)
+#if defined(RT_SIMD)
+  if (d % VW == 0) {  // VW keys at a time: VW dot products, then one transposing reduction
+    for (; l0 + VW <= len; l0 += VW)
       for (int64_t h = h0, j = 0; h < h1; ++h)
         for (int64_t r = 0; r < g; ++r, ++j)
-          _mm512_storeu_ps(sc + j * len + l0,
-                           _mm512_mul_ps(_mm512_set1_ps(scale),
-                                         dots16(q + (q0 + j) * d, k_buf + h * d, slots + l0,
-                                                slot_len, d)));
+          vstore(sc + j * len + l0,
+                 vmul(vset1(scale),
+                      dots_keys(q + (q0 + j) * d, k_buf + h * d, slots + l0, slot_len, d)));
   }
 #endif
   for (int64_t l = l0; l < len; ++l) {
@@ -59,7 +58,7 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
     for (int64_t l = 0; l < len; ++l) row[l] *= inv;
   }
   float* o = out + q0 * d;
-#if defined(__AVX512F__)
+#if defined(RT_SIMD)
   if (d == 64 || d == 128) {  // one query head at a time, its output row in registers
     for (int64_t h = h0, j = 0; h < h1; ++h)
       for (int64_t r = 0; r < g; ++r, ++j) {

@@ -6,11 +6,13 @@
 // weight byte exactly once, and the micro-kernel needs no horizontal sums.
 //
 // Work split: OpenMP threads take (panel, row-chunk) pairs; a tile is MR rows x NR columns
-// kept in registers over a K range of KC (all of K when the chunk has <= MR rows).
+// kept in registers (on AVX2 as sub-tiles of at most 6 rows x 16 columns, see tile_any) over a
+// K range of KC (all of K when the chunk has <= MR rows).
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "rt_cpu.h"
+#include "simd.h"
 
 #define NR 32
 #ifndef MR
@@ -50,35 +52,31 @@ void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
   }
 }
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#if defined(RT_SIMD)
+#define NV (NR / VW)  // vectors per panel row: 2 (AVX-512) or 4 (AVX2)
 
-// One mr x NR tile over k in [k0, k1). xb: packed rows, element (k, i) at xb[k * xs + i].
-// acc starts from bias/zero when `first`, else from y. When pf > 0, prefetches panel row
-// kk + pf for kk = k0 + pf_phase, then every pf_every rows.
+// Rows [0, R) x panel vectors [c0, c0 + C) of a tile over k in [k0, k1), R and C constants
+// so the accumulators stay in registers: R * C + C + 1 vector registers (AVX-512: 12 x 2,
+// 27 of 32; AVX2: 6 x 2 or 2 x 4, 15 or 13 of 16). xb: packed rows, element (k, i) at
+// xb[k * xs + i]. acc starts from bias/zero when `first`, else from y. When pf > 0,
+// prefetches panel row kk + pf for kk = k0 + pf_phase, then every pf_every rows.
 static inline __attribute__((always_inline)) void tile(const float* xb, int64_t xs,
                                                        const float* wp, int64_t k0, int64_t k1,
-                                                       float* y, int64_t ldy, const int mr,
-                                                       __mmask16 m0, __mmask16 m1,
-                                                       const float* bias, int first,
-                                                       int64_t pf, int pf_every, int pf_phase) {
-  __m512 a0[MR], a1[MR];
-  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-  if (first && bias) {
-    b0 = _mm512_maskz_loadu_ps(m0, bias);
-    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
-  }
+                                                       float* y, int64_t ldy, const int R,
+                                                       const int C, const int c0,
+                                                       const vmask* mask, const float* bias,
+                                                       int first, int64_t pf, int pf_every,
+                                                       int pf_phase) {
+  vf acc[MR][NV];
 #pragma GCC unroll 12
-  for (int i = 0; i < mr; ++i) {
-    if (first) {
-      a0[i] = b0;
-      a1[i] = b1;
-    } else {
-      a0[i] = _mm512_maskz_loadu_ps(m0, y + i * ldy);
-      a1[i] = _mm512_maskz_loadu_ps(m1, y + i * ldy + 16);
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      const int64_t off = (int64_t)(c0 + c) * VW;
+      acc[i][c] = first ? (bias ? vload_mask(mask[c0 + c], bias + off) : vzero())
+                        : vload_mask(mask[c0 + c], y + i * ldy + off);
     }
-  }
-  const float* w = wp + k0 * NR;
+  const float* w = wp + k0 * NR + c0 * VW;
   const float* xk = xb + k0 * xs;
   int countdown = pf_phase + 1;
   for (int64_t kk = k0; kk < k1; ++kk, w += NR, xk += xs) {
@@ -87,36 +85,65 @@ static inline __attribute__((always_inline)) void tile(const float* xb, int64_t 
       _mm_prefetch((const char*)(w + pf * NR), PF_HINT);
       _mm_prefetch((const char*)(w + pf * NR + 16), PF_HINT);
     }
-    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
+    vf wv[NV];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = vload(w + c * VW);
 #pragma GCC unroll 12
-    for (int i = 0; i < mr; ++i) {
-      const __m512 xv = _mm512_set1_ps(xk[i]);
-      a0[i] = _mm512_fmadd_ps(w0, xv, a0[i]);
-      a1[i] = _mm512_fmadd_ps(w1, xv, a1[i]);
+    for (int i = 0; i < R; ++i) {
+      const vf xv = vset1(xk[i]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[i][c] = vfma(wv[c], xv, acc[i][c]);
     }
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < mr; ++i) {
-    _mm512_mask_storeu_ps(y + i * ldy, m0, a0[i]);
-    _mm512_mask_storeu_ps(y + i * ldy + 16, m1, a1[i]);
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c)
+      vstore_mask(y + i * ldy + (int64_t)(c0 + c) * VW, mask[c0 + c], acc[i][c]);
+}
+
+// One R-row sub-tile at panel vectors [c0, c0 + C), R chosen at run time (C a constant at
+// every call site: inlined, so each (R, C) pair is its own register-blocked loop).
+static inline __attribute__((always_inline)) void subtile(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
+                    float* y, int64_t ldy, int r, const int C, int c0, const vmask* mask,
+                    const float* bias, int first, int64_t pf, int pf_every, int pf_phase) {
+  switch (r) {
+#define CASE(R)                                                                            \
+  case R:                                                                                  \
+    tile(xb, xs, wp, k0, k1, y, ldy, R, C, c0, mask, bias, first, pf, pf_every, pf_phase); \
+    break;
+    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+#if NV == 2
+    CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#endif
+#undef CASE
   }
 }
 
+// An mr x NR tile (mr <= MR), ncols of its columns valid. AVX-512: one sub-tile of all the
+// rows and both vectors. AVX2: up to 2 rows over all four vectors (decode), else groups of up
+// to 6 rows, each over the panel's two halves in turn (one prefetch stream, the first's).
 static void tile_any(const float* xb, int64_t xs, const float* wp, int64_t k0, int64_t k1,
                      float* y, int64_t ldy, int mr, int ncols, const float* bias, int first,
                      int64_t pf, int pf_every, int pf_phase) {
-  const __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
-  const __mmask16 m1 =
-      ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
-  switch (mr) {
-#define CASE(R)                                                  \
-  case R:                                                        \
-    tile(xb, xs, wp, k0, k1, y, ldy, R, m0, m1, bias, first, pf, pf_every, pf_phase); \
-    break;
-    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-    CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
-#undef CASE
+  vmask mask[NV];
+  for (int c = 0; c < NV; ++c) mask[c] = vmask_first(ncols - c * VW);
+#if NV == 2
+  subtile(xb, xs, wp, k0, k1, y, ldy, mr, 2, 0, mask, bias, first, pf, pf_every, pf_phase);
+#else
+  if (mr <= 2) {
+    subtile(xb, xs, wp, k0, k1, y, ldy, mr, 4, 0, mask, bias, first, pf, pf_every, pf_phase);
+    return;
   }
+  const int groups = (mr + 5) / 6;
+  for (int g = 0, i0 = 0; g < groups; ++g) {
+    const int rows = (mr - i0) / (groups - g);  // near-equal groups: 8 rows are 4 + 4
+    for (int c0 = 0; c0 < NV; c0 += 2)
+      subtile(xb + i0, xs, wp, k0, k1, y + i0 * ldy, ldy, rows, 2, c0, mask, bias, first,
+              g == 0 && c0 == 0 ? pf : 0, pf_every, pf_phase);
+    i0 += rows;
+  }
+#endif
 }
 
 #else  // portable C: the same blocking, left to the compiler's vectoriser

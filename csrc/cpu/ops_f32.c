@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "rt_cpu.h"
-#include "vec_math.h"
+#include "simd.h"
 
 void rt_rmsnorm_f32(float* x, int64_t ldx, float* residual, int64_t ldr, const float* w,
                     int64_t t, int64_t h, float eps) {
@@ -52,14 +52,15 @@ void rt_silu_mul_f32(const float* gu, int64_t ldg, float* out, int64_t ldo, int6
     const float* u = g + inter;
     float* o = out + row * ldo;
     int64_t j = 0;
-#if defined(__AVX512F__)
-    for (; j + 16 <= inter; j += 16) {
-      const __m512 gv = _mm512_loadu_ps(g + j);
-      const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
-      const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-      _mm512_storeu_ps(o + j, _mm512_mul_ps(silu, _mm512_loadu_ps(u + j)));
+#if defined(RT_SIMD)
+    for (; j + VW <= inter; j += VW) {
+      const vf gv = vload(g + j);
+      const vf silu = vdiv(gv, vadd(vset1(1.0f), vexp(vsub(vzero(), gv))));
+      vstore(o + j, vmul(silu, vload(u + j)));
     }
 #endif
     for (; j < inter; ++j) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
   }
 }
+
+const char* rt_isa(void) { return RT_ISA; }

@@ -1,6 +1,7 @@
 // radixrt's CPU kernels: plain C over raw float32 pointers, no torch headers, so they build in
-// about a second with the system compiler; radixrt/kernels/cpu_build.py compiles them into one
-// shared library loaded with ctypes. Strides ("ld*") are in elements between rows.
+// about a second with the system compiler; radixrt/cpu/build.py compiles them into one shared
+// library per ISA variant (simd.h) and loads the one this CPU runs best with ctypes.
+// Strides ("ld*") are in elements between rows.
 #pragma once
 #include <stdint.h>
 
@@ -43,8 +44,11 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          float* scratch);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1]; see extend_attention_f32.c. Returns 0, -1 when scratch
-// memory ran out, -2 when built without AVX-512 (callers then use torch).
+// memory ran out, -2 when built without a vector ISA (callers then use torch).
 int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
                             const float* v_buf, const int32_t* slots, int64_t p, int64_t e,
                             float* out, int64_t ldo, int64_t hq, int64_t hkv, int64_t d,
                             float scale);
+
+// The vector ISA this library was built for: "avx512", "avx2" or "portable" (simd.h).
+const char* rt_isa(void);

@@ -62,8 +62,10 @@ def create_attention_backend(
     num_kv_heads: int,
     head_dim: int,
     scaling: float | None = None,
+    **options: object,
 ) -> BaseAttnBackend:
-    """The backend registered as `name`, built for one head layout (scaling: head_dim**-0.5)."""
+    """The backend registered as `name`, built for one head layout (scaling: head_dim**-0.5);
+    `options` are that backend's own keyword arguments (e.g. the cpu backend's kernel plan)."""
     cls = get_attention_backend_cls(name)
     return cls(  # type: ignore[call-arg]  # the registry's constructor protocol (module doc)
         device,
@@ -71,4 +73,5 @@ def create_attention_backend(
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
         scaling=head_dim**-0.5 if scaling is None else scaling,
+        **options,
     )

@@ -1,8 +1,9 @@
 """float32 CPU attention on radixrt's C kernels (csrc/cpu): a decode batch makes one call per
 layer (`rt_decode_attention_f32`, which also stores each request's new K/V); an extend makes
 one causal flash-style call per request over its prefix and new tokens in the pool
-(`rt_extend_attention_f32`). Decode rows of a mixed batch, and extends on a CPU without
-AVX-512, run the torch_native code this backend extends."""
+(`rt_extend_attention_f32`). Decode rows of a mixed batch, and what the runner's kernel plan
+(cpu/guard.py) leaves to torch (`decode_kernel`, `extend_kernel`), run the torch_native code
+this backend extends."""
 
 from __future__ import annotations
 
@@ -17,25 +18,33 @@ from radixrt.forward_batch import ForwardBatch, ForwardMode
 class CpuAttnBackend(TorchNativeAttnBackend):
     """Needs a float32 KV pool on the CPU and the kernel library (`ck.available()`)."""
 
-    fuses_cpu_decode_layers = True  # its decode kernel is the fused layer's attention
-
-    def __init__(self, device: torch.device | str = "cpu", **layout: object) -> None:
+    def __init__(
+        self,
+        device: torch.device | str = "cpu",
+        *,
+        decode_kernel: bool = True,
+        extend_kernel: bool = True,
+        **layout: object,
+    ) -> None:
         super().__init__(device, **layout)  # type: ignore[arg-type]
         if torch.device(device).type != "cpu" or not ck.available():
             raise ValueError(
                 f"the 'cpu' attention backend needs the CPU and radixrt's C kernels "
                 f"(device {device}; kernels: {ck.build_error() or 'ok'})"
             )
-        self.decode_batch = False  # this pass is a pure decode batch (set per pass)
-        self._use_extend_kernel = ck.has_extend_attention()
+        self._decode_kernel = decode_kernel
+        # Its decode kernel is the fused layer's attention: fusing needs it on.
+        self.fuses_cpu_decode_layers = decode_kernel
+        self.decode_batch = False  # this pass is a pure decode batch on the kernel (per pass)
+        self._use_extend_kernel = extend_kernel and ck.has_extend_attention()
         # Per extend request of the pass: (first row in the batch, new tokens, prefix, pool row).
         self._kernel_extends: list[tuple[int, int, int, int]] = []
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        self.decode_batch = fb.mode is ForwardMode.DECODE
+        self.decode_batch = fb.mode is ForwardMode.DECODE and self._decode_kernel
         if self.decode_batch:
             return
-        if not self._use_extend_kernel:
+        if fb.mode is ForwardMode.DECODE or not self._use_extend_kernel:
             super().init_forward_metadata(fb)
             return
         rows, starts = fb.req_pool_indices.tolist(), fb.extend_start_loc.tolist()
@@ -60,6 +69,8 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         if not self.decode_batch:
             return super().forward(q, k, v, layer, fb)
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        if k.stride() != v.stride():  # e.g. k rotated by torch, v a view of qkv: one layout
+            k, v = k.contiguous(), v.contiguous()
         return ck.decode_attention(
             q,
             k,

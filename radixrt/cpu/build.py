@@ -1,12 +1,18 @@
-"""Build radixrt's CPU kernels (csrc/cpu/*.c) into one shared library with the system C
-compiler and load it with ctypes.
+"""Build radixrt's CPU kernels (csrc/cpu/*.c) into shared libraries with the system C compiler
+and load the one for this CPU with ctypes.
 
-The sources use no torch headers, so a build takes about a second. The library is built for
-this machine's CPU (-march=native) into RADIXRT_CACHE/kernels (default ~/.cache/radixrt),
-named by a hash of the sources, flags, compiler and CPU flags, and reused by later processes.
-It links OpenMP as libgomp.so.1, the soname torch's own OpenMP runtime is loaded under, so the
-kernels share torch's thread pool instead of starting a second one. RADIXRT_DISABLE_KERNELS=1
-turns the library off; every caller then uses torch.
+The kernels are written once against csrc/cpu/simd.h and built per ISA variant: "avx512"
+(AVX-512F/DQ/BW/VL), "avx2" (AVX2 + FMA) and "portable" (no vector intrinsics; the only one
+off x86). A process uses the best variant its CPU runs (`supported_isas()[0]`), or the one
+$RADIXRT_CPU_ISA names (tests force each variant the CPU supports). A variant that does not
+build falls back to the next one.
+
+The sources use no torch headers, so a build takes about a second. A library is built into
+RADIXRT_CACHE/kernels (default ~/.cache/radixrt), named by a hash of the sources, flags,
+compiler and CPU flags, and reused by later processes. It links OpenMP as libgomp.so.1, the
+soname torch's own OpenMP runtime is loaded under, so the kernels share torch's thread pool
+instead of starting a second one. RADIXRT_DISABLE_KERNELS=1 turns the library off; every
+caller then uses torch.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -34,14 +41,28 @@ CPU_SOURCES = (
     "extend_attention_f32.c",
     "layer_f32.c",
 )
-CPU_HEADERS = ("rt_cpu.h", "vec_math.h", "attention_rows.h")
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+CPU_HEADERS = ("rt_cpu.h", "simd.h", "attention_rows.h")
+CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+ISAS = ("avx512", "avx2", "portable")  # best first
+# Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.
+ISA_CFLAGS = {
+    "avx512": ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"),
+    "avx2": ("-mavx2", "-mfma", "-mf16c"),
+    "portable": (),
+}
+ISA_CPU_FLAGS = {
+    "avx512": frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma", "f16c"}),
+    "avx2": frozenset({"avx2", "fma", "f16c"}),
+    "portable": frozenset(),
+}
+_X86 = ("x86_64", "amd64", "i686", "i386")
 
 _build_error: str | None = None
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 # Argument types of every exported function (see csrc/cpu/rt_cpu.h).
 SIGNATURES: dict[str, list] = {
+    "rt_isa": [],
     "rt_pack_f32": [_P, _I, _I, _P],
     "rt_linear_f32": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
     "rt_rmsnorm_f32": [_P, _I, _P, _I, _P, _I, _I, _F],
@@ -90,7 +111,8 @@ SIGNATURES: dict[str, list] = {
         _P,
     ],
 }
-RESTYPES = {"rt_extend_attention_f32": ctypes.c_int}  # every other function returns void
+# Every other function returns void.
+RESTYPES = {"rt_extend_attention_f32": ctypes.c_int, "rt_isa": ctypes.c_char_p}
 
 
 def compiler() -> str | None:
@@ -120,28 +142,67 @@ def _cpu_flags() -> str:
                 return line
     except OSError:
         pass
-    import platform
-
     return platform.processor() or platform.machine()
 
 
-def library_path(cc: str) -> Path:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def supported_isas() -> tuple[str, ...]:
+    """The variants this CPU runs, best first (always ends with "portable")."""
+    if platform.machine().lower() not in _X86:
+        return ("portable",)
+    flags = frozenset(_cpu_flags().split())
+    return tuple(isa for isa in ISAS if ISA_CPU_FLAGS[isa] <= flags)
+
+
+def requested_isa() -> str:
+    """The variant to load: $RADIXRT_CPU_ISA when set (ValueError naming the problem when
+    unknown or unsupported here), else the best this CPU runs."""
+    name = os.environ.get("RADIXRT_CPU_ISA", "").strip().lower()
+    supported = supported_isas()
+    if name in ("", "auto"):
+        return supported[0]
+    if name not in ISAS:
+        raise ValueError(f"RADIXRT_CPU_ISA must be auto or one of {ISAS}, got {name!r}")
+    if name not in supported:
+        missing = sorted(ISA_CPU_FLAGS[name] - frozenset(_cpu_flags().split()))
+        raise ValueError(
+            f"RADIXRT_CPU_ISA={name}: this CPU cannot run it "
+            f"({platform.machine()}, missing {missing or 'x86'}); it runs {supported}"
+        )
+    return name
+
+
+def cflags(isa: str) -> tuple[str, ...]:
+    return (*CFLAGS, *ISA_CFLAGS[isa])
+
+
+def library_path(cc: str, isa: str) -> Path:
     """Where the library for these sources, flags, compiler and CPU lives in the cache."""
     h = hashlib.sha256()
     for name in (*CPU_SOURCES, *CPU_HEADERS):
         h.update((CPU_SRC_DIR / name).read_bytes())
-    h.update(" ".join((cc, *CFLAGS, _cpu_flags())).encode())
+    h.update(" ".join((cc, *cflags(isa), _cpu_flags())).encode())
     cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
-    return cache / "kernels" / f"radixrt_cpu-{h.hexdigest()[:16]}.so"
+    return cache / "kernels" / f"radixrt_cpu-{isa}-{h.hexdigest()[:16]}.so"
 
 
-def build_library(cc: str, out: Path, cflags: tuple[str, ...] = CFLAGS) -> None:
+def build_library(cc: str, out: Path, flags: tuple[str, ...]) -> None:
     """Compile the sources into `out` (raises RuntimeError with the compiler's message)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     # Build under a unique name, then rename: concurrent processes never load a partial file.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cc, *cflags, "-I", str(CPU_SRC_DIR), *(str(CPU_SRC_DIR / s) for s in CPU_SOURCES)]
+    cmd = [cc, *flags, "-I", str(CPU_SRC_DIR), *(str(CPU_SRC_DIR / s) for s in CPU_SOURCES)]
     try:
         proc = subprocess.run([*cmd, "-o", tmp], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
@@ -161,28 +222,57 @@ def load_library(path: Path) -> ctypes.CDLL:
     return lib
 
 
-@functools.cache
 def get_cpu_lib() -> ctypes.CDLL | None:
-    """The loaded library with argument types set, or None (reason in `build_error()`)."""
+    """The library of the requested variant (`requested_isa()`) with argument types set, or
+    None (reason in `build_error()`). A variant that fails to build falls back to the next
+    one this CPU runs. Resolved once per value of the two environment variables."""
+    return _resolve(
+        os.environ.get("RADIXRT_DISABLE_KERNELS", ""), os.environ.get("RADIXRT_CPU_ISA", "")
+    )
+
+
+@functools.cache
+def _resolve(disable: str, isa_name: str) -> ctypes.CDLL | None:
+    del disable, isa_name  # the cache key: both are read again below
     global _build_error
     reason = cannot_build_reason()
     if reason is not None:
         _build_error = reason
         return None
+    try:
+        isa = requested_isa()
+    except ValueError as e:
+        _build_error = str(e)
+        return None
+    return load_isa(isa)
+
+
+@functools.cache
+def load_isa(isa: str) -> ctypes.CDLL | None:
+    """The library of one variant, built if needed, or of the next variant when it does not
+    build; None when none does (reason in `build_error()`). Cached per variant: each loads
+    once per process (ctypes keeps every library's symbols apart)."""
+    global _build_error
     cc = compiler()
     assert cc is not None
-    try:
-        path = library_path(cc)
-        if not path.is_file():
-            t0 = time.perf_counter()
-            build_library(cc, path)
-            logger.info("built radixrt CPU kernels in %.1f s: %s", time.perf_counter() - t0, path)
-        lib = load_library(path)
-    except Exception as e:  # a failed build must never stop the runtime: torch remains
-        _build_error = f"{type(e).__name__}: {e}"
-        logger.warning("radixrt CPU kernels unavailable, using torch: %s", e)
-        return None
-    return lib
+    supported = supported_isas()
+    for candidate in supported[supported.index(isa) :] if isa in supported else (isa,):
+        try:
+            path = library_path(cc, candidate)
+            if not path.is_file():
+                t0 = time.perf_counter()
+                build_library(cc, path, cflags(candidate))
+                logger.info(
+                    "built radixrt CPU kernels (%s) in %.1f s: %s",
+                    candidate,
+                    time.perf_counter() - t0,
+                    path,
+                )
+            return load_library(path)
+        except Exception as e:  # a failed build must never stop the runtime: torch remains
+            _build_error = f"{type(e).__name__}: {e}"
+            logger.warning("radixrt CPU kernels (%s) unavailable: %s", candidate, e)
+    return None
 
 
 def build_error() -> str | None:

@@ -54,7 +54,7 @@ class FusedDecodeLayer(nn.Module):
             return False
         linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
         return (
-            all(type(m) is PackedLinear for m in linears)
+            all(type(m) is PackedLinear and m.small for m in linears)
             and type(layer.input_layernorm) is CpuRMSNorm
             and type(layer.post_attention_layernorm) is CpuRMSNorm
             and layer.input_layernorm.variance_epsilon

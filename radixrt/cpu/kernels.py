@@ -22,6 +22,7 @@ __all__ = [
     "extend_attention",
     "extend_attention_ref",
     "has_extend_attention",
+    "isa",
     "linear",
     "pack_weight",
     "rmsnorm_",
@@ -168,18 +169,15 @@ def decode_attention(
     return out
 
 
+def isa() -> str:
+    """The vector ISA of the loaded library: "avx512", "avx2" or "portable"."""
+    return lib().rt_isa().decode()
+
+
 def has_extend_attention() -> bool:
-    """True when the library has the vector extend-attention path (AVX-512 builds)."""
-    global _HAS_EXTEND
-    if _HAS_EXTEND is None:
-        _HAS_EXTEND = (
-            lib().rt_extend_attention_f32(None, 0, None, None, None, 0, 0, None, 0, 1, 1, 1, 1.0)
-            != -2
-        )
-    return _HAS_EXTEND
-
-
-_HAS_EXTEND: bool | None = None
+    """True when the library has a vector extend-attention path (every variant but the
+    portable one, which answers -2 and leaves the extends to torch)."""
+    return isa() != "portable"
 
 
 def extend_attention(

@@ -1,17 +1,21 @@
 """float32 CPU versions of the model's layers, running radixrt's C kernels (csrc/cpu).
 
-`use_cpu_kernels(model)` swaps, after the weights are loaded, every nn.Linear, RMSNorm,
-GatedActivation("silu") and QKVRotary for the module below that computes the same thing with
-the kernels; everything else (embedding, tensor-parallel layers, attention) stays. The swap
-is all or nothing per module type, so the forward code has no per-call switches.
+`use_cpu_kernels(model, plan)` swaps, after the weights are loaded, every nn.Linear, RMSNorm,
+GatedActivation("silu") and QKVRotary whose op the plan (guard.py) runs on the kernels for the
+module below that computes the same thing with them; everything else (embedding,
+tensor-parallel layers, attention) stays. The swap is all or nothing per module type, so the
+forward code has no per-call switches, except PackedLinear's one choice by row count where
+the plan keeps the kernel for decode sizes and torch for prefill sizes (or the reverse).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from radixrt.cpu import kernels as ck
+from radixrt.cpu.guard import DECODE_ROWS, OPS, KernelPlan
 from radixrt.layers.activation import GatedActivation
 from radixrt.layers.norm import RMSNorm
 from radixrt.layers.rotary import QKVRotary
@@ -20,18 +24,25 @@ from radixrt.layers.rotary import QKVRotary
 class PackedLinear(nn.Module):
     """y = x W^T + b with W (out, in) stored packed (pack_weight) for the C GEMM.
 
-    Holds the only copy of the weight (a buffer: loading is over when this is made)."""
+    `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
+    the other size runs F.linear on the original weight, which is kept only then (else the
+    packed copy is the only one: loading is over when this is made)."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, small: bool = True, large: bool = True) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.small, self.large = small, large
         self.register_buffer("packed", ck.pack_weight(linear.weight), persistent=False)
         bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.register_buffer("bias", bias, persistent=False)
+        weight = None if small and large else linear.weight.detach()
+        self.register_buffer("weight", weight, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        if self.weight is not None and (x2.shape[0] <= DECODE_ROWS) != self.small:
+            return F.linear(x, self.weight, self.bias)
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
         y = ck.linear(x2, self.packed, self.out_features, self.bias)
@@ -81,26 +92,29 @@ class CpuQKVRotary(nn.Module):
         return q, k, v
 
 
-def _swap(module: nn.Module) -> nn.Module | None:
+def _swap(module: nn.Module, plan: KernelPlan) -> nn.Module | None:
     kind = type(module)
     if kind is nn.Linear:
-        return PackedLinear(module)  # type: ignore[arg-type]
-    if kind is RMSNorm:
+        small, large = plan.uses("linear_decode"), plan.uses("linear_prefill")
+        return PackedLinear(module, small, large) if small or large else None  # type: ignore[arg-type]
+    if kind is RMSNorm and plan.uses("rmsnorm"):
         return CpuRMSNorm(module)  # type: ignore[arg-type]
-    if kind is GatedActivation and module.name == "silu":  # type: ignore[attr-defined]
+    if kind is GatedActivation and module.name == "silu" and plan.uses("silu_mul"):  # type: ignore[attr-defined]
         return CpuSiluMul()
-    if kind is QKVRotary:
+    if kind is QKVRotary and plan.uses("rotary"):
         return CpuQKVRotary(module)  # type: ignore[arg-type]
     return None
 
 
-def use_cpu_kernels(model: nn.Module) -> int:
-    """Swap the model's layers for their kernel versions in place; returns how many were
-    swapped. The model must be float32 on the CPU with its weights loaded."""
+def use_cpu_kernels(model: nn.Module, plan: KernelPlan | None = None) -> int:
+    """Swap the model's layers for their kernel versions in place as `plan` says (None: every
+    kernel); returns how many were swapped. The model must be float32 on the CPU with its
+    weights loaded."""
+    plan = plan or KernelPlan(ck.isa(), frozenset(OPS))
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            new = _swap(child)
+            new = _swap(child, plan)
             if new is not None:
                 swaps.append((parent, name, new))
     for parent, name, new in swaps:

@@ -16,11 +16,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from radixrt.config import ModelConfig
+
+if TYPE_CHECKING:
+    from radixrt.cpu.guard import KernelPlan
 
 logger = logging.getLogger(__name__)
 
@@ -48,21 +52,25 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
-def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) -> bool:
-    """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/cpu/layers.py) when
-    they build; True when the kernels run (the runner then fuses decode layers if its
-    attention backend allows, `fuse_cpu_decode_layers`)."""
-    if dtype != torch.float32 or config.disable_cpu_kernels:
-        return False
+def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) -> KernelPlan:
+    """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/cpu/layers.py) as
+    config.cpu_kernels plans them (radixrt/cpu/guard.py); returns the plan (`KernelPlan()`,
+    all torch, for other dtypes, "off", or a library that does not build). Logs one line:
+    the ISA and which ops run on which path."""
     from radixrt.cpu import kernels as ck
+    from radixrt.cpu.guard import KernelPlan, plan_for
     from radixrt.cpu.layers import use_cpu_kernels
+    from radixrt.cpu.timing import Shapes
 
+    if dtype != torch.float32 or config.cpu_kernels == "off":
+        return KernelPlan()
     if not ck.available():
         logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
-        return False
-    swapped = use_cpu_kernels(model)
-    logger.info("CPU kernels on: %d modules swapped", swapped)
-    return True
+        return KernelPlan()
+    plan = plan_for(config.cpu_kernels, Shapes.of(model))
+    swapped = use_cpu_kernels(model, plan)
+    logger.info("%s; %d modules swapped", plan.summary(), swapped)
+    return plan
 
 
 def fuse_cpu_decode_layers(model: nn.Module) -> int:

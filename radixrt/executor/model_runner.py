@@ -12,6 +12,7 @@ from torch import nn
 from radixrt.attention import create_attention_backend
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
+from radixrt.cpu.guard import KernelPlan
 from radixrt.cpu.runtime import (
     fuse_cpu_decode_layers,
     init_cpu_kernels,
@@ -87,7 +88,7 @@ class ModelRunner:
             self.tp_group.stop()
             raise
         self._init_attention_backend()
-        if self.cpu_kernels and self.attn_backend.fuses_cpu_decode_layers:
+        if self.cpu_kernels.fuses_decode_layers and self.attn_backend.fuses_cpu_decode_layers:
             fuse_cpu_decode_layers(self.model)
         self._init_cuda_graphs(max_running_requests)
         self.batch_link = BatchLink(self.comm, self.req_to_token_pool)
@@ -167,9 +168,10 @@ class ModelRunner:
 
     def _init_cpu_kernels(self) -> None:
         """On the CPU: the C heap's reuse policy and radixrt's C kernels (cpu/runtime.py);
-        `cpu_kernels` says whether they run. The parameters are counted before the swap."""
+        `cpu_kernels` is the plan of which ops run on them (`.any`: whether any does). The
+        parameters are counted before the swap."""
         self.num_params = sum(p.numel() for p in self.model.parameters())
-        self.cpu_kernels = False
+        self.cpu_kernels = KernelPlan()
         if self.device.type == "cpu":
             keep_freed_memory()
             self.cpu_kernels = init_cpu_kernels(self.model, self.model_config, self.dtype)
@@ -185,9 +187,17 @@ class ModelRunner:
     def _init_attention_backend(self) -> None:
         from radixrt.attention import default_backend
 
+        plan = self.cpu_kernels
+        attention_kernels = plan.uses("decode_attention") or plan.uses("extend_attention")
         name = self.model_config.attention_backend or (
-            "cpu" if self.cpu_kernels else default_backend(self.device, self.dtype)
+            "cpu" if attention_kernels else default_backend(self.device, self.dtype)
         )
+        options: dict[str, object] = {}
+        if name == "cpu" and plan.any:
+            options = {
+                "decode_kernel": plan.uses("decode_attention"),
+                "extend_kernel": plan.uses("extend_attention"),
+            }
         num_heads, num_kv_heads = self._partition_heads()
         self.attn_backend = create_attention_backend(
             name,
@@ -195,6 +205,7 @@ class ModelRunner:
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
             head_dim=self.arch.head_dim,
+            **options,
         )
 
     def _partition_heads(self) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from radixrt.attention import ATTENTION_BACKENDS
 from radixrt.config import (
+    CPU_KERNEL_MODES,
     DEVICES,
     DTYPES,
     LOG_LEVELS,
@@ -32,6 +33,7 @@ _ALIASES = {"tp_size": ("--tp",), "dp_size": ("--dp",)}
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "device": DEVICES,
+    "cpu_kernels": CPU_KERNEL_MODES,
     "schedule_policy": SCHEDULE_POLICIES,
     "attention_backend": tuple(ATTENTION_BACKENDS),
     "log_level": LOG_LEVELS,
@@ -42,6 +44,8 @@ _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
     "dtype": "weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)",
     "device": "auto picks cuda when available",
+    "cpu_kernels": "float32 on CPU: on = radixrt's C kernels, off = torch ops, auto = each "
+    "kernel timed against torch once per machine and the faster kept",
     "context_length": "max tokens per request; None: the model's",
     "attention_backend": "None: the best available for the device",
     "tp_size": "tensor-parallel ranks: each holds 1/tp of the heads, MLP rows and KV heads",

@@ -22,9 +22,10 @@ LONG_IDS = [256 + (i * 7919) % 40000 for i in range(1100)]
 
 
 def _run(path: Path, disable: bool) -> list[dict]:
-    with Engine(str(path), max_total_tokens=2048, disable_cpu_kernels=disable) as e:
+    mode = "off" if disable else "on"
+    with Engine(str(path), max_total_tokens=2048, cpu_kernels=mode) as e:
         runner = e.scheduler.runner
-        assert runner.cpu_kernels is not disable
+        assert runner.cpu_kernels.any is not disable
         backend = "TorchNativeAttnBackend" if disable else "CpuAttnBackend"
         assert type(runner.attn_backend).__name__ == backend
         layer = "LlamaDecoderLayer" if disable else "FusedDecodeLayer"  # one C call per decode

@@ -1,8 +1,10 @@
-"""radixrt's CPU kernels (csrc/cpu) against their torch definitions, and the float32 CPU model
-with them on against it with them off. Skipped where the library cannot be built."""
+"""radixrt's CPU kernels (csrc/cpu) against their torch definitions, for every ISA variant this
+CPU runs (avx512, avx2, portable: each test runs once per variant through $RADIXRT_CPU_ISA).
+Skipped where the library cannot be built."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,14 @@ from radixrt.layers.norm import RMSNorm
 from radixrt.layers.rotary import apply_rotary
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
+
+
+@pytest.fixture(autouse=True, params=cpu_build.supported_isas())
+def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test once per variant this CPU runs, with that variant's library loaded."""
+    monkeypatch.setenv("RADIXRT_CPU_ISA", request.param)
+    assert ck.isa() == request.param
+    return request.param
 
 
 @pytest.mark.parametrize("m", [1, 5, 12, 13, 100, 200])
@@ -116,59 +126,64 @@ def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int, ma
 def test_disable_env_and_cache_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RADIXRT_DISABLE_KERNELS", "1")
     assert cpu_build.cannot_build_reason() == "RADIXRT_DISABLE_KERNELS is set"
+    assert not ck.available() and ck.build_error() == "RADIXRT_DISABLE_KERNELS is set"
     monkeypatch.delenv("RADIXRT_DISABLE_KERNELS")
     monkeypatch.setenv("RADIXRT_CACHE", str(tmp_path))
     cc = cpu_build.compiler()
     assert cc is not None
-    path = cpu_build.library_path(cc)
+    path = cpu_build.library_path(cc, "avx2")
     assert path.parent == tmp_path / "kernels" and path.suffix == ".so"
+    assert cpu_build.library_path(cc, "portable") != path  # another variant: another library
     monkeypatch.setattr(cpu_build, "CFLAGS", (*cpu_build.CFLAGS, "-DX"))
-    assert cpu_build.library_path(cc) != path  # other flags: another library
+    assert cpu_build.library_path(cc, "avx2") != path  # other flags: another library
 
 
-@pytest.fixture(scope="module")
-def portable_lib(tmp_path_factory: pytest.TempPathFactory):
-    """The library built without AVX-512 (x86-64-v3: AVX2), as on most laptops."""
-    import platform
+def test_unknown_or_unsupported_isa_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RADIXRT_CPU_ISA", "sse9")
+    with pytest.raises(ValueError, match="RADIXRT_CPU_ISA must be auto or one of"):
+        cpu_build.requested_isa()
+    assert not ck.available() and "sse9" in (ck.build_error() or "")
+    missing = [i for i in cpu_build.ISAS if i not in cpu_build.supported_isas()]
+    if missing:
+        monkeypatch.setenv("RADIXRT_CPU_ISA", missing[0])
+        with pytest.raises(ValueError, match="this CPU cannot run it"):
+            cpu_build.requested_isa()
+    monkeypatch.setenv("RADIXRT_CPU_ISA", "auto")
+    assert cpu_build.requested_isa() == cpu_build.supported_isas()[0]
 
-    if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("x86-64 only")
+
+@pytest.mark.skipif(
+    shutil.which("aarch64-linux-gnu-gcc") is None,
+    reason="no aarch64 cross compiler (make cross-cc)",
+)
+def test_portable_variant_builds_for_arm(tmp_path: Path, isa: str) -> None:
+    """Off x86 only the portable variant exists: it must build for aarch64 (NEON by default)."""
+    if isa != "portable":
+        pytest.skip("one cross build is enough")
+    out = tmp_path / "arm.so"
+    flags = (*cpu_build.cflags("portable"), "-Wall", "-Wextra", "-Werror")
+    cpu_build.build_library("aarch64-linux-gnu-gcc", out, flags)
+    header = out.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_every_variant_builds_without_warnings(tmp_path: Path, isa: str) -> None:
     cc = cpu_build.compiler()
     assert cc is not None
-    out = tmp_path_factory.mktemp("portable") / "lib.so"
-    flags = tuple("-march=x86-64-v3" if f == "-march=native" else f for f in cpu_build.CFLAGS)
-    cpu_build.build_library(cc, out, (*flags, "-Wall", "-Wextra", "-Werror"))
-    return cpu_build.load_library(out)
-
-
-def test_portable_build_matches_torch(portable_lib, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The C fallbacks (no AVX-512) give the same answers as the vector code's references."""
-    monkeypatch.setattr(ck, "get_cpu_lib", lambda: portable_lib)
-    test_linear_matches_torch(13, 70, 33, True)
-    test_linear_matches_torch(1, 96, 64, False)
-    test_rmsnorm_matches_module(True)
-    test_rotary_in_place_matches_reference(9, 3, 64)
-    test_silu_mul_matches_torch(40)
-    test_decode_attention_matches_sdpa(9, 3, 64, 7, 250)
-    test_decode_attention_matches_sdpa(8, 2, 24, 1, 250)
-    test_decode_attention_matches_sdpa(9, 3, 64, 3, 2100)
-
-
-def test_native_build_has_no_warnings(tmp_path: Path) -> None:
-    cc = cpu_build.compiler()
-    assert cc is not None
-    strict = (*cpu_build.CFLAGS, "-Wall", "-Wextra", "-Werror")
+    strict = (*cpu_build.cflags(isa), "-Wall", "-Wextra", "-Werror")
     cpu_build.build_library(cc, tmp_path / "lib.so", strict)
+    assert cpu_build.load_library(tmp_path / "lib.so").rt_isa().decode() == isa
 
 
-@pytest.mark.skipif(not ck.available() or not ck.has_extend_attention(), reason="no AVX-512")
 @pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 4, 16), (8, 2, 24), (6, 2, 20)])
-# (40, 40): a key block starts past the first 16 rows of a 32-row tile (only its upper half
-# sees those keys).
+# (40, 40): a key block starts past the lower half of a tile (32 rows on AVX-512: rows 40-71;
+# 16 on AVX2: rows 56-71), so only its upper half sees those keys.
 @pytest.mark.parametrize(
     ("prefix", "new"), [(0, 1), (0, 37), (0, 130), (50, 1), (100, 77), (40, 40)]
 )
 def test_extend_attention_matches_sdpa(hq: int, hkv: int, d: int, prefix: int, new: int) -> None:
+    if not ck.has_extend_attention():
+        pytest.skip("the portable variant leaves extends to torch")
     torch.manual_seed(5)
     k_buf, v_buf = torch.randn(500, hkv, d), torch.randn(500, hkv, d)
     slots = torch.randperm(500)[: prefix + new].int()

@@ -32,7 +32,7 @@ from radixrt.bench.micro.roofline import (
     format_roofline,
     machine_info,
 )
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.config import CPU_KERNEL_MODES, CacheConfig, ModelConfig, SchedulerConfig
 
 PREFILL_LENS = (256, 1024, 2048)
 BATCH_SIZES = (1, 8, 32)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             dtype="float32",
             device="cpu",
             tp_size=args.tp,
-            disable_cpu_kernels=args.disable_cpu_kernels,
+            cpu_kernels=args.cpu_kernels,
         ),
         CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
         SchedulerConfig(
@@ -74,10 +74,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
     load = OtherLoad(sched.runner.tp_group.pids)
-    print(f"radixrt CPU kernels: {'on' if sched.runner.cpu_kernels else 'off'}", flush=True)
+    print(f"radixrt {sched.runner.cpu_kernels.summary()}", flush=True)
     # Counted at load, before the CPU kernels repack the linear weights (the tied LM head
     # then has its own packed copy, which a step reads instead of the embedding table).
     num_params, weight_bytes = sched.runner.num_params, sched.runner.weight_bytes
+    plan = sched.runner.cpu_kernels
     vocab = sched.runner.arch.vocab_size
     hf = None if args.skip_hf else load_hf_model(sched.runner.model_path)
 
@@ -96,7 +97,7 @@ def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
         "num_params": num_params,
         "weight_bytes": weight_bytes,
         "tp_size": args.tp,
-        "cpu_kernels": sched.runner.cpu_kernels,
+        "cpu_kernels": {"isa": plan.isa, "kernels": sorted(plan.kernels)},
         "repeats": args.repeats,
         "rounds": args.rounds,
         "decode_prompt_len": args.decode_prompt_len,
@@ -138,7 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (gloo on CPU)")
     p.add_argument("--skip-hf", action="store_true", help="radixrt and the roofline only")
     p.add_argument(
-        "--disable-cpu-kernels", action="store_true", help="radixrt on torch ops, not csrc/cpu"
+        "--cpu-kernels",
+        choices=CPU_KERNEL_MODES,
+        default=ModelConfig.cpu_kernels,
+        help="radixrt's C kernels (csrc/cpu): on, off (torch ops) or auto (the faster per op)",
     )
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     add_roofline_args(p)

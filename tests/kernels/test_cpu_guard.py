@@ -1,0 +1,135 @@
+"""The CPU kernel guard (radixrt/cpu/guard.py): `--cpu-kernels auto` times each kernel against
+torch on the model's shapes once per machine, keeps the faster per op, and the model runs the
+plan it made (a linear layer may run the kernel at decode sizes and torch at prefill sizes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from conftest import assert_pool_whole
+
+from radixrt import Engine
+from radixrt.config import ModelConfig
+from radixrt.cpu import guard
+from radixrt.cpu import kernels as ck
+from radixrt.cpu.layers import PackedLinear
+from radixrt.cpu.timing import Shapes
+from radixrt.layers.rotary import QKVRotary
+
+pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
+
+PROMPTS = ["The capital of France is", "1, 2, 3, 4,"]
+PARAMS = {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True, "return_logprob": True}
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RADIXRT_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def _shapes(path: Path) -> Shapes:
+    with Engine(str(path), max_total_tokens=512, cpu_kernels="off") as e:
+        return Shapes.of(e.scheduler.runner.model)
+
+
+def test_shapes_of_a_model(tiny_llama_path: Path) -> None:
+    s = _shapes(tiny_llama_path)
+    assert any(head for *_, head in s.linears) and any(not head for *_, head in s.linears)
+    assert s.norms and s.mlps and s.heads
+    for k, n, _, _ in s.linears:
+        assert tuple(s.weights[(k, n)].shape) == (n, k)  # the model's own weights
+
+
+def test_auto_measures_once_then_reads_the_plan(
+    tiny_llama_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shapes = _shapes(tiny_llama_path)
+    plan = guard.plan_for("auto", shapes)
+    assert plan.isa == ck.isa() and plan.kernels <= frozenset(guard.OPS)
+    assert set(plan.timings) == set(guard.OPS) if ck.has_extend_attention() else True
+    for op, (t_kernel, t_torch) in plan.timings.items():  # the rule, op by op
+        assert (op in plan.kernels) == (t_kernel <= t_torch * guard.TIE)
+    path = guard.plan_path(plan.isa, shapes)
+    assert path.parent == cache / "kernels" / "plans" and path.is_file()
+
+    def no_timing(*args: object) -> None:
+        raise AssertionError("a kept plan is not measured again")
+
+    monkeypatch.setattr(guard, "time_ops", no_timing)
+    assert guard.plan_for("auto", shapes) == plan
+    path.write_text("{not json")  # a damaged plan is measured again
+    with pytest.raises(AssertionError, match="not measured again"):
+        guard.plan_for("auto", shapes)
+
+
+def test_on_off_and_bad_modes(tiny_llama_path: Path) -> None:
+    shapes = _shapes(tiny_llama_path)
+    assert guard.plan_for("off", shapes) == guard.KernelPlan()
+    assert not guard.KernelPlan().any and "off" in guard.KernelPlan().summary()
+    on = guard.plan_for("on", shapes)
+    assert on.fuses_decode_layers and on.uses("linear_prefill")
+    with pytest.raises(ValueError, match="cpu_kernels must be one of"):
+        guard.plan_for("fast", shapes)
+    with pytest.raises(ValueError, match="cpu_kernels must be one of"):
+        ModelConfig(cpu_kernels="fast")
+
+
+def _fake_timings(slower: set[str]):
+    """time_ops as if torch were twice as fast for the ops in `slower`, and half elsewhere."""
+
+    def fake(shapes: Shapes, ops: frozenset[str], decode_rows: int) -> dict:
+        return {op: (2.0, 1.0) if op in slower else (1.0, 2.0) for op in ops}
+
+    return fake
+
+
+def _generate(path: Path, mode: str) -> tuple[list[dict], list[str], guard.KernelPlan]:
+    with Engine(str(path), max_total_tokens=2048, cpu_kernels=mode) as e:
+        runner = e.scheduler.runner
+        outs = e.generate(PROMPTS, PARAMS)
+        layers = [type(m).__name__ for m in runner.model.model.layers]
+        linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
+        if runner.cpu_kernels.uses("linear_decode"):
+            assert linears and all(m.small for m in linears)
+            assert all(m.large == runner.cpu_kernels.uses("linear_prefill") for m in linears)
+            assert all((m.weight is None) == (m.small and m.large) for m in linears)
+        rotaries = [m for m in runner.model.modules() if type(m) is QKVRotary]
+        assert bool(rotaries) != runner.cpu_kernels.uses("rotary")
+        assert_pool_whole(e)
+        return outs, layers, runner.cpu_kernels
+
+
+@pytest.mark.parametrize(
+    "slower",
+    [{"linear_prefill", "extend_attention"}, {"rotary"}, {"decode_attention"}, set()],
+    ids=["prefill-on-torch", "rotary-on-torch", "decode-attention-on-torch", "all-kernels"],
+)
+def test_a_partial_plan_runs_and_matches_torch(
+    tiny_llama_path: Path,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    slower: set[str],
+) -> None:
+    monkeypatch.setattr(guard, "time_ops", _fake_timings(slower))
+    with caplog.at_level(logging.INFO, logger="radixrt"):
+        outs, layers, plan = _generate(tiny_llama_path, "auto")
+    assert plan.kernels == frozenset(guard.OPS) - slower - (
+        set() if ck.has_extend_attention() else {"extend_attention"}
+    )
+    line = next(r.getMessage() for r in caplog.records if "CPU kernels (" in r.getMessage())
+    assert f"({plan.isa}," in line and (("torch for" in line) == bool(slower))
+    fused = not slower & guard.FUSED_DECODE_OPS
+    assert all((name == "FusedDecodeLayer") == fused for name in layers)
+    kept = json.loads(next((cache / "kernels" / "plans").glob("*.json")).read_text())
+    assert set(kept["kernels"]) == plan.kernels
+    ref, _, _ = _generate(tiny_llama_path, "off")
+    for a, b in zip(outs, ref):
+        assert a["output_ids"] == b["output_ids"]
+        la = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
+        lb = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
+        assert la == pytest.approx(lb, abs=1e-4)
