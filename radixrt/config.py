@@ -11,6 +11,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 # radixrt/cpu/guard.py: auto times each C kernel against torch once per machine, keeps the faster.
 CPU_KERNEL_MODES = ("auto", "on", "off")
+# Weight-only quantization at load, from float checkpoints (CPU kernels; radixrt/cpu/layers.py).
+QUANTIZATIONS = ("int8",)
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
@@ -37,6 +39,9 @@ class ModelConfig:
     disable_cuda_graph: bool = False  # CUDA graphs replay decode steps (flashinfer, triton on CUDA)
     cuda_graph_max_bs: int = 64  # largest decode batch captured; bigger batches run eagerly
     cpu_kernels: str = "auto"  # float32 on CPU: radixrt's C kernels (auto: where faster than torch)
+    quantization: str | None = (
+        None  # int8: weight-only int8 linear layers (CPU), from float weights
+    )
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -68,6 +73,20 @@ class ModelConfig:
             raise ValueError(
                 f"cpu_kernels must be one of {CPU_KERNEL_MODES}, got {self.cpu_kernels!r}"
             )
+        if self.quantization is not None:
+            if self.quantization not in QUANTIZATIONS:
+                raise ValueError(
+                    f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}"
+                )
+            if self.device == "cuda" or self.dtype not in ("auto", "float32"):
+                raise ValueError(
+                    "quantization int8 runs on radixrt's CPU kernels: it needs the CPU and "
+                    f"float32 activations (device {self.device!r}, dtype {self.dtype!r})"
+                )
+            if self.cpu_kernels == "off":
+                raise ValueError(
+                    "quantization int8 runs on radixrt's CPU kernels: not with cpu_kernels='off'"
+                )
         if self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")
 

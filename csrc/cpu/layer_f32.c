@@ -10,15 +10,25 @@
 //
 // x and residual (b, hidden) contiguous are updated in place: on return x is the MLP output
 // and residual the layer's new residual stream, as LlamaDecoderLayer.forward returns them.
+// Each linear's weight is float32 panels (its s_* NULL) or int8 panels with scales s_*.
 #include <stdint.h>
 
 #include "rt_cpu.h"
 
+static void lin(const float* x, int64_t ldx, int64_t m, int64_t k, const void* w,
+                const float* s, int64_t n, const float* bias, float* y, int64_t ldy) {
+  if (s)
+    rt_linear_q8(x, ldx, m, k, (const int8_t*)w, s, n, bias, y, ldy);
+  else
+    rt_linear_f32(x, ldx, m, k, (const float*)w, n, bias, y, ldy);
+}
+
 void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
-                         const float* ln1, const float* ln2, float eps, const float* w_qkv,
-                         const float* b_qkv, const float* w_o, const float* b_o,
-                         const float* w_gu, const float* b_gu, const float* w_down,
-                         const float* b_down, int64_t hq, int64_t hkv, int64_t d, int64_t inter,
+                         const float* ln1, const float* ln2, float eps, const void* w_qkv,
+                         const float* b_qkv, const float* s_qkv, const void* w_o,
+                         const float* b_o, const float* s_o, const void* w_gu,
+                         const float* b_gu, const float* s_gu, const void* w_down,
+                         const float* b_down, const float* s_down, int64_t hq, int64_t hkv, int64_t d, int64_t inter,
                          const float* cos, const float* sin, float* k_buf, float* v_buf,
                          const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
                          const int64_t* rows, const int64_t* seq_lens, float scale,
@@ -31,14 +41,14 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   float* act = gate_up + b * 2 * inter;
 
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln1, b, hidden, eps);
-  rt_linear_f32(x, hidden, b, hidden, w_qkv, width, b_qkv, qkv, width);
+  lin(x, hidden, b, hidden, w_qkv, s_qkv, width, b_qkv, qkv, width);
   rt_rotary_f32(qkv, width, hq, qkv + hq * d, width, hkv, cos, sin, d, b, d);
   rt_decode_attention_f32(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
                           out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq,
                           hkv, d, scale);
-  rt_linear_f32(attn, hq * d, b, hq * d, w_o, hidden, b_o, x, hidden);
+  lin(attn, hq * d, b, hq * d, w_o, s_o, hidden, b_o, x, hidden);
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln2, b, hidden, eps);
-  rt_linear_f32(x, hidden, b, hidden, w_gu, 2 * inter, b_gu, gate_up, 2 * inter);
+  lin(x, hidden, b, hidden, w_gu, s_gu, 2 * inter, b_gu, gate_up, 2 * inter);
   rt_silu_mul_f32(gate_up, 2 * inter, act, inter, b, inter);
-  rt_linear_f32(act, inter, b, inter, w_down, hidden, b_down, x, hidden);
+  lin(act, inter, b, inter, w_down, s_down, hidden, b_down, x, hidden);
 }

@@ -5,11 +5,18 @@
 #pragma once
 #include <stdint.h>
 
-// Wp (ceil(n/32), k, 32) <- w (n, k): see gemm_f32.c for the layout.
+// Wp (ceil(n/32), k, 32) <- w (n, k): see gemm.c for the layout.
 void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp);
 // y (m, n) = x (m, k) @ w^T + bias (n,) or no bias when NULL; wp packed by rt_pack_f32.
 void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* wp,
                    int64_t n, const float* bias, float* y, int64_t ldy);
+
+// Weight-only int8: wp (ceil(n/32), k, 32) int8 and scale (ceil(n/32) * 32) <- w (n, k), one
+// scale per output column (max |w| / 127); see gemm.c.
+void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale);
+// y (m, n) = x (m, k) @ (wq * scale)^T + bias, wp and scale from rt_pack_q8.
+void rt_linear_q8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
+                  const float* scale, int64_t n, const float* bias, float* y, int64_t ldy);
 
 // Per row of x (t, h): with residual, residual += x and x = rmsnorm(residual) * w; without,
 // x = rmsnorm(x) * w. In place.
@@ -31,17 +38,19 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
                              int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
                              float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
                              int64_t d, float scale);
-// A whole decoder layer for one new token per request; see layer_f32.c. scratch holds
-// b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d).
+// A whole decoder layer for one new token per request; see layer_f32.c. Each linear is its
+// packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels). scratch
+// holds b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d).
 void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
-                         const float* ln1, const float* ln2, float eps, const float* w_qkv,
-                         const float* b_qkv, const float* w_o, const float* b_o,
-                         const float* w_gu, const float* b_gu, const float* w_down,
-                         const float* b_down, int64_t hq, int64_t hkv, int64_t d, int64_t inter,
-                         const float* cos, const float* sin, float* k_buf, float* v_buf,
-                         const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
-                         const int64_t* rows, const int64_t* seq_lens, float scale,
-                         float* scratch);
+                         const float* ln1, const float* ln2, float eps, const void* w_qkv,
+                         const float* b_qkv, const float* s_qkv, const void* w_o,
+                         const float* b_o, const float* s_o, const void* w_gu,
+                         const float* b_gu, const float* s_gu, const void* w_down,
+                         const float* b_down, const float* s_down, int64_t hq, int64_t hkv,
+                         int64_t d, int64_t inter, const float* cos, const float* sin,
+                         float* k_buf, float* v_buf, const int64_t* out_loc,
+                         const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
+                         const int64_t* seq_lens, float scale, float* scratch);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1]; see extend_attention_f32.c. Returns 0, -1 when scratch
 // memory ran out, -2 when built without a vector ISA (callers then use torch).

@@ -45,6 +45,10 @@ static inline vmask vmask_first(int64_t n) {
   return n >= 16 ? (vmask)0xFFFF : n <= 0 ? (vmask)0 : (vmask)((1u << n) - 1);
 }
 static inline vf vload_mask(vmask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+// VW int8 values at p, as float32 lanes.
+static inline vf vload_i8(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
 static inline void vstore_mask(float* p, vmask m, vf v) { _mm512_mask_storeu_ps(p, m, v); }
 static inline vmask vcmp_ge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 static inline vmask vcmp_neq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_OQ); }
@@ -112,6 +116,9 @@ static inline vmask vmask_first(int64_t n) {
   const int c = n <= 0 ? 0 : n >= 8 ? 8 : (int)n;
   return _mm256_castsi256_ps(
       _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+static inline vf vload_i8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
 }
 // Masked-off lanes are neither read nor written (no fault past the end of a buffer).
 static inline vf vload_mask(vmask m, const float* p) {

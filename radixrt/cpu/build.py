@@ -35,7 +35,7 @@ logger = logging.getLogger("radixrt")
 
 CPU_SRC_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
 CPU_SOURCES = (
-    "gemm_f32.c",
+    "gemm.c",
     "ops_f32.c",
     "attention_f32.c",
     "extend_attention_f32.c",
@@ -65,6 +65,8 @@ SIGNATURES: dict[str, list] = {
     "rt_isa": [],
     "rt_pack_f32": [_P, _I, _I, _P],
     "rt_linear_f32": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
+    "rt_pack_q8": [_P, _I, _I, _P, _P],
+    "rt_linear_q8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "rt_rmsnorm_f32": [_P, _I, _P, _I, _P, _I, _I, _F],
     "rt_rotary_f32": [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I],
     "rt_silu_mul_f32": [_P, _I, _P, _I, _I, _I],
@@ -98,7 +100,7 @@ SIGNATURES: dict[str, list] = {
         _P,
         _P,
         _F,
-        *[_P] * 8,
+        *[_P] * 12,
         _I,
         _I,
         _I,

@@ -39,10 +39,10 @@ class FusedDecodeLayer(nn.Module):
             _ptr(layer.input_layernorm.weight),
             _ptr(layer.post_attention_layernorm.weight),
         )
-        self.linear_ptrs = tuple(
+        self.linear_ptrs = tuple(  # per linear: packed weight, bias, int8 scales (or None)
             p
             for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-            for p in (_ptr(lin.packed), _ptr(lin.bias))
+            for p in (_ptr(lin.packed), _ptr(lin.bias), _ptr(lin.scale))
         )
         hq, hkv, d, inter = self.dims
         self.scratch_per_row = (hq + 2 * hkv) * d + hq * d + 3 * inter

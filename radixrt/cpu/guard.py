@@ -43,6 +43,7 @@ OPS = (
     "decode_attention",
     "extend_attention",
 )
+LINEAR_OPS = frozenset({"linear_decode", "linear_prefill"})
 # What a decoder layer needs to run its decode steps as one C call (fused_layer.py).
 FUSED_DECODE_OPS = frozenset({"linear_decode", "rmsnorm", "silu_mul", "rotary", "decode_attention"})
 
@@ -84,30 +85,32 @@ class KernelPlan:
         return line + (f" (kernel speed-up over torch: {', '.join(speed)})" if speed else "")
 
 
-def plan_for(mode: str, shapes: Shapes) -> KernelPlan:
-    """The plan of `mode` for a model of these shapes (the library must be available)."""
+def plan_for(mode: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> KernelPlan:
+    """The plan of `mode` for a model of these shapes (the library must be available); the
+    ops in `fixed` run on the kernels whatever the mode (int8 linear layers: there is no
+    torch op to time them against)."""
     if mode not in MODES:
         raise ValueError(f"cpu_kernels must be one of {MODES}, got {mode!r}")
-    if mode == "off":
-        return KernelPlan()
     isa = ck.isa()
+    if mode == "off":
+        return KernelPlan(isa, fixed) if fixed else KernelPlan()
     ops = frozenset(OPS) if ck.has_extend_attention() else frozenset(OPS) - {"extend_attention"}
     if mode == "on":
         return KernelPlan(isa, ops)
-    path = plan_path(isa, shapes)
+    path = plan_path(isa, shapes, fixed)
     cached = _read(path, ops)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
-    timings = time_ops(shapes, ops, DECODE_ROWS)
-    kept = frozenset(op for op, (tk, tt) in timings.items() if tk <= tt * TIE)
+    timings = time_ops(shapes, ops - fixed, DECODE_ROWS)
+    kept = frozenset(op for op, (tk, tt) in timings.items() if tk <= tt * TIE) | fixed
     plan = KernelPlan(isa, kept, timings)
     _write(path, plan)
     logger.info("CPU kernels timed against torch in %.1f s: %s", time.perf_counter() - t0, path)
     return plan
 
 
-def plan_path(isa: str, shapes: Shapes) -> Path:
+def plan_path(isa: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> Path:
     """Where the plan for this machine, library, torch and model shapes is kept."""
     cc = cpu_build.compiler() or ""
     key = {
@@ -118,6 +121,7 @@ def plan_path(isa: str, shapes: Shapes) -> Path:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "shapes": shapes.key(),
+        "fixed": sorted(fixed),
         "decode_rows": DECODE_ROWS,
         "tie": TIE,
     }

@@ -25,12 +25,14 @@ __all__ = [
     "isa",
     "linear",
     "pack_weight",
+    "pack_weight_int8",
+    "unpack_weight",
     "rmsnorm_",
     "rotary_",
     "silu_mul",
 ]
 
-PANEL = 32  # output columns per packed panel (NR in gemm_f32.c)
+PANEL = 32  # output columns per packed panel (NR in gemm.c)
 
 
 def available() -> bool:
@@ -55,7 +57,7 @@ def _rows(t: torch.Tensor, name: str) -> None:
 
 
 def pack_weight(w: torch.Tensor) -> torch.Tensor:
-    """(ceil(N/32), K, 32) packed copy of a float32 weight w (N, K); see gemm_f32.c."""
+    """(ceil(N/32), K, 32) packed copy of a float32 weight w (N, K); see gemm.c."""
     w = w.detach().to(torch.float32).contiguous()
     n, k = w.shape
     out = torch.empty((n + PANEL - 1) // PANEL, k, PANEL, dtype=torch.float32)
@@ -63,23 +65,48 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def pack_weight_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weight-only int8 of a float weight w (N, K): the packed int8 values (ceil(N/32), K, 32)
+    and one float32 scale per output column (ceil(N/32) * 32,), max |w[n]| / 127, so that
+    w[n, k] ~= q[n, k] * scale[n] with q = round(w / scale) in [-127, 127]; see gemm.c."""
+    w = w.detach().to(torch.float32).contiguous()
+    n, k = w.shape
+    panels = (n + PANEL - 1) // PANEL
+    out = torch.empty(panels, k, PANEL, dtype=torch.int8)
+    scale = torch.empty(panels * PANEL, dtype=torch.float32)
+    lib().rt_pack_q8(w.data_ptr(), n, k, out.data_ptr(), scale.data_ptr())
+    return out, scale
+
+
+def unpack_weight(packed: torch.Tensor, n: int, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The (n, K) float32 weight a packed one stands for (int8 values times their scales)."""
+    w = packed.permute(0, 2, 1).reshape(-1, packed.shape[1])[:n].to(torch.float32)
+    return w if scale is None else w * scale[:n, None]
+
+
 def linear(
-    x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    n: int,
+    bias: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x (M, K) @ W^T + bias -> (M, n), W (n, K) given as pack_weight(W)."""
+    """x (M, K) @ W^T + bias -> (M, n), W (n, K) given as pack_weight(W), or as
+    pack_weight_int8(W) (int8 `packed` with its `scale`)."""
     _rows(x, "x")
     m, k = x.shape
     y = torch.empty(m, n, dtype=torch.float32)
+    bias_ptr = None if bias is None else bias.data_ptr()
+    if packed.dtype == torch.int8:
+        if scale is None:
+            raise ValueError("an int8 packed weight needs its scale")
+        lib().rt_linear_q8(
+            x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), scale.data_ptr(), n, bias_ptr,
+            y.data_ptr(), n,
+        )  # fmt: skip
+        return y
     lib().rt_linear_f32(
-        x.data_ptr(),
-        x.stride(0),
-        m,
-        k,
-        packed.data_ptr(),
-        n,
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        n,
+        x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n
     )
     return y
 

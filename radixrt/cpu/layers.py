@@ -22,20 +22,30 @@ from radixrt.layers.rotary import QKVRotary
 
 
 class PackedLinear(nn.Module):
-    """y = x W^T + b with W (out, in) stored packed (pack_weight) for the C GEMM.
+    """y = x W^T + b with W (out, in) stored packed for the C GEMM: float32 panels
+    (pack_weight), or with `int8` weight-only int8 panels and one scale per output column
+    (pack_weight_int8; always the kernel, whatever the sizes).
 
     `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
-    the other size runs F.linear on the original weight, which is kept only then (else the
-    packed copy is the only one: loading is over when this is made)."""
+    the other size runs F.linear on the original float weight, which is kept only then (else
+    the packed copy is the only one: loading is over when this is made)."""
 
-    def __init__(self, linear: nn.Linear, small: bool = True, large: bool = True) -> None:
+    def __init__(
+        self, linear: nn.Linear, small: bool = True, large: bool = True, int8: bool = False
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.small, self.large = small, large
-        self.register_buffer("packed", ck.pack_weight(linear.weight), persistent=False)
+        self.small, self.large = (True, True) if int8 else (small, large)
+        scale = None
+        if int8:
+            packed, scale = ck.pack_weight_int8(linear.weight)
+        else:
+            packed = ck.pack_weight(linear.weight)
+        self.register_buffer("packed", packed, persistent=False)
+        self.register_buffer("scale", scale, persistent=False)
         bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.register_buffer("bias", bias, persistent=False)
-        weight = None if small and large else linear.weight.detach()
+        weight = None if self.small and self.large else linear.weight.detach()
         self.register_buffer("weight", weight, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -45,7 +55,7 @@ class PackedLinear(nn.Module):
             return F.linear(x, self.weight, self.bias)
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
-        y = ck.linear(x2, self.packed, self.out_features, self.bias)
+        y = ck.linear(x2, self.packed, self.out_features, self.bias, self.scale)
         return y.view(*lead, self.out_features)
 
 
@@ -92,8 +102,10 @@ class CpuQKVRotary(nn.Module):
         return q, k, v
 
 
-def _swap(module: nn.Module, plan: KernelPlan) -> nn.Module | None:
+def _swap(module: nn.Module, plan: KernelPlan, int8: bool) -> nn.Module | None:
     kind = type(module)
+    if kind is nn.Linear and int8:
+        return PackedLinear(module, int8=True)  # type: ignore[arg-type]
     if kind is nn.Linear:
         small, large = plan.uses("linear_decode"), plan.uses("linear_prefill")
         return PackedLinear(module, small, large) if small or large else None  # type: ignore[arg-type]
@@ -106,15 +118,16 @@ def _swap(module: nn.Module, plan: KernelPlan) -> nn.Module | None:
     return None
 
 
-def use_cpu_kernels(model: nn.Module, plan: KernelPlan | None = None) -> int:
+def use_cpu_kernels(model: nn.Module, plan: KernelPlan | None = None, int8: bool = False) -> int:
     """Swap the model's layers for their kernel versions in place as `plan` says (None: every
-    kernel); returns how many were swapped. The model must be float32 on the CPU with its
-    weights loaded."""
+    kernel); with `int8` every nn.Linear becomes weight-only int8 (quantized here, from the
+    loaded float weights). Returns how many were swapped. The model must be float32 on the CPU
+    with its weights loaded."""
     plan = plan or KernelPlan(ck.isa(), frozenset(OPS))
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            new = _swap(child, plan)
+            new = _swap(child, plan, int8)
             if new is not None:
                 swaps.append((parent, name, new))
     for parent, name, new in swaps:

@@ -55,21 +55,32 @@ def keep_freed_memory() -> bool:
 def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) -> KernelPlan:
     """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/cpu/layers.py) as
     config.cpu_kernels plans them (radixrt/cpu/guard.py); returns the plan (`KernelPlan()`,
-    all torch, for other dtypes, "off", or a library that does not build). Logs one line:
-    the ISA and which ops run on which path."""
+    all torch, for other dtypes, "off", or a library that does not build). With
+    config.quantization "int8" every linear layer is quantized and runs the int8 kernel
+    (ValueError where the kernels cannot run). Logs one line: the ISA and which ops run on
+    which path."""
     from radixrt.cpu import kernels as ck
-    from radixrt.cpu.guard import KernelPlan, plan_for
+    from radixrt.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
     from radixrt.cpu.layers import use_cpu_kernels
     from radixrt.cpu.timing import Shapes
 
+    int8 = config.quantization == "int8"
+    if int8 and (dtype != torch.float32 or not ck.available()):
+        raise ValueError(
+            f"--quantization int8 runs on radixrt's CPU kernels, which need float32 "
+            f"(got {dtype}) and a C compiler (kernels: {ck.build_error() or 'ok'})"
+        )
     if dtype != torch.float32 or config.cpu_kernels == "off":
         return KernelPlan()
     if not ck.available():
         logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
         return KernelPlan()
-    plan = plan_for(config.cpu_kernels, Shapes.of(model))
-    swapped = use_cpu_kernels(model, plan)
-    logger.info("%s; %d modules swapped", plan.summary(), swapped)
+    fixed = LINEAR_OPS if int8 else frozenset()
+    plan = plan_for(config.cpu_kernels, Shapes.of(model), fixed=fixed)
+    swapped = use_cpu_kernels(model, plan, int8=int8)
+    logger.info(
+        "%s%s; %d modules swapped", plan.summary(), ", linear layers int8" if int8 else "", swapped
+    )
     return plan
 
 

@@ -51,6 +51,20 @@ def resolve_device(name: str, rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
+def _decode_read_bytes(model: nn.Module) -> int:
+    """The weight bytes a decode step reads once the linear layers are packed (int8): every
+    packed linear's buffers and every parameter but the embedding tables (looked up by row)."""
+    from radixrt.cpu.layers import PackedLinear
+
+    embedding = {id(p) for m in model.modules() if "Embedding" in type(m).__name__
+                 for p in m.parameters()}  # fmt: skip
+    params = sum(p.nbytes for p in model.parameters() if id(p) not in embedding)
+    packed = sum(
+        b.nbytes for m in model.modules() if isinstance(m, PackedLinear) for b in m.buffers()
+    )
+    return params + packed
+
+
 class ModelRunner:
     """Loads the model, sizes and owns the KV pools, and runs forward passes.
 
@@ -172,9 +186,16 @@ class ModelRunner:
         parameters are counted before the swap."""
         self.num_params = sum(p.numel() for p in self.model.parameters())
         self.cpu_kernels = KernelPlan()
+        if self.model_config.quantization and self.device.type != "cpu":
+            raise ValueError(
+                f"--quantization {self.model_config.quantization} runs on radixrt's CPU "
+                f"kernels; the model is on {self.device}"
+            )
         if self.device.type == "cpu":
             keep_freed_memory()
             self.cpu_kernels = init_cpu_kernels(self.model, self.model_config, self.dtype)
+        if self.model_config.quantization:
+            self.weight_bytes = _decode_read_bytes(self.model)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
         mem = build_kv_memory(

@@ -16,6 +16,7 @@ from radixrt.config import (
     DEVICES,
     DTYPES,
     LOG_LEVELS,
+    QUANTIZATIONS,
     SCHEDULE_POLICIES,
     CacheConfig,
     ModelConfig,
@@ -34,6 +35,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "device": DEVICES,
     "cpu_kernels": CPU_KERNEL_MODES,
+    "quantization": QUANTIZATIONS,
     "schedule_policy": SCHEDULE_POLICIES,
     "attention_backend": tuple(ATTENTION_BACKENDS),
     "log_level": LOG_LEVELS,
@@ -46,6 +48,8 @@ _HELP = {
     "device": "auto picks cuda when available",
     "cpu_kernels": "float32 on CPU: on = radixrt's C kernels, off = torch ops, auto = each "
     "kernel timed against torch once per machine and the faster kept",
+    "quantization": "int8: weight-only int8 linear layers (per-output-channel scales, float32 "
+    "activations) quantized at load, on the CPU kernels",
     "context_length": "max tokens per request; None: the model's",
     "attention_backend": "None: the best available for the device",
     "tp_size": "tensor-parallel ranks: each holds 1/tp of the heads, MLP rows and KV heads",

@@ -39,6 +39,24 @@ def test_linear_matches_torch(m: int, n: int, k: int, bias: bool) -> None:
     torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=2e-5 * k**0.5)
 
 
+@pytest.mark.parametrize("m", [1, 5, 12, 13, 100, 200])
+@pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (31, 8)])
+def test_int8_linear_matches_its_dequantized_weight(m: int, n: int, k: int) -> None:
+    torch.manual_seed(m * 1000 + n)
+    w, b = torch.randn(n, k), torch.randn(n)
+    w[3] = 0.0  # an all-zero column gets scale 1, values 0
+    packed, scale = ck.pack_weight_int8(w)
+    assert packed.dtype == torch.int8 and packed.abs().max() <= 127
+    deq = ck.unpack_weight(packed, n, scale)
+    assert scale[3] == 1.0 and torch.equal(deq[3], torch.zeros(k))
+    assert ((deq - w).abs() <= scale[:n, None] / 2 + 1e-6).all()  # rounded to the nearest step
+    x = torch.randn(m, k + 7)[:, 3 : 3 + k]
+    got = ck.linear(x, packed, n, b, scale)
+    torch.testing.assert_close(got, F.linear(x, deq, b), rtol=1e-5, atol=2e-5 * k**0.5)
+    with pytest.raises(ValueError, match="needs its scale"):
+        ck.linear(x, packed, n, b)
+
+
 def test_pack_weight_layout() -> None:
     w = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)
     p = ck.pack_weight(w)

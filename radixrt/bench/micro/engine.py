@@ -32,7 +32,13 @@ from radixrt.bench.micro.roofline import (
     format_roofline,
     machine_info,
 )
-from radixrt.config import CPU_KERNEL_MODES, CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.config import (
+    CPU_KERNEL_MODES,
+    QUANTIZATIONS,
+    CacheConfig,
+    ModelConfig,
+    SchedulerConfig,
+)
 
 PREFILL_LENS = (256, 1024, 2048)
 BATCH_SIZES = (1, 8, 32)
@@ -60,6 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             device="cpu",
             tp_size=args.tp,
             cpu_kernels=args.cpu_kernels,
+            quantization=args.quantization,
         ),
         CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
         SchedulerConfig(
@@ -98,6 +105,7 @@ def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
         "weight_bytes": weight_bytes,
         "tp_size": args.tp,
         "cpu_kernels": {"isa": plan.isa, "kernels": sorted(plan.kernels)},
+        "quantization": args.quantization,
         "repeats": args.repeats,
         "rounds": args.rounds,
         "decode_prompt_len": args.decode_prompt_len,
@@ -143,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=CPU_KERNEL_MODES,
         default=ModelConfig.cpu_kernels,
         help="radixrt's C kernels (csrc/cpu): on, off (torch ops) or auto (the faster per op)",
+    )
+    p.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="int8: weight-only int8 linear layers (the roofline counts their bytes)",
     )
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     add_roofline_args(p)
