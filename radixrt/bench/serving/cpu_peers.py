@@ -11,7 +11,8 @@ ignored so that every request produces its full output). Workloads:
 
 - chat: 32 requests over 4 interleaved ~530-token system prompts, 8 clients, 32 output tokens;
 - unique: 16 unrelated ~330-token prompts, 16 clients, 64 output tokens;
-- one-prompt: 16 requests sharing one ~530-token system prompt, 16 clients, 32 output tokens.
+- one-prompt: 16 requests sharing one ~530-token system prompt, 16 clients, 32 output tokens;
+- single: 4 requests of 64 tokens one after another, 128 output tokens (single-stream decode).
 
 The report names the CPU and its ISA flags and prints, per workload and system, requests/s,
 output tokens/s, median TTFT and per-stream TPOT, and output tokens per request (a system that
@@ -53,6 +54,12 @@ WORKLOADS: dict[str, tuple[str, list[str], int]] = {
         ["--num-groups", "1", "--prompts-per-group", "16", "--system-len", "530"]
         + ["--question-len", "24", "--sp-output-len", "32"],
         16,
+    ),
+    # one stream at a time: its TPOT is single-stream decode ms/token
+    "single": (
+        "random",
+        ["--num-prompts", "4", "--random-input-len", "64", "--random-output-len", "128"],
+        1,
     ),
 }
 QUICK = {
