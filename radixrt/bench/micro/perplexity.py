@@ -29,7 +29,7 @@ def perplexity(engine: Any, text: str) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    from radixrt import Engine
+    from radixrt.engine import Engine
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model-path", default=None)
