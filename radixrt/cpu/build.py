@@ -137,7 +137,8 @@ def cannot_build_reason() -> str | None:
     return None
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
+    """The CPU's flags line from /proc/cpuinfo, else what `platform` says of the CPU."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
@@ -162,7 +163,7 @@ def supported_isas() -> tuple[str, ...]:
     """The variants this CPU runs, best first (always ends with "portable")."""
     if platform.machine().lower() not in _X86:
         return ("portable",)
-    flags = frozenset(_cpu_flags().split())
+    flags = frozenset(cpu_flags().split())
     return tuple(isa for isa in ISAS if ISA_CPU_FLAGS[isa] <= flags)
 
 
@@ -176,7 +177,7 @@ def requested_isa() -> str:
     if name not in ISAS:
         raise ValueError(f"RADIXRT_CPU_ISA must be auto or one of {ISAS}, got {name!r}")
     if name not in supported:
-        missing = sorted(ISA_CPU_FLAGS[name] - frozenset(_cpu_flags().split()))
+        missing = sorted(ISA_CPU_FLAGS[name] - frozenset(cpu_flags().split()))
         raise ValueError(
             f"RADIXRT_CPU_ISA={name}: this CPU cannot run it "
             f"({platform.machine()}, missing {missing or 'x86'}); it runs {supported}"
@@ -193,7 +194,7 @@ def library_path(cc: str, isa: str) -> Path:
     h = hashlib.sha256()
     for name in (*CPU_SOURCES, *CPU_HEADERS):
         h.update((CPU_SRC_DIR / name).read_bytes())
-    h.update(" ".join((cc, *cflags(isa), _cpu_flags())).encode())
+    h.update(" ".join((cc, *cflags(isa), cpu_flags())).encode())
     cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
     return cache / "kernels" / f"radixrt_cpu-{isa}-{h.hexdigest()[:16]}.so"
 

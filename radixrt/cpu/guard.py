@@ -116,7 +116,7 @@ def plan_path(isa: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> 
     key = {
         "version": PLAN_VERSION,
         "cpu": cpu_build.cpu_model(),
-        "flags": cpu_build._cpu_flags(),
+        "flags": cpu_build.cpu_flags(),
         "library": cpu_build.library_path(cc, isa).name,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -49,7 +49,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def resolve_model_path(model_path: str | None) -> Path:
     """Return a local Hugging Face-style model folder, converting a .gguf file once if needed."""
     if model_path is None:
-        return _convert(_default_gguf_path())
+        return _convert(default_gguf_path())
     path = Path(model_path).expanduser()
     if path.is_dir():
         _validate_folder(path)
@@ -75,7 +75,7 @@ def resolve_model_path(model_path: str | None) -> Path:
     )
 
 
-def _default_gguf_path() -> Path:
+def default_gguf_path() -> Path:
     # find_spec does not import the package: its __init__ imports `llm`, absent with --no-deps.
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec else []

@@ -83,7 +83,7 @@ class Peer:
 def cpu_description() -> dict[str, Any]:
     from radixrt.cpu import build as cpu_build
 
-    flags = set(cpu_build._cpu_flags().split())
+    flags = set(cpu_build.cpu_flags().split())
     isa = sorted(f for f in flags if f.startswith("avx") or f in ("fma", "f16c", "amx_tile"))
     return {
         "cpu": cpu_build.cpu_model(),
@@ -252,9 +252,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--out-dir", type=Path, default=Path("docs/bench/cpu-peers"))
     args = p.parse_args(argv)
     if args.gguf is None:
-        from radixrt.models.loader import _default_gguf_path
+        from radixrt.models.loader import default_gguf_path
 
-        args.gguf = _default_gguf_path()
+        args.gguf = default_gguf_path()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     cpu = cpu_description()
     print(json.dumps(cpu), flush=True)

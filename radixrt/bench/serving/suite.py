@@ -333,9 +333,9 @@ def _page_size(system: peers.System) -> int | None:
 
 
 def _default_gguf() -> Path:
-    from radixrt.models.loader import _default_gguf_path
+    from radixrt.models.loader import default_gguf_path
 
-    return _default_gguf_path()
+    return default_gguf_path()
 
 
 def main(argv: list[str] | None = None) -> None:
