@@ -169,7 +169,12 @@ def decode_attention(
     seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]."""
     b, hq_d = q.shape
     hkv, d = k_buf.shape[1], k_buf.shape[2]
-    if k_new.stride() != v_new.stride():
+    # One row stride serves both (it is never used for a single row).
+    if (
+        k_new.stride(-1) != 1
+        or v_new.stride(-1) != 1
+        or (b > 1 and k_new.stride() != v_new.stride())
+    ):
         raise ValueError("k_new and v_new must share one layout")
     out = torch.empty(b, hq_d, dtype=torch.float32)
     lib().rt_decode_attention_f32(

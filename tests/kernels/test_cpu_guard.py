@@ -91,6 +91,7 @@ def _generate(path: Path, mode: str) -> tuple[list[dict], list[str], guard.Kerne
     with Engine(str(path), max_total_tokens=2048, cpu_kernels=mode) as e:
         runner = e.scheduler.runner
         outs = e.generate(PROMPTS, PARAMS)
+        outs.append(e.generate(PROMPTS[0], PARAMS))  # a decode batch of one row
         layers = [type(m).__name__ for m in runner.model.model.layers]
         linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
         if runner.cpu_kernels.uses("linear_decode"):

@@ -141,6 +141,29 @@ def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int, ma
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_decode_attention_takes_k_and_v_of_other_layouts(batch: int) -> None:
+    """k fresh (rotated by torch), v a view of qkv: one row needs no common stride; more rows
+    must share one (the attention backend makes both contiguous then)."""
+    torch.manual_seed(6)
+    hq, hkv, d = 4, 2, 16
+    k_buf, v_buf = torch.randn(64, hkv, d), torch.randn(64, hkv, d)
+    table = torch.arange(64, dtype=torch.int32).view(4, 16)
+    rows, lens = torch.arange(batch), torch.full((batch,), 9)
+    out_loc = table[:batch, 8].long()
+    qkv = torch.randn(batch, (hq + 2 * hkv) * d)
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    k = k.clone()  # its own layout
+    args = (k_buf.clone(), v_buf.clone(), out_loc, table, rows, lens, d**-0.5)
+    if batch > 1:
+        with pytest.raises(ValueError, match="share one layout"):
+            ck.decode_attention(q, k, v, *args)
+        k, v = k.contiguous(), v.contiguous()
+    got = ck.decode_attention(q, k, v, *args)
+    want = ck.decode_attention_ref(q, k, v, k_buf.clone(), v_buf.clone(), *args[2:])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_disable_env_and_cache_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RADIXRT_DISABLE_KERNELS", "1")
     assert cpu_build.cannot_build_reason() == "RADIXRT_DISABLE_KERNELS is set"
