@@ -137,6 +137,7 @@ def cannot_build_reason() -> str | None:
     return None
 
 
+@functools.cache
 def cpu_flags() -> str:
     """The CPU's flags line from /proc/cpuinfo, else what `platform` says of the CPU."""
     try:
@@ -148,6 +149,7 @@ def cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.cache
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), else what `platform` says."""
     try:

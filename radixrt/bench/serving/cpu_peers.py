@@ -182,21 +182,16 @@ def run_one(peer: Peer, workload: str, spec: tuple, args: argparse.Namespace) ->
     cmd = peer.cmd(port)
     log = args.out_dir / f"server-{peer.name.replace(' ', '-')}-{workload}.log"
     print(f"=== {workload} / {peer.name}: {shlex.join(cmd)}", flush=True)
-    os.environ.update(peer.env)  # ManagedServer passes this process's environment on
-    try:
-        with peers.ManagedServer(cmd, log) as url:
-            ns = loadgen.make_parser().parse_args(
-                [
-                    "--backend", peer.backend, "--base-url", url, "--dataset", dataset,
-                    "--seed", "7", "--max-concurrency", str(clients), "--warmup", "1",
-                    "--extra-request-body", json.dumps(peer.extra), "--label", peer.name,
-                    "--no-progress", *(["--flush-cache"] if peer.flush else []), *flags,
-                ]
-            )  # fmt: skip
-            summary = asyncio.run(loadgen.run_benchmark(ns))
-    finally:
-        for key in peer.env:
-            os.environ.pop(key, None)
+    with peers.ManagedServer(cmd, log, peer.env) as url:
+        ns = loadgen.make_parser().parse_args(
+            [
+                "--backend", peer.backend, "--base-url", url, "--dataset", dataset,
+                "--seed", "7", "--max-concurrency", str(clients), "--warmup", "1",
+                "--extra-request-body", json.dumps(peer.extra), "--label", peer.name,
+                "--no-progress", *(["--flush-cache"] if peer.flush else []), *flags,
+            ]
+        )  # fmt: skip
+        summary = asyncio.run(loadgen.run_benchmark(ns))
     summary.update({"system": peer.name, "workload": workload})
     return summary
 

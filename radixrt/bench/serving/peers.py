@@ -105,11 +105,12 @@ def launch_command(
 class ManagedServer:
     """A server process for one system; `with ManagedServer(...) as url:`."""
 
-    def __init__(self, cmd: list[str], log_path: Path) -> None:
+    def __init__(self, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         self.port = int(cmd[cmd.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = cmd
         self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}  # this process's environment, plus `env`
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> str:
@@ -119,7 +120,7 @@ class ManagedServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=os.environ.copy(),
+            env=self.env,
         )
         try:
             self._wait_ready()
