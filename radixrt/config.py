@@ -17,7 +17,7 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
 # default.
-GRAMMAR_BACKEND_NAMES = ("llguidance", "outlines")
+GRAMMAR_BACKEND_NAMES = ("auto", "llguidance", "outlines")
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,12 @@ class SchedulerConfig:
     max_wait_s: float = 10.0
     random_seed: int = 0
     # Constrained decoding: the grammar backend, the compile time limit (a spec that takes
-    # longer is refused), and whether tokens the grammar forces skip their decode steps.
-    grammar_backend: str = "llguidance"
+    # longer is refused), whether tokens the grammar forces skip their decode steps, and
+    # whether a backend that bounds lengths masks tokens that could not finish in the budget.
+    grammar_backend: str = "auto"
     grammar_timeout_s: float = 10.0
     disable_jump_forward: bool = False
+    disable_grammar_budget: bool = False
 
     def __post_init__(self) -> None:
         if self.max_running_requests < 1:

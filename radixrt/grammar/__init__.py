@@ -14,10 +14,11 @@ if TYPE_CHECKING:
 
 # name -> "module:class"; the first is the default.
 GRAMMAR_BACKENDS: dict[str, str] = {
+    "auto": "radixrt.grammar.auto_backend:AutoBackend",
     "llguidance": "radixrt.grammar.llguidance_backend:LLGuidanceBackend",
     "outlines": "radixrt.grammar.outlines_backend:OutlinesBackend",
 }
-DEFAULT_GRAMMAR_BACKEND = "llguidance"
+DEFAULT_GRAMMAR_BACKEND = "auto"
 
 
 def create_grammar_backend(

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import torch
 
 SPEC_KINDS = ("regex", "json_schema", "ebnf")
+UNREACHABLE = 2**31 - 1  # min_tokens of a position from which no output can be finished
 
 
 class GrammarError(ValueError):
@@ -44,12 +45,29 @@ class BaseGrammarMatcher(ABC):
 
     Token ids are the model's; bit t of the mask is token t. Stop (EOS) tokens are allowed
     exactly when the grammar is complete; they are never passed to `accept`.
+
+    A matcher that `bounds_length` knows how few tokens finish the output from where it is:
+    `min_tokens` is exact and `fill_mask` with a budget keeps only the tokens after which the
+    output can still be finished in time, so an output whose start fits its budget always
+    ends complete. Other matchers ignore the budget and return None from `min_tokens`.
     """
 
+    bounds_length: bool = False
+
     @abstractmethod
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+    def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
         """Write the tokens allowed next into `bitmask[row]`, a contiguous (W,) int32 CPU row
-        with W = ceil(vocab_size / 32); every bit of the row is written, no other row is."""
+        with W = ceil(vocab_size / 32); every bit of the row is written, no other row is.
+        `budget`: the tokens the output may still take, this one included (None: no limit)."""
+
+    @abstractmethod
+    def is_accepting(self) -> bool:
+        """Whether the tokens accepted so far are a complete output of the grammar."""
+
+    def min_tokens(self) -> int | None:
+        """The fewest tokens that finish the output from here (0 when accepting), `UNREACHABLE`
+        when nothing can, None when this backend cannot tell."""
+        return None
 
     @abstractmethod
     def accept(self, token_id: int) -> bool:
@@ -66,6 +84,11 @@ class BaseGrammarBackend(ABC):
     @abstractmethod
     def compile(self, spec: GrammarSpec) -> Any:
         """Compile `spec`; raise GrammarError with the backend's message if it cannot."""
+
+    def check(self, spec: GrammarSpec) -> None:
+        """Raise GrammarError if `compile(spec)` would; a backend may answer more cheaply
+        than by compiling (the HTTP process checks every spec before queueing it)."""
+        self.compile(spec)
 
     @abstractmethod
     def new_matcher(self, compiled: Any) -> BaseGrammarMatcher:

@@ -27,9 +27,13 @@ class LLGuidanceMatcher(BaseGrammarMatcher):
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self._matcher = matcher
 
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+    def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
+        """The Earley parser cannot say how far the end is: `budget` is not used."""
         dst = bitmask[row]
         self._matcher.unsafe_compute_mask_ptr(dst.data_ptr(), dst.numel() * 4)
+
+    def is_accepting(self) -> bool:
+        return bool(self._matcher.is_accepting())
 
     def accept(self, token_id: int) -> bool:
         return self._matcher.consume_token(token_id)

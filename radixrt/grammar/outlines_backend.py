@@ -1,67 +1,102 @@
 """outlines-core: a regex (JSON schemas are first turned into one) compiled into a token-level
 automaton over the whole vocabulary. Compiling costs more than llguidance's lazy parser (it
-walks the vocabulary once per automaton state); masks are then table lookups. No `ebnf`."""
+walks the vocabulary once per automaton state); masks are then table lookups. No `ebnf`.
+
+Matchers walk the automaton's tables (token_automaton.py, which also works around outlines-core
+refusing some continuations where the regex could end); its exact distances to the end let
+them bound the output's length: with a budget, only tokens that can still finish in time.
+Numeric bounds of a JSON schema (minimum, maximum) are not enforced.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import outlines_core  # type: ignore[import-untyped]
+import torch
 
-from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarError, GrammarSpec
+from radixrt.grammar.base import (
+    UNREACHABLE,
+    BaseGrammarBackend,
+    BaseGrammarMatcher,
+    GrammarError,
+    GrammarSpec,
+)
+from radixrt.grammar.token_automaton import TokenAutomaton
 
-if TYPE_CHECKING:
-    import torch
-
+_SENTINEL = b"\x00"  # follows every regex; its token id is vocab_size (never sampled)
 # JSON whitespace between tokens: at most one space, so a schema's output length stays bounded.
 _JSON_WHITESPACE = r"[ ]?"
 
 
 class OutlinesMatcher(BaseGrammarMatcher):
-    def __init__(self, guide: outlines_core.Guide, eos_token_id: int, extra_eos: list[int]) -> None:
-        self._guide = guide
-        self._eos = eos_token_id
-        self._extra_eos = extra_eos  # other stop ids, allowed whenever eos_token_id is
+    """A position in a TokenAutomaton: masks are its tables, plus the stop tokens where the
+    output may end."""
 
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+    bounds_length = True
+
+    def __init__(self, automaton: TokenAutomaton, eos_token_ids: list[int]) -> None:
+        self._automaton = automaton
+        self._state: int | None = automaton.start  # None: a refused token broke it
+        self._eos = eos_token_ids
+
+    def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
         dst = bitmask[row]
-        dst.zero_()
-        self._guide.write_mask_into(dst.data_ptr(), dst.numel(), 4)
-        if self._extra_eos and (int(dst[self._eos // 32]) >> (self._eos % 32)) & 1:
-            for t in self._extra_eos:
+        if self._state is None:
+            dst.zero_()
+            return
+        dst.copy_(torch.from_numpy(self._automaton.mask(self._state, budget)))
+        if self._automaton.accepting[self._state]:
+            for t in self._eos:
                 dst[t // 32] |= _bit(t % 32)
 
     def accept(self, token_id: int) -> bool:
-        try:
-            self._guide.advance(token_id, False)
-        except ValueError:
-            return False
-        return True
+        state = self._state
+        self._state = None if state is None else self._automaton.next_state(state, token_id)
+        return self._state is not None
+
+    def is_accepting(self) -> bool:
+        return self._state is not None and bool(self._automaton.accepting[self._state])
+
+    def min_tokens(self) -> int:
+        return UNREACHABLE if self._state is None else self._automaton.distance(self._state)
 
 
 class OutlinesBackend(BaseGrammarBackend):
     name = "outlines"
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: list[int]) -> None:
-        self._eos = eos_token_ids[0]
-        self._extra_eos = list(eos_token_ids[1:])
-        self._vocab = outlines_core.Vocabulary(self._eos, _token_bytes(tokenizer, vocab_size))
+        self._eos = list(eos_token_ids)
+        self._vocab_size = vocab_size
+        # The model's tokens with a NUL byte are left out: NUL is the end sentinel.
+        pieces = {b: ids for b, ids in _token_bytes(tokenizer, vocab_size).items() if 0 not in b}
+        pieces[_SENTINEL] = [vocab_size]
+        self._vocab = outlines_core.Vocabulary(eos_token_ids[0], pieces)
 
-    def compile(self, spec: GrammarSpec) -> outlines_core.Index:
+    def compile(self, spec: GrammarSpec) -> TokenAutomaton:
+        return self.compile_regex(spec, self.regex_of(spec))
+
+    @staticmethod
+    def regex_of(spec: GrammarSpec) -> str:
+        """The regex `spec` is compiled from (a JSON schema's is built here, cheaply)."""
         if spec.kind == "ebnf":
             raise GrammarError("the outlines grammar backend does not support ebnf grammars")
+        if spec.kind == "regex":
+            return spec.text
         try:
-            regex = spec.text
-            if spec.kind == "json_schema":
-                regex = outlines_core.json_schema.build_regex_from_schema(
-                    spec.text, _JSON_WHITESPACE
-                )
-            return outlines_core.Index(regex, self._vocab)
+            return outlines_core.json_schema.build_regex_from_schema(spec.text, _JSON_WHITESPACE)
         except (ValueError, TypeError) as e:
             raise GrammarError(f"invalid {spec.kind}: {e}") from None
 
-    def new_matcher(self, compiled: outlines_core.Index) -> OutlinesMatcher:
-        return OutlinesMatcher(outlines_core.Guide(compiled), self._eos, self._extra_eos)
+    def compile_regex(self, spec: GrammarSpec, regex: str) -> TokenAutomaton:
+        try:
+            index = outlines_core.Index(f"(?:{regex})\\x00", self._vocab)
+        except (ValueError, TypeError) as e:
+            raise GrammarError(f"invalid {spec.kind}: {e}") from None
+        return TokenAutomaton(index, self._vocab_size, sentinel=self._vocab_size)
+
+    def new_matcher(self, compiled: TokenAutomaton) -> OutlinesMatcher:
+        return OutlinesMatcher(compiled, self._eos)
 
 
 def _bit(i: int) -> int:

@@ -109,7 +109,7 @@ def _send(out: BinaryIO, frame: bytes) -> None:
 def _check(backend: BaseGrammarBackend, req: CheckReqMsg) -> str | None:
     spec = GrammarSpec(req.kind, req.text)
     try:
-        backend.compile(spec)
+        backend.check(spec)
     except GrammarError as e:
         return str(e)[:MAX_ERROR_CHARS]
     except Exception as e:  # a backend bug is this spec's failure, not the worker's

@@ -218,7 +218,7 @@ class StateExecutor:
             self._gen_string(node, params)
         else:
             text, meta = self._call_gen(node.name, params)
-            _check_structured(params, text)
+            _check_structured(params, text, meta)
             self._finish_gen(node.name, text, text, meta)
 
     def _gen_typed(self, node: ir.Gen, params: ir.SamplingParams) -> None:
@@ -342,8 +342,20 @@ class StateExecutor:
         return idle or (var is not None and var in self.variables)
 
 
-def _check_structured(params: ir.SamplingParams, text: str) -> None:
-    """Outputs of regex / json_schema gens are checked even when the backend enforced them."""
+def _check_structured(params: ir.SamplingParams, text: str, meta: dict[str, Any]) -> None:
+    """Outputs of regex / json_schema gens are checked even when the backend enforced them;
+    one the token budget cut short says so (the backend could not finish it in time)."""
+    if params.regex is None and params.json_schema is None:
+        return
+    reason = (meta.get("finish_reason") or {}).get("type")
+    if reason == "length":
+        which = "regex" if params.regex is not None else "json_schema"
+        budget = params.max_new_tokens
+        limit = f"max_tokens={budget}" if budget is not None else "the token limit"
+        raise OutputParseError(
+            f"the {which} output ran out of tokens ({limit}) before it was complete: "
+            f"{text!r}; give the gen a larger max_tokens"
+        )
     if params.regex is not None and not re.fullmatch(params.regex, text):
         raise OutputParseError(f"the output {text!r} does not match the regex {params.regex!r}")
     if params.json_schema is not None:

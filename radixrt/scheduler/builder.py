@@ -46,5 +46,6 @@ def assemble_scheduler(
         make_grammar_compiler(scheduler_config, tokenizer, runner.arch.vocab_size, eos),
         runner.arch.vocab_size,
         jump_forward=not scheduler_config.disable_jump_forward,
+        budget=not scheduler_config.disable_grammar_budget,
     )
     return Scheduler(runner, kv, finish, scheduler_config, grammar)

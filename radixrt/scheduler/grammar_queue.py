@@ -6,6 +6,13 @@ appends such tokens to `output_ids` right after the sampled token; the scheduler
 them in one extend, like a prefill chunk (they enter the radix tree with it), instead of one
 decode step each. Greedy decoding would have picked exactly those tokens, so outputs are the
 same with jump-forward on or off; only seeded sampling draws fewer random numbers.
+
+The token budget: on a matcher that bounds lengths, every mask is cut to the tokens after
+which the output can still be finished within max_new_tokens (the budget is a function of the
+position, so masks and forced tokens are the same with jump-forward on or off). A request whose
+grammar needs more tokens than it may take is refused when its grammar is ready (400, naming
+the minimum). A request that reaches max_new_tokens with a complete output ends with `stop`;
+`length` means the output was cut before the grammar was complete.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 import torch
 
 from radixrt.core import FinishKind, FinishReason, Req
-from radixrt.grammar.base import BaseGrammarMatcher, GrammarSpec
+from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, GrammarSpec
 from radixrt.grammar.compiler import GrammarCompiler
 
 logger = logging.getLogger("radixrt")
@@ -46,12 +53,14 @@ class GrammarState:
         self._stats = stats
         self._mask: torch.Tensor | None = None  # (1, num_words) int32 CPU; None: stale
 
-    def mask(self) -> torch.Tensor:
-        """(num_words,) int32 bitmask of the tokens allowed next."""
+    def mask(self, budget: int | None = None) -> torch.Tensor:
+        """(num_words,) int32 bitmask of the tokens allowed next, with `budget` tokens left
+        for the output (this one included; None: no limit). The budget must be the same for
+        every call at one position (it is a function of the position)."""
         if self._mask is None:
             t0 = time.perf_counter()
             self._mask = torch.empty(1, self._num_words, dtype=torch.int32)
-            self.matcher.fill_mask(self._mask, 0)
+            self.matcher.fill_mask(self._mask, 0, budget)
             self._stats.mask_time_s += time.perf_counter() - t0
             self._stats.num_masks += 1
         return self._mask[0]
@@ -60,9 +69,9 @@ class GrammarState:
         self._mask = None
         return self.matcher.accept(token_id)
 
-    def forced_token(self) -> int | None:
+    def forced_token(self, budget: int | None = None) -> int | None:
         """The only token allowed next, or None when there are several (or none)."""
-        row = self.mask()
+        row = self.mask(budget)
         words = row.nonzero()
         if words.numel() != 1:
             return None
@@ -74,10 +83,13 @@ class GrammarState:
 class GrammarQueue:
     """Holds constrained requests until their grammar compiles; then serves their masks."""
 
-    def __init__(self, compiler: GrammarCompiler, vocab_size: int, jump_forward: bool) -> None:
+    def __init__(
+        self, compiler: GrammarCompiler, vocab_size: int, jump_forward: bool, budget: bool = True
+    ) -> None:
         self.compiler = compiler
         self.num_words = (vocab_size + 31) // 32
         self.jump_forward = jump_forward
+        self.budget = budget  # cut masks to what can finish within max_new_tokens
         self.stats = GrammarStats()
         self._held: list[tuple[Req, Future[Any], float]] = []  # (req, compile, since)
 
@@ -99,6 +111,10 @@ class GrammarQueue:
             error = fut.exception() if fut.done() else None
             if fut.done() and error is None:
                 matcher = self.compiler.new_matcher(fut.result())
+                if (why := self._too_long(req, matcher)) is not None:
+                    req.finish(FinishReason.error(why, 400))
+                    failed.append(req)
+                    continue
                 req.grammar = GrammarState(matcher, self.num_words, self.stats)
                 waiting.append(req)
             elif error is not None or now - since > self.compiler.timeout_s:
@@ -109,6 +125,28 @@ class GrammarQueue:
                 still.append((req, fut, since))
         self._held = still
         return failed
+
+    def _too_long(self, req: Req, matcher: BaseGrammarMatcher) -> str | None:
+        """Why no output of the grammar fits `req`'s max_new_tokens, or None if one does (or
+        the backend cannot tell)."""
+        need = matcher.min_tokens() if self.budget else None
+        spec = GrammarSpec.from_params(req.sampling_params)
+        what = spec.kind if spec is not None else "grammar"
+        if need == UNREACHABLE:
+            return f"no output of the {what} can be written with this model's tokens"
+        budget = req.sampling_params.max_new_tokens
+        if need is not None and need > budget:
+            return (
+                f"the shortest output of the {what} takes {need} tokens, "
+                f"but max_new_tokens is {budget}"
+            )
+        return None
+
+    def _budget(self, req: Req) -> int | None:
+        """Tokens `req` may still output, the next one included (None: masks are not cut)."""
+        if not self.budget:
+            return None
+        return req.sampling_params.max_new_tokens - len(req.output_ids)
 
     def abort(self, rid: str) -> Req | None:
         """Finish held request `rid` with an abort reason; return it if found."""
@@ -142,7 +180,7 @@ class GrammarQueue:
         mask = torch.full((len(reqs), self.num_words), -1, dtype=torch.int32)
         for i in rows:
             try:
-                mask[i] = reqs[i].grammar.mask()
+                mask[i] = reqs[i].grammar.mask(self._budget(reqs[i]))
             except Exception as e:
                 logger.exception("the grammar of request %s failed", reqs[i].rid)
                 reqs[i].finish(
@@ -157,24 +195,38 @@ class GrammarQueue:
         """Advance `req`'s grammar past its new last token (the caller has checked finish);
         with jump-forward, append the tokens forced after it, checking finish after each."""
         state: GrammarState | None = req.grammar
-        if state is None or req.is_finished:
-            return
-        if not state.accept(req.output_ids[-1]):
-            message = f"token {req.output_ids[-1]} is not allowed by the request's grammar"
-            req.finish(FinishReason.error(message))
+        if state is None or not self._advance(req, state):
             return
         # Forced tokens have no logprobs from the model: requests that want them decode each.
         if not self.jump_forward or req.sampling_params.return_logprob:
             return
-        while len(req.output_ids) < req.sampling_params.max_new_tokens:
-            token = state.forced_token()
+        while not req.is_finished and len(req.output_ids) < req.sampling_params.max_new_tokens:
+            token = state.forced_token(self._budget(req))
             if token is None:
                 return
             req.output_ids.append(token)
             self.stats.forced_tokens += 1
             check_finish(req)
-            if req.is_finished or not state.accept(token):
-                return  # a stop token (finished, or ignored by ignore_eos) ends the jump
+            if not self._advance(req, state):
+                return
+
+    def _advance(self, req: Req, state: GrammarState) -> bool:
+        """Feed `req`'s last token to its grammar unless it stopped the request (a stop token
+        is never fed); True if the request goes on. An output cut by max_new_tokens where the
+        grammar is complete ends with `stop`, not `length`."""
+        reason = req.finish_reason
+        if reason is not None and reason.kind != FinishKind.LENGTH:
+            return False
+        if not state.accept(req.output_ids[-1]):
+            message = f"token {req.output_ids[-1]} is not allowed by the request's grammar"
+            req.finish_reason = None
+            req.finish(FinishReason.error(message))
+            return False
+        if reason is not None:
+            if state.matcher.is_accepting():
+                req.finish_reason = FinishReason(FinishKind.STOP, message="grammar complete")
+            return False
+        return True
 
 
 class NoGrammarQueue(GrammarQueue):

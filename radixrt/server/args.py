@@ -73,6 +73,8 @@ _HELP = {
     "grammar_backend": "constrained-decoding backend (regex, json_schema, ebnf)",
     "grammar_timeout_s": "a grammar that takes longer to compile is refused with 400",
     "disable_jump_forward": "decode grammar-forced tokens one step each instead of in one extend",
+    "disable_grammar_budget": "let constrained outputs run out of max_new_tokens unfinished "
+    "(without it, a length-bounding backend only allows tokens that can finish in time)",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
     "dp_size": "data-parallel replicas: scheduler processes, each with its own model and cache",

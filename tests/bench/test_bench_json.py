@@ -17,22 +17,29 @@ def test_json_bench_runs_every_pass(tiny_llama_path, tmp_path, capsys) -> None:
             "-n",
             "3",
             "--max-new-tokens",
-            "12",
+            "48",
             "--max-total-tokens",
             "2048",
+            "--backends",
+            "llguidance",
+            "outlines",
+            "--schema",
+            "open",
             "--json",
             str(out),
         ]
     )
-    assert "| backend | jump-forward |" in capsys.readouterr().out
+    assert "| backend | jump-forward | budget masks |" in capsys.readouterr().out
     data = json.loads(out.read_text())
     passes = data["passes"]
-    assert [(p["backend"], p["jump_forward"]) for p in passes] == [
-        ("llguidance", True),
-        ("llguidance", False),
-        ("outlines", True),
-        ("outlines", False),
+    assert [(p["backend"], p["jump_forward"], p["budget"]) for p in passes] == [
+        (backend, jf, budget)
+        for backend in ("llguidance", "outlines")
+        for jf, budget in ((True, True), (False, True), (True, False))
     ]
     assert all(p["num_requests"] == 3 and p["output_tokens"] > 0 for p in passes)
     assert all(p["forced_tokens"] == 0 for p in passes if not p["jump_forward"])
+    # A random model's strings never end on their own: only budget masks close the object.
+    outlines = [p for p in passes if p["backend"] == "outlines"]
+    assert [p["num_valid"] for p in outlines] == [3, 3, 0]
     assert set(data["compile"]) == {"llguidance", "outlines"}

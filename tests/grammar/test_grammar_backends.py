@@ -141,7 +141,7 @@ class _BitsMatcher(BaseGrammarMatcher):
     def __init__(self, steps: list[set[int]]) -> None:
         self.steps, self.pos = steps, 0
 
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+    def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
         bitmask[row].zero_()
         for t in self.steps[self.pos]:
             bitmask[row, t // 32] |= (1 << (t % 32)) - (1 << 32 if t % 32 == 31 else 0)
@@ -150,6 +150,9 @@ class _BitsMatcher(BaseGrammarMatcher):
         ok = token_id in self.steps[self.pos]
         self.pos += 1
         return ok
+
+    def is_accepting(self) -> bool:
+        return self.pos == len(self.steps)
 
 
 def test_forced_token_is_the_single_allowed_bit() -> None:

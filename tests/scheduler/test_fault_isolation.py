@@ -29,7 +29,7 @@ class _Matcher:
     def __init__(self, mode: str) -> None:
         self.mode = mode
 
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+    def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
         if self.mode == "mask raises":
             raise RuntimeError("matcher broke")
         bitmask[row] = 0 if self.mode == "allows nothing" else -1
@@ -38,6 +38,12 @@ class _Matcher:
         if self.mode == "accept raises":
             raise RuntimeError("matcher broke on accept")
         return True
+
+    def is_accepting(self) -> bool:
+        return False
+
+    def min_tokens(self) -> None:
+        return None
 
 
 def _req(rid: str, **sp: object) -> Req:

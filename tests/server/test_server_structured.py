@@ -134,3 +134,59 @@ def test_bad_specs_get_400_and_the_server_keeps_serving(api_server, path, body, 
     )
     assert ok.status_code == 200 and ok.json()["text"] in ("cat", "dog")
     assert json.loads(api_server.get("/health").text)["status"] == "ok"
+
+
+CITY = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "country": {"type": "string"}},
+    "required": ["name", "country"],
+}
+
+
+def test_outputs_fit_their_budget_and_a_budget_too_small_gets_400(api_server) -> None:
+    """Every budget from the schema's minimum up ends with valid JSON (`stop`); below the
+    minimum the request is refused with a 400 that names it."""
+    email = r"[a-z]+@[a-z]+\.(com|org)"
+    outs = []
+    for budget in (6, 7, 9):
+        r = api_server.post(
+            "/generate",
+            json={
+                "text": "My e-mail address is ",
+                "sampling_params": {
+                    "regex": email,
+                    "temperature": 1.0,
+                    "seed": budget,
+                    "max_new_tokens": budget,
+                },
+            },
+        )
+        assert r.status_code == 200, r.text
+        outs.append(r.json())
+    for out in outs:
+        check_regex(out["text"], email)
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+    for max_tokens in (4, 12, 20):
+        r = api_server.post(
+            "/v1/chat/completions",
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "content": "Describe Tokyo in JSON."}],
+                "temperature": 0,
+                "max_tokens": max_tokens,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "city", "schema": CITY},
+                },
+            },
+        )
+        if max_tokens == 4:
+            assert r.status_code == 400, r.text
+            assert "max_new_tokens is 4" in r.text and "shortest output" in r.text
+            continue
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] == "stop", choice
+        assert r.json()["usage"]["completion_tokens"] <= max_tokens
+        check_schema(choice["message"]["content"], CITY)
+    api_server.wait_idle_and_whole()

@@ -1,14 +1,18 @@
-"""JSON extraction on the offline Engine: jump-forward on against off, for each grammar backend.
+"""JSON extraction on the offline Engine: jump-forward on against off, and budget masks on
+against off, for each grammar backend.
 
     python -m radixrt.bench.serving.json_bench [-n 64] [--max-new-tokens 160]
-        [--backends llguidance outlines]
+        [--backends auto llguidance outlines] [--schema bounded|open]
 
 Each request asks, through the chat template, for a 6-field record about one city; all of
-them are submitted at once (one client thread each) with the same JSON schema, greedy. Per
-(backend, jump-forward) pass it prints wall time, output tokens/s, mean and p90 latency, the
-share of output tokens that were forced (appended without a decode step), the number of
-forward passes, the mask cost per step and per mask, and how many outputs validate. Per backend
-it also prints the cold compile time of the schema and the backend's start-up time.
+them are submitted at once (one client thread each) with the same JSON schema, greedy. The
+`bounded` schema caps its strings and numbers; the `open` one has neither, so the model's long
+strings run into a tight --max-new-tokens (try 40) unless budget masks close the object in
+time. Per pass (backend, jump-forward, budget masks) it prints wall time, output tokens/s,
+mean and p90 latency, the share of output tokens that were forced (appended without a decode
+step), the number of forward passes, the mask cost per step and per mask, and how many outputs
+validate. Per backend it also prints the cold compile time of the schema and the backend's
+start-up time.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ SCHEMA = {
     "required": ["city", "country", "population", "founded", "is_capital", "language"],
     "additionalProperties": False,
 }
+# The same record without any bound: strings as long as the model writes them.
+OPEN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        k: {"type": v["type"]} if "type" in v else v for k, v in SCHEMA["properties"].items()
+    },
+    "required": SCHEMA["required"],
+    "additionalProperties": False,
+}
+SCHEMAS = {"bounded": SCHEMA, "open": OPEN_SCHEMA}
 CITIES = [
     "Paris",
     "Tokyo",
@@ -63,6 +77,7 @@ ASPECTS = ["a short profile", "the key facts", "a summary", "an encyclopedia ent
 class PassResult:
     backend: str
     jump_forward: bool
+    budget: bool  # budget masks on (they act only where the backend bounds lengths)
     num_requests: int
     wall_s: float
     out_tok_s: float
@@ -96,14 +111,21 @@ def prompts(tokenizer: Any, n: int) -> list[str]:
 
 
 def run_pass(
-    engine: Any, texts: list[str], max_new_tokens: int, backend: str, jump_forward: bool
+    engine: Any,
+    texts: list[str],
+    max_new_tokens: int,
+    backend: str,
+    jump_forward: bool,
+    budget: bool = True,
+    schema: dict[str, Any] = SCHEMA,
 ) -> PassResult:
     """All requests at once from one thread each; cache flushed first."""
     sched = engine.scheduler
     sched.grammar.jump_forward = jump_forward
+    sched.grammar.budget = budget
     engine.flush_cache()
     g0, s0 = _grammar_counters(sched), (sched.stats.forward_passes, sched.stats.generated_tokens)
-    params = {"json_schema": SCHEMA, "temperature": 0, "max_new_tokens": max_new_tokens}
+    params = {"json_schema": schema, "temperature": 0, "max_new_tokens": max_new_tokens}
     load = OtherLoad()
     start = time.perf_counter()
 
@@ -121,6 +143,7 @@ def run_pass(
     return PassResult(
         backend=backend,
         jump_forward=jump_forward,
+        budget=budget,
         num_requests=len(texts),
         wall_s=wall,
         out_tok_s=output_tokens / wall,
@@ -132,18 +155,18 @@ def run_pass(
         forward_passes=sched.stats.forward_passes - s0[0],
         mask_ms_per_step=1e3 * mask_s / max(mask_steps, 1),
         mask_us_per_mask=1e6 * mask_s / max(num_masks, 1),
-        num_valid=sum(_is_valid(r) for r, _ in results),
+        num_valid=sum(_is_valid(r, schema) for r, _ in results),
         other_cpu=load.fraction(),
     )
 
 
-def compile_times(engine: Any) -> dict[str, float]:
-    """Backend start-up and a cold compile of SCHEMA (seconds)."""
+def compile_times(engine: Any, schema: dict[str, Any] = SCHEMA) -> dict[str, float]:
+    """Backend start-up and a cold compile of `schema` (seconds)."""
     compiler = engine.scheduler.grammar.compiler
     t0 = time.perf_counter()
     compiler.backend  # noqa: B018 - builds the backend
     t1 = time.perf_counter()
-    compiler.backend.compile(GrammarSpec("json_schema", json.dumps(SCHEMA)))
+    compiler.backend.compile(GrammarSpec("json_schema", json.dumps(schema)))
     return {"backend_init_s": t1 - t0, "compile_s": time.perf_counter() - t1}
 
 
@@ -151,6 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from radixrt.engine import Engine
 
     machine, load = machine_info(), OtherLoad()
+    schema = SCHEMAS[args.schema]
     passes: list[PassResult] = []
     compiles: dict[str, dict[str, float]] = {}
     for backend in args.backends:
@@ -160,11 +184,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             max_total_tokens=args.max_total_tokens,
             max_running_requests=args.num_requests,
         ) as engine:
-            compiles[backend] = compile_times(engine)
+            compiles[backend] = compile_times(engine, schema)
             texts = prompts(engine.tokenizer, args.num_requests)
-            run_pass(engine, texts[:2], args.max_new_tokens, backend, True)  # warm up
-            for jump_forward in (True, False):
-                passes.append(run_pass(engine, texts, args.max_new_tokens, backend, jump_forward))
+            run_pass(engine, texts[:2], args.max_new_tokens, backend, True, True, schema)  # warm
+            for jump_forward, budget in ((True, True), (False, True), (True, False)):
+                passes.append(
+                    run_pass(
+                        engine, texts, args.max_new_tokens, backend, jump_forward, budget, schema
+                    )
+                )
     print(_table(passes, compiles))
     print(close_machine_info(machine, load))
     result = {"machine": machine, "compile": compiles, "passes": [asdict(p) for p in passes]}
@@ -185,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backends", nargs="+", default=list(GRAMMAR_BACKENDS), choices=list(GRAMMAR_BACKENDS)
     )
+    p.add_argument("--schema", choices=sorted(SCHEMAS), default="bounded")
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     return p
 
@@ -198,26 +227,27 @@ def _grammar_counters(sched: Any) -> tuple[float, float, float, float]:
     return s.forced_tokens, s.mask_time_s, s.num_masks, s.mask_steps
 
 
-def _is_valid(result: dict[str, Any]) -> bool:
+def _is_valid(result: dict[str, Any], schema: dict[str, Any]) -> bool:
     if result["meta_info"]["finish_reason"]["type"] != "stop":
         return False
     try:
         record = json.loads(result["text"])
     except ValueError:
         return False
-    return isinstance(record, dict) and set(record) == set(SCHEMA["properties"])
+    return isinstance(record, dict) and set(record) == set(schema["properties"])
 
 
 def _table(passes: list[PassResult], compiles: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| backend | jump-forward | wall s | out tok/s | mean lat s | p90 lat s | "
+        "| backend | jump-forward | budget masks | wall s | out tok/s | mean lat s | p90 lat s | "
         "forced | forwards | mask ms/step | mask us/mask | valid | others' CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in passes:
         other = "?" if p.other_cpu is None else f"{100 * p.other_cpu:.0f}%"
         lines.append(
-            f"| {p.backend} | {'on' if p.jump_forward else 'off'} | {p.wall_s:.2f} | "
+            f"| {p.backend} | {'on' if p.jump_forward else 'off'} | "
+            f"{'on' if p.budget else 'off'} | {p.wall_s:.2f} | "
             f"{p.out_tok_s:.1f} | {p.mean_latency_s:.2f} | {p.p90_latency_s:.2f} | "
             f"{100 * p.forced_share:.0f}% | {p.forward_passes} | {p.mask_ms_per_step:.2f} | "
             f"{p.mask_us_per_mask:.0f} | {p.num_valid}/{p.num_requests} | {other} |"

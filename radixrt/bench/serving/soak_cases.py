@@ -91,17 +91,17 @@ def parallel_n(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome
 
 def regex(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome:
     sp = {**_sp(rng), "regex": _spec(rng, _make_regex)}
-    return _answer(c.post("/generate", json={"text": _prompt(rng), "sampling_params": sp}))
+    return _constrained(c.post("/generate", json={"text": _prompt(rng), "sampling_params": sp}))
 
 
 def json_schema(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome:
     sp = {**_sp(rng), "json_schema": _spec(rng, _make_schema)}
-    return _answer(c.post("/generate", json={"text": _prompt(rng), "sampling_params": sp}))
+    return _constrained(c.post("/generate", json={"text": _prompt(rng), "sampling_params": sp}))
 
 
 def response_format(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome:
     fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": _spec(rng, _make_schema)}}
-    return _answer(c.post(CHAT, json=_chat_body(rng, response_format=fmt)))
+    return _constrained(c.post(CHAT, json=_chat_body(rng, response_format=fmt)))
 
 
 def abort(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome:
@@ -207,6 +207,14 @@ def _answer(r: httpx.Response) -> Outcome:
     if 200 <= r.status_code < 300:
         return Outcome(r.status_code, True, _finish_reason(r.json()))
     return Outcome(r.status_code, False, message=_message(r))
+
+
+def _constrained(r: httpx.Response) -> Outcome:
+    """A constrained request's answer: a 400 that names the spec's shortest output is the
+    expected refusal of a budget too small for any valid output."""
+    if r.status_code == 400 and "the shortest output of the" in (message := _message(r)):
+        return Outcome(400, True, "budget below the minimum", message)
+    return _answer(r)
 
 
 def _read_stream(r: httpx.Response, max_events: int | None = None) -> Outcome:
