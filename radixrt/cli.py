@@ -9,6 +9,7 @@ USAGE = """usage: radixrt <command> [flags]
 commands:
   serve   serve a model over HTTP (radixrt serve --help lists the flags)
   router  route requests over several servers (radixrt router --help lists the flags)
+  keys    add or list API keys of a --api-key-file (radixrt keys --help)
 """
 
 
@@ -26,6 +27,10 @@ def main(argv: list[str] | None = None) -> None:
         from radixrt.router.__main__ import main as router
 
         router(rest)
+    elif command == "keys":
+        from radixrt.web.keys_cli import main as keys
+
+        sys.exit(keys(rest))
     else:
         print(f"radixrt: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         sys.exit(2)

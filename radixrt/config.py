@@ -155,6 +155,11 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None  # when set, every endpoint but /health needs the bearer token
+    # Keys with tenants and roles (radixrt/web/keys.py); each tenant gets its own prefix-cache
+    # namespace unless shared_prefix_cache. Re-read on SIGHUP.
+    api_key_file: str | None = None
+    shared_prefix_cache: bool = False
+    max_requests_per_tenant: int | None = None  # in flight per tenant; more get 429
     max_queued_requests: int = 1024  # waiting (not yet running) requests; more get 503
     log_level: str = "info"
     enable_metrics: bool = False  # serve Prometheus text at /metrics
@@ -183,6 +188,12 @@ class ServerConfig:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ValueError("give api_key or api_key_file, not both")
+        if self.max_requests_per_tenant is not None and self.max_requests_per_tenant < 1:
+            raise ValueError(
+                f"max_requests_per_tenant must be >= 1, got {self.max_requests_per_tenant}"
+            )
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if self.dp_size < 1:

@@ -19,11 +19,15 @@ def reject_reason(req: Req, context_len: int, capacity: int, vocab_size: int) ->
 
 
 def shares_uncached_prefix(req: Req, admitted: list[Req], min_len: int = 32) -> bool:
-    """True when an admitted request is about to compute at least min_len tokens that `req`
-    also starts with after the same prefix: `req` should wait and reuse them from the cache."""
+    """True when an admitted request of the same cache namespace is about to compute at least
+    min_len tokens that `req` also starts with after the same prefix: `req` should wait and
+    reuse them from the cache. Another namespace's prefill is never waited on: it cannot be
+    shared, and waiting would let one tenant time another's prompts."""
     ids = req.fill_ids
     for other in admitted:
         o, k = other.fill_ids, other.kv_len
+        if other.extra_key != req.extra_key:
+            continue
         if len(o) > k + min_len and ids[k : k + min_len] == o[k : k + min_len] and ids[:k] == o[:k]:
             return True
     return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Any, NamedTuple
 
 from radixrt.attention import ATTENTION_BACKENDS
@@ -66,7 +67,12 @@ _HELP = {
     "schedule_policy": "order of the waiting queue",
     "host": "address to bind",
     "port": "port to bind",
-    "api_key": "require `Authorization: Bearer <key>` on every endpoint but /health",
+    "api_key": "require `Authorization: Bearer <key>` on every endpoint but /health; "
+    "None: the RADIXRT_API_KEY environment variable, if set (not visible in ps)",
+    "api_key_file": 'JSON {"keys": [{"key": "<secret or sha256:hex>", "tenant": "a", '
+    '"role": "user|admin"}]}: tenants get separate prefix caches; re-read on SIGHUP',
+    "shared_prefix_cache": "with --api-key-file: one prefix cache for every tenant",
+    "max_requests_per_tenant": "with --api-key-file: requests in flight per tenant; more get 429",
     "max_queued_requests": "waiting requests beyond this are refused with 503",
     "log_level": "logging level",
     "enable_metrics": "serve Prometheus metrics at /metrics",
@@ -127,6 +133,11 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         ]
     except ValueError as e:
         parser.error(str(e))
+    i = SERVER_CONFIGS.index(ServerConfig)
+    server: Any = configs[i]
+    env_key = os.environ.get("RADIXRT_API_KEY")
+    if env_key and server.api_key is None and server.api_key_file is None:
+        configs[i] = dataclasses.replace(server, api_key=env_key)
     return ServerArgs(*configs)  # type: ignore[arg-type]  # one instance per SERVER_CONFIGS
 
 

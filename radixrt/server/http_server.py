@@ -18,42 +18,36 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from radixrt.grammar.base import GrammarBusyError
 from radixrt.server.args import ServerArgs
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
-    RequestFailedError,
     request_events,
     updates,
     wait_finished,
 )
+from radixrt.server.http_errors import add_error_handlers
 from radixrt.server.metrics import CONTENT_TYPE
 from radixrt.server.openai_api import OpenAIServing
 from radixrt.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from radixrt.server.openapi import install_openapi
 from radixrt.server.protocol import (
-    BadRequestError,
     GenerateRequest,
     Limits,
     PreparedRequest,
     decode_body,
     prepare_generate,
 )
+from radixrt.server.tenancy import Tenancy
 from radixrt.server.tokenizer_manager import (
-    RefusedError,
     ReqState,
-    SchedulerDeadError,
     TokenizerManager,
 )
 from radixrt.web.middleware import (
-    NOT_STARTED_HEADER,
     SESSION_HEADER,
-    ApiKeyMiddleware,
     BodyLimitMiddleware,
-    BodyTooLargeError,
-    body_too_large,
     caller_of,
+    require_admin,
 )
 from radixrt.web.responses import (
     error_response,
@@ -75,12 +69,14 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         grammar.start()  # warms a grammar-check worker in the background
+        tenancy.watch_sighup()
         yield
         grammar.close()
         if on_shutdown is not None:
             await on_shutdown()
 
     app = FastAPI(title="radixrt", lifespan=lifespan, docs_url=None, redoc_url=None)
+    tenancy = Tenancy.from_config(args.server)
     limits = Limits.from_server(tm.ready, args.server, tm.tokenizer)
     grammar = GrammarChecker(
         args.scheduler,
@@ -89,10 +85,11 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         max_pending=args.server.max_pending_grammars,
         max_grammar_bytes=args.server.max_grammar_bytes,
     )
-    openai = OpenAIServing(tm, limits, args.server.served_model_name or _model_name(args), grammar)
+    name = args.server.served_model_name or _model_name(args)
+    openai = OpenAIServing(tm, limits, name, grammar, tenancy)
     app.state.model_name = openai.model_name
     app.state.max_request_bytes = args.server.max_request_bytes
-    _add_error_handlers(app)
+    add_error_handlers(app)
 
     @app.get("/health")
     async def health() -> Response:
@@ -107,12 +104,14 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
     @app.post("/generate")
     async def generate(request: Request) -> Response:
         body, prepared = await tm.run_tokenizer(parse_generate, await request.body())
+        namespace = tenancy.namespace(request, body.cache_salt, body.extra_key)
         await grammar.check(prepared.params)
+        tenancy.admit(tm, request, len(prepared.prompts))
         states = tm.submit(
             prepared.prompts,
             prepared.params,
             prepared.rids,
-            body.extra_key,
+            namespace,
             session=request.headers.get(SESSION_HEADER),
             caller=caller_of(request),
         )
@@ -138,7 +137,8 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         )
 
     @app.get("/get_server_info")
-    async def get_server_info() -> Response:
+    async def get_server_info(request: Request) -> Response:
+        require_admin(request, "/get_server_info")
         info = msgspec.structs.asdict(await tm.get_info())
         info.pop("reply_id")
         server = dataclasses.asdict(args.server)
@@ -158,7 +158,8 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         )
 
     @app.post("/flush_cache")
-    async def flush_cache() -> Response:
+    async def flush_cache(request: Request) -> Response:
+        require_admin(request, "/flush_cache")
         if tm.states or not await tm.flush_cache():
             return error_response("requests are running; flush the cache when idle", 409)
         return json_response({"success": True})
@@ -171,7 +172,8 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         return json_response({"success": True})
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        require_admin(request, "/metrics")
         if not tm.metrics.enabled:
             return error_response("metrics are off; start the server with --enable-metrics", 404)
         return Response(tm.metrics.render(await tm.get_info()), media_type=CONTENT_TYPE)
@@ -187,8 +189,7 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         },
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.server.max_request_bytes)
-    if args.server.api_key is not None:  # outermost: no body is read before the key check
-        app.add_middleware(ApiKeyMiddleware, api_key=args.server.api_key)
+    tenancy.install(app)  # outermost: no body is read before the key check
     return app
 
 
@@ -206,40 +207,6 @@ async def _generate_events(states: list[ReqState]) -> AsyncIterator[bytes]:
             if len(states) > 1:
                 result["index"] = i
             yield sse_event(result)
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(BadRequestError)
-    async def bad_request(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 400)
-
-    @app.exception_handler(BodyTooLargeError)
-    async def too_large(request: Request, exc: Exception) -> Response:
-        return body_too_large(request.app.state.max_request_bytes)
-
-    @app.exception_handler(RequestFailedError)
-    async def failed(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), exc.status_code)  # type: ignore[attr-defined]
-
-    @app.exception_handler(GrammarBusyError)
-    @app.exception_handler(RefusedError)
-    async def refused(request: Request, exc: Exception) -> Response:
-        response = error_response(str(exc), 503)
-        response.headers[NOT_STARTED_HEADER] = "1"
-        return response
-
-    @app.exception_handler(SchedulerDeadError)
-    async def unavailable(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 503)
-
-    @app.exception_handler(ValueError)
-    async def value_error(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 400)
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error in %s", request.url.path)
-        return error_response(f"internal error: {type(exc).__name__}", 500)
 
 
 def _model_name(args: ServerArgs) -> str:

@@ -48,10 +48,12 @@ async def _serve(args: ServerArgs) -> int:
     from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
     from radixrt.server.http_server import create_app
     from radixrt.server.metrics import Metrics, NoMetrics
+    from radixrt.server.tenancy import Tenancy
     from radixrt.server.tokenizer_manager import TokenizerManager
 
     try:
         envs = replica_envs(args)
+        Tenancy.from_config(args.server)  # a key file that cannot be used stops us here
     except ValueError as e:
         logger.error("%s", e)
         return 1

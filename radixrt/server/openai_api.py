@@ -27,6 +27,7 @@ from radixrt.server.openai_protocol import (
     prepare_completion,
 )
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
+from radixrt.server.tenancy import Tenancy
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
 from radixrt.web.middleware import (
     SESSION_HEADER,
@@ -43,10 +44,16 @@ class OpenAIServing:
     """Handlers for the OpenAI routes; choice i is prompt i // n, sample i % n."""
 
     def __init__(
-        self, tm: TokenizerManager, limits: Limits, model_name: str, grammar: GrammarChecker
+        self,
+        tm: TokenizerManager,
+        limits: Limits,
+        model_name: str,
+        grammar: GrammarChecker,
+        tenancy: Tenancy,
     ) -> None:
         self.tm = tm
         self.grammar = grammar
+        self.tenancy = tenancy
         self.limits = limits
         self.model_name = model_name
         self.created = int(time.time())
@@ -94,12 +101,15 @@ class OpenAIServing:
     async def _serve(
         self, request: Request, body: Any, prepared: PreparedRequest, is_chat: bool
     ) -> Response:
+        namespace = self.tenancy.namespace(request, body.cache_salt, None)
         await self.grammar.check(prepared.params)
+        self.tenancy.admit(self.tm, request, len(prepared.prompts))
         session = request.headers.get(SESSION_HEADER) or body.prompt_cache_key or body.user
         states = self.tm.submit(
             prepared.prompts,
             prepared.params,
             prepared.rids,
+            namespace,
             session=session,
             caller=caller_of(request),
         )

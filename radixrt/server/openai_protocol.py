@@ -42,6 +42,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None  # a session key for routing across replicas
+    cache_salt: str | None = None  # a prefix-cache namespace of the caller's own
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None

@@ -36,7 +36,8 @@ class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
     logprob_start_len: int | msgspec.UnsetType = _UNSET
     top_logprobs_num: int | msgspec.UnsetType = _UNSET
     rid: str | list[str] | None = None
-    extra_key: str | None = None  # prefix-cache namespace
+    extra_key: str | None = None  # prefix-cache namespace (the older name of cache_salt)
+    cache_salt: str | None = None  # a namespace of the caller's own: other salts never match
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,10 @@ class TokenizerManager:
         for state in self.groups.get((caller, rid), ()):
             self.client.send(AbortReqMsg(state.out.rid))  # the finish comes back as usual
 
+    def num_in_flight(self, caller: str) -> int:
+        """`caller`'s unfinished requests."""
+        return sum(len(states) for (c, _), states in self.groups.items() if c == caller)
+
     def abort_all(self) -> None:
         """Abort every request in flight; each still gets its (abort) finish as usual."""
         for rid in list(self.states):

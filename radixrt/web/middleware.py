@@ -1,16 +1,17 @@
 """ASGI middleware every radixrt front end uses: the API-key check and the body-size bound;
-and who a request belongs to (its caller), for rid scoping."""
+who a request is (its identity: tenant and role) and whom it belongs to (its caller), for
+rid scoping."""
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from radixrt.web.keys import OPEN, Identity, KeyRing, KeyStore
 from radixrt.web.responses import error_response
 
 SESSION_HEADER = "x-session-id"  # a sticky-session key for routing across replicas
@@ -23,31 +24,61 @@ class BodyTooLargeError(Exception):
     """The request body is over --max-request-bytes; answered with 413."""
 
 
+def identity_of(request: Request) -> Identity:
+    """Who sent `request`: set by AuthMiddleware; OPEN when the server has no keys."""
+    return getattr(request.state, "identity", OPEN)
+
+
 def caller_of(request: Request) -> str:
-    """Whose request this is, for rid scoping and aborts: the digest of the Authorization
-    header when there is one (a tenant's key), else the client's address."""
+    """Whose request this is, for rid scoping and aborts: the tenant when keys have tenants,
+    else the digest of the Authorization header when there is one, else the client's
+    address."""
+    tenant_caller = identity_of(request).caller
+    if tenant_caller is not None:
+        return tenant_caller
     auth = request.headers.get("authorization")
     if auth:
         return "key:" + hashlib.sha256(auth.encode()).hexdigest()[:32]
     return "addr:" + (request.client.host if request.client is not None else "")
 
 
-class ApiKeyMiddleware:
-    """Every HTTP path but /health needs `Authorization: Bearer <key>` (constant-time check)."""
+class ForbiddenError(Exception):
+    """A known key without the role an endpoint needs; answered with 403."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+
+def require_admin(request: Request, what: str) -> None:
+    if not identity_of(request).is_admin:
+        raise ForbiddenError(f"{what} needs an admin key")
+
+
+class AuthMiddleware:
+    """Every HTTP path but /health needs `Authorization: Bearer <key>` of a key in `keys`
+    (digests compared in constant time); the key's Identity goes to `request.state`."""
+
+    def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
         self.app = app
-        self._expected = b"Bearer " + api_key.encode()
+        self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(given, self._expected):
+            identity = None
+            if given.startswith(b"Bearer "):
+                identity = self.keys.ring.lookup(given[7:].decode("utf-8", "replace"))
+            if identity is None:
                 response = error_response("missing or wrong API key", 401)
                 response.headers["WWW-Authenticate"] = "Bearer"
                 await response(scope, receive, send)
                 return
+            scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+class ApiKeyMiddleware(AuthMiddleware):
+    """One key, an admin of no tenant (`--api-key`)."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        super().__init__(app, KeyStore(KeyRing.single(api_key)))
 
 
 class BodyLimitMiddleware:

@@ -14,15 +14,31 @@ from radixrt.lang.errors import BackendError
 class RuntimeEndpoint(BaseBackend):
     """A radixrt server at `url` (e.g. "http://127.0.0.1:30000"); `api_key` if it needs one."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        cache_salt: str | None = None,
+    ) -> None:
+        """`cache_salt`: a prefix-cache namespace of this client's own on the server (requests
+        with another salt, or none, never share its cached prefixes)."""
         super().__init__()
         self.url = url.rstrip("/")
         self.http = HttpClient(self.url, api_key, timeout)
+        self.cache_salt = cache_salt
         self._model_info: dict[str, Any] | None = None
+
+    def _body(self, **fields: Any) -> dict[str, Any]:
+        if self.cache_salt is not None:
+            fields["cache_salt"] = self.cache_salt
+        return fields
 
     def generate(self, prompts: Prompts, params: dict[str, Any]) -> list[Result]:
         key = "text" if isinstance(prompts[0], str) else "input_ids"
-        out = self.http.post("/generate", {key: list(prompts), "sampling_params": params})
+        out = self.http.post(
+            "/generate", self._body(**{key: list(prompts)}, sampling_params=params)
+        )
         if not isinstance(out, list) or len(out) != len(prompts):
             raise BackendError(
                 f"/generate returned {type(out).__name__}, expected a list of "
@@ -32,7 +48,7 @@ class RuntimeEndpoint(BaseBackend):
 
     def generate_stream(self, prompt: str, params: dict[str, Any]) -> Iterator[Result]:
         return self.http.post_events(
-            "/generate", {"text": prompt, "sampling_params": params, "stream": True}
+            "/generate", self._body(text=prompt, sampling_params=params, stream=True)
         )
 
     def get_model_info(self) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""Tenants at the HTTP front: the keys the server accepts, each request's prefix-cache
+namespace and its tenant's share of the server.
+
+The namespace is where a request may match and insert in the radix tree (`Req.extra_key`):
+its tenant's own, plus the client's optional `cache_salt` (or the older `extra_key` field),
+unless `--shared-prefix-cache`. Matching, `cached_tokens`, the scheduler's wait for another
+request's prefill and the radix tree's integrity all work per namespace, so one tenant can
+neither read how much of a guessed prompt another has cached nor time it. Without keys, or
+with a single `--api-key`, there is one namespace per salt, as before tenants existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from radixrt.config import ServerConfig
+from radixrt.server.protocol import BadRequestError, check_id
+from radixrt.web.keys import KeyRing, KeyStore
+from radixrt.web.middleware import AuthMiddleware, caller_of, identity_of
+
+logger = logging.getLogger("radixrt")
+
+
+class TooManyRequestsError(Exception):
+    """A tenant over its share (`--max-requests-per-tenant`); answered with 429."""
+
+
+@dataclass
+class Tenancy:
+    keys: KeyStore | None  # None: no key needed
+    shared_prefix_cache: bool = False
+    max_requests_per_tenant: int | None = None
+
+    @classmethod
+    def from_config(cls, server: ServerConfig) -> Tenancy:
+        """The key file is read here: KeyFileError (a ValueError naming the problem) if it
+        cannot be used."""
+        keys = None
+        if server.api_key_file is not None:
+            keys = KeyStore(KeyRing.from_file(server.api_key_file), server.api_key_file)
+        elif server.api_key is not None:
+            keys = KeyStore(KeyRing.single(server.api_key))
+        return cls(keys, server.shared_prefix_cache, server.max_requests_per_tenant)
+
+    def install(self, app: Any) -> None:
+        """Add the key check, outermost: no body is read before it."""
+        if self.keys is not None:
+            app.add_middleware(AuthMiddleware, keys=self.keys)
+
+    def watch_sighup(self) -> None:
+        """Re-read the key file on SIGHUP (from the running event loop)."""
+        if self.keys is None or self.keys.path is None:
+            return
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.keys.reload)
+
+    def namespace(self, request: Request, cache_salt: str | None, extra_key: str | None) -> Any:
+        """The prefix-cache namespace (str or None) of a request with these fields."""
+        if cache_salt is not None and extra_key is not None and cache_salt != extra_key:
+            raise BadRequestError("give cache_salt or extra_key, not both")
+        salt = cache_salt if cache_salt is not None else extra_key
+        check_id(salt, "cache_salt")
+        return identity_of(request).namespace(salt, self.shared_prefix_cache)
+
+    def admit(self, tm: Any, request: Request, num: int) -> None:
+        """Refuse `num` more requests of this tenant when they would pass its share (`tm`:
+        the TokenizerManager or the --dp dispatcher)."""
+        limit = self.max_requests_per_tenant
+        if limit is None or identity_of(request).tenant is None:
+            return
+        in_flight = tm.num_in_flight(caller_of(request))
+        if in_flight + num > limit:
+            raise TooManyRequestsError(
+                f"this tenant has {in_flight} requests in flight; the limit is {limit} "
+                "(--max-requests-per-tenant)"
+            )

@@ -1,0 +1,249 @@
+"""Two tenants on one server (tiny random model, --api-key-file): separate prefix caches,
+cache_salt, ownership of rids, admin-only endpoints, the per-tenant limit, SIGHUP reload, and
+--shared-prefix-cache; the pool whole after each test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from radixrt.web.keys import hash_key
+
+from .server_proc import start_server
+
+KEYS = {"a": "key-of-a", "b": "key-of-b", "ops": "key-of-ops"}
+# A prompt long enough to cache (several hundred tokens of the tiny model's tokenizer).
+SECRET = "The system prompt of tenant A: " + " ".join(f"rule {i} is kept." for i in range(60))
+
+
+def _write_keys(path: Path, extra: dict[str, str] | None = None) -> None:
+    entries = [
+        {"key": hash_key(KEYS["a"]), "tenant": "a"},
+        {"key": KEYS["b"], "tenant": "b", "role": "user"},
+        {"key": hash_key(KEYS["ops"]), "tenant": "ops", "role": "admin"},
+    ]
+    for tenant, key in (extra or {}).items():
+        entries.append({"key": hash_key(key), "tenant": tenant})
+    path.write_text(json.dumps({"keys": entries}))
+
+
+def _auth(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS.get(who, who)}"}
+
+
+@pytest.fixture(scope="module")
+def tenants(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("tenants")
+    _write_keys(tmp / "keys.json")
+    server = start_server(
+        tiny_llama_path,
+        tmp,
+        "--api-key-file",
+        str(tmp / "keys.json"),
+        "--max-requests-per-tenant",
+        "3",
+        "--enable-metrics",
+        "--max-running-requests",
+        "1",  # requests queue, so three long ones stay in flight for a while
+    )
+    server.headers = _auth("ops")
+    server.key_file = tmp / "keys.json"
+    try:
+        yield server
+        server.wait_idle_and_whole()
+    finally:
+        server.stop()
+
+
+def _gen(server: Any, who: str, text: str = SECRET, **extra: Any) -> dict[str, Any]:
+    sp = {"max_new_tokens": 1, "temperature": 0}
+    r = httpx.post(
+        server.url + "/generate",
+        json={"text": text, "sampling_params": sp, **extra},
+        headers=_auth(who),
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["meta_info"]
+
+
+def test_a_tenant_never_sees_another_tenants_cache(tenants) -> None:
+    _gen(tenants, "a")
+    hit = _gen(tenants, "a")["cached_tokens"]
+    assert hit > 100
+    assert _gen(tenants, "b")["cached_tokens"] == 0  # B's guess at A's prompt: no oracle
+    assert _gen(tenants, "b")["cached_tokens"] == hit  # B's own copy from now on
+    tenants.wait_idle_and_whole()
+
+
+def test_cache_salt_splits_one_tenants_cache(tenants) -> None:
+    text = SECRET + " salted"
+    _gen(tenants, "a", text, cache_salt="s1")
+    assert _gen(tenants, "a", text, cache_salt="s2")["cached_tokens"] == 0
+    assert _gen(tenants, "a", text, cache_salt="s1")["cached_tokens"] > 100
+    body = {"model": "m", "prompt": text, "max_tokens": 1, "cache_salt": "s1"}
+    r = httpx.post(tenants.url + "/v1/completions", json=body, headers=_auth("a"), timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 100
+    body["cache_salt"] = "s3"
+    r = httpx.post(tenants.url + "/v1/completions", json=body, headers=_auth("a"), timeout=60)
+    assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    r = httpx.post(
+        tenants.url + "/generate",
+        json={"text": "x", "cache_salt": "p", "extra_key": "q"},
+        headers=_auth("a"),
+    )
+    assert r.status_code == 400 and "not both" in r.text
+    tenants.wait_idle_and_whole()
+
+
+def test_keys_are_checked(tenants) -> None:
+    assert httpx.get(tenants.url + "/health").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": KEYS["a"]}):
+        r = httpx.post(tenants.url + "/generate", json={"text": "x"}, headers=headers)
+        assert r.status_code == 401, r.text
+
+
+def test_admin_endpoints_refuse_users(tenants) -> None:
+    for who in ("a", "b"):
+        assert httpx.get(tenants.url + "/get_server_info", headers=_auth(who)).status_code == 403
+        assert httpx.get(tenants.url + "/metrics", headers=_auth(who)).status_code == 403
+        r = httpx.post(tenants.url + "/flush_cache", headers=_auth(who))
+        assert r.status_code == 403 and "admin" in r.text
+    assert httpx.get(tenants.url + "/get_server_info", headers=_auth("ops")).status_code == 200
+    assert httpx.get(tenants.url + "/metrics", headers=_auth("ops")).status_code == 200
+    assert httpx.get(tenants.url + "/get_model_info", headers=_auth("a")).status_code == 200
+
+
+def _finish_after_abort(server: Any, rid: str, aborter: str) -> str:
+    """A's streamed request `rid`; once its first tokens arrive, `aborter` aborts `rid`.
+    The finish reason A's stream ends with."""
+    sp = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}
+    body = {"text": "Count:", "sampling_params": sp, "rid": rid, "stream": True}
+    reason = ""
+    with httpx.stream(
+        "POST", server.url + "/generate", json=body, headers=_auth("a"), timeout=120
+    ) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            event = json.loads(line.removeprefix("data:"))
+            if not reason:  # the first event: the request is running
+                a = httpx.post(
+                    server.url + "/abort_request", json={"rid": rid}, headers=_auth(aborter)
+                )
+                assert a.json() == {"success": True}
+            reason = event["meta_info"]["finish_reason"] or "running"
+    return reason["type"] if isinstance(reason, dict) else reason
+
+
+def test_a_tenant_aborts_only_its_own_requests(tenants) -> None:
+    for who in ("b", "ops"):  # another tenant, even an admin: the same answer, no effect
+        assert _finish_after_abort(tenants, f"job-{who}", who) == "length"
+    # A's own abort lands within a few tokens; the tiny model writes 400 in ~0.3 s, so a
+    # slow abort is retried rather than timed.
+    assert "abort" in (_finish_after_abort(tenants, f"job-a{i}", "a") for i in range(5))
+    tenants.wait_idle_and_whole()
+
+
+def test_a_tenant_over_its_share_gets_429_and_others_are_served(tenants) -> None:
+    """Three prompts in one streamed request are in flight together from its first event on
+    (one runs at a time: --max-running-requests 1), so a fourth is over the share of 3."""
+    sp = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}
+    rids = [f"share-{i}" for i in range(3)]
+    body = {"text": ["Count:"] * 3, "sampling_params": sp, "rid": rids, "stream": True}
+    refused = None
+    with httpx.stream(
+        "POST", tenants.url + "/generate", json=body, headers=_auth("a"), timeout=120
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if refused is None and line.startswith("data:"):
+                refused = httpx.post(
+                    tenants.url + "/generate", json={"text": "more"}, headers=_auth("a")
+                )
+                assert _gen(tenants, "b", "B's own prompt")["cached_tokens"] == 0
+                for rid in rids:
+                    httpx.post(
+                        tenants.url + "/abort_request", json={"rid": rid}, headers=_auth("a")
+                    )
+    assert refused is not None and refused.status_code == 429, refused
+    assert "--max-requests-per-tenant" in refused.text
+    tenants.wait_idle_and_whole()
+
+
+def test_the_key_file_is_reread_on_sighup(tenants) -> None:
+    r = httpx.post(tenants.url + "/generate", json={"text": "x"}, headers=_auth("new-key"))
+    assert r.status_code == 401
+    _write_keys(tenants.key_file, {"c": "new-key"})
+    os.kill(tenants.proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = httpx.post(
+            tenants.url + "/generate",
+            json={"text": "x", "sampling_params": {"max_new_tokens": 1}},
+            headers=_auth("new-key"),
+        )
+        if r.status_code == 200:
+            break
+        time.sleep(0.1)
+    assert r.status_code == 200, r.text
+    tenants.key_file.write_text("{broken")  # a broken file keeps the keys in use
+    os.kill(tenants.proc.pid, signal.SIGHUP)
+    time.sleep(0.5)
+    assert httpx.get(tenants.url + "/get_model_info", headers=_auth("new-key")).status_code == 200
+    _write_keys(tenants.key_file)
+    tenants.wait_idle_and_whole()
+
+
+def test_a_shared_prefix_cache_is_shared(tiny_llama_path, tmp_path) -> None:
+    _write_keys(tmp_path / "keys.json")
+    server = start_server(
+        tiny_llama_path,
+        tmp_path,
+        "--api-key-file",
+        str(tmp_path / "keys.json"),
+        "--shared-prefix-cache",
+    )
+    server.headers = _auth("ops")
+    try:
+        _gen(server, "a")
+        assert _gen(server, "b")["cached_tokens"] > 100
+        server.wait_idle_and_whole()
+    finally:
+        server.stop()
+
+
+def test_a_bad_key_file_stops_the_server_with_its_reason(tiny_llama_path, tmp_path) -> None:
+    bad = tmp_path / "keys.json"
+    bad.write_text(json.dumps({"keys": [{"key": "k", "tenant": "a b"}]}))
+    run = subprocess.run(
+        [sys.executable, "-m", "radixrt.launch_server", "--model-path", str(tiny_llama_path)]
+        + ["--port", "0", "--api-key-file", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1
+    assert "keys[0]: tenant must be" in run.stdout + run.stderr
+
+
+def test_the_languages_endpoint_sends_its_cache_salt(tenants) -> None:
+    import radixrt as rt
+
+    text = " ".join(f"program line {i} reads its input." for i in range(50))  # new to A
+    ep = rt.RuntimeEndpoint(tenants.url, api_key=KEYS["a"], cache_salt="lang")
+    ep.generate([text], {"max_new_tokens": 1, "temperature": 0})
+    again = ep.generate([text], {"max_new_tokens": 1, "temperature": 0})[0]
+    assert again["meta_info"]["cached_tokens"] > 100
+    assert _gen(tenants, "a", text)["cached_tokens"] == 0  # no salt: another namespace
+    tenants.wait_idle_and_whole()
