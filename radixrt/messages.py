@@ -39,11 +39,23 @@ class GetInfoReqMsg(msgspec.Struct, tag=True):
     reply_id: int
 
 
+class ExplainReqMsg(msgspec.Struct, tag=True):
+    """Why `input_ids` would miss the cache in namespace `extra_key`; namespaces starting
+    with `own_prefix` are the caller's too (None: no other)."""
+
+    reply_id: int
+    input_ids: list[int]
+    extra_key: str | None = None
+    own_prefix: str | None = None
+
+
 class StopMsg(msgspec.Struct, tag=True):
     """Ends the scheduler loop after the current step (the Engine's shutdown)."""
 
 
-ToSchedulerMsg = GenerateReqMsg | AbortReqMsg | FlushCacheReqMsg | GetInfoReqMsg | StopMsg
+ToSchedulerMsg = (
+    GenerateReqMsg | AbortReqMsg | FlushCacheReqMsg | GetInfoReqMsg | ExplainReqMsg | StopMsg
+)
 
 
 # ---- scheduler -> HTTP process -------------------------------------------------------------
@@ -109,13 +121,33 @@ class FlushCacheReplyMsg(msgspec.Struct, tag=True):
     success: bool
 
 
+class ExplainReplyMsg(msgspec.Struct, tag=True):
+    """radixrt.cache.explain.Explanation's fields."""
+
+    reply_id: int
+    cause: str
+    prompt_tokens: int
+    matched_tokens: int
+    divergence: int | None = None
+    cached_next: list[int] = []
+    evicted_at: float | None = None
+    other_namespace_tokens: int = 0
+
+
 class FatalErrorMsg(msgspec.Struct, tag=True):
     """The scheduler loop failed; the process exits right after sending this."""
 
     message: str
 
 
-FromSchedulerMsg = BatchTokenOutMsg | ReadyMsg | InfoReplyMsg | FlushCacheReplyMsg | FatalErrorMsg
+FromSchedulerMsg = (
+    BatchTokenOutMsg
+    | ReadyMsg
+    | InfoReplyMsg
+    | FlushCacheReplyMsg
+    | ExplainReplyMsg
+    | FatalErrorMsg
+)
 
 
 # ---- start-up arguments (JSON on the scheduler's command line) -----------------------------

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterator
 
 import torch
 
+from radixrt.cache.explain import EvictionLog, path_key
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tree_node import TreeNode
@@ -31,6 +32,7 @@ class RadixCache(BasePrefixCache):
         super().__init__(allocator, page_size)
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
         self._clock = 0  # logical time: +1 per match_prefix and insert; survives reset
+        self.evictions = EvictionLog()  # survives reset (a flush is not an eviction)
         self._init_tree()
 
     def _init_tree(self) -> None:
@@ -113,6 +115,7 @@ class RadixCache(BasePrefixCache):
             leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
+            self.evictions.record(leaf.extra_key, path_key(leaf))  # read by `explain`
             del parent.children[self._child_key(leaf.extra_key, leaf.key, 0)]
             self._leaves.discard(leaf)
             leaf.parent = None

@@ -3,6 +3,7 @@ scheduler process runs (scheduler/loop.py), over a ThreadTransport on a backgrou
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import queue
@@ -18,6 +19,8 @@ from radixrt.engine.output import RequestOutput
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    ExplainReplyMsg,
+    ExplainReqMsg,
     FatalErrorMsg,
     FlushCacheReplyMsg,
     FlushCacheReqMsg,
@@ -90,6 +93,17 @@ class Engine:
         """Drop the prefix cache; only succeeds when no request is running."""
         reply: FlushCacheReplyMsg = self._ask(FlushCacheReqMsg)
         return reply.success
+
+    def explain_cache(
+        self, prompt: str | list[int], extra_key: str | None = None
+    ) -> dict[str, Any]:
+        """Why `prompt` (text or token ids) would miss the prefix cache in namespace
+        `extra_key`: matched tokens, the divergence offset and the cause (radixrt.cache.explain);
+        the cached tokens after the divergence are ids (`cached_next`)."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        ask = functools.partial(ExplainReqMsg, input_ids=ids, extra_key=extra_key, own_prefix="")
+        reply: ExplainReplyMsg = self._ask(ask)
+        return {k: getattr(reply, k) for k in reply.__struct_fields__ if k != "reply_id"}
 
     def get_stats(self) -> dict[str, Any]:
         info: InfoReplyMsg = self._ask(GetInfoReqMsg)
@@ -233,7 +247,7 @@ class Engine:
                 if out is not None:  # else: its caller stopped reading (aborted)
                     out.state.apply(out_msg)
                     out.updates.put(out.state.is_finished)
-        elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg)):
+        elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg)):
             box = self._replies.pop(msg.reply_id, None)
             if box is not None:
                 box.put(msg)

@@ -10,6 +10,7 @@ last one it was in.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import time
@@ -21,6 +22,8 @@ from radixrt.core import FinishReason, Req, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    ExplainReplyMsg,
+    ExplainReqMsg,
     FatalErrorMsg,
     FlushCacheReplyMsg,
     FlushCacheReqMsg,
@@ -133,6 +136,9 @@ class SchedulerLoop:
             self.transport.send(FlushCacheReplyMsg(msg.reply_id, sched.flush_cache()))
         elif isinstance(msg, GetInfoReqMsg):
             self.transport.send(InfoReplyMsg(reply_id=msg.reply_id, **sched.info()))
+        elif isinstance(msg, ExplainReqMsg):
+            why = sched.explain(msg.input_ids, msg.extra_key, msg.own_prefix)
+            self.transport.send(ExplainReplyMsg(msg.reply_id, **dataclasses.asdict(why)))
         elif isinstance(msg, StopMsg):
             self._stopping = True
 

@@ -98,6 +98,15 @@ class DataParallelManager:
         for m in self.managers:
             m.abort_rid(rid, caller)
 
+    async def explain_cache(
+        self, input_ids: list[int], extra_key: str | None, own_prefix: str | None
+    ) -> Any:
+        """The replica whose cache holds the most of the prompt explains it."""
+        replies = await asyncio.gather(
+            *(m.explain_cache(input_ids, extra_key, own_prefix) for m in self.managers)
+        )
+        return max(replies, key=lambda r: r.matched_tokens)
+
     def num_in_flight(self, caller: str) -> int:
         return sum(m.num_in_flight(caller) for m in self.managers)
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.args import ServerArgs
+from radixrt.server.cache_api import ExplainRequest, add_cache_routes
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
@@ -179,6 +180,7 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         return Response(tm.metrics.render(await tm.get_info()), media_type=CONTENT_TYPE)
 
     openai.add_routes(app)
+    add_cache_routes(app, tm, limits, tenancy)
     install_openapi(
         app,
         {
@@ -186,6 +188,7 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
             "/v1/completions": CompletionRequest,
             "/v1/chat/completions": ChatCompletionRequest,
             "/abort_request": AbortRequest,
+            "/v1/cache/explain": ExplainRequest,
         },
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.server.max_request_bytes)

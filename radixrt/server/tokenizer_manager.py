@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -28,6 +29,8 @@ from radixrt.core import FinishReason, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    ExplainReplyMsg,
+    ExplainReqMsg,
     FatalErrorMsg,
     FlushCacheReplyMsg,
     FlushCacheReqMsg,
@@ -217,6 +220,11 @@ class TokenizerManager:
     async def get_info(self) -> InfoReplyMsg:
         return await self._ask(GetInfoReqMsg)
 
+    async def explain_cache(
+        self, input_ids: list[int], extra_key: str | None, own_prefix: str | None
+    ) -> ExplainReplyMsg:
+        return await self._ask(functools.partial(ExplainReqMsg, **_explain_args(locals())))
+
     # ---- scheduler side ------------------------------------------------------------------
 
     async def _ask(self, msg_cls: Any) -> Any:
@@ -247,7 +255,7 @@ class TokenizerManager:
             try:
                 if isinstance(msg, BatchTokenOutMsg):
                     self._on_outputs(msg)
-                elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg)):
+                elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg)):
                     future = self._replies.get(msg.reply_id)
                     if future is not None and not future.done():
                         future.set_result(msg)
@@ -319,3 +327,7 @@ class TokenizerManager:
             if not future.done():
                 future.set_exception(SchedulerDeadError(reason))
         self._on_dead(reason)
+
+
+def _explain_args(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: args[k] for k in ("input_ids", "extra_key", "own_prefix")}

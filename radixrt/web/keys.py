@@ -46,6 +46,13 @@ class Identity:
         """The owner of the request's ids (None: decided by the key or the address)."""
         return None if self.tenant is None else "tenant:" + self.tenant
 
+    def own_prefix(self, shared: bool = False) -> str | None:
+        """What every namespace of this caller starts with ("": all namespaces are, without
+        tenants; None: it cannot be told, in a cache shared by tenants)."""
+        if self.tenant is None:
+            return ""
+        return None if shared else self.tenant + _SEP
+
     def namespace(self, salt: str | None, shared: bool = False) -> str | None:
         """The prefix-cache namespace of a request with `salt` (a client's cache_salt or
         extra_key): the tenant's own unless the cache is `shared` across tenants."""

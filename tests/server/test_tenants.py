@@ -247,3 +247,27 @@ def test_the_languages_endpoint_sends_its_cache_salt(tenants) -> None:
     assert again["meta_info"]["cached_tokens"] > 100
     assert _gen(tenants, "a", text)["cached_tokens"] == 0  # no salt: another namespace
     tenants.wait_idle_and_whole()
+
+
+def test_the_explainer_shows_a_tenant_its_own_cache_and_nothing_of_others(tenants) -> None:
+    def explain(who: str, **body: Any) -> dict[str, Any]:
+        r = httpx.post(tenants.url + "/v1/cache/explain", json=body, headers=_auth(who))
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    notes = "Tenant A's private notes: " + " ".join(f"note {i} is kept." for i in range(60))
+    _gen(tenants, "a", notes)  # cached in A's namespace only
+    edited = notes.replace("note 30 is kept", "note 30 is dropped")
+    why = explain("a", text=edited)
+    assert why["cause"] == "diverged" and why["cached_tokens"] == why["divergence"] > 100
+    assert "dropped" in why["prompt_side"]["after"] and "kept" in why["cached_side"]["after"]
+    assert explain("a", text=notes)["cause"] == "hit"
+    other = explain("b", text=edited)  # B guesses at A's prompt: nothing is cached for B
+    assert other["cause"] in ("never_seen", "new_suffix") and "cached_side" not in other
+    assert other["cached_tokens"] < 5
+    assert explain("a", text=notes, cache_salt="elsewhere")["cause"] == "other_namespace"
+    chat = explain("a", messages=[{"role": "user", "content": "Hi"}])
+    assert chat["prompt_tokens"] > 3
+    r = httpx.post(tenants.url + "/v1/cache/explain", json={}, headers=_auth("a"))
+    assert r.status_code == 400 and "exactly one" in r.text
+    tenants.wait_idle_and_whole()
