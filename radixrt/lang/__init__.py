@@ -14,6 +14,7 @@ from radixrt.lang.choices import (
 from radixrt.lang.errors import BackendError, NotSupportedError, OutputParseError, ProgramError
 from radixrt.lang.ir import SamplingParams
 from radixrt.lang.program import Program, function, get_default_backend, set_default_backend
+from radixrt.lang.stable import stable_json
 from radixrt.lang.state import ProgramState, ProgramStateGroup
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "greedy_token_selection",
     "select",
     "set_default_backend",
+    "stable_json",
     "system",
     "token_length_normalized",
     "unconditional_likelihood_normalized",

@@ -1,7 +1,9 @@
 """`POST /v1/cache/explain`: why a prompt would miss the prefix cache, in the caller's own
 namespace: how much is cached, where the prompt leaves the nearest cached prefix (with the
 text on both sides), and the cause (radixrt/cache/explain.py). Nothing of another tenant's
-namespaces is looked at."""
+namespaces is looked at. The same explanation, per request, with `"explain_cache": true` on
+/generate (`meta_info.cache_explanation`) and the OpenAI endpoints
+(`usage.prompt_tokens_details.cache_explanation`), without streaming."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from radixrt.web.middleware import identity_of
 from radixrt.web.responses import json_response
 
 CONTEXT_CHARS = 40  # decoded characters shown on each side of the divergence
+CONTEXT_TOKENS = 32  # tokens decoded for them (more than 40 characters' worth)
 
 
 class ExplainRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,7 +65,23 @@ def _prompt_ids(body: ExplainRequest, tokenizer: Any, limits: Limits) -> list[in
     return prepared.prompts[0]
 
 
+async def explain_prompts(
+    tm: Any, tenancy: Tenancy, request: Request, prompts: list[list[int]], namespace: Any
+) -> dict[tuple[int, ...], dict[str, Any]]:
+    """The explanation of each distinct prompt, as the cache stands before they run (the
+    per-request opt-in `explain_cache`), keyed by its token ids."""
+    own = identity_of(request).own_prefix(tenancy.shared_prefix_cache)
+    out: dict[tuple[int, ...], dict[str, Any]] = {}
+    for ids in prompts:
+        key = tuple(ids)
+        if key not in out:
+            out[key] = _render(await tm.explain_cache(ids, namespace, own), ids, tm.tokenizer)
+    return out
+
+
 def _render(reply: Any, ids: list[int], tokenizer: Any) -> dict[str, Any]:
+    """The reply with its sides decoded (windows of CONTEXT_TOKENS tokens, so a long prompt
+    costs no more than a short one)."""
     out: dict[str, Any] = {
         "cause": reply.cause,
         "prompt_tokens": reply.prompt_tokens,
@@ -71,20 +90,16 @@ def _render(reply: Any, ids: list[int], tokenizer: Any) -> dict[str, Any]:
     }
     if reply.divergence is not None:
         at = reply.divergence
-        before = tokenizer.decode(ids[:at])[-CONTEXT_CHARS:]
-        out["prompt_side"] = {
-            "before": before,
-            "after": tokenizer.decode(ids[at:])[:CONTEXT_CHARS],
-        }
-    if reply.divergence is not None and reply.cached_next:
-        at = reply.divergence
-        before = out["prompt_side"]["before"]
-        # cached_next starts where the match ends; the divergence may be a few tokens on.
-        cached_after = list(reply.cached_next)[at - reply.matched_tokens :]
-        out["cached_side"] = {
-            "before": before,
-            "after": tokenizer.decode(cached_after)[:CONTEXT_CHARS],
-        }
+        before = tokenizer.decode(ids[max(0, at - CONTEXT_TOKENS) : at])[-CONTEXT_CHARS:]
+        after = tokenizer.decode(ids[at : at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
+        out["prompt_side"] = {"before": before, "after": after}
+        if reply.cached_next:
+            # cached_next starts where the match ends; the divergence may be a few tokens on.
+            cached_after = list(reply.cached_next)[at - reply.matched_tokens :]
+            out["cached_side"] = {
+                "before": before,
+                "after": tokenizer.decode(cached_after)[:CONTEXT_CHARS],
+            }
     if reply.evicted_at is not None:
         out["evicted_at"] = reply.evicted_at
     if reply.other_namespace_tokens:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.args import ServerArgs
-from radixrt.server.cache_api import ExplainRequest, add_cache_routes
+from radixrt.server.cache_api import ExplainRequest, add_cache_routes, explain_prompts
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
@@ -108,6 +108,9 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         namespace = tenancy.namespace(request, body.cache_salt, body.extra_key)
         await grammar.check(prepared.params)
         tenancy.admit(tm, request, len(prepared.prompts))
+        explained = None
+        if body.explain_cache and not body.stream:
+            explained = await explain_prompts(tm, tenancy, request, prepared.prompts, namespace)
         states = tm.submit(
             prepared.prompts,
             prepared.params,
@@ -123,6 +126,9 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
         except ClientGoneError:
             return Response(status_code=499)
         results = [s.result() for s in states]
+        if explained is not None:
+            for state, result in zip(states, results, strict=True):
+                result["meta_info"]["cache_explanation"] = explained[tuple(state.out.input_ids)]
         return json_response(results[0] if prepared.is_single and len(results) == 1 else results)
 
     @app.get("/get_model_info")

@@ -25,6 +25,9 @@ class NoMetrics:
     def observe_finished(self, req: ReqOutput, seconds: float) -> None:
         pass
 
+    def observe_prefix_break(self, cause: str) -> None:
+        pass
+
     def render(self, info: InfoReplyMsg) -> bytes:
         raise RuntimeError("metrics are disabled")
 
@@ -70,6 +73,12 @@ class Metrics(NoMetrics):
             buckets=_E2E_BUCKETS,
             registry=r,
         )
+        self.prefix_breaks = Counter(
+            "radixrt_prefix_breaks",
+            "Conversation turns whose prompt did not extend the previous turn's prompt and reply",
+            ["cause"],
+            registry=r,
+        )
         self.gauges: dict[str, Any] = {
             name: Gauge(f"radixrt_{name}", doc, registry=r)
             for name, doc in (
@@ -94,6 +103,9 @@ class Metrics(NoMetrics):
         kind = req.finish_reason.kind.value if req.finish_reason is not None else "abort"
         self.requests.labels(kind).inc()
         self.e2e.observe(seconds)
+
+    def observe_prefix_break(self, cause: str) -> None:
+        self.prefix_breaks.labels(cause).inc()
 
     def render(self, info: InfoReplyMsg) -> bytes:
         from prometheus_client import generate_latest

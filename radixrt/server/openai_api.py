@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.server.cache_api import explain_prompts
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
@@ -23,9 +24,11 @@ from radixrt.server.http_common import (
 from radixrt.server.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    chat_messages,
     prepare_chat,
     prepare_completion,
 )
+from radixrt.server.prompt_guard import PromptGuard, Turn
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
 from radixrt.server.tenancy import Tenancy
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
@@ -54,6 +57,7 @@ class OpenAIServing:
         self.tm = tm
         self.grammar = grammar
         self.tenancy = tenancy
+        self.guard = PromptGuard(tm.tokenizer, tm.metrics)
         self.limits = limits
         self.model_name = model_name
         self.created = int(time.time())
@@ -104,7 +108,16 @@ class OpenAIServing:
         namespace = self.tenancy.namespace(request, body.cache_salt, None)
         await self.grammar.check(prepared.params)
         self.tenancy.admit(self.tm, request, len(prepared.prompts))
+        explained = None
+        if body.explain_cache and not body.stream:
+            explained = await explain_prompts(
+                self.tm, self.tenancy, request, prepared.prompts, namespace
+            )
         session = request.headers.get(SESSION_HEADER) or body.prompt_cache_key or body.user
+        turn: Turn | None = None  # a chat turn the prompt guard follows
+        if is_chat and session and len(prepared.prompts) == 1:
+            turn = ((caller_of(request), session), chat_messages(body), prepared.prompts[0])
+            self.guard.check(*turn)
         states = self.tm.submit(
             prepared.prompts,
             prepared.params,
@@ -117,11 +130,15 @@ class OpenAIServing:
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             events = self._stream(rid, states, body.n, is_chat, usage)
+            if turn is not None:
+                events = self.guard.record_after(events, turn, states[0])
             return sse_response(request_events(self.tm, states, events))
         try:
             await wait_finished(request, self.tm, states)
         except ClientGoneError:
             return Response(status_code=499)
+        if turn is not None:
+            self.guard.record(*turn, states[0].out.output_ids)
         choices = []
         for i, state in enumerate(states):
             result = state.result()
@@ -131,6 +148,12 @@ class OpenAIServing:
             else:
                 choice["text"] = choice.pop("delta")
             choices.append(choice)
+        usage = _usage(states, body.n)
+        if explained is not None:  # one per distinct prompt, in order
+            found = list(explained.values())
+            usage.setdefault("prompt_tokens_details", {})["cache_explanation"] = (
+                found[0] if len(found) == 1 else found
+            )
         return json_response(
             {
                 "id": rid,
@@ -138,7 +161,7 @@ class OpenAIServing:
                 "created": int(time.time()),
                 "model": self.model_name,
                 "choices": choices,
-                "usage": _usage(states, body.n),
+                "usage": usage,
             }
         )
 

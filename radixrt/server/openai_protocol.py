@@ -43,6 +43,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     user: str | None = None
     prompt_cache_key: str | None = None  # a session key for routing across replicas
     cache_salt: str | None = None  # a prefix-cache namespace of the caller's own
+    explain_cache: bool = False  # usage.prompt_tokens_details.cache_explanation (no stream)
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
@@ -164,7 +165,7 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
         raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
     if getattr(tokenizer, "chat_template", None) is None:
         raise BadRequestError("this model's tokenizer has no chat template")
-    messages = [{"role": m.role, "content": _content_text(m)} for m in req.messages]
+    messages = chat_messages(req)
     limits.check_length(
         sum(len(m["content"]) + len(m["role"]) for m in messages), "the conversation"
     )
@@ -209,6 +210,11 @@ def _prepare(
         raise BadRequestError("rid takes a single prompt")
     check_id(rid, "rid")
     return PreparedRequest(prompts, params, None if rid is None else [rid], len(prompts) == 1)
+
+
+def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
+    """The messages as the chat template takes them (text content only)."""
+    return [{"role": m.role, "content": _content_text(m)} for m in req.messages]
 
 
 def _content_text(m: ChatMessage) -> str:

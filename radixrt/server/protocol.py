@@ -38,6 +38,7 @@ class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
     rid: str | list[str] | None = None
     extra_key: str | None = None  # prefix-cache namespace (the older name of cache_salt)
     cache_salt: str | None = None  # a namespace of the caller's own: other salts never match
+    explain_cache: bool = False  # meta_info.cache_explanation: why the prompt missed (no stream)
 
 
 @dataclass(frozen=True)

@@ -69,11 +69,13 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
-        return httpx.get(self.url + path, headers=self.headers, timeout=60, **kw)
+        headers = {**self.headers, **kw.pop("headers", {})}
+        return httpx.get(self.url + path, headers=headers, timeout=60, **kw)
 
     def post(self, path: str, **kw: Any) -> httpx.Response:
         kw.setdefault("timeout", 120)
-        return httpx.post(self.url + path, headers=self.headers, **kw)
+        headers = {**self.headers, **kw.pop("headers", {})}
+        return httpx.post(self.url + path, headers=headers, **kw)
 
     def scheduler_pid(self) -> int:
         """The scheduler child's pid (found by parent pid in /proc)."""

@@ -271,3 +271,28 @@ def test_the_explainer_shows_a_tenant_its_own_cache_and_nothing_of_others(tenant
     r = httpx.post(tenants.url + "/v1/cache/explain", json={}, headers=_auth("a"))
     assert r.status_code == 400 and "exactly one" in r.text
     tenants.wait_idle_and_whole()
+
+
+def test_a_request_can_ask_why_it_missed(tenants) -> None:
+    text = "Opt-in explanation: " + " ".join(f"step {i} is done." for i in range(40))
+    sp = {"max_new_tokens": 1, "temperature": 0}
+    body = {"text": text, "sampling_params": sp, "explain_cache": True}
+    first = httpx.post(tenants.url + "/generate", json=body, headers=_auth("a")).json()
+    assert first["meta_info"]["cache_explanation"]["cause"] == "never_seen"
+    body["text"] = text.replace("step 20", "step twenty")
+    second = httpx.post(tenants.url + "/generate", json=body, headers=_auth("a")).json()
+    why = second["meta_info"]["cache_explanation"]
+    assert why["cause"] == "diverged" and why["cached_tokens"] == why["divergence"]
+    assert why["cached_tokens"] == second["meta_info"]["cached_tokens"]
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": 1,
+        "explain_cache": True,
+    }
+    r = httpx.post(tenants.url + "/v1/chat/completions", json=chat, headers=_auth("a"))
+    details = r.json()["usage"]["prompt_tokens_details"]
+    assert details["cache_explanation"]["cause"] in ("never_seen", "diverged", "new_suffix")
+    plain = httpx.post(tenants.url + "/generate", json={**body, "explain_cache": False})
+    assert plain.status_code == 401  # (no key) the opt-in changes nothing about auth
+    tenants.wait_idle_and_whole()
