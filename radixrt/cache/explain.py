@@ -12,7 +12,7 @@ lock). Causes, in the order they are decided:
 | `other_namespace` | one of the caller's other namespaces (another cache_salt) holds more     |
 | `never_seen`      | nothing of the prompt is cached in its namespace                         |
 | `new_suffix`      | the cached prefix ends where the prompt goes on: the rest was never sent |
-| `cache_off`       | the server runs without a prefix cache                                   |
+| `cache_off`       | the server runs without a prefix cache (NoPrefixCache.explain)           |
 
 The EvictionLog remembers the last evicted leaves (namespace, length and hash of the whole
 path from the root, time), so an evicted prefix is told from one never seen. Only the
@@ -24,9 +24,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from radixrt.cache.prefix_cache import BasePrefixCache
 from radixrt.cache.tree_node import TreeNode
+
+if TYPE_CHECKING:
+    from radixrt.cache.radix_cache import RadixCache
 
 CONTEXT_TOKENS = 32  # cached tokens returned after the divergence point
 EVICTION_LOG_SIZE = 1024
@@ -77,13 +80,11 @@ def path_key(node: TreeNode) -> list[int]:
 
 
 def explain(
-    cache: BasePrefixCache, key: list[int], extra_key: str | None, own_prefix: str | None
+    cache: RadixCache, key: list[int], extra_key: str | None, own_prefix: str | None
 ) -> Explanation:
     """Explain `key` in namespace `extra_key`; other namespaces starting with `own_prefix` are
     the caller's own and may be looked at (None: none; "" : every namespace)."""
-    root = getattr(cache, "root", None)
-    if root is None:
-        return Explanation("cache_off", len(key), 0)
+    root = cache.root
     page = cache.page_size
     matched, cont = _walk(cache, root, key, extra_key)
     key_len = len(key) - len(key) % page
@@ -95,8 +96,7 @@ def explain(
     )
     if cont and page > 1 and 0 < agree < page:
         return Explanation("page_boundary", len(key), matched, matched + agree, cont)
-    evicted = getattr(cache, "evictions", None)
-    at = evicted.find(extra_key, key, matched) if evicted is not None else None
+    at = cache.evictions.find(extra_key, key, matched)
     if at is not None:
         return Explanation("evicted", len(key), matched, matched, evicted_at=at)
     if cont and matched + agree > 0:  # at the root, another first token shares nothing
@@ -117,7 +117,7 @@ def explain(
 
 
 def _walk(
-    cache: BasePrefixCache, root: TreeNode, key: list[int], extra_key: str | None
+    cache: RadixCache, root: TreeNode, key: list[int], extra_key: str | None
 ) -> tuple[int, list[int]]:
     """(whole-page tokens of `key` cached in `extra_key`, up to CONTEXT_TOKENS cached tokens
     that follow there: the rest of the node the match ends in, else the most recently used
@@ -126,10 +126,10 @@ def _walk(
     key_len = len(key) - len(key) % page
     node, pos = root, 0
     while pos < key_len:
-        child = node.children.get(cache._child_key(extra_key, key, pos))  # type: ignore[attr-defined]
+        child = node.children.get(cache._child_key(extra_key, key, pos))
         if child is None:
             break
-        n = cache._match_len(child.key, key, pos, key_len)  # type: ignore[attr-defined]
+        n = cache._match_len(child.key, key, pos, key_len)
         if n < len(child.key):
             return pos + n, child.key[n : n + CONTEXT_TOKENS]
         node, pos = child, pos + n

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixrt.cache.explain import Explanation
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.tree_node import TreeNode
 
@@ -74,6 +75,11 @@ class BasePrefixCache(ABC):
         Locks are not needed and not changed. Raises ValueError when the lengths differ or,
         with `page_size > 1`, when `len(key)` is not a multiple of `page_size`.
         """
+
+    @abstractmethod
+    def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
+        """Why `key` would miss in namespace `extra_key` (radixrt/cache/explain.py); reads the
+        cache, never changes it."""
 
     @abstractmethod
     def lock(self, node: TreeNode) -> None:
@@ -155,6 +161,9 @@ class NoPrefixCache(BasePrefixCache):
         if len(key) != slots.numel():
             raise ValueError(f"key has {len(key)} tokens but {slots.numel()} slots were given")
         return len(key)
+
+    def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
+        return Explanation("cache_off", len(key), 0)
 
     def lock(self, node: TreeNode) -> None:
         """Count a lock on the dummy root."""

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterator
 
 import torch
 
-from radixrt.cache.explain import EvictionLog, path_key
+from radixrt.cache.explain import EvictionLog, Explanation, explain, path_key
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tree_node import TreeNode
@@ -82,6 +82,9 @@ class RadixCache(BasePrefixCache):
             child.last_access_time = now
             node, pos = child, pos + n
         return pos
+
+    def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
+        return explain(self, key, extra_key, own_prefix)
 
     def lock(self, node: TreeNode) -> None:
         """Add one lock on `node` and every ancestor (the root counts all locks)."""

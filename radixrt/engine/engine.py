@@ -3,7 +3,6 @@ scheduler process runs (scheduler/loop.py), over a ThreadTransport on a backgrou
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import queue
@@ -101,8 +100,7 @@ class Engine:
         `extra_key`: matched tokens, the divergence offset and the cause (radixrt.cache.explain);
         the cached tokens after the divergence are ids (`cached_next`)."""
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        ask = functools.partial(ExplainReqMsg, input_ids=ids, extra_key=extra_key, own_prefix="")
-        reply: ExplainReplyMsg = self._ask(ask)
+        reply: ExplainReplyMsg = self._ask(lambda rid: ExplainReqMsg(rid, ids, extra_key, ""))
         return {k: getattr(reply, k) for k in reply.__struct_fields__ if k != "reply_id"}
 
     def get_stats(self) -> dict[str, Any]:

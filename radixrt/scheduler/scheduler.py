@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from radixrt.cache.explain import explain as explain_prefix
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.config import SchedulerConfig
 from radixrt.core import Batch, FinishKind, FinishReason, Req
@@ -104,7 +103,7 @@ class Scheduler:
 
     def explain(self, input_ids: list[int], extra_key: str | None, own_prefix: str | None) -> Any:
         """Why `input_ids` would miss the prefix cache (radixrt.cache.explain)."""
-        return explain_prefix(self.kv.cache, input_ids, extra_key, own_prefix)
+        return self.kv.cache.explain(input_ids, extra_key, own_prefix)
 
     def info(self) -> dict[str, Any]:
         """The figures InfoReplyMsg carries (all but reply_id): pool, queues, counters."""

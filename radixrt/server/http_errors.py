@@ -4,6 +4,7 @@ status code and an `{"error": {"message": ...}}` body."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -25,10 +26,21 @@ from radixrt.web.responses import error_response
 logger = logging.getLogger("radixrt")
 
 
+# Exceptions answered with their message and a fixed status. Starlette answers an exception
+# with the handler of the nearest class in its MRO, so subclasses of ValueError registered
+# here or below keep their own.
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (BadRequestError, 400),
+    (ForbiddenError, 403),
+    (TooManyRequestsError, 429),
+    (SchedulerDeadError, 503),
+    (ValueError, 400),
+)
+
+
 def add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(BadRequestError)
-    async def bad_request(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 400)
+    for cls, status in _STATUS:
+        app.add_exception_handler(cls, _with_status(status))
 
     @app.exception_handler(BodyTooLargeError)
     async def too_large(request: Request, exc: Exception) -> Response:
@@ -45,23 +57,14 @@ def add_error_handlers(app: FastAPI) -> None:
         response.headers[NOT_STARTED_HEADER] = "1"
         return response
 
-    @app.exception_handler(ForbiddenError)
-    async def forbidden(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 403)
-
-    @app.exception_handler(TooManyRequestsError)
-    async def too_many(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 429)
-
-    @app.exception_handler(SchedulerDeadError)
-    async def unavailable(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 503)
-
-    @app.exception_handler(ValueError)
-    async def value_error(request: Request, exc: Exception) -> Response:
-        return error_response(str(exc), 400)
-
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:
         logger.exception("unhandled error in %s", request.url.path)
         return error_response(f"internal error: {type(exc).__name__}", 500)
+
+
+def _with_status(status: int) -> Any:
+    async def handler(request: Request, exc: Exception) -> Response:
+        return error_response(str(exc), status)
+
+    return handler

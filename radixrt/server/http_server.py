@@ -64,8 +64,11 @@ class AbortRequest(msgspec.Struct, forbid_unknown_fields=True):
     rid: str
 
 
-def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) -> FastAPI:
-    """Build the app; `on_shutdown` (async, optional) runs after uvicorn drains connections."""
+def create_app(
+    tm: TokenizerManager, args: ServerArgs, tenancy: Tenancy, on_shutdown: Any = None
+) -> FastAPI:
+    """Build the app; `tenancy` holds the keys (Tenancy.from_config(args.server), read once at
+    start-up); `on_shutdown` (async, optional) runs after uvicorn drains connections."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,7 +80,6 @@ def create_app(tm: TokenizerManager, args: ServerArgs, on_shutdown: Any = None) 
             await on_shutdown()
 
     app = FastAPI(title="radixrt", lifespan=lifespan, docs_url=None, redoc_url=None)
-    tenancy = Tenancy.from_config(args.server)
     limits = Limits.from_server(tm.ready, args.server, tm.tokenizer)
     grammar = GrammarChecker(
         args.scheduler,

@@ -53,7 +53,7 @@ async def _serve(args: ServerArgs) -> int:
 
     try:
         envs = replica_envs(args)
-        Tenancy.from_config(args.server)  # a key file that cannot be used stops us here
+        tenancy = Tenancy.from_config(args.server)  # a key file that cannot be used stops us
     except ValueError as e:
         logger.error("%s", e)
         return 1
@@ -86,7 +86,7 @@ async def _serve(args: ServerArgs) -> int:
             for client in clients:
                 client.stop()  # before uvicorn re-raises a captured SIGTERM
 
-        app = create_app(tm, args, on_shutdown)
+        app = create_app(tm, args, tenancy, on_shutdown)
         s = args.server
         uvicorn_level = "debug" if s.log_level == "debug" else "warning"
         server = uvicorn.Server(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import time
@@ -223,11 +222,12 @@ class TokenizerManager:
     async def explain_cache(
         self, input_ids: list[int], extra_key: str | None, own_prefix: str | None
     ) -> ExplainReplyMsg:
-        return await self._ask(functools.partial(ExplainReqMsg, **_explain_args(locals())))
+        return await self._ask(lambda rid: ExplainReqMsg(rid, input_ids, extra_key, own_prefix))
 
     # ---- scheduler side ------------------------------------------------------------------
 
     async def _ask(self, msg_cls: Any) -> Any:
+        """Send msg_cls(reply_id) (a message class or a factory of one) and await its reply."""
         if self.dead_reason is not None:
             raise SchedulerDeadError(self.dead_reason)
         reply_id = next(self._reply_ids)
@@ -327,7 +327,3 @@ class TokenizerManager:
             if not future.done():
                 future.set_exception(SchedulerDeadError(reason))
         self._on_dead(reason)
-
-
-def _explain_args(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: args[k] for k in ("input_ids", "extra_key", "own_prefix")}

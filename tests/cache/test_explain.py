@@ -100,3 +100,18 @@ def test_a_page_boundary_is_named(tiny_llama_path) -> None:
         assert why["cause"] == "page_boundary", why
         assert why["matched_tokens"] == 32 and why["divergence"] == 40
         _whole(e)
+
+
+def test_without_a_prefix_cache_the_cause_is_cache_off(tiny_llama_path) -> None:
+    with rt.Engine(str(tiny_llama_path), max_total_tokens=1024, disable_radix_cache=True) as e:
+        _send(e, SYSTEM)
+        assert e.explain_cache(SYSTEM) == {
+            "cause": "cache_off",
+            "prompt_tokens": len(e.tokenizer.encode(SYSTEM)),
+            "matched_tokens": 0,
+            "divergence": None,
+            "cached_next": [],
+            "evicted_at": None,
+            "other_namespace_tokens": 0,
+        }
+        _whole(e)

@@ -105,7 +105,14 @@ def launch_command(
 class ManagedServer:
     """A server process for one system; `with ManagedServer(...) as url:`."""
 
-    def __init__(self, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        cmd: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        ready_path: str = "/v1/models",  # answers 200 once up (without keys: /health)
+    ) -> None:
+        self.ready_path = ready_path
         self.port = int(cmd[cmd.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = cmd
@@ -150,7 +157,7 @@ class ManagedServer:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"{self.cmd[2]} exited with {self.proc.returncode}:\n{tail}")
             try:
-                if httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

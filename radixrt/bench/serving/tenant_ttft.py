@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from typing import Any
 import httpx
 
 from radixrt.bench.micro.roofline import machine_info
-from radixrt.bench.serving.peers import START_TIMEOUT_S, free_port
+from radixrt.bench.serving.peers import ManagedServer, free_port
 from radixrt.web.keys import hash_key
 
 KEYS = {"a": "bench-key-a", "b": "bench-key-b", "ops": "bench-key-ops"}
@@ -53,33 +52,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     keys = [{"key": hash_key(k), "tenant": t, "role": "admin" if t == "ops" else "user"}
             for t, k in KEYS.items()]  # fmt: skip
     (tmp / "keys.json").write_text(json.dumps({"keys": keys}))
-    port = free_port()
-    cmd = [sys.executable, "-m", "radixrt.launch_server", "--port", str(port)]
+    cmd = [sys.executable, "-m", "radixrt.launch_server", "--port", str(free_port())]
     cmd += ["--api-key-file", str(tmp / "keys.json")]
     if args.model_path:
         cmd += ["--model-path", args.model_path]
-    url = f"http://127.0.0.1:{port}"
-    with open(tmp / "server.log", "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            _wait_ready(url, proc)
-            timed(url, "a", document(-1, "warm", 64))  # first request: start-up costs
-            rows: dict[str, list[float]] = {"a_cold": [], "a_hit": [], "b_on_a": [], "b_cold": []}
-            cached: dict[str, list[int]] = {k: [] for k in rows}
-            for i in range(args.rounds):
-                doc, other = document(i, "A", args.doc_tokens), document(i, "B", args.doc_tokens)
-                for name, who, text in (
-                    ("a_cold", "a", doc),
-                    ("a_hit", "a", doc),
-                    ("b_on_a", "b", doc),
-                    ("b_cold", "b", other),
-                ):
-                    seconds, hit = timed(url, who, text)
-                    rows[name].append(seconds)
-                    cached[name].append(hit)
-        finally:
-            proc.terminate()
-            proc.wait(60)
+    with ManagedServer(cmd, tmp / "server.log", ready_path="/health") as url:
+        timed(url, "a", document(-1, "warm", 64))  # first request: start-up costs
+        rows: dict[str, list[float]] = {"a_cold": [], "a_hit": [], "b_on_a": [], "b_cold": []}
+        cached: dict[str, list[int]] = {k: [] for k in rows}
+        for i in range(args.rounds):
+            doc, other = document(i, "A", args.doc_tokens), document(i, "B", args.doc_tokens)
+            for name, who, text in (
+                ("a_cold", "a", doc),
+                ("a_hit", "a", doc),
+                ("b_on_a", "b", doc),
+                ("b_cold", "b", other),
+            ):
+                seconds, hit = timed(url, who, text)
+                rows[name].append(seconds)
+                cached[name].append(hit)
     med = {k: statistics.median(v) for k, v in rows.items()}
     print("| request | median TTFT s | min | max | cached tokens |")
     print("|---|---:|---:|---:|---|")
@@ -89,20 +80,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"A's hit / A cold: {med['a_hit'] / med['a_cold']:.2f}")
     print(f"load average (1 min) at the start: {machine['load_avg_1m']}")
     return {"machine": machine, "ttft_s": rows, "cached_tokens": cached}
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"the server was not ready after {START_TIMEOUT_S} s")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
