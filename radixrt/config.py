@@ -99,6 +99,10 @@ class CacheConfig:
     mem_fraction_static: float | None = None  # None: 0.85 of GPU memory, 0.25 of RAM on CPU
     page_size: int = 1
     disable_radix_cache: bool = False
+    # Pinned prefixes (radixrt/cache/pins.py): at most this share of the pool, and of it at
+    # most this share per tenant (each pin counted at its full length).
+    max_pinned_fraction: float = 0.5
+    max_pinned_fraction_per_tenant: float = 0.25
 
     def __post_init__(self) -> None:
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
@@ -108,6 +112,9 @@ class CacheConfig:
             raise ValueError(f"mem_fraction_static must be in (0, 1), got {f}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        for name in ("max_pinned_fraction", "max_pinned_fraction_per_tenant"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,11 @@ class ServerConfig:
     max_stop_string_len: int = 256  # characters per stop string
     max_grammar_bytes: int = 128 * 2**10  # a regex, JSON schema or EBNF grammar, UTF-8
     max_pending_grammars: int = 64  # grammar checks queued or compiling; more get 503
+    # The caching APIs (/v1/caches, Anthropic cache_control, Gemini cachedContents): the
+    # shortest prefix a breakpoint pins (shorter: not pinned, no error), and a factor on
+    # every TTL they are given (tests shorten time with it).
+    cache_min_tokens: int = 0
+    cache_ttl_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -194,6 +206,10 @@ class ServerConfig:
             raise ValueError(
                 f"max_requests_per_tenant must be >= 1, got {self.max_requests_per_tenant}"
             )
+        if self.cache_min_tokens < 0:
+            raise ValueError(f"cache_min_tokens must be >= 0, got {self.cache_min_tokens}")
+        if not self.cache_ttl_scale > 0:
+            raise ValueError(f"cache_ttl_scale must be > 0, got {self.cache_ttl_scale}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if self.dp_size < 1:

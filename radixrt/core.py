@@ -279,6 +279,33 @@ class FinishReason:
         return {k: v for k, v in d.items() if v is not None or k == "type"}
 
 
+# Pinned prefixes (radixrt/cache/pins.py holds the table that applies them).
+
+
+@dataclass(frozen=True, slots=True)
+class PinSpec:
+    """Pin the first `offset` tokens of a prompt (rounded down to whole pages) for `ttl_s`."""
+
+    offset: int
+    ttl_s: float
+    pin_id: str | None = None  # None: the prefix's own pin, shared by every spec naming it
+    sliding: bool = True  # a hit on the prefix moves the expiry to now + ttl_s
+    owner: str | None = None  # whose bound it counts against (a tenant); None: nobody's
+
+
+@dataclass(frozen=True, slots=True)
+class PinOutcome:
+    """What became of one PinSpec."""
+
+    offset: int
+    pinned: bool
+    tokens: int = 0  # tokens the pin holds (offset rounded down to a page)
+    new_tokens: int = 0  # tokens this call added to the pinned set
+    expire_at: float = 0.0  # wall clock
+    pin_id: str = ""
+    reason: str | None = None  # why not, when not pinned
+
+
 @dataclass(slots=True)
 class Req:
     """One generation request as the scheduler sees it.
@@ -317,6 +344,9 @@ class Req:
     generator: Any = None  # per-request torch.Generator when seeded
     # Grammar state (scheduler/grammar_queue.py: GrammarState) while constrained, else None.
     grammar: Any = None
+    # Prefixes of the prompt to pin once it finishes, and what became of each (in order).
+    pins: list[PinSpec] = field(default_factory=list)
+    pin_outcomes: list[PinOutcome] = field(default_factory=list)
 
     @property
     def fill_ids(self) -> list[int]:

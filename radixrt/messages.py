@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
-from radixrt.core import FinishKind, FinishReason
+from radixrt.core import FinishKind, FinishReason, PinOutcome, PinSpec
 
 TopLogprobs = list[tuple[float, int]]  # [(logprob, token id), ...] best first
 
@@ -25,6 +25,7 @@ class GenerateReqMsg(msgspec.Struct, tag=True):
     input_ids: list[int]
     sampling_params: dict[str, Any]  # SamplingParams.to_dict(), already validated, n == 1
     extra_key: str | None = None
+    pins: list[PinSpec] = []  # prefixes to pin once it finishes (radixrt/cache/pins.py)
 
 
 class AbortReqMsg(msgspec.Struct, tag=True):
@@ -49,12 +50,26 @@ class ExplainReqMsg(msgspec.Struct, tag=True):
     own_prefix: str | None = None
 
 
+class PinUpdateReqMsg(msgspec.Struct, tag=True):
+    """Give pin `pin_id` a new expiry (wall clock), or drop it (None)."""
+
+    reply_id: int
+    pin_id: str
+    expire_at: float | None = None
+
+
 class StopMsg(msgspec.Struct, tag=True):
     """Ends the scheduler loop after the current step (the Engine's shutdown)."""
 
 
 ToSchedulerMsg = (
-    GenerateReqMsg | AbortReqMsg | FlushCacheReqMsg | GetInfoReqMsg | ExplainReqMsg | StopMsg
+    GenerateReqMsg
+    | AbortReqMsg
+    | FlushCacheReqMsg
+    | GetInfoReqMsg
+    | ExplainReqMsg
+    | PinUpdateReqMsg
+    | StopMsg
 )
 
 
@@ -80,6 +95,7 @@ class ReqOutMsg(msgspec.Struct, array_like=True):
     # Prompt-token logprobs, sent once with the finishing message when asked for.
     input_logprobs: list[float | None] = []
     input_top_logprobs: list[TopLogprobs | None] = []
+    pins: list[PinOutcome] = []  # with the finishing message: one per GenerateReqMsg.pins
 
 
 class BatchTokenOutMsg(msgspec.Struct, tag=True):
@@ -114,11 +130,18 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     cache_hit_rate: float
     forward_passes: int
     retractions: int
+    pinned_tokens: int = 0
+    num_pins: int = 0
 
 
 class FlushCacheReplyMsg(msgspec.Struct, tag=True):
     reply_id: int
     success: bool
+
+
+class PinUpdateReplyMsg(msgspec.Struct, tag=True):
+    reply_id: int
+    found: bool
 
 
 class ExplainReplyMsg(msgspec.Struct, tag=True):
@@ -146,6 +169,7 @@ FromSchedulerMsg = (
     | InfoReplyMsg
     | FlushCacheReplyMsg
     | ExplainReplyMsg
+    | PinUpdateReplyMsg
     | FatalErrorMsg
 )
 

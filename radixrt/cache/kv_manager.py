@@ -11,7 +11,8 @@ Ownership of a running request's token range (see Req in core.py):
 |                      |                                         | partial page) freed at once     |
 | this step's out_loc  | the request, from `alloc_for`           | as the row above, once computed |
 
-So at any idle moment: free + evictable + protected == capacity. With pages
+So at any idle moment: free + evictable + protected + pinned == capacity (pinned: prefixes the
+pin table, cache/pins.py, keeps whatever their locks). With pages
 (paged_allocator.py) a request also owns the unused slots of its partly filled last page,
 and `slots_held` counts them.
 """
@@ -129,17 +130,16 @@ class KVCacheManager:
         req.kv_len = req.cached_len = 0
 
     def check_whole(self, num_held_by_requests: int = 0) -> None:
-        """Raise RuntimeError unless free + evictable + protected + held == capacity."""
-        free, ev, prot = (
-            self.allocator.num_free,
-            self.cache.evictable_size,
-            self.cache.protected_size,
-        )
-        total = free + ev + prot + num_held_by_requests
+        """Raise RuntimeError unless free + evictable + protected + pinned + held == capacity."""
+        c = self.cache
+        free, ev, prot, pin = (
+            self.allocator.num_free, c.evictable_size, c.protected_size, c.pinned_size,
+        )  # fmt: skip
+        total = free + ev + prot + pin + num_held_by_requests
         if total != self.allocator.capacity:
             raise RuntimeError(
-                f"KV pool leak: free {free} + evictable {ev} + protected {prot} + held "
-                f"{num_held_by_requests} = {total} != capacity {self.allocator.capacity}"
+                f"KV pool leak: free {free} + evictable {ev} + protected {prot} + pinned {pin} "
+                f"+ held {num_held_by_requests} = {total} != capacity {self.allocator.capacity}"
             )
 
     def _make_room(self, n: int) -> None:

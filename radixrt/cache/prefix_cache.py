@@ -93,35 +93,53 @@ class BasePrefixCache(ABC):
         """
 
     @abstractmethod
+    def pin(self, node: TreeNode) -> None:
+        """Keep `node` and its ancestors from eviction until `unpin` (radixrt/cache/pins.py
+        is the only caller: it owns every pin, its lifetime and the bounds on pinned tokens)."""
+
+    @abstractmethod
+    def unpin(self, node: TreeNode) -> None:
+        """Undo one `pin(node)`; RuntimeError when no pin is held on `node` or below it."""
+
+    @abstractmethod
+    def unpinned_above(self, node: TreeNode) -> int:
+        """Tokens from the root to `node` that no pin holds yet."""
+
+    @abstractmethod
     def evict(self, num_tokens: int) -> int:
         """Free at least `num_tokens` cached slots back to the allocator, if possible.
 
         Frees least-recently-used unlocked leaves first; a parent whose last child went becomes
         a leaf and may go next. Returns the number of tokens freed: may exceed `num_tokens`
         (whole nodes go), may be less (everything unlocked is gone), 0 when nothing is
-        evictable. Locked nodes and their ancestors are never freed.
+        evictable. Locked or pinned nodes and their ancestors are never freed.
         """
 
     @abstractmethod
     def reset(self) -> None:
         """Drop every cached prefix and free all cache-owned slots.
 
-        Raises RuntimeError (and changes nothing) while any node is locked.
+        Raises RuntimeError (and changes nothing) while any node is locked or pinned.
         """
 
     @property
     @abstractmethod
     def evictable_size(self) -> int:
-        """Tokens held by unlocked nodes (what `evict` could free)."""
+        """Tokens held by nodes neither locked nor pinned (what `evict` could free)."""
 
     @property
     @abstractmethod
     def protected_size(self) -> int:
-        """Tokens held by locked nodes."""
+        """Tokens held by locked nodes that are not pinned."""
+
+    @property
+    @abstractmethod
+    def pinned_size(self) -> int:
+        """Tokens held by pinned nodes (locked or not)."""
 
     def total_size(self) -> int:
         """Tokens (= slots) owned by the cache."""
-        return self.evictable_size + self.protected_size
+        return self.evictable_size + self.protected_size + self.pinned_size
 
     @abstractmethod
     def pretty_print(self) -> str:
@@ -175,6 +193,16 @@ class NoPrefixCache(BasePrefixCache):
             raise RuntimeError("unlock without a matching lock")
         self.root.lock_ref -= 1
 
+    def pin(self, node: TreeNode) -> None:
+        """Nothing is cached, so nothing can be pinned (the pin table is NoPinTable)."""
+        raise RuntimeError("the prefix cache is off: nothing can be pinned")
+
+    def unpin(self, node: TreeNode) -> None:
+        raise RuntimeError("the prefix cache is off: nothing is pinned")
+
+    def unpinned_above(self, node: TreeNode) -> int:
+        return 0
+
     def evict(self, num_tokens: int) -> int:
         """Free nothing."""
         return 0
@@ -190,6 +218,10 @@ class NoPrefixCache(BasePrefixCache):
 
     @property
     def protected_size(self) -> int:
+        return 0
+
+    @property
+    def pinned_size(self) -> int:
         return 0
 
     def pretty_print(self) -> str:

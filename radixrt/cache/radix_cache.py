@@ -8,6 +8,9 @@ Slot ownership:
 | return value) that the caller allocated | slots the tree already has)| `insert`                  |
 | `slots[n:]` passed to `insert`          | the tree from then on      | `evict`, `reset`          |
 | slots returned by `match_prefix`        | the tree (lock to keep)    | `evict` once unlocked     |
+
+Each node's tokens count in one of three sizes: pinned (a pin on it or below it, cache/pins.py),
+else protected (a request's lock on it or below it), else evictable; evict takes only the last.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ class RadixCache(BasePrefixCache):
     def _init_tree(self) -> None:
         self.root = TreeNode(slots=self._empty)
         self._leaves: set[TreeNode] = set()  # every childless node except the root
-        self._evictable_size = 0
-        self._protected_size = 0
+        # Tokens per state: [evictable, protected (locked), pinned]; see `_state`.
+        self._sizes = [0, 0, 0]
 
     def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
         """Return the longest cached whole-page prefix of `key`; split the node it ends in."""
@@ -88,29 +91,37 @@ class RadixCache(BasePrefixCache):
 
     def lock(self, node: TreeNode) -> None:
         """Add one lock on `node` and every ancestor (the root counts all locks)."""
-        cur: TreeNode | None = node
-        while cur is not None:
-            if cur.lock_ref == 0:
-                self._evictable_size -= len(cur.key)
-                self._protected_size += len(cur.key)
-            cur.lock_ref += 1
-            cur = cur.parent
+        self._walk_up(node, "lock_ref", 1)
 
     def unlock(self, node: TreeNode) -> None:
         """Remove one lock from `node` and every ancestor; raise if `node` holds none."""
         if node.lock_ref <= 0:
             raise RuntimeError(f"unlock of node {node.id} which holds no lock")
+        self._walk_up(node, "lock_ref", -1)
+
+    def pin(self, node: TreeNode) -> None:
+        """Add one pin on `node` and every ancestor: none of them is evicted until unpinned."""
+        self._walk_up(node, "pin_ref", 1)
+
+    def unpin(self, node: TreeNode) -> None:
+        """Remove one pin from `node` and every ancestor; raise if `node` holds none."""
+        if node.pin_ref <= 0:
+            raise RuntimeError(f"unpin of node {node.id} which holds no pin")
+        self._walk_up(node, "pin_ref", -1)
+
+    def unpinned_above(self, node: TreeNode) -> int:
+        """Tokens on the path from the root to `node` that no pin holds yet (what pinning
+        `node` would add to `pinned_size`)."""
+        total = 0
         cur: TreeNode | None = node
-        while cur is not None:
-            cur.lock_ref -= 1
-            if cur.lock_ref == 0:
-                self._evictable_size += len(cur.key)
-                self._protected_size -= len(cur.key)
+        while cur is not None and cur.pin_ref == 0:
+            total += len(cur.key)
             cur = cur.parent
+        return total
 
     def evict(self, num_tokens: int) -> int:
         """Free unlocked leaves, least recently used first, until `num_tokens` are freed."""
-        heap = [leaf for leaf in self._leaves if leaf.lock_ref == 0]
+        heap = [leaf for leaf in self._leaves if _evictable(leaf)]
         heapq.heapify(heap)
         freed: list[torch.Tensor] = []
         num_freed = 0
@@ -126,17 +137,20 @@ class RadixCache(BasePrefixCache):
             num_freed += len(leaf.key)
             if parent is not self.root and not parent.children:
                 self._leaves.add(parent)
-                if parent.lock_ref == 0:
+                if _evictable(parent):
                     heapq.heappush(heap, parent)
-        self._evictable_size -= num_freed
+        self._sizes[0] -= num_freed
         if freed:
             self.allocator.free(torch.cat(freed))
         return num_freed
 
     def reset(self) -> None:
-        """Free every tree-owned slot and start empty; raise while anything is locked."""
-        if self.root.lock_ref:
-            raise RuntimeError(f"reset with {self.root.lock_ref} locks held")
+        """Free every tree-owned slot and start empty; raise while anything is locked or
+        pinned (the pin table unpins first)."""
+        if self.root.lock_ref or self.root.pin_ref:
+            raise RuntimeError(
+                f"reset with {self.root.lock_ref} locks and {self.root.pin_ref} pins held"
+            )
         owned = [node.slots for node in self._nodes() if node is not self.root]
         if owned:
             self.allocator.free(torch.cat(owned))
@@ -144,17 +158,22 @@ class RadixCache(BasePrefixCache):
 
     @property
     def evictable_size(self) -> int:
-        return self._evictable_size
+        return self._sizes[0]
 
     @property
     def protected_size(self) -> int:
-        return self._protected_size
+        return self._sizes[1]
+
+    @property
+    def pinned_size(self) -> int:
+        return self._sizes[2]
 
     def pretty_print(self) -> str:
         """One line per node, indented by depth: tokens, first ids, lock ref, time, slots."""
         lines = [
-            f"RadixCache page_size={self.page_size} evictable={self._evictable_size} "
-            f"protected={self._protected_size} locks={self.root.lock_ref}"
+            f"RadixCache page_size={self.page_size} evictable={self._sizes[0]} "
+            f"protected={self._sizes[1]} pinned={self._sizes[2]} locks={self.root.lock_ref} "
+            f"pins={self.root.pin_ref}"
         ]
         stack = [(child, 1) for child in reversed(self.root.children.values())]
         while stack:
@@ -163,7 +182,7 @@ class RadixCache(BasePrefixCache):
             more = "..." if len(node.key) > 8 else ""
             lines.append(
                 f"{'  ' * depth}[{len(node.key)} tok]{ns} key={node.key[:8]}{more} "
-                f"ref={node.lock_ref} t={node.last_access_time} "
+                f"ref={node.lock_ref} pin={node.pin_ref} t={node.last_access_time} "
                 f"slots={node.slots[:8].tolist()}{more}"
             )
             stack.extend((child, depth + 1) for child in reversed(node.children.values()))
@@ -171,14 +190,15 @@ class RadixCache(BasePrefixCache):
 
     def check_integrity(self) -> None:
         """Assert tree shape, lock refs, size counters and slot ownership are consistent."""
-        evictable = protected = 0
+        sizes = [0, 0, 0]
         leaves: set[TreeNode] = set()
         owned: list[torch.Tensor] = []
         assert self.root.parent is None and not self.root.key, "root must be empty"
         for node in self._nodes():
-            assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), (
-                f"node {node.id}: lock_ref {node.lock_ref} below its children's sum"
-            )
+            for ref in ("lock_ref", "pin_ref"):
+                assert getattr(node, ref) >= sum(getattr(c, ref) for c in node.children.values()), (
+                    f"node {node.id}: {ref} {getattr(node, ref)} below its children's sum"
+                )
             for child_key, child in node.children.items():
                 assert child.parent is node, f"node {child.id}: wrong parent"
                 assert child_key == self._child_key(child.extra_key, child.key, 0), (
@@ -191,16 +211,12 @@ class RadixCache(BasePrefixCache):
             assert node.key and len(node.key) % self.page_size == 0, f"node {node.id}: key len"
             assert node.slots.dtype == torch.int64, f"node {node.id}: slots dtype"
             assert node.slots.shape == (len(node.key),), f"node {node.id}: key/slot length"
-            if node.lock_ref:
-                protected += len(node.key)
-            else:
-                evictable += len(node.key)
+            sizes[_state(node)] += len(node.key)
             if node.is_leaf:
                 leaves.add(node)
             owned.append(node.slots)
-        assert (evictable, protected) == (self._evictable_size, self._protected_size), (
-            f"sizes (evictable, protected) recount {(evictable, protected)} != "
-            f"{(self._evictable_size, self._protected_size)}"
+        assert sizes == self._sizes, (
+            f"sizes (evictable, protected, pinned) recount {sizes} != {self._sizes}"
         )
         assert leaves == self._leaves, "leaf set out of date"
         self._check_slots(torch.cat(owned) if owned else self._empty)
@@ -247,7 +263,8 @@ class RadixCache(BasePrefixCache):
         parent = child.parent
         assert parent is not None
         upper = TreeNode(child.key[:n], child.slots[:n], parent, child.extra_key)
-        upper.lock_ref = child.lock_ref  # same descendants' locks; sizes do not change
+        upper.lock_ref = child.lock_ref  # same descendants' locks and pins; sizes do not change
+        upper.pin_ref = child.pin_ref
         upper.last_access_time = child.last_access_time
         parent.children[self._child_key(child.extra_key, child.key, 0)] = upper
         child.key, child.slots, child.parent = child.key[n:], child.slots[n:], upper
@@ -269,7 +286,21 @@ class RadixCache(BasePrefixCache):
         parent.children[child_key] = leaf
         self._leaves.discard(parent)
         self._leaves.add(leaf)
-        self._evictable_size += len(key)
+        self._sizes[0] += len(key)
+
+    def _walk_up(self, node: TreeNode, ref: str, delta: int) -> None:
+        """Add `delta` to `ref` (lock_ref or pin_ref) on `node` and its ancestors, moving each
+        node's tokens between the size counters when its state changes."""
+        cur: TreeNode | None = node
+        while cur is not None:
+            before = _state(cur)
+            setattr(cur, ref, getattr(cur, ref) + delta)
+            after = _state(cur)
+            if after != before:
+                n = len(cur.key)
+                self._sizes[before] -= n
+                self._sizes[after] += n
+            cur = cur.parent
 
     def _nodes(self) -> Iterator[TreeNode]:
         stack = [self.root]
@@ -277,3 +308,15 @@ class RadixCache(BasePrefixCache):
             node = stack.pop()
             yield node
             stack.extend(node.children.values())
+
+
+EVICTABLE, PROTECTED, PINNED = 0, 1, 2
+
+
+def _state(node: TreeNode) -> int:
+    """A node's size counter: pinned over locked over evictable."""
+    return PINNED if node.pin_ref else PROTECTED if node.lock_ref else EVICTABLE
+
+
+def _evictable(node: TreeNode) -> bool:
+    return node.lock_ref == 0 and node.pin_ref == 0

@@ -1,5 +1,5 @@
-"""TreeNode: one edge of a prefix tree (its tokens, their KV slots, its lock count); the radix
-tree is made of them, and the null cache keeps its lock counts on one."""
+"""TreeNode: one edge of a prefix tree (its tokens, their KV slots, its lock and pin counts); the
+radix tree is made of them, and the null cache keeps its lock counts on one."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class TreeNode:
         "parent",
         "extra_key",
         "lock_ref",
+        "pin_ref",
         "last_access_time",
         "id",
     )
@@ -41,6 +42,9 @@ class TreeNode:
         self.extra_key = extra_key  # namespace; the same on every node below a root child
         # Locks taken on this node or any descendant: >= the sum over the children.
         self.lock_ref = 0
+        # Pins (cache/pins.py) held on this node or any descendant: >= the sum over the
+        # children. A node with pin_ref > 0 is never evicted and counts as pinned, locked or not.
+        self.pin_ref = 0
         self.last_access_time = 0  # the cache's logical clock, not wall time
         self.id = next(_node_ids)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from radixrt.core import FinishReason, SamplingParams
+from radixrt.core import FinishReason, PinOutcome, SamplingParams
 from radixrt.messages import ReqOutMsg, TopLogprobs, finish_from_msg
 
 
@@ -28,6 +28,7 @@ class ReqOutput:
     input_logprobs: list[float | None] = field(default_factory=list)
     input_top_logprobs: list[TopLogprobs | None] = field(default_factory=list)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    pins: list[PinOutcome] = field(default_factory=list)  # set when it finishes
     finish_reason: FinishReason | None = None
 
     @property
@@ -47,6 +48,7 @@ class ReqOutput:
         if out.finish is not None:
             self.input_logprobs = list(out.input_logprobs)
             self.input_top_logprobs = list(out.input_top_logprobs)
+            self.pins = list(out.pins)
             self.finish(finish_from_msg(out.finish))
 
     def finish(self, reason: FinishReason | None) -> None:

@@ -4,15 +4,19 @@ that would leave the replicas' loads too far apart.
 Decision for one request, given the replicas' loads (requests in flight):
 1. loads imbalanced (max - min > balance_abs_threshold and max > balance_rel_threshold * min):
    the least loaded replica;
-2. else the replica whose approximate tree holds the longest prefix of the prompt, when
+2. else, for a session key (`prompt_cache_key`, `user`, X-Session-Id) seen before, the
+   replica its last request went to, when it is offered: a session's prompts extend each
+   other, so its prefix sits there;
+3. else the replica whose approximate tree holds the longest prefix of the prompt, when
    matched / prompt length > cache_threshold;
-3. else the least loaded; ties go to the replica whose tree holds the fewest items, which
+4. else the least loaded; ties go to the replica whose tree holds the fewest items, which
    spreads new prefixes over the replicas.
-The prompt is then inserted into the chosen replica's tree.
+The prompt is then inserted into the chosen replica's tree, and the session moves there.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,30 +24,41 @@ from radixrt.config import RouterConfig
 from radixrt.routing.approx_tree import ApproxTree
 from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad, least_loaded
 
+MAX_SESSIONS = 65536  # session -> replica entries kept; least recently used go first
+
 
 class CacheAwarePolicy(BaseRoutingPolicy):
-    """One ApproxTree per replica id, created when the replica is first seen."""
+    """One ApproxTree per replica id, created when the replica is first seen, and the replica
+    id of each recent session."""
 
     name = "cache_aware"
 
     def __init__(self, config: RouterConfig) -> None:
         super().__init__(config)
         self.trees: dict[str, ApproxTree] = {}
+        self.sessions: OrderedDict[str, str] = OrderedDict()  # session -> replica id
 
     def select(self, req: RouteRequest, workers: Sequence[WorkerLoad]) -> int:
         trees = [self._tree(w.worker_id) for w in workers]
         sizes = [float(t.size) for t in trees]
-        if self.is_imbalanced([w.load for w in workers]) or not req.key:
+        home = self._home(req.session, workers)
+        if self.is_imbalanced([w.load for w in workers]):
             idx = least_loaded(workers, sizes)
-        else:
+        elif home is not None:
+            idx = home
+        elif req.key:
             matched = [t.match(req.key) for t in trees]
             best = max(range(len(workers)), key=lambda i: (matched[i], -workers[i].load, -i))
             if matched[best] / len(req.key) > self.config.cache_threshold:
                 idx = best
             else:
                 idx = least_loaded(workers, sizes)
+        else:
+            idx = least_loaded(workers, sizes)
         if req.key:
             trees[idx].insert(req.key)
+        if req.session is not None:
+            self._remember(req.session, workers[idx].worker_id)
         return idx
 
     def is_imbalanced(self, loads: Sequence[int]) -> bool:
@@ -54,6 +69,8 @@ class CacheAwarePolicy(BaseRoutingPolicy):
 
     def remove_worker(self, worker_id: str) -> None:
         self.trees.pop(worker_id, None)
+        for session in [s for s, wid in self.sessions.items() if wid == worker_id]:
+            del self.sessions[session]
 
     def stats(self) -> dict[str, Any]:
         return {"tree_sizes": {wid: t.size for wid, t in self.trees.items()}}
@@ -63,3 +80,15 @@ class CacheAwarePolicy(BaseRoutingPolicy):
         if tree is None:
             tree = self.trees[worker_id] = ApproxTree(self.config.max_tree_size)
         return tree
+
+    def _home(self, session: str | None, workers: Sequence[WorkerLoad]) -> int | None:
+        """Index in `workers` of the replica `session` last went to; None when it is new or
+        that replica is not offered (down, or already tried)."""
+        wid = self.sessions.get(session) if session is not None else None
+        return next((i for i, w in enumerate(workers) if w.worker_id == wid), None)
+
+    def _remember(self, session: str, worker_id: str) -> None:
+        self.sessions[session] = worker_id
+        self.sessions.move_to_end(session)
+        if len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixrt.cache.kv_manager import KVCacheManager
+from radixrt.cache.pins import BasePinTable, NoPinTable, PinTable
 from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
@@ -38,8 +39,17 @@ def assemble_scheduler(
     )
     cache = cache_cls(runner.allocator, page_size=cache_config.page_size)
     kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache)
+    pins: BasePinTable = NoPinTable()
+    if not cache_config.disable_radix_cache:
+        capacity = runner.allocator.capacity
+        pins = PinTable(
+            cache,
+            int(capacity * cache_config.max_pinned_fraction),
+            int(capacity * cache_config.max_pinned_fraction_per_tenant),
+        )
     if tokenizer is None:
-        return Scheduler(runner, kv, FinishChecker([], lambda ids: ""), scheduler_config)
+        finish = FinishChecker([], lambda ids: "")
+        return Scheduler(runner, kv, finish, scheduler_config, pins=pins)
     eos = eos_token_ids(runner.model_path, tokenizer)
     finish = FinishChecker(eos, lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     grammar = GrammarQueue(
@@ -48,4 +58,4 @@ def assemble_scheduler(
         jump_forward=not scheduler_config.disable_jump_forward,
         budget=not scheduler_config.disable_grammar_budget,
     )
-    return Scheduler(runner, kv, finish, scheduler_config, grammar)
+    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins)

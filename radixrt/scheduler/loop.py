@@ -31,6 +31,8 @@ from radixrt.messages import (
     GenerateReqMsg,
     GetInfoReqMsg,
     InfoReplyMsg,
+    PinUpdateReplyMsg,
+    PinUpdateReqMsg,
     ReqOutMsg,
     StopMsg,
     ToSchedulerMsg,
@@ -139,13 +141,17 @@ class SchedulerLoop:
         elif isinstance(msg, ExplainReqMsg):
             why = sched.explain(msg.input_ids, msg.extra_key, msg.own_prefix)
             self.transport.send(ExplainReplyMsg(msg.reply_id, **dataclasses.asdict(why)))
+        elif isinstance(msg, PinUpdateReqMsg):
+            found = sched.update_pin(msg.pin_id, msg.expire_at)
+            self.transport.send(PinUpdateReplyMsg(msg.reply_id, found))
         elif isinstance(msg, StopMsg):
             self._stopping = True
 
     def _add(self, msg: GenerateReqMsg, touched: dict[str, Req]) -> None:
         try:
             req = Req(msg.rid, msg.input_ids, SamplingParams.from_dict(msg.sampling_params),
-                      extra_key=msg.extra_key, arrival_time=time.monotonic())  # fmt: skip
+                      extra_key=msg.extra_key, arrival_time=time.monotonic(),
+                      pins=list(msg.pins))  # fmt: skip
             self.scheduler.add_request(req)
         except Exception as e:
             logger.exception("request %s rejected", msg.rid)
@@ -191,6 +197,8 @@ class SchedulerLoop:
             finish_to_msg(req.finish_reason),
             req.cached_tokens,
         )
+        if req.is_finished:
+            out.pins = req.pin_outcomes
         if p.return_logprob:
             out.new_logprobs = [float(x) for x in req.output_logprobs[sent:]]
             out.new_top_logprobs = [_top(t) for t in req.output_top_logprobs[sent:]]

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from radixrt.cache.kv_manager import KVCacheManager
+from radixrt.cache.pins import BasePinTable, NoPinTable
 from radixrt.config import SchedulerConfig
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.executor.model_runner import ModelRunner
@@ -54,6 +55,7 @@ class Scheduler:
         finish: FinishChecker,
         config: SchedulerConfig,
         grammar: GrammarQueue | None = None,
+        pins: BasePinTable | None = None,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -67,6 +69,9 @@ class Scheduler:
         self.running: list[Req] = []  # admitted: prefilling (kv_len < seq_len - 1) or decoding
         self.stats = SchedulerStats()
         self.grammar = grammar or NoGrammarQueue()  # constrained requests wait here first
+        # Pinned prefixes: applied when a request that asks for them finishes (its prompt is
+        # in the tree then), extended when a request's match covers them, expired each step.
+        self.pins = pins or NoPinTable("pins are not set up for this scheduler")
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -98,8 +103,15 @@ class Scheduler:
         """Drop the prefix cache; only when idle (False, and nothing done, otherwise)."""
         if not self.is_idle:
             return False
+        self.pins.clear()  # the tree refuses to reset while anything is pinned
         self.kv.cache.reset()
         return True
+
+    def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
+        """Give pin `pin_id` a new expiry, or drop it (None); False when there is none."""
+        if expire_at is None:
+            return self.pins.unpin(pin_id)
+        return self.pins.set_expiry(pin_id, expire_at)
 
     def explain(self, input_ids: list[int], extra_key: str | None, own_prefix: str | None) -> Any:
         """Why `input_ids` would miss the prefix cache (radixrt.cache.explain)."""
@@ -116,6 +128,7 @@ class Scheduler:
             "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
             "generated_tokens": s.generated_tokens, "cache_hit_rate": s.hit_rate,
             "forward_passes": s.forward_passes, "retractions": s.retractions,
+            "pinned_tokens": kv.cache.pinned_size, "num_pins": self.pins.num_pins,
         }  # fmt: skip
 
     @property
@@ -131,6 +144,7 @@ class Scheduler:
 
     def step(self) -> list[Req]:
         """Run one forward pass; return the requests that got a new token or finished."""
+        self.pins.expire()
         failed = self.grammar.release_ready(self.waiting)  # grammars that failed to compile
         batch = self._schedule()
         if batch is None:
@@ -179,6 +193,7 @@ class Scheduler:
             if shares_uncached_prefix(req, admitted + prefilling):
                 continue  # admit it later, once the other's prefix is in the cache
             self.kv.admit(req)  # locks the cached prefix: it no longer counts as evictable
+            self.pins.touch(req.last_node)
             req.extend_len = min(req.seq_len - req.kv_len, budget)
             must_keep = reserved if (self.running or admitted) else 0
             if self.kv.available_size < self.kv.slots_needed(req, req.extend_len) + must_keep:
@@ -246,8 +261,14 @@ class Scheduler:
         for req in touched:
             if req.is_finished:
                 self.running.remove(req)
-                self.kv.release(req)
+                self.kv.release(req)  # the prompt is in the tree now: its prefixes can be pinned
+                if req.pins and req.finish_reason and req.finish_reason.kind != FinishKind.ABORT:
+                    self._pin(req)
         return touched
+
+    def _pin(self, req: Req) -> None:
+        for spec in req.pins:
+            req.pin_outcomes.append(self.pins.pin(req.input_ids, req.extra_key, spec))
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[Req]:
         """Sample one token for each of `reqs` from its logits row (len(reqs), V), then check

@@ -62,6 +62,9 @@ _HELP = {
     "mem_fraction_static": "memory fraction for weights + KV pool; None: 0.85 of GPU, 0.25 of RAM",
     "page_size": "tokens per KV page",
     "disable_radix_cache": "turn off prefix caching",
+    "max_pinned_fraction": "share of the KV pool pinned prefixes (caching APIs) may hold; a pin "
+    "past it is refused with the reason",
+    "max_pinned_fraction_per_tenant": "share of the KV pool one tenant's pins may hold",
     "max_running_requests": "requests decoded together at most",
     "chunked_prefill_size": "prompt tokens computed per step at most",
     "schedule_policy": "order of the waiting queue",
@@ -93,6 +96,9 @@ _HELP = {
     "max_stop_string_len": "characters per stop string",
     "max_grammar_bytes": "bytes of a regex, JSON schema or EBNF grammar",
     "max_pending_grammars": "grammar compiles queued or running; more are refused with 503",
+    "cache_min_tokens": "caching APIs: shortest prefix a cache breakpoint pins (shorter ones "
+    "are not pinned, without error)",
+    "cache_ttl_scale": "caching APIs: factor on every TTL given (for tests)",
     "router_policy": "how --dp picks a replica per request",
     "cache_threshold": "cache_aware: follow the longest match above this matched/prompt ratio",
     "balance_abs_threshold": "cache_aware: loads differing by more than this are imbalanced...",

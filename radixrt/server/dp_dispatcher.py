@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from radixrt.core import SamplingParams
+from radixrt.core import PinSpec, SamplingParams
 from radixrt.messages import InfoReplyMsg
 from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
 from radixrt.server.args import ServerArgs
@@ -76,6 +76,7 @@ class DataParallelManager:
         extra_key: str | None = None,
         session: str | None = None,
         caller: str = "",
+        pins: list[PinSpec] | None = None,
     ) -> list[ReqState]:
         """Pick a replica by the first prompt (and `session`) and submit the lot there."""
         for rid in rids or ():
@@ -86,7 +87,9 @@ class DataParallelManager:
             key = (extra_key, *key)
         loads = [WorkerLoad(wid, len(m.states)) for wid, m in zip(self._ids, self.managers)]
         idx = self.policy.select(RouteRequest(key, session), loads)
-        states = self.managers[idx].submit(prompts, params, rids, extra_key, caller=caller)
+        states = self.managers[idx].submit(
+            prompts, params, rids, extra_key, caller=caller, pins=pins
+        )
         self.routed[idx] += 1
         return states
 
@@ -97,6 +100,11 @@ class DataParallelManager:
     def abort_rid(self, rid: str, caller: str = "") -> None:
         for m in self.managers:
             m.abort_rid(rid, caller)
+
+    async def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
+        """On every replica (a pin lives where its prefix ran)."""
+        found = await asyncio.gather(*(m.update_pin(pin_id, expire_at) for m in self.managers))
+        return any(found)
 
     async def explain_cache(
         self, input_ids: list[int], extra_key: str | None, own_prefix: str | None

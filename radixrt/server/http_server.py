@@ -18,8 +18,18 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.server.anthropic.api import BODIES as ANTHROPIC_BODIES
+from radixrt.server.anthropic.api import AnthropicServing
 from radixrt.server.args import ServerArgs
 from radixrt.server.cache_api import ExplainRequest, add_cache_routes, explain_prompts
+from radixrt.server.cache_handles import CacheRegistry
+from radixrt.server.caches_api import (
+    CreateCacheRequest,
+    UpdateCacheRequest,
+    add_caches_routes,
+    owner_of,
+)
+from radixrt.server.gemini.api import add_gemini_routes
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
@@ -28,14 +38,14 @@ from radixrt.server.http_common import (
     wait_finished,
 )
 from radixrt.server.http_errors import add_error_handlers
-from radixrt.server.metrics import CONTENT_TYPE
+from radixrt.server.metrics import CONTENT_TYPE, handle_figures
 from radixrt.server.openai_api import OpenAIServing
 from radixrt.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 from radixrt.server.openapi import install_openapi
 from radixrt.server.protocol import (
+    BadRequestError,
     GenerateRequest,
     Limits,
-    PreparedRequest,
     decode_body,
     prepare_generate,
 )
@@ -92,6 +102,8 @@ def create_app(
     openai = OpenAIServing(tm, limits, name, grammar, tenancy)
     app.state.model_name = openai.model_name
     app.state.max_request_bytes = args.server.max_request_bytes
+    registry = CacheRegistry(tm, args.server.cache_ttl_scale)  # named, pinned prefixes
+    app.state.cache_registry = registry
     add_error_handlers(app)
 
     @app.get("/health")
@@ -100,14 +112,18 @@ def create_app(
             return error_response(tm.dead_reason, 503)
         return json_response({"status": "ok"})
 
-    def parse_generate(raw: bytes) -> tuple[GenerateRequest, PreparedRequest]:
-        body = decode_body(raw, GenerateRequest)
-        return body, prepare_generate(body, tm.tokenizer, limits)
-
     @app.post("/generate")
     async def generate(request: Request) -> Response:
-        body, prepared = await tm.run_tokenizer(parse_generate, await request.body())
+        body = await tm.run_tokenizer(decode_body, await request.body(), GenerateRequest)
         namespace = tenancy.namespace(request, body.cache_salt, body.extra_key)
+        handle, pins = None, None
+        if body.cache_id is not None:
+            handle = registry.get(owner_of(request), body.cache_id)
+            if namespace != handle.namespace:
+                raise BadRequestError("cache_salt differs from the one the cache was made with")
+            pins = [handle.pin_spec()]  # pinned again if a flush dropped it
+        prefix = handle.input_ids if handle is not None else None
+        prepared = await tm.run_tokenizer(prepare_generate, body, tm.tokenizer, limits, prefix)
         await grammar.check(prepared.params)
         tenancy.admit(tm, request, len(prepared.prompts))
         explained = None
@@ -120,6 +136,7 @@ def create_app(
             namespace,
             session=request.headers.get(SESSION_HEADER),
             caller=caller_of(request),
+            pins=pins,
         )
         if body.stream:
             return sse_response(request_events(tm, states, _generate_events(states)))
@@ -155,6 +172,7 @@ def create_app(
         return json_response(
             {
                 **info,
+                **handle_figures(registry),
                 "num_inflight_reqs": len(tm.states),
                 "kv_pool_bytes": tm.ready.kv_pool_bytes,
                 "device": tm.ready.device,
@@ -185,10 +203,13 @@ def create_app(
         require_admin(request, "/metrics")
         if not tm.metrics.enabled:
             return error_response("metrics are off; start the server with --enable-metrics", 404)
-        return Response(tm.metrics.render(await tm.get_info()), media_type=CONTENT_TYPE)
+        return Response(tm.metrics.render(await tm.get_info(), registry), media_type=CONTENT_TYPE)
 
     openai.add_routes(app)
+    AnthropicServing(tm, limits, openai.model_name, tenancy, args.server).add_routes(app)
     add_cache_routes(app, tm, limits, tenancy)
+    add_caches_routes(app, tm, limits, tenancy, registry)
+    add_gemini_routes(app, tm, limits, tenancy, registry, openai.model_name)
     install_openapi(
         app,
         {
@@ -197,6 +218,9 @@ def create_app(
             "/v1/chat/completions": ChatCompletionRequest,
             "/abort_request": AbortRequest,
             "/v1/cache/explain": ExplainRequest,
+            "/v1/caches": CreateCacheRequest,
+            "PATCH /v1/caches/{handle_id}": UpdateCacheRequest,
+            **ANTHROPIC_BODIES,
         },
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.server.max_request_bytes)

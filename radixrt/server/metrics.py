@@ -1,17 +1,39 @@
-"""Prometheus metrics of the HTTP process; `NoMetrics` is the null object when they are off."""
+"""Prometheus metrics of the HTTP process; `NoMetrics` is the null object when they are off.
+
+What the scheduler reports (InfoReplyMsg: pool, queues, pins) and what the HTTP process holds
+(the named cache handles of `CacheRegistry`, given to `render` by the app) are read at each
+scrape; the token and latency figures are counted as requests finish.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from radixrt.messages import InfoReplyMsg
 from radixrt.output.state import ReqOutput
 from radixrt.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
 
-__all__ = ["CONTENT_TYPE", "Metrics", "NoMetrics"]
+__all__ = ["CONTENT_TYPE", "HandleStats", "Metrics", "NoMetrics", "handle_figures"]
 
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _E2E_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class HandleStats(Protocol):
+    """What the metrics read of the named cache handles: CacheRegistry
+    (radixrt/server/cache_handles.py), whose imports lead back here through the
+    TokenizerManager, so it is named by its shape, not imported."""
+
+    @property
+    def num_handles(self) -> int: ...
+
+    def token_hours(self) -> float: ...
+
+
+def handle_figures(handles: HandleStats) -> dict[str, float]:
+    """The handle figures /get_server_info shows next to the scheduler's."""
+    return {"num_cache_handles": handles.num_handles, "cache_token_hours": handles.token_hours()}
 
 
 class NoMetrics:
@@ -28,7 +50,7 @@ class NoMetrics:
     def observe_prefix_break(self, cause: str) -> None:
         pass
 
-    def render(self, info: InfoReplyMsg) -> bytes:
+    def render(self, info: InfoReplyMsg, handles: HandleStats) -> bytes:
         raise RuntimeError("metrics are disabled")
 
 
@@ -90,8 +112,16 @@ class Metrics(NoMetrics):
                 ("evictable_tokens", "KV slots held by the prefix cache and evictable"),
                 ("protected_tokens", "KV slots held by the prefix cache and locked"),
                 ("token_usage", "Fraction of KV slots not free"),
+                ("pinned_tokens", "KV slots held by pinned prefixes (never evicted until expiry)"),
+                ("pins", "Live pins (retention, named caches, cache breakpoints)"),
+                ("cache_handles", "Live named cache handles (/v1/caches and their views)"),
             )
         }
+        self.token_hours = _ReadCounter(
+            "radixrt_cache_token_hours",
+            "Tokens x hours held by named cache handles since start, live and gone",
+        )
+        r.register(self.token_hours)
 
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
@@ -107,7 +137,8 @@ class Metrics(NoMetrics):
     def observe_prefix_break(self, cause: str) -> None:
         self.prefix_breaks.labels(cause).inc()
 
-    def render(self, info: InfoReplyMsg) -> bytes:
+    def render(self, info: InfoReplyMsg, handles: HandleStats) -> bytes:
+        """The text of a scrape; `handles`: the app's cache registry."""
         from prometheus_client import generate_latest
 
         g = self.gauges
@@ -123,4 +154,23 @@ class Metrics(NoMetrics):
             g[name].set(getattr(info, name))
         cap = info.max_total_tokens
         g["token_usage"].set((cap - info.free_tokens) / cap if cap else 0.0)
+        g["pinned_tokens"].set(info.pinned_tokens)
+        g["pins"].set(info.num_pins)
+        g["cache_handles"].set(handles.num_handles)
+        self.token_hours.value = handles.token_hours()
         return generate_latest(self.registry)
+
+
+class _ReadCounter:
+    """A counter whose total is kept elsewhere and read at each scrape (a Counter can only be
+    incremented); rendered as `<name>_total`."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.value = 0.0
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily(self.name, self.documentation, value=self.value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI
@@ -27,15 +26,14 @@ from radixrt.server.openai_protocol import (
     chat_messages,
     prepare_chat,
     prepare_completion,
+    retention_pins,
 )
+from radixrt.server.openai_render import ChoiceRenderer, usage_of
 from radixrt.server.prompt_guard import PromptGuard, Turn
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
 from radixrt.server.tenancy import Tenancy
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
-from radixrt.web.middleware import (
-    SESSION_HEADER,
-    caller_of,
-)
+from radixrt.web.middleware import SESSION_HEADER, caller_of, identity_of
 from radixrt.web.responses import (
     json_response,
     sse_event,
@@ -61,7 +59,7 @@ class OpenAIServing:
         self.limits = limits
         self.model_name = model_name
         self.created = int(time.time())
-        self._token_str = lru_cache(maxsize=65536)(self._decode_token)
+        self.render = ChoiceRenderer(tm.tokenizer)
 
     def add_routes(self, app: FastAPI) -> None:
         app.post("/v1/completions")(self.completions)
@@ -106,6 +104,12 @@ class OpenAIServing:
         self, request: Request, body: Any, prepared: PreparedRequest, is_chat: bool
     ) -> Response:
         namespace = self.tenancy.namespace(request, body.cache_salt, None)
+        pins = retention_pins(
+            body.prompt_cache_retention,
+            prepared.prompts,
+            self.tm.config.cache_ttl_scale,
+            identity_of(request).tenant,
+        )
         await self.grammar.check(prepared.params)
         self.tenancy.admit(self.tm, request, len(prepared.prompts))
         explained = None
@@ -125,6 +129,7 @@ class OpenAIServing:
             namespace,
             session=session,
             caller=caller_of(request),
+            pins=pins,
         )
         rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         if body.stream:
@@ -142,13 +147,13 @@ class OpenAIServing:
         choices = []
         for i, state in enumerate(states):
             result = state.result()
-            choice = self._choice(i, state, result["text"], 0, is_chat)
+            choice = self.render.choice(i, state, result["text"], 0, is_chat)
             if is_chat:
                 choice["message"] = {"role": "assistant", "content": choice.pop("delta")}
             else:
                 choice["text"] = choice.pop("delta")
             choices.append(choice)
-        usage = _usage(states, body.n)
+        usage = usage_of(states, body.n)
         if explained is not None:  # one per distinct prompt, in order
             found = list(explained.values())
             usage.setdefault("prompt_tokens_details", {})["cache_explanation"] = (
@@ -195,7 +200,8 @@ class OpenAIServing:
                 text, finished = result["text"], state.out.is_finished
                 if text == sent_text[i] and not finished:
                     continue
-                choice = self._choice(i, state, text[len(sent_text[i]) :], sent_tokens[i], is_chat)
+                delta = text[len(sent_text[i]) :]
+                choice = self.render.choice(i, state, delta, sent_tokens[i], is_chat)
                 if is_chat:
                     choice["delta"] = {"content": choice["delta"]}
                 else:
@@ -204,81 +210,4 @@ class OpenAIServing:
                 is_done[i] = finished
                 yield sse_event({**head, "choices": [choice]})
         if include_usage:
-            yield sse_event({**head, "choices": [], "usage": _usage(states, n)})
-
-    def _choice(
-        self, index: int, state: ReqState, text: str, first_token: int, is_chat: bool
-    ) -> dict[str, Any]:
-        """A choice with its text (as `delta`) and the logprobs of tokens from `first_token`."""
-        req = state.out
-        reason = req.finish_reason
-        choice: dict[str, Any] = {
-            "index": index,
-            "delta": text,
-            "logprobs": None,
-            "finish_reason": None if reason is None else reason.kind.value,
-        }
-        if req.sampling_params.return_logprob:
-            choice["logprobs"] = (self._chat_logprobs if is_chat else self._text_logprobs)(
-                state, first_token
-            )
-        return choice
-
-    def _chat_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
-        req = state.out
-        ids = req.output_ids[start:]
-        tops = req.output_top_logprobs[start:] or [[] for _ in ids]
-        content = []
-        for t, lp, top in zip(ids, req.output_logprobs[start:], tops, strict=False):
-            entry = self._token_entry(lp, t)
-            entry["top_logprobs"] = [self._token_entry(tlp, tt) for tlp, tt in top]
-            content.append(entry)
-        return {"content": content, "refusal": None}
-
-    def _text_logprobs(self, state: ReqState, start: int) -> dict[str, Any]:
-        """Tokens from `start` on; a stream calls this with growing `start`, and the
-        characters before it are carried on the state, so a whole stream costs O(tokens)."""
-        req = state.out
-        ids = list(req.output_ids)
-        counted, offset = state.text_offset
-        if counted > start:
-            counted, offset = 0, 0
-        offset += sum(len(self._token_str(t)) for t in ids[counted:start])
-        state.text_offset = (start, offset)
-        tokens = [self._token_str(t) for t in ids[start:]]
-        offsets = []
-        for tok in tokens:
-            offsets.append(offset)
-            offset += len(tok)
-        has_top = req.sampling_params.top_logprobs_num > 0
-        return {
-            "tokens": tokens,
-            "token_logprobs": list(req.output_logprobs[start : len(ids)]),
-            "top_logprobs": [
-                {self._token_str(t): lp for lp, t in top}
-                for top in req.output_top_logprobs[start : len(ids)]
-            ]
-            if has_top
-            else None,
-            "text_offset": offsets,
-        }
-
-    def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:
-        s = self._token_str(token_id)
-        return {"token": s, "logprob": logprob, "bytes": list(s.encode())}
-
-    def _decode_token(self, token_id: int) -> str:
-        return self.tm.tokenizer.decode([token_id])
-
-
-def _usage(states: list[ReqState], n: int) -> dict[str, Any]:
-    """Prompt tokens count once per prompt (its first sample), completions once per sample."""
-    firsts = states[::n]
-    prompt = sum(s.out.prompt_len for s in firsts)
-    completion = sum(len(s.out.output_ids) for s in states)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": sum(s.out.cached_tokens for s in firsts)},
-    }
+            yield sse_event({**head, "choices": [], "usage": usage_of(states, n)})

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from radixrt.core import PinSpec
 from radixrt.server.protocol import (
     BadRequestError,
     Limits,
@@ -19,6 +20,10 @@ from radixrt.server.protocol import (
 
 MAX_OPENAI_TOP_LOGPROBS = 20
 COMPLETION_DEFAULT_MAX_TOKENS = 16
+# prompt_cache_retention -> (TTL in seconds, sliding): "in_memory" lives while it is used (a hit
+# moves its expiry to 10 minutes on), "24h" for a day from the last request that asked for it.
+PROMPT_CACHE_RETENTION = {"in_memory": (600.0, True), "24h": (86400.0, False)}
+_RETENTION_SPELLINGS = {"in-memory": "in_memory"}
 
 
 class StreamOptions(msgspec.Struct):
@@ -42,6 +47,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None  # a session key for routing across replicas
+    prompt_cache_retention: str | None = None  # pin the prompt: PROMPT_CACHE_RETENTION
     cache_salt: str | None = None  # a prefix-cache namespace of the caller's own
     explain_cache: bool = False  # usage.prompt_tokens_details.cache_explanation (no stream)
     top_k: int | None = None
@@ -212,9 +218,30 @@ def _prepare(
     return PreparedRequest(prompts, params, None if rid is None else [rid], len(prompts) == 1)
 
 
+def retention_pins(
+    retention: str | None, prompts: list[list[int]], ttl_scale: float, owner: str | None
+) -> list[PinSpec] | None:
+    """`prompt_cache_retention` as pins of each whole prompt, counted against `owner` (the
+    tenant); None when not asked. `ttl_scale`: ServerConfig.cache_ttl_scale."""
+    if retention is None:
+        return None
+    found = PROMPT_CACHE_RETENTION.get(_RETENTION_SPELLINGS.get(retention, retention))
+    if found is None:
+        allowed = ", ".join(repr(k) for k in (*PROMPT_CACHE_RETENTION, *_RETENTION_SPELLINGS))
+        raise BadRequestError(f"prompt_cache_retention must be one of {allowed}, got {retention!r}")
+    ttl_s, sliding = found
+    # One spec serves every prompt: the scheduler cuts its offset to each prompt's length.
+    offset = max(len(ids) for ids in prompts)
+    return [PinSpec(offset, ttl_s * ttl_scale, sliding=sliding, owner=owner)]
+
+
 def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
     """The messages as the chat template takes them (text content only)."""
-    return [{"role": m.role, "content": _content_text(m)} for m in req.messages]
+    return chat_messages_of(req.messages)
+
+
+def chat_messages_of(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": _content_text(m)} for m in messages]
 
 
 def _content_text(m: ChatMessage) -> str:

@@ -38,7 +38,8 @@ def sampling_params_struct() -> type[msgspec.Struct]:
 
 
 def install_openapi(app: FastAPI, bodies: dict[str, type]) -> None:
-    """Make `app.openapi()` describe the JSON body of each POST path in `bodies`."""
+    """Make `app.openapi()` describe the JSON body of each path in `bodies` ("/path" for POST,
+    "PATCH /path" for another method)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -49,8 +50,9 @@ def install_openapi(app: FastAPI, bodies: dict[str, type]) -> None:
             )
             _type_sampling_params(components, _REF.format(name="SamplingParams"))
             doc.setdefault("components", {}).setdefault("schemas", {}).update(components)
-            for path, schema in zip(bodies, schemas, strict=False):
-                doc["paths"][path]["post"]["requestBody"] = {
+            for key, schema in zip(bodies, schemas, strict=False):
+                method, _, path = key.rpartition(" ")
+                doc["paths"][path][method.lower() or "post"]["requestBody"] = {
                     "required": True,
                     "content": {"application/json": {"schema": schema}},
                 }

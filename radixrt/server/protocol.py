@@ -39,6 +39,7 @@ class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
     extra_key: str | None = None  # prefix-cache namespace (the older name of cache_salt)
     cache_salt: str | None = None  # a namespace of the caller's own: other salts never match
     explain_cache: bool = False  # meta_info.cache_explanation: why the prompt missed (no stream)
+    cache_id: str | None = None  # a /v1/caches handle: its tokens go before every prompt
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,11 @@ def decode_body(body: bytes, cls: type[Any]) -> Any:
         raise BadRequestError("the JSON body is nested too deeply") from None
 
 
-def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
-    """Tokenize and validate a /generate body."""
+def prepare_generate(
+    req: GenerateRequest, tokenizer: Any, limits: Limits, prefix: list[int] | None = None
+) -> PreparedRequest:
+    """Tokenize and validate a /generate body; `prefix` (a cache handle's tokens) goes before
+    every prompt (a BOS the tokenizer puts at the start of a text prompt is then left out)."""
     if (req.text is None) == (req.input_ids is None):
         raise BadRequestError("give exactly one of text and input_ids")
     if req.text is not None:
@@ -119,6 +123,10 @@ def prepare_generate(req: GenerateRequest, tokenizer: Any, limits: Limits) -> Pr
         prompts = [check_token_ids(p, "input_ids") for p in prompts]
     if not prompts:
         raise BadRequestError("the prompt list is empty")
+    if prefix:
+        bos = getattr(tokenizer, "bos_token_id", None) if req.text is not None else None
+        cut = [1 if p and bos is not None and p[0] == bos else 0 for p in prompts]
+        prompts = [prefix + p[c:] for p, c in zip(prompts, cut, strict=True)]
     check_id(req.extra_key, "extra_key")
     raw = req.sampling_params
     dicts = raw if isinstance(raw, list) else [raw or {}] * len(prompts)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from radixrt.config import ServerConfig
-from radixrt.core import FinishReason, SamplingParams
+from radixrt.core import FinishReason, PinSpec, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
@@ -36,6 +36,8 @@ from radixrt.messages import (
     GenerateReqMsg,
     GetInfoReqMsg,
     InfoReplyMsg,
+    PinUpdateReplyMsg,
+    PinUpdateReqMsg,
     ReadyMsg,
     ReqOutMsg,
 )
@@ -125,8 +127,10 @@ class TokenizerManager:
         extra_key: str | None = None,
         session: str | None = None,
         caller: str = "",
+        pins: list[PinSpec] | None = None,
     ) -> list[ReqState]:
         """Send one request per prompt and sample (n each); states come back prompt-major.
+        `pins`: prefixes of each prompt to pin once it finishes (radixrt/cache/pins.py).
 
         `rids`: the client's names for its prompts (unique among `caller`'s requests in
         flight), else ids are made here. Every message is encoded before anything is
@@ -164,7 +168,11 @@ class TokenizerManager:
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
                 encoded.append(
-                    self._encode(GenerateReqMsg(out.rid, out.input_ids, sub.to_dict(), extra_key))
+                    self._encode(
+                        GenerateReqMsg(
+                            out.rid, out.input_ids, sub.to_dict(), extra_key, list(pins or ())
+                        )
+                    )
                 )
         states = [state for group in groups.values() for state in group]
         self.groups.update(groups)
@@ -219,6 +227,11 @@ class TokenizerManager:
     async def get_info(self) -> InfoReplyMsg:
         return await self._ask(GetInfoReqMsg)
 
+    async def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
+        """Move pin `pin_id`'s expiry (wall clock) or drop it (None); False if there is none."""
+        reply = await self._ask(lambda rid: PinUpdateReqMsg(rid, pin_id, expire_at))
+        return bool(reply.found)
+
     async def explain_cache(
         self, input_ids: list[int], extra_key: str | None, own_prefix: str | None
     ) -> ExplainReplyMsg:
@@ -255,7 +268,9 @@ class TokenizerManager:
             try:
                 if isinstance(msg, BatchTokenOutMsg):
                     self._on_outputs(msg)
-                elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg)):
+                elif isinstance(
+                    msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg, PinUpdateReplyMsg)
+                ):
                     future = self._replies.get(msg.reply_id)
                     if future is not None and not future.done():
                         future.set_result(msg)

@@ -31,14 +31,14 @@ def identity_of(request: Request) -> Identity:
 
 def caller_of(request: Request) -> str:
     """Whose request this is, for rid scoping and aborts: the tenant when keys have tenants,
-    else the digest of the Authorization header when there is one, else the client's
+    else the digest of the key the request carries when there is one, else the client's
     address."""
     tenant_caller = identity_of(request).caller
     if tenant_caller is not None:
         return tenant_caller
-    auth = request.headers.get("authorization")
-    if auth:
-        return "key:" + hashlib.sha256(auth.encode()).hexdigest()[:32]
+    key = _given_key(request.headers.raw)
+    if key:
+        return "key:" + hashlib.sha256(key).hexdigest()[:32]
     return "addr:" + (request.client.host if request.client is not None else "")
 
 
@@ -52,8 +52,9 @@ def require_admin(request: Request, what: str) -> None:
 
 
 class AuthMiddleware:
-    """Every HTTP path but /health needs `Authorization: Bearer <key>` of a key in `keys`
-    (digests compared in constant time); the key's Identity goes to `request.state`."""
+    """Every HTTP path but /health needs a key of `keys` (digests compared in constant time):
+    `Authorization: Bearer <key>`, or `x-api-key` (Anthropic's clients) or `x-goog-api-key`
+    (Gemini's); the key's Identity goes to `request.state`."""
 
     def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
         self.app = app
@@ -61,10 +62,10 @@ class AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
-            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             identity = None
-            if given.startswith(b"Bearer "):
-                identity = self.keys.ring.lookup(given[7:].decode("utf-8", "replace"))
+            key = _given_key(scope["headers"])
+            if key is not None:
+                identity = self.keys.ring.lookup(key.decode("utf-8", "replace"))
             if identity is None:
                 response = error_response("missing or wrong API key", 401)
                 response.headers["WWW-Authenticate"] = "Bearer"
@@ -72,6 +73,21 @@ class AuthMiddleware:
                 return
             scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+def _given_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The key a request carries: the bearer token, else x-api-key, else x-goog-api-key."""
+    found = dict.fromkeys(_KEY_HEADERS, b"")
+    for k, v in headers:
+        if k in found and not found[k]:
+            found[k] = v
+    bearer = found[b"authorization"]
+    if bearer:
+        return bearer[7:] if bearer.startswith(b"Bearer ") else None
+    return found[b"x-api-key"] or found[b"x-goog-api-key"] or None
+
+
+_KEY_HEADERS = (b"authorization", b"x-api-key", b"x-goog-api-key")
 
 
 class ApiKeyMiddleware(AuthMiddleware):

@@ -1,9 +1,12 @@
-"""Property test: random insert/match/lock/unlock/evict/reset sequences against a reference.
+"""Property test: random insert/match/lock/unlock/evict/reset (and pin/unpin/expire) sequences
+against a reference.
 
 The reference keeps every cached whole-page prefix with the slots of its last page and the
 logical time it was last touched (the tree ticks once per match_prefix and insert call). After every
 step the tree's prefixes must equal the reference's, `check_integrity()` must pass and the
-pool must be whole: free + evictable + protected + slots held by open requests = capacity.
+pool must be whole: free + evictable + protected + pinned + slots held by open requests =
+capacity. The pinned machines add a PinTable on a fake clock: pinned prefixes never go,
+`pinned_size` is the union of the live pins' prefixes, bounds refuse exactly what they should.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from radixrt.cache.memory_pool import TokenSlotAllocator
+from radixrt.cache.pins import PinSpec, PinTable
 from radixrt.cache.radix_cache import RadixCache, TreeNode
 
 CAPACITY = 40
@@ -140,7 +144,7 @@ class RadixCacheMachine(RuleBasedStateMachine):
         if gone:
             latest_gone = max(t for _, t in gone.values())
             for node in tree_nodes(self.cache):
-                if node.is_leaf and node.lock_ref == 0:
+                if node.is_leaf and node.lock_ref == 0 and node.pin_ref == 0:
                     assert node.last_access_time >= latest_gone
         for p in gone:
             del self.ref[p]
@@ -195,18 +199,24 @@ class RadixCacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.open)
     @rule()
     def reset(self) -> None:
+        self.before_reset()
         self.cache.reset()
         self.ref.clear()
+
+    def before_reset(self) -> None:
+        """What must happen before the tree may be reset (nothing here; pins go first)."""
 
     @invariant()
     def consistent(self) -> None:
         self.cache.check_integrity()
         assert tree_prefixes(self.cache) == self.ref
-        total = self.alloc.num_free + self.cache.evictable_size + self.cache.protected_size
+        c = self.cache
+        total = self.alloc.num_free + c.evictable_size + c.protected_size + c.pinned_size
         assert total + self.held() == CAPACITY
         assert self.cache.root.lock_ref == len(self.open)
 
     def teardown(self) -> None:
+        self.before_reset()
         while self.open:
             req = self.open.pop()
             self.alloc.free(req.new)
@@ -220,8 +230,142 @@ class PagedRadixCacheMachine(RadixCacheMachine):
     page_size = 2
 
 
+MAX_PINNED, MAX_PER_OWNER = CAPACITY // 4, CAPACITY // 6
+OWNERS = st.sampled_from([None, "t1"])
+PIN_IDS = st.sampled_from([None, None, "h1", "h2"])  # None: the prefix's own pin
+
+
+@dataclass
+class RefPin:
+    extra_key: str | None
+    key: tuple[int, ...]
+    owner: str | None
+    ttl: float
+    sliding: bool
+    expire_at: float
+
+
+class PinnedRadixCacheMachine(RadixCacheMachine):
+    """The same, with pins: pin/unpin/expire/advance-time steps and hits extending pins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 1000.0
+        self.pins = PinTable(self.cache, MAX_PINNED, MAX_PER_OWNER, clock=lambda: self.now)
+        self.ref_pins: dict[str, RefPin] = {}
+
+    def pinned_pages(self, pins: list[RefPin] | None = None) -> set[Prefix]:
+        out: set[Prefix] = set()
+        for pin in self.ref_pins.values() if pins is None else pins:
+            for i in range(self.page_size, len(pin.key) + 1, self.page_size):
+                out.add((pin.extra_key, pin.key[:i]))
+        return out
+
+    def locked_prefixes(self) -> set[Prefix]:
+        return super().locked_prefixes() | self.pinned_pages()
+
+    @rule(data=st.data(), ttl=st.sampled_from([1.0, 5.0]), sliding=st.booleans(),
+          owner=OWNERS, pin_id=PIN_IDS)  # fmt: skip
+    def pin(self, data, ttl, sliding, owner, pin_id) -> None:
+        """Pin a cached prefix mostly (any key sometimes: refused when not cached)."""
+        cached_keys = sorted(self.ref, key=repr)
+        if cached_keys and data.draw(st.integers(0, 4)):
+            extra_key, prefix = data.draw(st.sampled_from(cached_keys))
+            key = list(prefix)
+        else:
+            key, extra_key = data.draw(TOKENS), data.draw(NAMESPACES)
+        key = self.aligned(key)
+        cached = self.ref_match_len(key, extra_key)
+        spec = PinSpec(len(key), ttl, pin_id, sliding, owner)
+        pinned_before = self.cache.pinned_size
+        out = self.pins.pin(key, extra_key, spec)
+        if not key:
+            assert not out.pinned
+            return
+        self.clock += 1  # its match_prefix
+        self.ref_touch(key, extra_key, cached)
+        if cached < len(key):
+            assert not out.pinned and out.reason == "the prefix is not in the cache"
+            return
+        prefix = (extra_key, tuple(key))
+        same = [i for i, p in self.ref_pins.items() if (p.extra_key, p.key) == prefix]
+        own = next((i for i in same if i.startswith("prefix-")), None)  # the prefix's own pin
+        old_id = pin_id if pin_id is not None else own
+        old = self.ref_pins.get(old_id) if old_id is not None else None
+        if old is not None and (old.extra_key, old.key) == prefix:
+            assert out.pinned and out.new_tokens == 0
+            old.expire_at = max(old.expire_at, self.now + ttl)
+            old.ttl, old.sliding = ttl, sliding
+            assert out.expire_at == old.expire_at
+            return
+        others = [p for i, p in self.ref_pins.items() if i != old_id]
+        new = len(self.pinned_pages([*self.ref_pins.values(), RefPin(*prefix, owner, 0, 0, 0)]))
+        new = (new - len(self.pinned_pages())) * self.page_size
+        mine = sum(len(p.key) for p in self.ref_pins.values() if p.owner == owner)
+        if old is not None and old.owner == owner:
+            mine -= len(old.key)
+        refuse = pinned_before + new > MAX_PINNED or (
+            owner is not None and mine + len(key) > MAX_PER_OWNER
+        )
+        assert out.pinned != refuse, (out, refuse)
+        if refuse:
+            return
+        if old is not None:
+            del self.ref_pins[old_id]
+        self.ref_pins[out.pin_id] = RefPin(*prefix, owner, ttl, sliding, self.now + ttl)
+        assert len(self.pinned_pages(others)) <= len(self.pinned_pages())
+
+    @precondition(lambda self: self.ref_pins)
+    @rule(data=st.data())
+    def unpin(self, data: st.DataObject) -> None:
+        pin_id = data.draw(st.sampled_from(sorted(self.ref_pins)))
+        assert self.pins.unpin(pin_id)
+        del self.ref_pins[pin_id]
+
+    @rule(dt=st.sampled_from([0.5, 2.0, 6.0]))
+    def advance_time(self, dt: float) -> None:
+        self.now += dt
+        gone = self.pins.expire()
+        expired = [i for i, p in self.ref_pins.items() if p.expire_at <= self.now]
+        assert gone == len(expired)
+        for i in expired:
+            del self.ref_pins[i]
+
+    @rule(key=TOKENS, extra_key=NAMESPACES)
+    def hit(self, key: list[int], extra_key: str | None) -> None:
+        """A request's match: sliding pins on its path move to now + ttl."""
+        n, node, _ = self.do_match(key, extra_key)
+        self.pins.touch(node)
+        for p in self.ref_pins.values():
+            covered = (
+                p.extra_key == extra_key and len(p.key) <= n and tuple(key[: len(p.key)]) == p.key
+            )
+            if covered and p.sliding:
+                p.expire_at = max(p.expire_at, self.now + p.ttl)
+
+    def before_reset(self) -> None:
+        self.pins.clear()
+        self.ref_pins.clear()
+
+    @invariant()
+    def pins_consistent(self) -> None:
+        self.pins.check()
+        assert self.cache.pinned_size == len(self.pinned_pages()) * self.page_size
+        assert self.pins.num_pins == len(self.ref_pins) == self.cache.root.pin_ref
+        live = {i: e for i, _, e in self.pins.pins()}
+        assert live == {i: p.expire_at for i, p in self.ref_pins.items()}
+
+
+class PagedPinnedRadixCacheMachine(PinnedRadixCacheMachine):
+    page_size = 2
+
+
 _SETTINGS = settings(max_examples=150, stateful_step_count=50, deadline=None)
 TestRadixCache = RadixCacheMachine.TestCase
 TestRadixCache.settings = _SETTINGS
 TestPagedRadixCache = PagedRadixCacheMachine.TestCase
 TestPagedRadixCache.settings = _SETTINGS
+TestPinnedRadixCache = PinnedRadixCacheMachine.TestCase
+TestPinnedRadixCache.settings = _SETTINGS
+TestPagedPinnedRadixCache = PagedPinnedRadixCacheMachine.TestCase
+TestPagedPinnedRadixCache.settings = _SETTINGS

@@ -77,6 +77,16 @@ class ServerProcess:
         headers = {**self.headers, **kw.pop("headers", {})}
         return httpx.post(self.url + path, headers=headers, **kw)
 
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        headers = {**self.headers, **kw.pop("headers", {})}
+        return httpx.request(method, self.url + path, headers=headers, timeout=60, **kw)
+
+    def patch(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("PATCH", path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("DELETE", path, **kw)
+
     def scheduler_pid(self) -> int:
         """The scheduler child's pid (found by parent pid in /proc)."""
         for entry in os.listdir("/proc"):
@@ -103,7 +113,12 @@ class ServerProcess:
                 break
             time.sleep(0.1)
         assert idle, f"server still busy: {info}"
-        total = info["free_tokens"] + info["evictable_tokens"] + info["protected_tokens"]
+        total = (
+            info["free_tokens"]
+            + info["evictable_tokens"]
+            + info["protected_tokens"]
+            + info["pinned_tokens"]
+        )
         assert total == info["max_total_tokens"], info
         assert info["protected_tokens"] == 0, f"slots still locked while idle: {info}"
         return info

@@ -1,0 +1,203 @@
+"""An Anthropic Messages request as one prompt: tools (as text) and system blocks make the
+system turn, the messages the conversation, through the model's chat template; each
+cache_control breakpoint becomes the token offset where its block ends.
+
+Prefix order is tools -> system -> messages, and a block's text never depends on the blocks
+after it (separators go before a block, not after), so two requests that share every block up
+to a breakpoint share the prompt text, and so the tokens, up to it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from radixrt.core import SamplingParams
+from radixrt.server.anthropic.protocol import (
+    Breakpoint,
+    CacheControl,
+    ContentBlock,
+    MessagesRequest,
+    Tool,
+    check_request,
+    content_blocks,
+    sampling_dict,
+    system_blocks,
+)
+from radixrt.server.protocol import BadRequestError, Limits, fit_to_context, to_sampling_params
+
+SEP = "\n\n"  # between the blocks of one turn, and between merged turns of one role
+TOOLS_HEADER = (
+    "# Tools\n\nYou can call these tools. To call one, answer with "
+    '<tool_use name="NAME">{JSON input}</tool_use>.'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedPrompt:
+    input_ids: list[int]
+    breakpoints: list[Breakpoint]  # in prefix order
+    params: SamplingParams | None = None  # None: only counted (count_tokens)
+
+
+def prepare_messages(
+    req: MessagesRequest, tokenizer: Any, limits: Limits, generate: bool
+) -> RenderedPrompt:
+    """Check, render and tokenize a body; with `generate`, its sampling parameters too."""
+    most = limits.server.max_chat_messages
+    if len(req.messages) > most:
+        raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
+    req = check_request(req)
+    prompt = render_prompt(req, tokenizer, limits)
+    if not generate:
+        return prompt
+    sp = fit_to_context(prompt.input_ids, to_sampling_params(sampling_dict(req)), limits, True)
+    return RenderedPrompt(prompt.input_ids, prompt.breakpoints, sp)
+
+
+def render_prompt(req: MessagesRequest, tokenizer: Any, limits: Limits) -> RenderedPrompt:
+    """Template the request (add_generation_prompt; a last assistant turn is a prefill the
+    answer continues) and place its breakpoints (controls already checked)."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise BadRequestError("this model's tokenizer has no chat template")
+    marks = _Marks()
+    turns: list[dict[str, str]] = []
+    tools = req.tools or []
+    system = [TOOLS_HEADER] if tools else []  # part of the first tool's prefix
+    system += [marks.after(_tool_text(t), t.cache_control) for t in tools]
+    system += [marks.after(_block_text(b, "system"), b.cache_control) for b in system_blocks(req)]
+    if system:
+        turns.append({"role": "system", "content": SEP.join(system)})
+    for i, m in enumerate(req.messages):
+        where = f"messages.{i}"
+        text = SEP.join(
+            marks.after(_block_text(b, f"{where}.content.{j}"), b.cache_control)
+            for j, b in enumerate(content_blocks(m.content))
+        )
+        if turns and turns[-1]["role"] == m.role:  # consecutive turns of a role are one
+            turns[-1]["content"] += SEP + text
+        else:
+            turns.append({"role": m.role, "content": text})
+    prefill = turns.pop()["content"] if turns[-1]["role"] == "assistant" else ""
+    if prefill != prefill.rstrip():
+        raise BadRequestError("final assistant content cannot end with trailing whitespace")
+    limits.check_length(sum(len(t["content"]) for t in turns) + len(prefill), "the conversation")
+    try:
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # jinja raises for conversations its template refuses
+        raise BadRequestError(f"the chat template rejected the messages: {e}") from None
+    text, char_ends = marks.cut(text + prefill)
+    limits.check_text(text, "the rendered conversation")
+    ids, offsets = token_offsets(tokenizer, text, char_ends)
+    return RenderedPrompt(ids, [Breakpoint(o, t) for o, t in zip(offsets, marks.ttls, strict=True)])
+
+
+def token_offsets(tokenizer: Any, text: str, char_ends: list[int]) -> tuple[list[int], list[int]]:
+    """The tokens of `text` and, for each of `char_ends` (ascending), how many of them end at or
+    before it: a token across the end is left out, so the prefix never reaches past it."""
+    if not char_ends:
+        return list(tokenizer.encode(text, add_special_tokens=False)), []
+    if not getattr(tokenizer, "is_fast", False):  # no offsets: tokenize each prefix
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        return ids, [
+            _common_len(ids, tokenizer.encode(text[:c], add_special_tokens=False))
+            for c in char_ends
+        ]
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans = enc["offset_mapping"]
+    offsets, n = [], 0
+    for c in char_ends:
+        while n < len(spans) and spans[n][1] <= c:
+            n += 1
+        offsets.append(n)
+    return list(enc["input_ids"]), offsets
+
+
+class _Marks:
+    """Unique strings put after each marked block before templating and cut out after it: where
+    each one was is where its block ends in the prompt, whatever the template adds around."""
+
+    def __init__(self) -> None:
+        self.nonce = uuid.uuid4().hex
+        self.ttls: list[str] = []
+
+    def after(self, text: str, control: CacheControl | None) -> str:
+        if control is None:
+            return text
+        self.ttls.append(control.ttl)
+        return f"{text}\x00{self.nonce}:{len(self.ttls) - 1}\x00"
+
+    def cut(self, rendered: str) -> tuple[str, list[int]]:
+        """The text without the marks, and the position of each (in order)."""
+        parts: list[str] = []
+        ends: list[int] = []
+        last = length = 0
+        for m in re.finditer(f"\x00{self.nonce}:(\\d+)\x00", rendered):
+            if int(m.group(1)) != len(ends):
+                break
+            parts.append(rendered[last : m.start()])
+            length += m.start() - last
+            ends.append(length)
+            last = m.end()
+        if len(ends) != len(self.ttls):
+            raise BadRequestError(
+                "cache_control cannot be placed: this model's chat template drops, repeats or "
+                "reorders message content"
+            )
+        parts.append(rendered[last:])
+        return "".join(parts), ends
+
+
+def _tool_text(tool: Tool) -> str:
+    if tool.type not in (None, "custom"):
+        raise BadRequestError(f"tools: server tools ({tool.type!r}) are not supported")
+    lines = [f"## {tool.name}"]
+    if tool.description:
+        lines.append(tool.description)
+    if tool.input_schema is not None:
+        lines.append("Input schema: " + _json(tool.input_schema))
+    return "\n".join(lines)
+
+
+def _block_text(block: ContentBlock, where: str) -> str:
+    """A block as text: text as is, tool_use and tool_result as tags around their JSON/text."""
+    if block.type == "text":
+        if block.text is None:
+            raise BadRequestError(f"{where}.text: Field required")
+        return block.text
+    if where == "system":
+        raise BadRequestError(f"system: blocks must be of type 'text', not {block.type!r}")
+    if block.type == "tool_use":
+        if block.id is None or block.name is None:
+            raise BadRequestError(f"{where}: a tool_use block needs id and name")
+        return f'<tool_use id="{block.id}" name="{block.name}">{_json(block.input)}</tool_use>'
+    if block.type == "tool_result":
+        if block.tool_use_id is None:
+            raise BadRequestError(f"{where}.tool_use_id: Field required")
+        inner = block.content if block.content is not None else ""
+        parts = []
+        for k, b in enumerate(content_blocks(inner)):
+            if b.cache_control is not None:
+                raise BadRequestError(f"{where}.content.{k}: mark the tool_result, not its blocks")
+            if b.type != "text":
+                raise BadRequestError(f"{where}.content.{k}: only text is supported in tool_result")
+            parts.append(_block_text(b, f"{where}.content.{k}"))
+        error = ' is_error="true"' if block.is_error else ""
+        body = SEP.join(parts)
+        return f'<tool_result tool_use_id="{block.tool_use_id}"{error}>{body}</tool_result>'
+    raise BadRequestError(f"{where}: content blocks of type {block.type!r} are not supported")
+
+
+def _json(value: Any) -> str:
+    """Deterministic: the same value renders to the same text (and tokens) every time."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _common_len(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

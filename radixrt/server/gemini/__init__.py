@@ -1,0 +1,1 @@
+"""Gemini's generateContent and explicit context caches (/v1beta/cachedContents)."""

@@ -1,0 +1,341 @@
+"""Gemini's cachedContents and generateContent with the official google-genai SDK against a real
+SmolLM2 server with two tenants (x-goog-api-key), plus the protocol pieces without a server:
+durations, times, rendering, sampling, and the registry's token-hours."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from google import genai
+from google.genai import errors, types
+
+from radixrt.server.cache_handles import CacheHandle, CacheRegistry
+from radixrt.server.gemini.protocol import (
+    Content,
+    FunctionDeclaration,
+    GenerateContentRequest,
+    GenerationConfig,
+    Part,
+    Tool,
+    conversation,
+    format_time,
+    parse_duration,
+    parse_time,
+    prepare_content,
+    render_text,
+    render_tools,
+    sampling_dict,
+)
+from radixrt.server.protocol import BadRequestError, Limits
+from radixrt.web.keys import hash_key
+
+from .server_proc import start_server
+
+KEYS = {"a": "key-of-a", "b": "key-of-b", "ops": "key-of-ops"}
+SYSTEM = "You answer in one short sentence about geography."
+FACTS = "Facts: " + " ".join(f"City {i} lies on river {i}." for i in range(12))
+LIMITS = Limits(context_length=2048, max_total_tokens=4096, vocab_size=49152)
+
+
+# ---- without a server ----------------------------------------------------------------------
+
+
+def test_durations_and_times_parse_and_format() -> None:
+    assert parse_duration("300s") == 300 and parse_duration("1.5s") == 1.5
+    assert parse_duration("0.000000001s") == pytest.approx(1e-9)
+    for bad in ("5m", "-1s", "s", "1.5", "1e3s", " 3s", "1.0000000001s"):
+        with pytest.raises(BadRequestError, match="ttl"):
+            parse_duration(bad)
+    t = parse_time("2025-01-31T12:00:00Z")
+    assert t == 1738324800.0
+    assert parse_time("2025-01-31T13:30:00.25+01:30") == t + 0.25
+    assert parse_time("2025-01-31T12:00:00") == t  # the SDK's naive datetime: UTC
+    assert parse_time(format_time(t + 0.5)) == t + 0.5
+    assert format_time(t) == "2025-01-31T12:00:00.000000Z"
+    for bad in (
+        "2025-01-31",
+        "2025-02-30T00:00:00Z",
+        "yesterday",
+        "2025-01-31T12:00:00+1",
+        "2025-01-31T12:00:00+24:00",
+    ):
+        with pytest.raises(BadRequestError, match="expireTime"):
+            parse_time(bad)
+
+
+def test_tools_render_deterministically_into_the_system_message() -> None:
+    a = FunctionDeclaration("f", "does f", {"type": "OBJECT", "properties": {"x": {"type": "S"}}})
+    b = FunctionDeclaration("f", "does f", {"properties": {"x": {"type": "S"}}, "type": "OBJECT"})
+    assert render_tools([Tool([a])]) == render_tools([Tool([b])])
+    assert render_tools([Tool([])]) == ""
+    system = Content([Part("Be "), Part("brief.")], role="user")
+    msgs = conversation(
+        [Content([Part("hi")]), Content([Part("yo")], "model")], system, [Tool([a])]
+    )
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert msgs[0]["content"].startswith("Be brief.\n\n") and '"name":"f"' in msgs[0]["content"]
+    with pytest.raises(BadRequestError, match="role"):
+        conversation([Content([Part("x")], "system")], None, [])
+
+
+def test_generation_config_maps_to_sampling_params() -> None:
+    config = GenerationConfig(
+        temperature=0.0,
+        top_p=0.5,
+        top_k=3.0,
+        max_output_tokens=8,
+        stop_sequences=["x"],
+        candidate_count=1,
+        seed=3,
+    )
+    assert sampling_dict(config) == {
+        "temperature": 0.0,
+        "top_p": 0.5,
+        "top_k": 3,
+        "max_new_tokens": 8,
+        "stop": ["x"],
+        "seed": 3,
+    }
+    for bad in (
+        GenerationConfig(candidate_count=2),
+        GenerationConfig(top_k=2.5),
+        GenerationConfig(response_mime_type="application/json"),
+    ):
+        with pytest.raises(BadRequestError):
+            sampling_dict(bad)
+
+
+def test_a_prompt_on_a_cache_starts_with_its_exact_tokens(smollm2_path: Path) -> None:
+    from radixrt.models.loader import load_tokenizer
+
+    tok = load_tokenizer(smollm2_path)
+    cached = conversation([Content([Part(FACTS)])], Content([Part(SYSTEM)]), [])
+    text = render_text(cached, tok, LIMITS, add_generation_prompt=False)
+    ids = tok.encode(text, add_special_tokens=False)
+    handle = CacheHandle(
+        "h", "", None, ids, 0.0, 0.0, 1e12, meta={"messages": cached, "text": text}
+    )
+    body = GenerateContentRequest([Content([Part("Which river?")])])
+    prep = prepare_content(body, handle, tok, LIMITS)
+    assert prep.starts_with_handle and prep.input_ids[: len(ids)] == ids
+    assert tok.decode(prep.input_ids).endswith("Which river?<|im_end|>\n<|im_start|>assistant\n")
+    assert prep.params.max_new_tokens == LIMITS.context_length - len(prep.input_ids)
+    body.system_instruction = Content([Part("other")])
+    with pytest.raises(BadRequestError, match="systemInstruction"):
+        prepare_content(body, handle, tok, LIMITS)
+
+
+def test_registry_token_hours_count_live_expired_and_deleted_handles() -> None:
+    class FakeTM:
+        async def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
+            return True
+
+    registry = CacheRegistry(FakeTM())
+    now = time.time()
+    live = CacheHandle("live", "a", None, [1] * 3600, now - 2, now - 2, now + 100)
+    gone = CacheHandle("gone", "a", None, [1] * 1800, now - 10, now - 10, now - 4)  # 6 s held
+    registry._handles = {("a", "live"): live, ("a", "gone"): gone}
+    assert registry.token_hours() == pytest.approx(2 + 3, abs=0.05)
+    assert [h.id for h in registry.list("a")] == ["live"]  # forgets the expired one
+    assert registry.token_hours() == pytest.approx(2 + 3, abs=0.05)
+    asyncio.run(registry.delete("a", "live"))
+    held = registry.token_hours()
+    assert held == pytest.approx(2 + 3, abs=0.05) and registry.list("a") == []
+    time.sleep(0.01)
+    assert registry.token_hours() == held  # nothing live: no longer grows
+
+
+# ---- against a server ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("gemini")
+    entries = [
+        {"key": hash_key(KEYS["a"]), "tenant": "a"},
+        {"key": hash_key(KEYS["b"]), "tenant": "b"},
+        {"key": hash_key(KEYS["ops"]), "tenant": "ops", "role": "admin"},
+    ]
+    (tmp / "keys.json").write_text(json.dumps({"keys": entries}))
+    server = start_server(smollm2_path, tmp, "--api-key-file", str(tmp / "keys.json"))
+    server.headers = {"x-goog-api-key": KEYS["ops"]}
+    try:
+        yield server
+        server.wait_idle_and_whole()
+    finally:
+        server.stop()
+
+
+def _client(server: Any, who: str = "a") -> genai.Client:
+    options = types.HttpOptions(base_url=server.url, api_version="v1beta")
+    return genai.Client(api_key=KEYS[who], http_options=options)
+
+
+@pytest.fixture(scope="module")
+def model(server: Any) -> str:
+    return server.get("/v1/models").json()["data"][0]["id"]
+
+
+def _create(client: genai.Client, model: str, ttl: str = "300s", **kw: Any) -> Any:
+    config = types.CreateCachedContentConfig(
+        contents=[FACTS], system_instruction=SYSTEM, ttl=ttl, **kw
+    )
+    return client.caches.create(model=model, config=config)
+
+
+def _raw(server: Any, method: str, path: str, who: str = "a", **kw: Any) -> httpx.Response:
+    headers = {"x-goog-api-key": KEYS[who]}
+    return httpx.request(method, server.url + path, headers=headers, timeout=60, **kw)
+
+
+def test_cache_create_get_update_delete(server, model) -> None:
+    client = _client(server)
+    city = {"type": "OBJECT", "properties": {"city": {"type": "STRING"}}}
+    lookup = types.FunctionDeclaration(name="lookup", description="Finds a city.", parameters=city)
+    cache = _create(
+        client, model, display_name="facts", tools=[types.Tool(function_declarations=[lookup])]
+    )
+    assert cache.name.startswith("cachedContents/") and cache.model == "models/" + model
+    assert cache.display_name == "facts" and cache.usage_metadata.total_token_count > 50
+    assert (cache.expire_time - cache.create_time).total_seconds() == pytest.approx(300, abs=1)
+    got = client.caches.get(name=cache.name)
+    assert got.name == cache.name and got.expire_time == cache.expire_time
+    raw = _raw(server, "GET", "/v1beta/" + cache.name).json()
+    assert raw["expireTime"].endswith("Z") and raw["tokenHours"] >= 0
+    config = types.UpdateCachedContentConfig(ttl="600.5s")
+    moved = client.caches.update(name=cache.name, config=config)
+    left = (moved.expire_time - moved.update_time).total_seconds()
+    assert left == pytest.approx(600.5, abs=0.2) and moved.update_time > cache.update_time
+    until = datetime.now(timezone.utc) + timedelta(seconds=700)
+    config = types.UpdateCachedContentConfig(expire_time=until)
+    moved = client.caches.update(name=cache.name, config=config)
+    assert abs((moved.expire_time - until).total_seconds()) < 0.01
+    r = _raw(server, "PATCH", "/v1beta/" + cache.name, json={"displayName": "x", "ttl": "9s"})
+    assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert "displayName" in r.json()["error"]["message"]
+    assert _raw(server, "GET", "/v1beta/" + cache.name).json()["tokenHours"] > raw["tokenHours"]
+    client.caches.delete(name=cache.name)
+    with pytest.raises(errors.ClientError) as e:
+        client.caches.get(name=cache.name)
+    assert e.value.code == 404 and e.value.status == "NOT_FOUND"
+
+
+def test_cache_list_pages_and_tenants_are_isolated(server, model) -> None:
+    client, other = _client(server), _client(server, "b")
+    names = [_create(client, model, ttl=f"{300 + i}s").name for i in range(3)]
+    try:
+        listed = [c.name for c in client.caches.list(config={"page_size": 2})]
+        assert listed == names
+        first = _raw(server, "GET", "/v1beta/cachedContents?pageSize=2").json()
+        assert len(first["cachedContents"]) == 2 and first["nextPageToken"]
+        token = first["nextPageToken"]
+        second = _raw(server, "GET", f"/v1beta/cachedContents?pageSize=2&pageToken={token}").json()
+        assert [c["name"] for c in second["cachedContents"]] == names[2:]
+        assert "nextPageToken" not in second
+        assert list(other.caches.list()) == []
+        with pytest.raises(errors.ClientError, match="NOT_FOUND"):
+            other.caches.get(name=names[0])
+        with pytest.raises(errors.ClientError, match="NOT_FOUND"):
+            other.caches.delete(name=names[0])
+        with pytest.raises(errors.ClientError, match="NOT_FOUND"):
+            other.models.generate_content(
+                model=model,
+                contents="Hi",
+                config=types.GenerateContentConfig(cached_content=names[0]),
+            )
+    finally:
+        for name in names:
+            client.caches.delete(name=name)
+
+
+def test_generate_on_a_cache_serves_its_tokens_and_streams_the_same_text(server, model) -> None:
+    client = _client(server)
+    cache = _create(client, model)
+    try:
+        config = types.GenerateContentConfig(
+            cached_content=cache.name, max_output_tokens=8, temperature=0
+        )
+        question = "Which river does City 3 lie on?"
+        out = client.models.generate_content(model=model, contents=question, config=config)
+        usage, cached_len = out.usage_metadata, cache.usage_metadata.total_token_count
+        assert usage.cached_content_token_count >= cached_len - 2
+        assert usage.prompt_token_count > usage.cached_content_token_count
+        assert usage.candidates_token_count == 8 and out.text
+        assert usage.total_token_count == usage.prompt_token_count + 8
+        assert out.candidates[0].finish_reason == types.FinishReason.MAX_TOKENS
+        assert out.model_version == model
+        chunks = list(
+            client.models.generate_content_stream(model=model, contents=question, config=config)
+        )
+        assert "".join(c.text or "" for c in chunks) == out.text
+        assert chunks[-1].usage_metadata.cached_content_token_count >= cached_len - 2
+        with pytest.raises(errors.ClientError) as e:
+            client.models.generate_content(
+                model=model,
+                contents=question,
+                config=types.GenerateContentConfig(
+                    cached_content=cache.name, system_instruction="Be rude."
+                ),
+            )
+        assert e.value.code == 400 and "systemInstruction" in e.value.message
+        with pytest.raises(errors.ClientError, match="model"):
+            client.models.generate_content(model="other", contents=question, config=config)
+    finally:
+        client.caches.delete(name=cache.name)
+
+
+def test_generate_without_a_cache_and_the_json_array_stream(server, model) -> None:
+    client = _client(server)
+    config = types.GenerateContentConfig(
+        system_instruction=SYSTEM, max_output_tokens=4, temperature=0, stop_sequences=["\n\n"]
+    )
+    out = client.models.generate_content(model=model, contents="Where is Paris?", config=config)
+    assert out.text and out.usage_metadata.prompt_token_count > 10
+    assert client.models.get(model=model).input_token_limit > 0
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "Where is Paris?"}]}],
+        "systemInstruction": {"parts": [{"text": SYSTEM}]},
+        "generationConfig": {"maxOutputTokens": 4, "temperature": 0, "stopSequences": ["\n\n"]},
+    }
+    r = _raw(server, "POST", f"/v1beta/models/{model}:streamGenerateContent", json=body)
+    chunks = r.json()
+    assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks) == out.text
+    for bad, why in (
+        ({"contents": []}, "contents"),
+        ({"contents": [], "x": 1}, "x"),
+        ({**body, "generationConfig": {"candidateCount": 2}}, "candidateCount"),
+    ):
+        r = _raw(server, "POST", f"/v1beta/models/{model}:generateContent", json=bad)
+        assert r.status_code == 400 and why in r.json()["error"]["message"], r.text
+    r = _raw(server, "POST", f"/v1beta/models/{model}:embedContent", json=body)
+    assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND"
+    r = _raw(server, "POST", "/v1beta/cachedContents", json={"model": model, "ttl": "5m"})
+    assert r.status_code == 400 and "ttl" in r.json()["error"]["message"]
+    assert _raw(server, "POST", "/v1beta/cachedContents").status_code == 400  # no body
+    assert _raw(server, "POST", "/v1beta/models/{model}").status_code == 404
+    wrong = httpx.get(server.url + "/v1beta/cachedContents", headers={"x-goog-api-key": "nope"})
+    assert wrong.status_code == 401
+
+
+def test_an_expired_cache_is_gone_and_unpinned(server, model) -> None:
+    client = _client(server)
+    cache = _create(client, model, ttl="2.5s")
+    assert server.get("/get_server_info").json()["pinned_tokens"] > 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if _raw(server, "GET", "/v1beta/" + cache.name).status_code == 404:
+            break
+        time.sleep(0.2)
+    with pytest.raises(errors.ClientError, match="NOT_FOUND"):
+        client.caches.get(name=cache.name)
+    assert list(client.caches.list()) == []
+    while server.get("/get_server_info").json()["pinned_tokens"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.get("/get_server_info").json()["pinned_tokens"] == 0
