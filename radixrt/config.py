@@ -167,6 +167,8 @@ class ServerConfig:
     api_key_file: str | None = None
     shared_prefix_cache: bool = False
     max_requests_per_tenant: int | None = None  # in flight per tenant; more get 429
+    # Prompt plus max_new_tokens of a tenant's requests in flight; more get 429.
+    max_tokens_per_tenant: int | None = None
     max_queued_requests: int = 1024  # waiting (not yet running) requests; more get 503
     log_level: str = "info"
     enable_metrics: bool = False  # serve Prometheus text at /metrics
@@ -205,6 +207,10 @@ class ServerConfig:
         if self.max_requests_per_tenant is not None and self.max_requests_per_tenant < 1:
             raise ValueError(
                 f"max_requests_per_tenant must be >= 1, got {self.max_requests_per_tenant}"
+            )
+        if self.max_tokens_per_tenant is not None and self.max_tokens_per_tenant < 1:
+            raise ValueError(
+                f"max_tokens_per_tenant must be >= 1, got {self.max_tokens_per_tenant}"
             )
         if self.cache_min_tokens < 0:
             raise ValueError(f"cache_min_tokens must be >= 0, got {self.cache_min_tokens}")
@@ -264,6 +270,11 @@ class RouterServerConfig:
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None  # required from clients; also sent to the workers
+    # Keys with tenants and roles (radixrt/web/keys.py), as the workers' --api-key-file: the
+    # router checks them, keeps each tenant's prompts apart in its routing trees and passes
+    # the client's key on. Without it, different client keys are kept apart the same way.
+    api_key_file: str | None = None
+    shared_prefix_cache: bool = False  # one routing namespace for every tenant and key
     log_level: str = "info"
     health_check_interval_s: float = 2.0
     health_failure_threshold: int = 2  # failed checks in a row that take a worker out
@@ -284,6 +295,8 @@ class RouterServerConfig:
             )
         if self.request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ValueError("give api_key or api_key_file, not both")
 
 
 ENGINE_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig)

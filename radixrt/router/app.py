@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
@@ -27,10 +28,14 @@ from radixrt.router.keys import route_request
 from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import Worker, WorkerPool
 from radixrt.routing.policy import make_policy
+from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (
     NOT_STARTED_HEADER,
     SESSION_HEADER,
     ApiKeyMiddleware,
+    AuthMiddleware,
+    caller_of,
+    identity_of,
 )
 from radixrt.web.responses import (
     PROMETHEUS_CONTENT_TYPE,
@@ -40,8 +45,22 @@ from radixrt.web.responses import (
 
 logger = logging.getLogger("radixrt.router")
 
-ROUTED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
-_PASSED_HEADERS = ("content-type", "authorization", SESSION_HEADER)
+ROUTED_PATHS = (
+    "/generate",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+)
+_PASSED_HEADERS = (
+    "content-type",
+    "authorization",
+    "x-api-key",
+    "x-goog-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    SESSION_HEADER,
+)
 # Errors raised before a connection to the worker existed: nothing was sent, so the request
 # can go elsewhere. A read, write or protocol error may come after the worker got the body.
 _NEVER_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -60,9 +79,15 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         limits=httpx.Limits(max_connections=1024),
     )
     pool = WorkerPool(urls, make_policy(router), config, client)
+    keys = None
+    if config.api_key_file is not None:  # read once here: a bad file stops the start-up
+        keys = KeyStore(KeyRing.from_file(config.api_key_file), config.api_key_file)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if keys is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keys.reload)
         await pool.check_all()
         pool.start()
         yield
@@ -74,7 +99,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
 
     async def routed(request: Request) -> Response:
-        return await _forward(request, pool)
+        return await _forward(request, pool, _owner(request, config.shared_prefix_cache))
 
     for path in ROUTED_PATHS:
         app.add_api_route(path, routed, methods=["POST"])
@@ -100,16 +125,22 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         app.add_api_route(path, first_healthy, methods=["GET"])
 
     @app.get("/get_server_info")
-    async def get_server_info() -> Response:
+    async def get_server_info(request: Request) -> Response:
+        if (denied := _denied(request, "/get_server_info")) is not None:
+            return denied
         return json_response(await router_info(pool, auth))
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if (denied := _denied(request, "/metrics")) is not None:
+            return denied
         text = router_metrics(await router_info(pool, auth))
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     @app.post("/flush_cache")
-    async def flush_cache() -> Response:
+    async def flush_cache(request: Request) -> Response:
+        if (denied := _denied(request, "/flush_cache")) is not None:
+            return denied
         codes = await _broadcast(pool, "/flush_cache", b"", auth)
         if codes and all(c == 200 for c in codes):
             return json_response({"success": True})
@@ -128,10 +159,33 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     if config.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    elif keys is not None:
+        app.add_middleware(AuthMiddleware, keys=keys)
     return app
 
 
-async def _forward(request: Request, pool: WorkerPool) -> Response:
+def _denied(request: Request, what: str) -> Response | None:
+    """A 403 unless the caller's key is an admin's (the router's view of every worker is
+    server-wide); None when it may go on."""
+    if identity_of(request).is_admin:
+        return None
+    return error_response(f"{what} needs an admin key", 403)
+
+
+def _owner(request: Request, shared: bool) -> str | None:
+    """Whose routing namespace a request is in: its tenant (router keys), else the digest of
+    the key it carries (the workers tell tenants apart by it), else none; None as well with
+    --shared-prefix-cache."""
+    if shared:
+        return None
+    tenant = identity_of(request).tenant
+    if tenant is not None:
+        return "tenant:" + tenant
+    caller = caller_of(request)
+    return caller if caller.startswith("key:") else None
+
+
+async def _forward(request: Request, pool: WorkerPool, owner: str | None) -> Response:
     """Send the request to the policy's worker, retrying elsewhere while it never started."""
     body = await request.body()
     try:
@@ -139,7 +193,7 @@ async def _forward(request: Request, pool: WorkerPool) -> Response:
     except (ValueError, RecursionError):
         parsed = None  # the worker answers 400
     path = request.url.path
-    route = route_request(path, parsed, request.headers.get(SESSION_HEADER))
+    route = route_request(path, parsed, request.headers.get(SESSION_HEADER), owner)
     headers = _passed_headers(request)
     tried: set[str] = set()
     while (worker := pool.pick(route, tried)) is not None:

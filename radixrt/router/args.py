@@ -41,7 +41,11 @@ def make_parser(prog: str = "radixrt router") -> argparse.ArgumentParser:
         group = parser.add_argument_group(cls.__name__)
         for f in dataclasses.fields(cls):
             kwargs: dict[str, Any] = {"dest": f.name, "default": f.default}
-            kwargs["type"] = _TYPES[str(f.type).replace(" ", "").removesuffix("|None")]
+            kind = str(f.type).replace(" ", "").removesuffix("|None")
+            if kind == "bool":
+                kwargs["action"] = "store_true"
+            else:
+                kwargs["type"] = _TYPES[kind]
             if f.name in _CHOICES:
                 kwargs["choices"] = _CHOICES[f.name]
             group.add_argument(f"--{f.name.replace('_', '-')}", **kwargs)

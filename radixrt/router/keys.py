@@ -1,5 +1,8 @@
 """What the standalone router routes on, read from a request body it otherwise passes through:
-the prompt as text (or token ids when given as ids) and a session key."""
+the prompt as text (or token ids when given as ids) and a session key, both inside the
+caller's namespace (its tenant or its key, and its cache_salt), so that prompts of different
+namespaces never share an entry of the routing trees: one client cannot steer by, or learn
+from, where another's prompts went."""
 
 from __future__ import annotations
 
@@ -9,10 +12,14 @@ from typing import Any
 from radixrt.routing.policy import RouteRequest
 
 
-def route_request(path: str, body: Any, session_header: str | None) -> RouteRequest:
+def route_request(
+    path: str, body: Any, session_header: str | None, owner: str | None = None
+) -> RouteRequest:
     """The RouteRequest for a JSON `body` sent to `path`; an empty key when there is no prompt.
     A batch is routed by its first prompt; the session is the X-Session-Id header, else
-    `prompt_cache_key`, else `user`."""
+    `prompt_cache_key`, else `user`. `owner` (a tenant or a key's digest; None: one shared
+    namespace) and the body's cache_salt make the namespace, which leads the key and the
+    session."""
     if not isinstance(body, dict):
         return RouteRequest((), session_header)
     session = session_header or _str(body.get("prompt_cache_key")) or _str(body.get("user"))
@@ -20,11 +27,25 @@ def route_request(path: str, body: Any, session_header: str | None) -> RouteRequ
         key = _prompt_key(body.get("text")) or _prompt_key(body.get("input_ids"))
     elif path == "/v1/completions":
         key = _prompt_key(body.get("prompt"))
-    elif path == "/v1/chat/completions":
-        key = _chat_key(body.get("messages"))
+    elif path in ("/v1/chat/completions", "/v1/messages"):
+        key = _chat_key(_system_first(body) if path == "/v1/messages" else body.get("messages"))
     else:
         key = ()
-    return RouteRequest(key, session)
+    salt = _str(body.get("cache_salt")) or _str(body.get("extra_key"))
+    if owner is None and salt is None:
+        return RouteRequest(key, session)
+    namespace = f"{owner or ''}\x1f{salt or ''}"
+    spaced = f"{namespace}\x1f{session}" if session is not None else None
+    return RouteRequest((namespace, *key), spaced)
+
+
+def _system_first(body: dict[str, Any]) -> Any:
+    """An Anthropic body's system and messages as one message list (the prompt's order)."""
+    messages = body.get("messages")
+    system = body.get("system")
+    if system is None or not isinstance(messages, list):
+        return messages
+    return [{"role": "system", "content": system}, *messages]
 
 
 def _prompt_key(prompt: Any) -> Sequence[Hashable]:

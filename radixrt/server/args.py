@@ -76,6 +76,8 @@ _HELP = {
     '"role": "user|admin"}]}: tenants get separate prefix caches; re-read on SIGHUP',
     "shared_prefix_cache": "with --api-key-file: one prefix cache for every tenant",
     "max_requests_per_tenant": "with --api-key-file: requests in flight per tenant; more get 429",
+    "max_tokens_per_tenant": "with --api-key-file: prompt plus max_tokens of a tenant's "
+    "requests in flight; more get 429",
     "max_queued_requests": "waiting requests beyond this are refused with 503",
     "log_level": "logging level",
     "enable_metrics": "serve Prometheus metrics at /metrics",

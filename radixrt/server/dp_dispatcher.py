@@ -118,6 +118,9 @@ class DataParallelManager:
     def num_in_flight(self, caller: str) -> int:
         return sum(m.num_in_flight(caller) for m in self.managers)
 
+    def tokens_in_flight(self, caller: str) -> int:
+        return sum(m.tokens_in_flight(caller) for m in self.managers)
+
     async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.managers[0].run_tokenizer(fn, *args)
 

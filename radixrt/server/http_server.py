@@ -49,7 +49,7 @@ from radixrt.server.protocol import (
     decode_body,
     prepare_generate,
 )
-from radixrt.server.tenancy import Tenancy
+from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.tokenizer_manager import (
     ReqState,
     TokenizerManager,
@@ -125,7 +125,7 @@ def create_app(
         prefix = handle.input_ids if handle is not None else None
         prepared = await tm.run_tokenizer(prepare_generate, body, tm.tokenizer, limits, prefix)
         await grammar.check(prepared.params)
-        tenancy.admit(tm, request, len(prepared.prompts))
+        tenancy.admit(tm, request, *work_of(prepared.prompts, prepared.params))
         explained = None
         if body.explain_cache and not body.stream:
             explained = await explain_prompts(tm, tenancy, request, prepared.prompts, namespace)

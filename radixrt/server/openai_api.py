@@ -31,7 +31,7 @@ from radixrt.server.openai_protocol import (
 from radixrt.server.openai_render import ChoiceRenderer, usage_of
 from radixrt.server.prompt_guard import PromptGuard, Turn
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
-from radixrt.server.tenancy import Tenancy
+from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
 from radixrt.web.middleware import SESSION_HEADER, caller_of, identity_of
 from radixrt.web.responses import (
@@ -111,7 +111,7 @@ class OpenAIServing:
             identity_of(request).tenant,
         )
         await self.grammar.check(prepared.params)
-        self.tenancy.admit(self.tm, request, len(prepared.prompts))
+        self.tenancy.admit(self.tm, request, *work_of(prepared.prompts, prepared.params))
         explained = None
         if body.explain_cache and not body.stream:
             explained = await explain_prompts(

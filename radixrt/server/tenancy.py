@@ -29,7 +29,16 @@ logger = logging.getLogger("radixrt")
 
 
 class TooManyRequestsError(Exception):
-    """A tenant over its share (`--max-requests-per-tenant`); answered with 429."""
+    """A tenant over its share (`--max-requests-per-tenant`, `--max-tokens-per-tenant`);
+    answered with 429."""
+
+
+def work_of(prompts: list[list[int]], params: list[Any]) -> tuple[int, int]:
+    """(requests, tokens) a call asks for: n samples per prompt, each its prompt plus
+    max_new_tokens (what it may hold in the KV pool)."""
+    num = sum(sp.n for sp in params)
+    tokens = sum((len(p) + sp.max_new_tokens) * sp.n for p, sp in zip(prompts, params))
+    return num, tokens
 
 
 @dataclass
@@ -37,6 +46,7 @@ class Tenancy:
     keys: KeyStore | None  # None: no key needed
     shared_prefix_cache: bool = False
     max_requests_per_tenant: int | None = None
+    max_tokens_per_tenant: int | None = None
 
     @classmethod
     def from_config(cls, server: ServerConfig) -> Tenancy:
@@ -47,7 +57,12 @@ class Tenancy:
             keys = KeyStore(KeyRing.from_file(server.api_key_file), server.api_key_file)
         elif server.api_key is not None:
             keys = KeyStore(KeyRing.single(server.api_key))
-        return cls(keys, server.shared_prefix_cache, server.max_requests_per_tenant)
+        return cls(
+            keys,
+            server.shared_prefix_cache,
+            server.max_requests_per_tenant,
+            server.max_tokens_per_tenant,
+        )
 
     def install(self, app: Any) -> None:
         """Add the key check, outermost: no body is read before it."""
@@ -69,15 +84,26 @@ class Tenancy:
         check_id(salt, "cache_salt")
         return identity_of(request).namespace(salt, self.shared_prefix_cache)
 
-    def admit(self, tm: Any, request: Request, num: int) -> None:
-        """Refuse `num` more requests of this tenant when they would pass its share (`tm`:
-        the TokenizerManager or the --dp dispatcher)."""
-        limit = self.max_requests_per_tenant
-        if limit is None or identity_of(request).tenant is None:
+    def admit(self, tm: Any, request: Request, num: int, tokens: int = 0) -> None:
+        """Refuse `num` more requests holding up to `tokens` (work_of) of this tenant when
+        they would pass its share (`tm`: the TokenizerManager or the --dp dispatcher)."""
+        if identity_of(request).tenant is None:
             return
-        in_flight = tm.num_in_flight(caller_of(request))
-        if in_flight + num > limit:
-            raise TooManyRequestsError(
-                f"this tenant has {in_flight} requests in flight; the limit is {limit} "
-                "(--max-requests-per-tenant)"
-            )
+        caller = caller_of(request)
+        limit = self.max_requests_per_tenant
+        if limit is not None:
+            in_flight = tm.num_in_flight(caller)
+            if in_flight + num > limit:
+                raise TooManyRequestsError(
+                    f"this tenant has {in_flight} requests in flight; the limit is {limit} "
+                    "(--max-requests-per-tenant)"
+                )
+        most = self.max_tokens_per_tenant
+        if most is not None:
+            held = tm.tokens_in_flight(caller)
+            if held + tokens > most:
+                raise TooManyRequestsError(
+                    f"this tenant's requests in flight hold up to {held} tokens (prompt plus "
+                    f"max_tokens) and this one asks for {tokens}; the limit is {most} "
+                    "(--max-tokens-per-tenant)"
+                )

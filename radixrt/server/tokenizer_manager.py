@@ -215,6 +215,15 @@ class TokenizerManager:
         """`caller`'s unfinished requests."""
         return sum(len(states) for (c, _), states in self.groups.items() if c == caller)
 
+    def tokens_in_flight(self, caller: str) -> int:
+        """What `caller`'s unfinished requests may hold: prompt plus max_new_tokens each."""
+        return sum(
+            s.out.prompt_len + s.out.sampling_params.max_new_tokens
+            for (c, _), states in self.groups.items()
+            if c == caller
+            for s in states
+        )
+
     def abort_all(self) -> None:
         """Abort every request in flight; each still gets its (abort) finish as usual."""
         for rid in list(self.states):

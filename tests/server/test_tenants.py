@@ -51,6 +51,8 @@ def tenants(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         str(tmp / "keys.json"),
         "--max-requests-per-tenant",
         "3",
+        "--max-tokens-per-tenant",
+        "1250",  # three 400-token outputs fit, with their short prompts
         "--enable-metrics",
         "--max-running-requests",
         "1",  # requests queue, so three long ones stay in flight for a while
@@ -178,6 +180,32 @@ def test_a_tenant_over_its_share_gets_429_and_others_are_served(tenants) -> None
                     )
     assert refused is not None and refused.status_code == 429, refused
     assert "--max-requests-per-tenant" in refused.text
+    tenants.wait_idle_and_whole()
+
+
+def test_a_tenant_over_its_token_share_gets_429(tenants) -> None:
+    """Two streams of 400 tokens hold ~806 of the 1250; one more asking for 450 is over."""
+    sp = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}
+    body = {"text": ["Count:"] * 2, "sampling_params": sp, "rid": ["t-0", "t-1"], "stream": True}
+    big = {"text": ["Count:"] * 3, "sampling_params": {**sp, "max_new_tokens": 500}}
+    r = httpx.post(tenants.url + "/generate", json=big, headers=_auth("b"))
+    assert r.status_code == 429 and "--max-tokens-per-tenant" in r.text  # alone over it
+    refused = None
+    with httpx.stream(
+        "POST", tenants.url + "/generate", json=body, headers=_auth("a"), timeout=120
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if refused is None and line.startswith("data:"):
+                more = {"text": "more", "sampling_params": {"max_new_tokens": 450}}
+                refused = httpx.post(tenants.url + "/generate", json=more, headers=_auth("a"))
+                _gen(tenants, "b", "B is served meanwhile")  # another tenant's share is its own
+                for rid in ("t-0", "t-1"):
+                    httpx.post(
+                        tenants.url + "/abort_request", json={"rid": rid}, headers=_auth("a")
+                    )
+    assert refused is not None and refused.status_code == 429, refused
+    assert "--max-tokens-per-tenant" in refused.text and "asks for" in refused.text
     tenants.wait_idle_and_whole()
 
 

@@ -31,7 +31,7 @@ from radixrt.server.http_common import (
 )
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import Limits, decode_body
-from radixrt.server.tenancy import Tenancy
+from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, TokenizerManager
 from radixrt.web.middleware import SESSION_HEADER, caller_of, identity_of
 from radixrt.web.responses import json_response, sse_response
@@ -98,7 +98,7 @@ class AnthropicServing:
         body, prompt = await self.tm.run_tokenizer(self._parse, await request.body(), True)
         assert prompt.params is not None
         namespace = self.tenancy.namespace(request, None, None)
-        self.tenancy.admit(self.tm, request, 1)
+        self.tenancy.admit(self.tm, request, *work_of([prompt.input_ids], [prompt.params]))
         planned = pin_specs(
             prompt.breakpoints,
             self.config.cache_min_tokens,

@@ -21,7 +21,7 @@ from radixrt.server.gemini.protocol import GenerateContentRequest, model_resourc
 from radixrt.server.http_common import ClientGoneError, RequestFailedError, updates, wait_finished
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import BadRequestError, Limits, decode_body
-from radixrt.server.tenancy import Tenancy
+from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError
 from radixrt.web.middleware import SESSION_HEADER, caller_of
 from radixrt.web.responses import json_response, sse_response
@@ -114,7 +114,7 @@ class GeminiServing:
         prep = await self.tm.run_tokenizer(
             prepare_content, body, handle, self.tm.tokenizer, self.limits
         )
-        self.tenancy.admit(self.tm, request, 1)
+        self.tenancy.admit(self.tm, request, *work_of([prep.input_ids], [prep.params]))
         states = self.tm.submit(
             [prep.input_ids],
             [prep.params],
