@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -46,7 +47,10 @@ class _Row:
     count: int = 0
 
     def push(self, value: list[int] | None) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, value)
+        """Hand tokens to the row's client; dropped once the server's loop has closed (the
+        server is shutting down and nobody reads them)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, value)
 
 
 class _BatchStream:
