@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test cross-cc install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick bench-suite-peers peers
+.PHONY: demo test cross-cc chromium install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick bench-suite-peers peers
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,14 @@ cross-cc:
 	@command -v $(AARCH64_CC) >/dev/null 2>&1 || timeout 600 apt-get install -y -q \
 		gcc-aarch64-linux-gnu >/dev/null 2>&1 || echo "no $(AARCH64_CC): ARM build check skipped"
 
+# Debian's chromium, for the dashboard's browser test (Playwright drives it; its own browser
+# downloads are not used); best effort: without root or apt the test is skipped.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || timeout 900 apt-get install -y -q chromium \
+		>/dev/null 2>&1 || echo "no chromium: the dashboard's browser test is skipped"
+
 # Lint, format and type checks first (seconds), then the suite.
-test: $(STAMP) cross-cc
+test: $(STAMP) cross-cc chromium
 	$(PY) -m ruff check radixrt tests examples
 	$(PY) -m ruff format --check radixrt tests examples
 	$(PY) -m mypy

@@ -1,4 +1,5 @@
-"""The `radixrt` console script: `radixrt serve [flags]` (same flags as launch_server)."""
+"""The `radixrt` console script: `radixrt serve [flags]` (same flags as launch_server), and the
+other commands in USAGE."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import sys
 USAGE = """usage: radixrt <command> [flags]
 
 commands:
-  serve   serve a model over HTTP (radixrt serve --help lists the flags)
-  router  route requests over several servers (radixrt router --help lists the flags)
-  keys    add or list API keys of a --api-key-file (radixrt keys --help)
+  serve    serve a model over HTTP (radixrt serve --help lists the flags)
+  router   route requests over several servers (radixrt router --help lists the flags)
+  keys     add or list API keys of a --api-key-file (radixrt keys --help)
+  kv-size  KV cache bytes of a model, and what fits on a GPU (radixrt kv-size --help)
+  cost     a workload's cost under each provider's prompt caching and self-hosted
+           (radixrt cost --help)
 """
 
 
@@ -31,6 +35,14 @@ def main(argv: list[str] | None = None) -> None:
         from radixrt.web.keys_cli import main as keys
 
         sys.exit(keys(rest))
+    elif command == "kv-size":
+        from radixrt.economics.kv_size_cli import main as kv_size
+
+        sys.exit(kv_size(rest))
+    elif command == "cost":
+        from radixrt.economics.cost_cli import main as cost
+
+        sys.exit(cost(rest))
     else:
         print(f"radixrt: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         sys.exit(2)

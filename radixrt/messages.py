@@ -50,6 +50,14 @@ class ExplainReqMsg(msgspec.Struct, tag=True):
     own_prefix: str | None = None
 
 
+class CacheSummaryReqMsg(msgspec.Struct, tag=True):
+    """The dashboard's view of the prefix cache: its largest subtrees (at most `max_rows`
+    rows, radixrt/cache/tree_summary.py) and the recent misses (radixrt/scheduler/misses.py)."""
+
+    reply_id: int
+    max_rows: int = 20
+
+
 class PinUpdateReqMsg(msgspec.Struct, tag=True):
     """Give pin `pin_id` a new expiry (wall clock), or drop it (None)."""
 
@@ -68,6 +76,7 @@ ToSchedulerMsg = (
     | FlushCacheReqMsg
     | GetInfoReqMsg
     | ExplainReqMsg
+    | CacheSummaryReqMsg
     | PinUpdateReqMsg
     | StopMsg
 )
@@ -157,6 +166,51 @@ class ExplainReplyMsg(msgspec.Struct, tag=True):
     other_namespace_tokens: int = 0
 
 
+class SubtreeMsg(msgspec.Struct):
+    """radixrt.cache.tree_summary.Subtree's fields."""
+
+    extra_key: str | None
+    depth: int
+    offset: int
+    tokens: int
+    nodes: int
+    hits: int
+    idle_s: float
+    pinned_tokens: int
+    locked_tokens: int
+    prefix_ids: list[int]
+    replica: str = ""  # which replica's tree, set by the --dp dispatcher
+
+
+class MissMsg(msgspec.Struct):
+    """One radixrt.scheduler.misses.Miss: the request, and its Explanation's fields."""
+
+    at: float
+    extra_key: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    cause: str
+    matched_tokens: int
+    divergence: int | None
+    cached_next: list[int]
+    evicted_at: float | None
+    other_namespace_tokens: int
+    context_start: int
+    context_ids: list[int]
+    replica: str = ""
+
+
+class CacheSummaryReplyMsg(msgspec.Struct, tag=True):
+    reply_id: int
+    num_nodes: int
+    walked_nodes: int
+    truncated: bool
+    subtrees: list[SubtreeMsg]
+    num_misses: int  # since start
+    misses_by_cause: dict[str, int]  # the explained misses since start
+    misses: list[MissMsg]  # newest first
+
+
 class FatalErrorMsg(msgspec.Struct, tag=True):
     """The scheduler loop failed; the process exits right after sending this."""
 
@@ -169,6 +223,7 @@ FromSchedulerMsg = (
     | InfoReplyMsg
     | FlushCacheReplyMsg
     | ExplainReplyMsg
+    | CacheSummaryReplyMsg
     | PinUpdateReplyMsg
     | FatalErrorMsg
 )

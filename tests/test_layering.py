@@ -21,7 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("radixrt.models",),
     ("radixrt.grammar",),
     ("radixrt.executor",),
-    ("radixrt.scheduler", "radixrt.routing"),
+    ("radixrt.scheduler", "radixrt.routing", "radixrt.economics"),  # economics: models.arch only
     ("radixrt.engine", "radixrt.web"),
     ("radixrt.server",),
     ("radixrt.router", "radixrt.testing"),  # testing: fixtures for tests/ (and tests/gpu)

@@ -14,6 +14,7 @@ import torch
 from radixrt.cache.explain import Explanation
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.tree_node import TreeNode
+from radixrt.cache.tree_summary import TreeSummary
 
 
 @dataclass(slots=True)
@@ -80,6 +81,17 @@ class BasePrefixCache(ABC):
     def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
         """Why `key` would miss in namespace `extra_key` (radixrt/cache/explain.py); reads the
         cache, never changes it."""
+
+    @abstractmethod
+    def record_hit(self, node: TreeNode) -> None:
+        """Count one admitted request whose cached prefix ends at `node` (a node `match_prefix`
+        returned): adds to the hit count of it and its ancestors, which only the summary
+        reads; changes no size, lock or eviction order."""
+
+    @abstractmethod
+    def summarize(self, max_rows: int, max_nodes: int) -> TreeSummary:
+        """The largest subtrees, at most `max_rows` rows from a walk of at most `max_nodes`
+        nodes (radixrt/cache/tree_summary.py); reads the cache, never changes it."""
 
     @abstractmethod
     def lock(self, node: TreeNode) -> None:
@@ -182,6 +194,12 @@ class NoPrefixCache(BasePrefixCache):
 
     def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
         return Explanation("cache_off", len(key), 0)
+
+    def record_hit(self, node: TreeNode) -> None:
+        """Nothing is ever matched, so there is nothing to count."""
+
+    def summarize(self, max_rows: int, max_nodes: int) -> TreeSummary:
+        return TreeSummary()
 
     def lock(self, node: TreeNode) -> None:
         """Count a lock on the dummy root."""

@@ -16,6 +16,7 @@ else protected (a request's lock on it or below it), else evictable; evict takes
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Hashable, Iterator
 
 import torch
@@ -24,6 +25,7 @@ from radixrt.cache.explain import EvictionLog, Explanation, explain, path_key
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tree_node import TreeNode
+from radixrt.cache.tree_summary import TreeSummary, summarize
 
 __all__ = ["RadixCache", "TreeNode"]
 
@@ -43,12 +45,13 @@ class RadixCache(BasePrefixCache):
         self._leaves: set[TreeNode] = set()  # every childless node except the root
         # Tokens per state: [evictable, protected (locked), pinned]; see `_state`.
         self._sizes = [0, 0, 0]
+        self._num_nodes = 0  # every node but the root
 
     def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
         """Return the longest cached whole-page prefix of `key`; split the node it ends in."""
         key = key if isinstance(key, list) else list(key)  # slices must compare list to list
         key_len = len(key) - len(key) % self.page_size
-        now = self._tick()
+        now, used = self._tick(), time.monotonic()
         node, pos, parts = self.root, 0, []
         while pos < key_len:
             child = node.children.get(self._child_key(extra_key, key, pos))
@@ -57,7 +60,7 @@ class RadixCache(BasePrefixCache):
             n = self._match_len(child.key, key, pos, key_len)
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access_time = now
+            child.last_access_time, child.last_used = now, used
             parts.append(child.slots)
             node, pos = child, pos + n
         slots = torch.cat(parts) if len(parts) > 1 else parts[0] if parts else self._empty
@@ -71,7 +74,7 @@ class RadixCache(BasePrefixCache):
         if key_len % self.page_size:
             raise ValueError(f"insert length {key_len} is not a multiple of {self.page_size}")
         key = key if isinstance(key, list) else list(key)
-        now = self._tick()
+        now, used = self._tick(), time.monotonic()
         node, pos = self.root, 0
         while pos < key_len:
             child_key = self._child_key(extra_key, key, pos)
@@ -82,12 +85,27 @@ class RadixCache(BasePrefixCache):
             n = self._match_len(child.key, key, pos, key_len)
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access_time = now
+            child.last_access_time, child.last_used = now, used
             node, pos = child, pos + n
         return pos
 
     def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
         return explain(self, key, extra_key, own_prefix)
+
+    def record_hit(self, node: TreeNode) -> None:
+        """Count one request served from the prefix ending at `node` on it and its ancestors."""
+        cur: TreeNode | None = node
+        while cur is not None and cur.parent is not None:
+            cur.hit_count += 1
+            cur = cur.parent
+
+    def summarize(self, max_rows: int, max_nodes: int) -> TreeSummary:
+        return summarize(self, max_rows, max_nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the tree, the root not counted."""
+        return self._num_nodes
 
     def lock(self, node: TreeNode) -> None:
         """Add one lock on `node` and every ancestor (the root counts all locks)."""
@@ -135,6 +153,7 @@ class RadixCache(BasePrefixCache):
             leaf.parent = None
             freed.append(leaf.slots)
             num_freed += len(leaf.key)
+            self._num_nodes -= 1
             if parent is not self.root and not parent.children:
                 self._leaves.add(parent)
                 if _evictable(parent):
@@ -219,6 +238,7 @@ class RadixCache(BasePrefixCache):
             f"sizes (evictable, protected, pinned) recount {sizes} != {self._sizes}"
         )
         assert leaves == self._leaves, "leaf set out of date"
+        assert len(owned) == self._num_nodes, f"{len(owned)} nodes, counted {self._num_nodes}"
         self._check_slots(torch.cat(owned) if owned else self._empty)
 
     def _check_slots(self, owned: torch.Tensor) -> None:
@@ -266,6 +286,8 @@ class RadixCache(BasePrefixCache):
         upper.lock_ref = child.lock_ref  # same descendants' locks and pins; sizes do not change
         upper.pin_ref = child.pin_ref
         upper.last_access_time = child.last_access_time
+        upper.last_used, upper.hit_count = child.last_used, child.hit_count
+        self._num_nodes += 1
         parent.children[self._child_key(child.extra_key, child.key, 0)] = upper
         child.key, child.slots, child.parent = child.key[n:], child.slots[n:], upper
         upper.children[self._child_key(child.extra_key, child.key, 0)] = child
@@ -282,8 +304,9 @@ class RadixCache(BasePrefixCache):
     ) -> None:
         slots = slots.to(device=self.allocator.device, dtype=torch.int64, copy=True)
         leaf = TreeNode(key, slots, parent, extra_key)
-        leaf.last_access_time = now
+        leaf.last_access_time, leaf.last_used = now, time.monotonic()
         parent.children[child_key] = leaf
+        self._num_nodes += 1
         self._leaves.discard(parent)
         self._leaves.add(leaf)
         self._sizes[0] += len(key)

@@ -1,5 +1,5 @@
-"""TreeNode: one edge of a prefix tree (its tokens, their KV slots, its lock and pin counts); the
-radix tree is made of them, and the null cache keeps its lock counts on one."""
+"""TreeNode: one edge of a prefix tree (its tokens, their KV slots, its lock and pin counts, and
+how it is used); the radix tree is made of them, and the null cache keeps its lock counts on one."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ class TreeNode:
         "lock_ref",
         "pin_ref",
         "last_access_time",
+        "last_used",
+        "hit_count",
         "id",
     )
 
@@ -46,6 +48,11 @@ class TreeNode:
         # children. A node with pin_ref > 0 is never evicted and counts as pinned, locked or not.
         self.pin_ref = 0
         self.last_access_time = 0  # the cache's logical clock, not wall time
+        # Read only by the dashboard (cache/tree_summary.py), never by eviction: when a match or
+        # insert last went through this node (time.monotonic()), and how many admitted requests'
+        # cached prefixes ran through it (`record_hit`). A split copies both to the upper half.
+        self.last_used = 0.0
+        self.hit_count = 0
         self.id = next(_node_ids)
 
     @property

@@ -21,6 +21,7 @@ class ReqOutput:
     input_ids: list[int]
     sampling_params: SamplingParams  # n == 1
     arrival_time: float  # time.monotonic() at submission
+    caller: str = ""  # who sent it (the HTTP side's caller_of: a tenant, a key's digest, ...)
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[TopLogprobs] = field(default_factory=list)

@@ -22,6 +22,8 @@ from radixrt.core import FinishReason, Req, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    CacheSummaryReplyMsg,
+    CacheSummaryReqMsg,
     ExplainReplyMsg,
     ExplainReqMsg,
     FatalErrorMsg,
@@ -31,13 +33,16 @@ from radixrt.messages import (
     GenerateReqMsg,
     GetInfoReqMsg,
     InfoReplyMsg,
+    MissMsg,
     PinUpdateReplyMsg,
     PinUpdateReqMsg,
     ReqOutMsg,
     StopMsg,
+    SubtreeMsg,
     ToSchedulerMsg,
     finish_to_msg,
 )
+from radixrt.scheduler.misses import Miss
 from radixrt.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger("radixrt")
@@ -141,6 +146,8 @@ class SchedulerLoop:
         elif isinstance(msg, ExplainReqMsg):
             why = sched.explain(msg.input_ids, msg.extra_key, msg.own_prefix)
             self.transport.send(ExplainReplyMsg(msg.reply_id, **dataclasses.asdict(why)))
+        elif isinstance(msg, CacheSummaryReqMsg):
+            self.transport.send(_summary_reply(msg, sched))
         elif isinstance(msg, PinUpdateReqMsg):
             found = sched.update_pin(msg.pin_id, msg.expire_at)
             self.transport.send(PinUpdateReplyMsg(msg.reply_id, found))
@@ -212,3 +219,26 @@ class SchedulerLoop:
 
 def _top(pairs: list[tuple[float, int]]) -> list[tuple[float, int]]:
     return [(float(lp), int(t)) for lp, t in pairs]
+
+
+def _summary_reply(msg: CacheSummaryReqMsg, sched: Scheduler) -> CacheSummaryReplyMsg:
+    tree, misses = sched.tree_summary(msg.max_rows), sched.misses
+    return CacheSummaryReplyMsg(
+        msg.reply_id,
+        tree.num_nodes,
+        tree.walked_nodes,
+        tree.truncated,
+        [SubtreeMsg(**dataclasses.asdict(row)) for row in tree.subtrees],
+        misses.num_misses,
+        dict(misses.by_cause),
+        [_miss_msg(m) for m in misses.recent],
+    )
+
+
+def _miss_msg(m: Miss) -> MissMsg:
+    w = m.why
+    return MissMsg(
+        m.at, m.extra_key, m.prompt_tokens, m.cached_tokens, w.cause, w.matched_tokens,
+        w.divergence, list(w.cached_next), w.evicted_at, w.other_namespace_tokens,
+        m.context_start, m.context_ids,
+    )  # fmt: skip

@@ -17,6 +17,7 @@ import torch
 
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable
+from radixrt.cache.tree_summary import TreeSummary
 from radixrt.config import SchedulerConfig
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.executor.model_runner import ModelRunner
@@ -25,9 +26,12 @@ from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, w
 from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
+from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
 
 logger = logging.getLogger("radixrt")
+
+SUMMARY_MAX_NODES = 10_000  # the most tree nodes one summary walks (about 10 ms on this thread)
 
 
 @dataclass(slots=True)
@@ -72,6 +76,7 @@ class Scheduler:
         # Pinned prefixes: applied when a request that asks for them finishes (its prompt is
         # in the tree then), extended when a request's match covers them, expired each step.
         self.pins = pins or NoPinTable("pins are not set up for this scheduler")
+        self.misses = MissLog()  # requests admitted with little cached, explained then
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -116,6 +121,10 @@ class Scheduler:
     def explain(self, input_ids: list[int], extra_key: str | None, own_prefix: str | None) -> Any:
         """Why `input_ids` would miss the prefix cache (radixrt.cache.explain)."""
         return self.kv.cache.explain(input_ids, extra_key, own_prefix)
+
+    def tree_summary(self, max_rows: int) -> TreeSummary:
+        """The largest subtrees of the prefix cache (radixrt.cache.tree_summary), bounded."""
+        return self.kv.cache.summarize(max_rows, SUMMARY_MAX_NODES)
 
     def info(self) -> dict[str, Any]:
         """The figures InfoReplyMsg carries (all but reply_id): pool, queues, counters."""
@@ -207,6 +216,9 @@ class Scheduler:
             if req.num_retractions == 0:
                 self.stats.prompt_tokens += req.prompt_len
                 self.stats.cached_tokens += req.cached_tokens
+                if req.cached_tokens:
+                    self.kv.cache.record_hit(req.last_node)
+                self.misses.observe(req, self.kv.cache)
         return admitted
 
     def _decode_slots(self, decoding: list[Req]) -> int:

@@ -48,7 +48,7 @@ def add_cache_routes(app: FastAPI, tm: Any, limits: Limits, tenancy: Tenancy) ->
         namespace = tenancy.namespace(request, body.cache_salt, None)
         own = identity_of(request).own_prefix(tenancy.shared_prefix_cache)
         reply = await tm.explain_cache(ids, namespace, own)
-        return json_response(_render(reply, ids, tm.tokenizer))
+        return json_response(render_explanation(reply, ids, tm.tokenizer))
 
 
 def _prompt_ids(body: ExplainRequest, tokenizer: Any, limits: Limits) -> list[int]:
@@ -75,13 +75,18 @@ async def explain_prompts(
     for ids in prompts:
         key = tuple(ids)
         if key not in out:
-            out[key] = _render(await tm.explain_cache(ids, namespace, own), ids, tm.tokenizer)
+            out[key] = render_explanation(
+                await tm.explain_cache(ids, namespace, own), ids, tm.tokenizer
+            )
     return out
 
 
-def _render(reply: Any, ids: list[int], tokenizer: Any) -> dict[str, Any]:
-    """The reply with its sides decoded (windows of CONTEXT_TOKENS tokens, so a long prompt
-    costs no more than a short one)."""
+def render_explanation(
+    reply: Any, ids: list[int], tokenizer: Any, ids_start: int = 0
+) -> dict[str, Any]:
+    """The reply (ExplainReplyMsg or MissMsg) with its sides decoded (windows of CONTEXT_TOKENS
+    tokens, so a long prompt costs no more than a short one); `ids` are the prompt's from
+    offset `ids_start` on, and hold at least the window around the divergence."""
     out: dict[str, Any] = {
         "cause": reply.cause,
         "prompt_tokens": reply.prompt_tokens,
@@ -90,8 +95,9 @@ def _render(reply: Any, ids: list[int], tokenizer: Any) -> dict[str, Any]:
     }
     if reply.divergence is not None:
         at = reply.divergence
-        before = tokenizer.decode(ids[max(0, at - CONTEXT_TOKENS) : at])[-CONTEXT_CHARS:]
-        after = tokenizer.decode(ids[at : at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
+        i = at - ids_start
+        before = tokenizer.decode(ids[max(0, i - CONTEXT_TOKENS) : i])[-CONTEXT_CHARS:]
+        after = tokenizer.decode(ids[i : i + CONTEXT_TOKENS])[:CONTEXT_CHARS]
         out["prompt_side"] = {"before": before, "after": after}
         if reply.cached_next:
             # cached_next starts where the match ends; the divergence may be a few tokens on.

@@ -3,7 +3,8 @@
 Each replica is one scheduler process (own model copy, KV pool and radix tree) with its own
 TokenizerManager and ZMQ sockets. `submit` asks the routing policy (`radixrt/router/`) which
 replica gets an HTTP request (all its prompts and samples go to the same one); aborts, cache
-flushes and info queries fan out to every replica. Any replica dying takes the server down,
+flushes, info and cache-summary queries fan out to every replica, and their answers are merged.
+Any replica dying takes the server down,
 as a lone scheduler dying does.
 """
 
@@ -18,12 +19,15 @@ from typing import Any, TypeVar
 import msgspec
 
 from radixrt.core import PinSpec, SamplingParams
-from radixrt.messages import InfoReplyMsg
+from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
 from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
 from radixrt.server.args import ServerArgs
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
 
 T = TypeVar("T")
+# Misses a merged summary keeps: as many as one replica's log (scheduler/misses.py LOG_SIZE;
+# not imported, so that the HTTP process does not load torch).
+MAX_MISSES = 16
 
 
 class DPInfoReplyMsg(InfoReplyMsg, tag=True):
@@ -115,6 +119,11 @@ class DataParallelManager:
         )
         return max(replies, key=lambda r: r.matched_tokens)
 
+    async def cache_summary(self, max_rows: int = 20) -> CacheSummaryReplyMsg:
+        """Every replica's, merged (`merge_summaries`)."""
+        replies = await asyncio.gather(*(m.cache_summary(max_rows) for m in self.managers))
+        return merge_summaries(list(replies), self._ids, max_rows)
+
     def num_in_flight(self, caller: str) -> int:
         return sum(m.num_in_flight(caller) for m in self.managers)
 
@@ -150,6 +159,40 @@ class DataParallelManager:
             replicas=replicas,
             **totals,
         )
+
+
+def merge_summaries(
+    replies: list[CacheSummaryReplyMsg], replica_ids: list[str], max_rows: int
+) -> CacheSummaryReplyMsg:
+    """One summary of several trees: the largest root children first over all replicas, each
+    followed by its own child rows, `max_rows` in all; the newest MAX_MISSES misses first;
+    counts summed.
+    Every row and miss names its replica."""
+    groups: list[list[SubtreeMsg]] = []  # a root child's row, then its children's
+    misses: list[MissMsg] = []
+    by_cause: dict[str, int] = {}
+    for wid, reply in zip(replica_ids, replies, strict=True):
+        for row in reply.subtrees:
+            row = msgspec.structs.replace(row, replica=wid)
+            if row.depth == 1 or not groups:
+                groups.append([row])
+            else:
+                groups[-1].append(row)
+        misses += [msgspec.structs.replace(m, replica=wid) for m in reply.misses]
+        for cause, n in reply.misses_by_cause.items():
+            by_cause[cause] = by_cause.get(cause, 0) + n
+    groups.sort(key=lambda g: -g[0].tokens)
+    misses.sort(key=lambda m: -m.at)
+    return CacheSummaryReplyMsg(
+        reply_id=0,
+        num_nodes=sum(r.num_nodes for r in replies),
+        walked_nodes=sum(r.walked_nodes for r in replies),
+        truncated=any(r.truncated for r in replies),
+        subtrees=[row for group in groups for row in group][:max_rows],
+        num_misses=sum(r.num_misses for r in replies),
+        misses_by_cause=by_cause,
+        misses=misses[:MAX_MISSES],
+    )
 
 
 def replica_envs(args: ServerArgs) -> list[dict[str, str] | None]:

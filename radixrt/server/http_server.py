@@ -7,6 +7,7 @@ TokenizerManager and waits on its requests' shared event.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -29,6 +30,7 @@ from radixrt.server.caches_api import (
     add_caches_routes,
     owner_of,
 )
+from radixrt.server.dashboard import DashboardRecorder, add_dashboard_routes
 from radixrt.server.gemini.api import add_gemini_routes
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
@@ -75,10 +77,15 @@ class AbortRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def create_app(
-    tm: TokenizerManager, args: ServerArgs, tenancy: Tenancy, on_shutdown: Any = None
+    tm: TokenizerManager,
+    args: ServerArgs,
+    tenancy: Tenancy,
+    on_shutdown: Any = None,
+    recorder: DashboardRecorder | None = None,
 ) -> FastAPI:
     """Build the app; `tenancy` holds the keys (Tenancy.from_config(args.server), read once at
-    start-up); `on_shutdown` (async, optional) runs after uvicorn drains connections."""
+    start-up); `on_shutdown` (async, optional) runs after uvicorn drains connections;
+    `recorder`: the dashboard's history, fed by `tm` (none given: an empty one)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -150,6 +157,18 @@ def create_app(
                 result["meta_info"]["cache_explanation"] = explained[tuple(state.out.input_ids)]
         return json_response(results[0] if prepared.is_single and len(results) == 1 else results)
 
+    @app.get("/v1/usage")
+    async def usage(request: Request) -> Response:
+        """The caller's own figures (any key; the server-wide ones are admin-only)."""
+        figures = tenancy.usage_of(tm, request)
+        mine = registry.list(owner_of(request))
+        figures["caches"] = {
+            "handles": len(mine),
+            "tokens": sum(h.tokens for h in mine),
+            "token_hours": round(sum(h.token_hours() for h in mine), 6),
+        }
+        return json_response(figures)
+
     @app.get("/get_model_info")
     async def get_model_info() -> Response:
         return json_response(
@@ -203,13 +222,15 @@ def create_app(
         require_admin(request, "/metrics")
         if not tm.metrics.enabled:
             return error_response("metrics are off; start the server with --enable-metrics", 404)
-        return Response(tm.metrics.render(await tm.get_info(), registry), media_type=CONTENT_TYPE)
+        info, summary = await asyncio.gather(tm.get_info(), tm.cache_summary())
+        return Response(tm.metrics.render(info, registry, summary), media_type=CONTENT_TYPE)
 
     openai.add_routes(app)
     AnthropicServing(tm, limits, openai.model_name, tenancy, args.server).add_routes(app)
     add_cache_routes(app, tm, limits, tenancy)
     add_caches_routes(app, tm, limits, tenancy, registry)
     add_gemini_routes(app, tm, limits, tenancy, registry, openai.model_name)
+    add_dashboard_routes(app, tm, recorder or DashboardRecorder(), openai.model_name)
     install_openapi(
         app,
         {

@@ -45,6 +45,7 @@ async def _serve(args: ServerArgs) -> int:
 
     from radixrt.models.loader import load_tokenizer
     from radixrt.routing.policy import make_policy
+    from radixrt.server.dashboard import DashboardRecorder
     from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
     from radixrt.server.http_server import create_app
     from radixrt.server.metrics import Metrics, NoMetrics
@@ -71,8 +72,9 @@ async def _serve(args: ServerArgs) -> int:
         ready = readies[0]
         tokenizer = load_tokenizer(Path(ready.model_path))
         metrics = Metrics() if args.server.enable_metrics else NoMetrics()
+        recorder = DashboardRecorder()  # /dashboard's history, with or without metrics
         managers = [
-            TokenizerManager(c, tokenizer, r, args.server, metrics)
+            TokenizerManager(c, tokenizer, r, args.server, metrics, [recorder, tenancy.usage])
             for c, r in zip(clients, readies)
         ]
         tm = (
@@ -86,7 +88,7 @@ async def _serve(args: ServerArgs) -> int:
             for client in clients:
                 client.stop()  # before uvicorn re-raises a captured SIGTERM
 
-        app = create_app(tm, args, tenancy, on_shutdown)
+        app = create_app(tm, args, tenancy, on_shutdown, recorder)
         s = args.server
         uvicorn_level = "debug" if s.log_level == "debug" else "warning"
         server = uvicorn.Server(

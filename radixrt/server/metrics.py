@@ -1,8 +1,10 @@
 """Prometheus metrics of the HTTP process; `NoMetrics` is the null object when they are off.
 
-What the scheduler reports (InfoReplyMsg: pool, queues, pins) and what the HTTP process holds
-(the named cache handles of `CacheRegistry`, given to `render` by the app) are read at each
-scrape; the token and latency figures are counted as requests finish.
+What the scheduler reports (InfoReplyMsg: pool, queues, pins; CacheSummaryReplyMsg: the tree's
+size and the misses) and what the HTTP process holds (the named cache handles of
+`CacheRegistry`, given to `render` by the app) are read at each scrape; the token and latency
+figures are counted as requests finish. Every figure of the dashboard (server/dashboard/) is
+one of these series; docs/grafana-dashboard.json charts them.
 """
 
 from __future__ import annotations
@@ -10,14 +12,30 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from radixrt.messages import InfoReplyMsg
+from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg
 from radixrt.output.state import ReqOutput
 from radixrt.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
 
-__all__ = ["CONTENT_TYPE", "HandleStats", "Metrics", "NoMetrics", "handle_figures"]
+__all__ = [
+    "CONTENT_TYPE",
+    "HandleStats",
+    "Metrics",
+    "NoMetrics",
+    "RequestObserver",
+    "handle_figures",
+]
 
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _E2E_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class RequestObserver(Protocol):
+    """What the TokenizerManager tells of each request (the metrics, the dashboard's
+    recorder), on the event loop's thread."""
+
+    def observe_first_token(self, seconds: float) -> None: ...
+
+    def observe_finished(self, req: ReqOutput, seconds: float) -> None: ...
 
 
 class HandleStats(Protocol):
@@ -50,7 +68,9 @@ class NoMetrics:
     def observe_prefix_break(self, cause: str) -> None:
         pass
 
-    def render(self, info: InfoReplyMsg, handles: HandleStats) -> bytes:
+    def render(
+        self, info: InfoReplyMsg, handles: HandleStats, summary: CacheSummaryReplyMsg
+    ) -> bytes:
         raise RuntimeError("metrics are disabled")
 
 
@@ -113,15 +133,28 @@ class Metrics(NoMetrics):
                 ("protected_tokens", "KV slots held by the prefix cache and locked"),
                 ("token_usage", "Fraction of KV slots not free"),
                 ("pinned_tokens", "KV slots held by pinned prefixes (never evicted until expiry)"),
+                ("held_tokens", "KV slots running requests hold themselves (not yet in the tree)"),
                 ("pins", "Live pins (retention, named caches, cache breakpoints)"),
                 ("cache_handles", "Live named cache handles (/v1/caches and their views)"),
+                ("tree_nodes", "Nodes of the radix tree (over every replica with --dp)"),
+                ("largest_subtree_tokens", "Tokens under the largest child of the tree's root"),
             )
         }
         self.token_hours = _ReadCounter(
             "radixrt_cache_token_hours",
             "Tokens x hours held by named cache handles since start, live and gone",
         )
-        r.register(self.token_hours)
+        self.misses = _ReadCounter(
+            "radixrt_cache_misses",
+            "Requests admitted with under half of their prompt cached (the scheduler's count)",
+        )
+        self.miss_causes = _ReadCounter(
+            "radixrt_cache_miss_causes",
+            "Misses explained at admission, by cause (within 1% of the scheduler's time)",
+            "cause",
+        )
+        for counter in (self.token_hours, self.misses, self.miss_causes):
+            r.register(counter)
 
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
@@ -137,7 +170,9 @@ class Metrics(NoMetrics):
     def observe_prefix_break(self, cause: str) -> None:
         self.prefix_breaks.labels(cause).inc()
 
-    def render(self, info: InfoReplyMsg, handles: HandleStats) -> bytes:
+    def render(
+        self, info: InfoReplyMsg, handles: HandleStats, summary: CacheSummaryReplyMsg
+    ) -> bytes:
         """The text of a scrape; `handles`: the app's cache registry."""
         from prometheus_client import generate_latest
 
@@ -155,22 +190,38 @@ class Metrics(NoMetrics):
         cap = info.max_total_tokens
         g["token_usage"].set((cap - info.free_tokens) / cap if cap else 0.0)
         g["pinned_tokens"].set(info.pinned_tokens)
+        in_tree = info.evictable_tokens + info.protected_tokens + info.pinned_tokens
+        g["held_tokens"].set(max(0, cap - info.free_tokens - in_tree))
         g["pins"].set(info.num_pins)
         g["cache_handles"].set(handles.num_handles)
-        self.token_hours.value = handles.token_hours()
+        g["tree_nodes"].set(summary.num_nodes)
+        g["largest_subtree_tokens"].set(
+            max((row.tokens for row in summary.subtrees if row.depth == 1), default=0)
+        )
+        self.token_hours.values = {"": handles.token_hours()}
+        self.misses.values = {"": summary.num_misses}
+        self.miss_causes.values = dict(summary.misses_by_cause)
         return generate_latest(self.registry)
 
 
 class _ReadCounter:
-    """A counter whose total is kept elsewhere and read at each scrape (a Counter can only be
-    incremented); rendered as `<name>_total`."""
+    """A counter whose totals are kept elsewhere and read at each scrape (a Counter can only be
+    incremented); rendered as `<name>_total`, one series per value of `label` (none: the one
+    value under the key "")."""
 
-    def __init__(self, name: str, documentation: str) -> None:
+    def __init__(self, name: str, documentation: str, label: str | None = None) -> None:
         self.name = name
         self.documentation = documentation
-        self.value = 0.0
+        self.label = label
+        self.values: dict[str, float] = {} if label else {"": 0.0}
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily
 
-        yield CounterMetricFamily(self.name, self.documentation, value=self.value)
+        if self.label is None:
+            yield CounterMetricFamily(self.name, self.documentation, value=self.values[""])
+            return
+        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, total in sorted(self.values.items()):
+            family.add_metric([value], total)
+        yield family

@@ -15,13 +15,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 
 from radixrt.config import ServerConfig
 from radixrt.server.protocol import BadRequestError, check_id
+from radixrt.server.tenant_usage import TenantUsage
 from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import AuthMiddleware, caller_of, identity_of
 
@@ -47,6 +48,8 @@ class Tenancy:
     shared_prefix_cache: bool = False
     max_requests_per_tenant: int | None = None
     max_tokens_per_tenant: int | None = None
+    # Each caller's own figures (GET /v1/usage), fed by the TokenizerManagers as an observer.
+    usage: TenantUsage = field(default_factory=TenantUsage)
 
     @classmethod
     def from_config(cls, server: ServerConfig) -> Tenancy:
@@ -90,14 +93,6 @@ class Tenancy:
         if identity_of(request).tenant is None:
             return
         caller = caller_of(request)
-        limit = self.max_requests_per_tenant
-        if limit is not None:
-            in_flight = tm.num_in_flight(caller)
-            if in_flight + num > limit:
-                raise TooManyRequestsError(
-                    f"this tenant has {in_flight} requests in flight; the limit is {limit} "
-                    "(--max-requests-per-tenant)"
-                )
         most = self.max_tokens_per_tenant
         if most is not None:
             held = tm.tokens_in_flight(caller)
@@ -107,3 +102,27 @@ class Tenancy:
                     f"max_tokens) and this one asks for {tokens}; the limit is {most} "
                     "(--max-tokens-per-tenant)"
                 )
+        limit = self.max_requests_per_tenant
+        if limit is not None:
+            in_flight = tm.num_in_flight(caller)
+            if in_flight + num > limit:
+                raise TooManyRequestsError(
+                    f"this tenant has {in_flight} requests in flight; the limit is {limit} "
+                    "(--max-requests-per-tenant)"
+                )
+
+    def usage_of(self, tm: Any, request: Request) -> dict[str, Any]:
+        """The caller's own figures: in flight against its limits, and since start."""
+        caller = caller_of(request)
+        return {
+            "tenant": identity_of(request).tenant,
+            "in_flight": {
+                "requests": tm.num_in_flight(caller),
+                "tokens": tm.tokens_in_flight(caller),
+            },
+            "limits": {
+                "max_requests_per_tenant": self.max_requests_per_tenant,
+                "max_tokens_per_tenant": self.max_tokens_per_tenant,
+            },
+            "since_start": self.usage.of(caller).as_dict(),
+        }

@@ -17,7 +17,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -28,6 +28,8 @@ from radixrt.core import FinishReason, PinSpec, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    CacheSummaryReplyMsg,
+    CacheSummaryReqMsg,
     ExplainReplyMsg,
     ExplainReqMsg,
     FatalErrorMsg,
@@ -43,7 +45,7 @@ from radixrt.messages import (
 )
 from radixrt.output.detokenizer import IncrementalDetokenizer
 from radixrt.output.state import ReqOutput
-from radixrt.server.metrics import NoMetrics
+from radixrt.server.metrics import NoMetrics, RequestObserver
 from radixrt.server.req_state import (
     GroupKey,
     QueueFullError,
@@ -66,6 +68,13 @@ __all__ = [
 logger = logging.getLogger("radixrt")
 
 _REPLY_TIMEOUT_S = 30.0
+_REPLIES = (
+    InfoReplyMsg,
+    FlushCacheReplyMsg,
+    ExplainReplyMsg,
+    CacheSummaryReplyMsg,
+    PinUpdateReplyMsg,
+)
 T = TypeVar("T")
 
 
@@ -79,12 +88,15 @@ class TokenizerManager:
         ready: ReadyMsg,
         config: ServerConfig,
         metrics: NoMetrics,
+        observers: Sequence[RequestObserver] = (),
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.ready = ready
         self.config = config
-        self.metrics = metrics
+        self.metrics = metrics  # /metrics and the prompt guard read it too
+        # Told of every first token and every finished request, on the event loop's thread.
+        self._observers: tuple[RequestObserver, ...] = (metrics, *observers)
         self.states: dict[str, ReqState] = {}  # scheduler rid -> state, until finished
         self.groups: dict[GroupKey, list[ReqState]] = {}  # unfinished states per client id
         self.num_running = 0  # as last reported by the scheduler
@@ -163,7 +175,7 @@ class TokenizerManager:
             key = (caller, name)
             groups[key] = []
             for i, sub in enumerate(sp.samples()):
-                out = ReqOutput(uuid.uuid4().hex, ids, sub, now)
+                out = ReqOutput(uuid.uuid4().hex, ids, sub, now, caller)
                 detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
@@ -246,6 +258,10 @@ class TokenizerManager:
     ) -> ExplainReplyMsg:
         return await self._ask(lambda rid: ExplainReqMsg(rid, input_ids, extra_key, own_prefix))
 
+    async def cache_summary(self, max_rows: int = 20) -> CacheSummaryReplyMsg:
+        """The largest subtrees of the scheduler's tree and its recent misses."""
+        return await self._ask(lambda rid: CacheSummaryReqMsg(rid, max_rows))
+
     # ---- scheduler side ------------------------------------------------------------------
 
     async def _ask(self, msg_cls: Any) -> Any:
@@ -277,9 +293,7 @@ class TokenizerManager:
             try:
                 if isinstance(msg, BatchTokenOutMsg):
                     self._on_outputs(msg)
-                elif isinstance(
-                    msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg, PinUpdateReplyMsg)
-                ):
+                elif isinstance(msg, _REPLIES):
                     future = self._replies.get(msg.reply_id)
                     if future is not None and not future.done():
                         future.set_result(msg)
@@ -309,12 +323,14 @@ class TokenizerManager:
         """Add one step's output to the request's ReqOutput; drop it once finished."""
         out = state.out
         if msg.new_ids and not out.output_ids:
-            self.metrics.observe_first_token(now - out.arrival_time)
+            for observer in self._observers:
+                observer.observe_first_token(now - out.arrival_time)
         out.apply(msg)
         if out.is_finished:
             del self.states[msg.rid]
             self._drop_from_group(state)
-            self.metrics.observe_finished(out, now - out.arrival_time)
+            for observer in self._observers:
+                observer.observe_finished(out, now - out.arrival_time)
         state.event.set()
 
     def _fail(self, state: ReqState, message: str) -> None:

@@ -18,6 +18,9 @@ SESSION_HEADER = "x-session-id"  # a sticky-session key for routing across repli
 # On a 503 that refused a request before any of it reached a scheduler: safe to retry it
 # elsewhere (the router does; any other 503 may have started work).
 NOT_STARTED_HEADER = "x-radixrt-not-started"
+# Served without a key: the health check, and the dashboard's page (static, nothing secret in
+# it; its data, /dashboard/data, needs an admin key like any other path).
+_OPEN = {"/health": None, "/dashboard": "GET"}  # path -> the one method open (None: all)
 
 
 class BodyTooLargeError(Exception):
@@ -52,16 +55,16 @@ def require_admin(request: Request, what: str) -> None:
 
 
 class AuthMiddleware:
-    """Every HTTP path but /health needs a key of `keys` (digests compared in constant time):
-    `Authorization: Bearer <key>`, or `x-api-key` (Anthropic's clients) or `x-goog-api-key`
-    (Gemini's); the key's Identity goes to `request.state`."""
+    """Every HTTP path but /health and GET /dashboard (`_OPEN`) needs a key of `keys` (digests
+    compared in constant time): `Authorization: Bearer <key>`, or `x-api-key` (Anthropic's
+    clients) or `x-goog-api-key` (Gemini's); the key's Identity goes to `request.state`."""
 
     def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
         self.app = app
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
+        if scope["type"] == "http" and not _is_open(scope):
             identity = None
             key = _given_key(scope["headers"])
             if key is not None:
@@ -73,6 +76,11 @@ class AuthMiddleware:
                 return
             scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+def _is_open(scope: Scope) -> bool:
+    path = scope["path"]
+    return path in _OPEN and _OPEN[path] in (None, scope["method"])
 
 
 def _given_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from radixrt.config import RouterConfig, ServerConfig
-from radixrt.messages import InfoReplyMsg
+from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
 from radixrt.routing.policy import make_policy
 from radixrt.server.args import parse_args
 from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
@@ -32,6 +32,16 @@ class FakeReplica:
     async def get_info(self) -> InfoReplyMsg:
         return InfoReplyMsg(0, 100, self.free, 100 - self.free, 0, 0, 0, 10, 5, 3, 0.5, 1, 0)
 
+    async def cache_summary(self, max_rows: int = 20) -> CacheSummaryReplyMsg:
+        """Root children of `free` and 10 tokens (the first with one child), one miss."""
+        rows = [_row(1, self.free), _row(2, self.free // 2), _row(1, 10)]
+        miss = MissMsg(float(self.free), None, 50, 0, "never_seen", 0, None, [], None, 0, 0, [])
+        return CacheSummaryReplyMsg(0, 3, 3, self.free == 90, rows, 2, {"never_seen": 1}, [miss])
+
+
+def _row(depth: int, tokens: int) -> SubtreeMsg:
+    return SubtreeMsg(None, depth, 0, tokens, 1, 0, 0.0, 0, 0, [tokens])
+
 
 def test_prompts_sharing_a_prefix_go_to_one_replica_and_info_adds_up() -> None:
     replicas = [FakeReplica(100), FakeReplica(90)]
@@ -49,6 +59,17 @@ def test_prompts_sharing_a_prefix_go_to_one_replica_and_info_adds_up() -> None:
     assert info.max_total_tokens == 200 and info.free_tokens == 190
     assert info.cache_hit_rate == 0.5 and info.router_policy == "cache_aware"
     assert [r["routed_requests"] for r in info.replicas] == [4, 3]
+
+
+def test_cache_summaries_merge_by_size_with_each_row_named_by_its_replica() -> None:
+    replicas = [FakeReplica(100), FakeReplica(90)]
+    dp = DataParallelManager(replicas, make_policy(RouterConfig()))  # type: ignore[arg-type]
+    merged = asyncio.run(dp.cache_summary(max_rows=5))
+    rows = [(r.replica, r.depth, r.tokens) for r in merged.subtrees]
+    assert rows == [("dp0", 1, 100), ("dp0", 2, 50), ("dp1", 1, 90), ("dp1", 2, 45), ("dp0", 1, 10)]
+    assert (merged.num_nodes, merged.walked_nodes, merged.truncated) == (6, 6, True)
+    assert merged.num_misses == 4 and merged.misses_by_cause == {"never_seen": 2}
+    assert [(m.replica, m.at) for m in merged.misses] == [("dp0", 100.0), ("dp1", 90.0)]
 
 
 def test_replica_envs_split_threads_on_cpu(monkeypatch) -> None:

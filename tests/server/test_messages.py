@@ -15,6 +15,8 @@ from radixrt.core import FinishKind, FinishReason, Req
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    CacheSummaryReplyMsg,
+    CacheSummaryReqMsg,
     FatalErrorMsg,
     FinishMsg,
     FlushCacheReplyMsg,
@@ -23,9 +25,11 @@ from radixrt.messages import (
     GenerateReqMsg,
     GetInfoReqMsg,
     InfoReplyMsg,
+    MissMsg,
     ReadyMsg,
     ReqOutMsg,
     SchedulerArgsMsg,
+    SubtreeMsg,
     ToSchedulerMsg,
     finish_from_msg,
     finish_to_msg,
@@ -43,6 +47,7 @@ def test_messages_round_trip() -> None:
         AbortReqMsg("a"),
         FlushCacheReqMsg(3),
         GetInfoReqMsg(4),
+        CacheSummaryReqMsg(5, max_rows=3),
     ]:
         assert to_sched.decode(enc.encode(msg)) == msg
     from_sched = msgspec.msgpack.Decoder(FromSchedulerMsg)
@@ -61,6 +66,16 @@ def test_messages_round_trip() -> None:
         ReadyMsg("/m", 10, 100, 8, 50, "cpu", "float32"),
         InfoReplyMsg(1, 10, 5, 3, 2, 0, 0, 7, 3, 9, 0.4, 4, 0),
         FlushCacheReplyMsg(2, True),
+        CacheSummaryReplyMsg(
+            5,
+            9,
+            9,
+            False,
+            [SubtreeMsg("ns", 1, 0, 40, 3, 2, 1.5, 0, 8, [1, 2, 3])],
+            4,
+            {"diverged": 1},
+            [MissMsg(1.0, None, 60, 9, "diverged", 9, 9, [5, 6], None, 0, 0, [1, 2])],
+        ),
         FatalErrorMsg("boom"),
     ]:
         assert from_sched.decode(enc.encode(msg)) == msg

@@ -158,8 +158,9 @@ def test_a_tenant_aborts_only_its_own_requests(tenants) -> None:
 
 
 def test_a_tenant_over_its_share_gets_429_and_others_are_served(tenants) -> None:
-    """Three prompts in one streamed request are in flight together from its first event on
-    (one runs at a time: --max-running-requests 1), so a fourth is over the share of 3."""
+    """Three prompts in one streamed request, one running at a time (--max-running-requests
+    1): at its first event at least the last two are still waiting, so two more are over the
+    share of 3 even if the first has finished by the time they arrive."""
     sp = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}
     rids = [f"share-{i}" for i in range(3)]
     body = {"text": ["Count:"] * 3, "sampling_params": sp, "rid": rids, "stream": True}
@@ -170,9 +171,8 @@ def test_a_tenant_over_its_share_gets_429_and_others_are_served(tenants) -> None
         assert r.status_code == 200
         for line in r.iter_lines():
             if refused is None and line.startswith("data:"):
-                refused = httpx.post(
-                    tenants.url + "/generate", json={"text": "more"}, headers=_auth("a")
-                )
+                more = {"text": ["more", "more"], "sampling_params": {"max_new_tokens": 1}}
+                refused = httpx.post(tenants.url + "/generate", json=more, headers=_auth("a"))
                 assert _gen(tenants, "b", "B's own prompt")["cached_tokens"] == 0
                 for rid in rids:
                     httpx.post(
@@ -184,9 +184,12 @@ def test_a_tenant_over_its_share_gets_429_and_others_are_served(tenants) -> None
 
 
 def test_a_tenant_over_its_token_share_gets_429(tenants) -> None:
-    """Two streams of 400 tokens hold ~806 of the 1250; one more asking for 450 is over."""
+    """Three prompts of 400 tokens hold ~1209 of the 1250, and at least two of them are still
+    waiting when the stream's first event comes (one runs at a time); one more asking for 450
+    is over, whether or not the first has finished by then."""
     sp = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}
-    body = {"text": ["Count:"] * 2, "sampling_params": sp, "rid": ["t-0", "t-1"], "stream": True}
+    rids = ["t-0", "t-1", "t-2"]
+    body = {"text": ["Count:"] * 3, "sampling_params": sp, "rid": rids, "stream": True}
     big = {"text": ["Count:"] * 3, "sampling_params": {**sp, "max_new_tokens": 500}}
     r = httpx.post(tenants.url + "/generate", json=big, headers=_auth("b"))
     assert r.status_code == 429 and "--max-tokens-per-tenant" in r.text  # alone over it
@@ -200,7 +203,7 @@ def test_a_tenant_over_its_token_share_gets_429(tenants) -> None:
                 more = {"text": "more", "sampling_params": {"max_new_tokens": 450}}
                 refused = httpx.post(tenants.url + "/generate", json=more, headers=_auth("a"))
                 _gen(tenants, "b", "B is served meanwhile")  # another tenant's share is its own
-                for rid in ("t-0", "t-1"):
+                for rid in rids:
                     httpx.post(
                         tenants.url + "/abort_request", json={"rid": rid}, headers=_auth("a")
                     )
@@ -323,4 +326,24 @@ def test_a_request_can_ask_why_it_missed(tenants) -> None:
     assert details["cache_explanation"]["cause"] in ("never_seen", "diverged", "new_suffix")
     plain = httpx.post(tenants.url + "/generate", json={**body, "explain_cache": False})
     assert plain.status_code == 401  # (no key) the opt-in changes nothing about auth
+    tenants.wait_idle_and_whole()
+
+
+def test_each_tenant_sees_its_own_usage_only(tenants) -> None:
+    def usage(who: str) -> dict[str, Any]:
+        r = httpx.get(tenants.url + "/v1/usage", headers=_auth(who), timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    before_a, before_b = usage("a"), usage("b")
+    _gen(tenants, "a", "A counts this one. " * 10)
+    _gen(tenants, "a", "A counts this one. " * 10)  # the second reads its own first
+    a, b = usage("a"), usage("b")
+    assert a["tenant"] == "a" and b["tenant"] == "b"
+    grew = {k: a["since_start"][k] - before_a["since_start"][k] for k in before_a["since_start"]}
+    assert grew["requests"] == 2 and grew["completion_tokens"] == 2
+    assert grew["prompt_tokens"] > 20 and grew["cached_tokens"] > 10
+    assert b["since_start"] == before_b["since_start"]  # nothing of A's shows in B's
+    assert a["in_flight"] == {"requests": 0, "tokens": 0}
+    assert a["limits"] == {"max_requests_per_tenant": 3, "max_tokens_per_tenant": 1250}
     tenants.wait_idle_and_whole()

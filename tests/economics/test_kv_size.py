@@ -1,0 +1,197 @@
+"""KV sizing: the issue's Llama-3-70B figures, both units side by side, GQA, GPU fit, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from radixrt.economics.kv_size import (
+    DEFAULT_MEM_FRACTION,
+    GB,
+    GIB,
+    KvQuery,
+    format_kv_sizing,
+    gpu_memory_bytes,
+    kv_bytes_per_token,
+    size_kv,
+)
+from radixrt.economics.kv_size_cli import main, parse_memory
+from radixrt.economics.model_facts import facts_from_preset
+
+LLAMA_70B = facts_from_preset("llama-3-70b")
+
+
+def test_llama_70b_one_long_request_is_42_9_gb_40_gib() -> None:
+    assert (LLAMA_70B.num_layers, LLAMA_70B.num_kv_heads, LLAMA_70B.head_dim) == (80, 8, 128)
+    s = size_kv(LLAMA_70B, KvQuery(dtype="bf16", context_len=131072))
+    assert s.bytes_per_token == 2 * 80 * 8 * 128 * 2 == 327_680
+    assert s.total_bytes == 131072 * 327_680 == 40 * GIB
+    assert round(s.total_bytes / GB, 1) == 42.9
+    assert "42.9 GB (40.0 GiB)" in format_kv_sizing(s)
+
+
+def test_llama_70b_64_requests_of_8k_is_171_8_gb_160_gib_never_163_8() -> None:
+    s = size_kv(LLAMA_70B, KvQuery(context_len=8192, batch_size=64))
+    assert s.total_bytes == 160 * GIB
+    text = format_kv_sizing(s)
+    assert "171.8 GB (160.0 GiB)" in text
+    # the common slip, bytes / 2**20 / 1000, is neither unit and never printed
+    assert round(s.total_bytes / 2**20 / 1000, 1) == 163.8
+    assert "163.8" not in text
+
+
+def test_gqa_saving_against_multi_head_attention() -> None:
+    s = size_kv(LLAMA_70B, KvQuery())
+    assert s.gqa_ratio == 8.0 and s.mha_bytes_per_token == 8 * s.bytes_per_token
+    assert "GQA: 8.0x smaller than MHA" in format_kv_sizing(s)
+    mha = facts_from_preset("smollm2-1.7b")  # 32 heads, 32 KV heads
+    assert "GQA" not in format_kv_sizing(size_kv(mha, KvQuery()))
+
+
+def test_kv_dtype_defaults_to_the_weights_dtype_and_fp8_halves_bf16() -> None:
+    assert size_kv(LLAMA_70B, KvQuery(dtype="fp8")).bytes_per_token == 163_840
+    bf16 = size_kv(LLAMA_70B, KvQuery(dtype="bf16", kv_dtype="fp8"))
+    assert bf16.bytes_per_token == kv_bytes_per_token(LLAMA_70B, "fp8") == 163_840
+    assert size_kv(LLAMA_70B, KvQuery(kv_dtype="fp32")).bytes_per_token == 655_360
+
+
+def test_pages_round_each_request_up() -> None:
+    s = size_kv(LLAMA_70B, KvQuery(context_len=100, page_size=16))
+    assert s.query.tokens_per_request == 112
+    assert s.bytes_per_request == 112 * s.bytes_per_token
+
+
+def test_gpu_fit_weights_then_kv_room_tokens_requests_pages() -> None:
+    facts = facts_from_preset("llama-3-8b")
+    memory = gpu_memory_bytes("h100")
+    assert memory == 81559 * 2**20
+    s = size_kv(facts, KvQuery(context_len=8192, batch_size=64, page_size=16), memory)
+    fit = s.fit
+    assert fit is not None
+    assert fit.weight_bytes == facts.num_params * 2 == 16_060_522_496
+    assert fit.kv_room_bytes == int(memory * 0.85) - fit.weight_bytes
+    assert fit.num_pages == fit.kv_room_bytes // (s.bytes_per_token * 16)
+    assert fit.max_tokens == fit.num_pages * 16
+    assert fit.max_requests == fit.num_pages // (8192 // 16)
+    text = format_kv_sizing(s, "h100")
+    assert "85.5 GB (79.6 GiB)" in text  # an 'H100 80GB' reports 81,559 MiB
+    assert f"{fit.max_requests:,} requests of 8,192 tokens" in text
+
+
+def test_weights_that_do_not_fit_leave_no_kv_room() -> None:
+    s = size_kv(LLAMA_70B, KvQuery(dtype="bf16"), gpu_memory_bytes("h200"))
+    assert s.fit is not None and s.fit.kv_room_bytes < 0 and s.fit.max_tokens == 0
+    assert "KV room:     none" in format_kv_sizing(s)
+
+
+def test_query_validation() -> None:
+    with pytest.raises(ValueError, match="dtype"):
+        KvQuery(dtype="int4")
+    with pytest.raises(ValueError, match="context_len"):
+        KvQuery(context_len=0)
+    with pytest.raises(ValueError, match="mem_fraction"):
+        KvQuery(mem_fraction=1.5)
+
+
+def test_defaults_agree_with_the_runtime() -> None:
+    import torch
+
+    from radixrt.cache.memory_pool import TokenToKVPool
+    from radixrt.config import CacheConfig
+    from radixrt.executor.kv_memory import CUDA_MEM_FRACTION
+
+    assert DEFAULT_MEM_FRACTION == CUDA_MEM_FRACTION
+    assert KvQuery().page_size == CacheConfig().page_size
+    f = facts_from_preset("smollm2-135m")
+    for dtype, torch_dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        runtime = TokenToKVPool.bytes_per_token(
+            f.num_layers, f.num_kv_heads, f.head_dim, torch_dtype
+        )
+        assert kv_bytes_per_token(f, dtype) == runtime
+
+
+def test_parse_memory_units() -> None:
+    assert parse_memory("80") == parse_memory("80GB") == 80 * GB
+    assert parse_memory("80 GiB") == 80 * GIB
+    with pytest.raises(Exception, match="80GiB"):
+        parse_memory("eighty")
+
+
+def test_cli_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--preset", "llama-3-70b", "--context", "131072"]) == 0
+    assert "42.9 GB (40.0 GiB)" in capsys.readouterr().out
+    argv = ["--preset", "llama-3-70b", "--batch", "64", "--gpu", "h200", "--dtype", "fp8", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kv_bytes_total"]["gib"] == 80.0 and out["gqa_ratio"] == 8.0
+    assert out["gpu"]["name"] == "h200" and out["gpu"]["max_requests"] > 0
+    assert out["gpu"]["mem_fraction_static"] == 0.85
+
+
+def test_cli_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama-3-70b", "--context", "0"])
+    assert e.value.code == 2 and "context_len" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--preset", "llama-3-70b", "--gpu", "h100", "--gpu-memory", "80"])
+
+
+def test_the_package_never_imports_torch() -> None:
+    code = (
+        "import sys\n"
+        "import radixrt.economics.kv_size_cli, radixrt.economics.cost_cli\n"
+        "from radixrt.economics.kv_size_cli import main\n"
+        "main(['--preset', 'qwen2-7b', '--gpu', 'l40s'])\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_cli_defaults_are_the_dataclass_defaults() -> None:
+    from radixrt.economics.cost_cli import build_parser as cost_parser
+    from radixrt.economics.kv_size_cli import build_parser
+    from radixrt.economics.workload import Scenario
+
+    args, q = build_parser().parse_args(["--preset", "llama-3-8b"]), KvQuery()
+    assert (args.dtype, args.kv_dtype, args.context, args.batch, args.page_size) == (
+        q.dtype,
+        q.kv_dtype,
+        q.context_len,
+        q.batch_size,
+        q.page_size,
+    )
+    assert args.mem_fraction_static == q.mem_fraction
+    cost, s = cost_parser().parse_args([]), Scenario()
+    for flag, field in (
+        ("requests_per_day", "requests_per_day"),
+        ("days", "days"),
+        ("shared_prefix_tokens", "shared_prefix_tokens"),
+        ("unique_tokens", "unique_tokens"),
+        ("output_tokens", "output_tokens"),
+        ("arrival", "arrival"),
+        ("prefixes", "prefixes"),
+        ("burst_hours", "burst_hours"),
+        ("openai_retention", "openai_retention"),
+        ("gemini_cache_ttl", "gemini_cache_ttl_s"),
+        ("seed", "seed"),
+    ):
+        assert getattr(cost, flag) == getattr(s, field), flag
+
+
+def test_console_script_runs_both_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    from radixrt.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as e:
+        cli_main(["kv-size", "--preset", "llama-3-8b"])
+    assert e.value.code == 0 and "GQA: 4.0x smaller than MHA" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli_main(["cost", "--help"])
+    assert e.value.code == 0 and "--request-log" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli_main(["--help"])
+    out = capsys.readouterr().out
+    assert "kv-size" in out and "cost" in out

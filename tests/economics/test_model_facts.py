@@ -1,0 +1,131 @@
+"""Model facts from presets, Hugging Face folders and GGUF headers."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from radixrt.economics.data import preset_names, read_data
+from radixrt.economics.gguf_header import read_gguf_header
+from radixrt.economics.model_facts import (
+    count_params,
+    facts_from_folder,
+    facts_from_gguf,
+    facts_from_preset,
+    load_facts,
+)
+from radixrt.models.arch import ArchConfig
+
+PRESETS = {
+    "llama-3-8b", "llama-3-70b", "llama-3-405b", "qwen2-7b", "qwen2-72b", "mistral-7b",
+    "smollm2-135m", "smollm2-360m", "smollm2-1.7b",
+}  # fmt: skip
+
+
+def test_every_preset_names_its_source_and_counts_its_parameters() -> None:
+    assert set(preset_names()) == PRESETS
+    for name in PRESETS:
+        data = read_data(f"presets/{name}.json")
+        assert data["source"].startswith("https://huggingface.co/") and data["checked"]
+        assert data["note"]
+        # the stored count is the one the config's shapes give
+        assert count_params(ArchConfig.from_hf(data["config"])) == data["num_params"], name
+
+
+def test_published_parameter_counts() -> None:
+    billions = {n: round(facts_from_preset(n).num_params / 1e9, 2) for n in PRESETS}
+    assert billions["llama-3-8b"] == 8.03 and billions["llama-3-70b"] == 70.55
+    assert billions["llama-3-405b"] == 405.85 and billions["qwen2-72b"] == 72.71
+    assert facts_from_preset("smollm2-135m").num_params == 134_515_008
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="llama-3-8b"):
+        facts_from_preset("llama-9")
+    with pytest.raises(ValueError, match="exactly one"):
+        load_facts()
+
+
+def _write_safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
+    header = {k: {"dtype": "F32", "shape": s, "data_offsets": [0, 0]} for k, s in shapes.items()}
+    header["__metadata__"] = {"format": "pt"}  # type: ignore[assignment]
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+
+
+def test_folder_counts_parameters_from_safetensors_headers(tmp_path: Path) -> None:
+    config = read_data("presets/smollm2-135m.json")["config"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    counted = facts_from_folder(tmp_path)
+    assert counted.num_params == 134_515_008 and "counted from config.json" in counted.source
+    _write_safetensors(tmp_path / "model-1.safetensors", {"a": [3, 4], "b": [5]})
+    _write_safetensors(tmp_path / "model-2.safetensors", {"c": [2, 2, 2]})
+    exact = load_facts(str(tmp_path))
+    assert exact.num_params == 12 + 5 + 8 and "safetensors headers" in exact.source
+    assert (exact.num_layers, exact.num_kv_heads, exact.head_dim) == (30, 3, 64)
+
+
+def _write_gguf(path: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_block_count(4)
+    w.add_context_length(2048)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(512)
+    w.add_head_count(8)
+    w.add_head_count_kv(2)
+    w.add_vocab_size(1000)
+    w.add_float32("qwen2.rope.freq_base", 1e6)
+    w.add_bool("test.flag", True)
+    w.add_array("tokenizer.ggml.tokens", ["a", "bc", "déf"])
+    w.add_array("test.ints", [1, 2, 3])
+    w.add_tensor("token_embd.weight", np.zeros((1000, 256), dtype=np.float32))
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((256, 256), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_gguf_header_reader_agrees_with_the_gguf_package(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.gguf"
+    _write_gguf(path)
+    header = read_gguf_header(path)
+    md = header.metadata
+    assert md["general.architecture"] == "qwen2" and md["qwen2.block_count"] == 4
+    assert md["qwen2.rope.freq_base"] == pytest.approx(1e6) and md["test.flag"] is True
+    assert md["tokenizer.ggml.tokens"] == ["a", "bc", "déf"] and md["test.ints"] == [1, 2, 3]
+    assert header.num_params == 1000 * 256 + 256 * 256
+    import gguf
+
+    reference = gguf.GGUFReader(str(path))
+    assert header.num_params == sum(int(t.n_elements) for t in reference.tensors)
+    assert reference.fields["qwen2.block_count"].contents() == 4
+    facts = facts_from_gguf(path)
+    assert (facts.num_layers, facts.num_heads, facts.num_kv_heads, facts.head_dim) == (4, 8, 2, 32)
+    assert facts.vocab_size == 1000 and facts.num_params == header.num_params
+
+
+def test_not_a_gguf_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"NOPE" + bytes(20))
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        read_gguf_header(path)
+
+
+def test_default_model_gguf_matches_its_preset() -> None:
+    from radixrt.models.loader import ModelNotFoundError, default_gguf_path
+
+    try:
+        path = default_gguf_path()
+    except ModelNotFoundError:
+        pytest.skip("the default model is not installed")
+    facts, preset = facts_from_gguf(path), facts_from_preset("smollm2-135m")
+    assert facts.num_params == preset.num_params
+    shape = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
+    assert [getattr(facts, k) for k in shape] == [getattr(preset, k) for k in shape]
