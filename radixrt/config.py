@@ -192,6 +192,10 @@ class ServerConfig:
     # every TTL they are given (tests shorten time with it).
     cache_min_tokens: int = 0
     cache_ttl_scale: float = 1.0
+    # One JSON line per finished request, without its text (radixrt/server/request_log.py),
+    # rotated past this many MB; `radixrt cost --request-log` replays it.
+    request_log: str | None = None
+    request_log_max_mb: int = 100
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -212,6 +216,10 @@ class ServerConfig:
             raise ValueError(
                 f"max_tokens_per_tenant must be >= 1, got {self.max_tokens_per_tenant}"
             )
+        if self.request_log == "":
+            raise ValueError("request_log must not be empty")
+        if self.request_log_max_mb < 1:
+            raise ValueError(f"request_log_max_mb must be >= 1, got {self.request_log_max_mb}")
         if self.cache_min_tokens < 0:
             raise ValueError(f"cache_min_tokens must be >= 0, got {self.cache_min_tokens}")
         if not self.cache_ttl_scale > 0:

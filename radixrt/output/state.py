@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from radixrt.core import FinishReason, PinOutcome, SamplingParams
+from radixrt.core import FinishReason, PinOutcome, PinSpec, SamplingParams
 from radixrt.messages import ReqOutMsg, TopLogprobs, finish_from_msg
 
 
@@ -22,6 +22,9 @@ class ReqOutput:
     sampling_params: SamplingParams  # n == 1
     arrival_time: float  # time.monotonic() at submission
     caller: str = ""  # who sent it (the HTTP side's caller_of: a tenant, a key's digest, ...)
+    endpoint: str = ""  # the HTTP path it came in on
+    pin_specs: list[PinSpec] = field(default_factory=list)  # the prefixes it asked to pin
+    first_token_time: float | None = None  # time.monotonic() when its first token arrived
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[TopLogprobs] = field(default_factory=list)

@@ -101,6 +101,9 @@ _HELP = {
     "cache_min_tokens": "caching APIs: shortest prefix a cache breakpoint pins (shorter ones "
     "are not pinned, without error)",
     "cache_ttl_scale": "caching APIs: factor on every TTL given (for tests)",
+    "request_log": "JSONL file: one line per finished request (counts, cache markers, "
+    "salted prefix hashes, no text) for `radixrt cost --request-log`",
+    "request_log_max_mb": "rotate the request log past this size (FILE.1, FILE.2, FILE.3)",
     "router_policy": "how --dp picks a replica per request",
     "cache_threshold": "cache_aware: follow the longest match above this matched/prompt ratio",
     "balance_abs_threshold": "cache_aware: loads differing by more than this are imbalanced...",

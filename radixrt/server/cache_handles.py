@@ -103,6 +103,7 @@ class CacheRegistry:
             namespace,
             caller="cache:" + owner,
             pins=[handle.pin_spec(now)],
+            endpoint=request.url.path,
         )
         await wait_finished(request, self.tm, states)
         raise_if_failed(states)

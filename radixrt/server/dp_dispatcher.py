@@ -81,6 +81,7 @@ class DataParallelManager:
         session: str | None = None,
         caller: str = "",
         pins: list[PinSpec] | None = None,
+        endpoint: str = "",
     ) -> list[ReqState]:
         """Pick a replica by the first prompt (and `session`) and submit the lot there."""
         for rid in rids or ():
@@ -92,7 +93,7 @@ class DataParallelManager:
         loads = [WorkerLoad(wid, len(m.states)) for wid, m in zip(self._ids, self.managers)]
         idx = self.policy.select(RouteRequest(key, session), loads)
         states = self.managers[idx].submit(
-            prompts, params, rids, extra_key, caller=caller, pins=pins
+            prompts, params, rids, extra_key, caller=caller, pins=pins, endpoint=endpoint
         )
         self.routed[idx] += 1
         return states

@@ -143,6 +143,7 @@ def create_app(
             namespace,
             session=request.headers.get(SESSION_HEADER),
             caller=caller_of(request),
+            endpoint=request.url.path,
             pins=pins,
         )
         if body.stream:

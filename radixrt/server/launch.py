@@ -49,12 +49,14 @@ async def _serve(args: ServerArgs) -> int:
     from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
     from radixrt.server.http_server import create_app
     from radixrt.server.metrics import Metrics, NoMetrics
+    from radixrt.server.request_log import open_request_log
     from radixrt.server.tenancy import Tenancy
     from radixrt.server.tokenizer_manager import TokenizerManager
 
     try:
         envs = replica_envs(args)
         tenancy = Tenancy.from_config(args.server)  # a key file that cannot be used stops us
+        log = open_request_log(args.server)  # so does a request log that cannot be written
     except ValueError as e:
         logger.error("%s", e)
         return 1
@@ -73,8 +75,9 @@ async def _serve(args: ServerArgs) -> int:
         tokenizer = load_tokenizer(Path(ready.model_path))
         metrics = Metrics() if args.server.enable_metrics else NoMetrics()
         recorder = DashboardRecorder()  # /dashboard's history, with or without metrics
+        observers = [recorder, tenancy.usage, log]
         managers = [
-            TokenizerManager(c, tokenizer, r, args.server, metrics, [recorder, tenancy.usage])
+            TokenizerManager(c, tokenizer, r, args.server, metrics, observers)
             for c, r in zip(clients, readies)
         ]
         tm = (
@@ -85,6 +88,7 @@ async def _serve(args: ServerArgs) -> int:
 
         async def on_shutdown() -> None:
             await tm.close()
+            log.close()
             for client in clients:
                 client.stop()  # before uvicorn re-raises a captured SIGTERM
 

@@ -129,6 +129,7 @@ class OpenAIServing:
             namespace,
             session=session,
             caller=caller_of(request),
+            endpoint=request.url.path,
             pins=pins,
         )
         rid = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"

@@ -140,6 +140,7 @@ class TokenizerManager:
         session: str | None = None,
         caller: str = "",
         pins: list[PinSpec] | None = None,
+        endpoint: str = "",
     ) -> list[ReqState]:
         """Send one request per prompt and sample (n each); states come back prompt-major.
         `pins`: prefixes of each prompt to pin once it finishes (radixrt/cache/pins.py).
@@ -175,7 +176,7 @@ class TokenizerManager:
             key = (caller, name)
             groups[key] = []
             for i, sub in enumerate(sp.samples()):
-                out = ReqOutput(uuid.uuid4().hex, ids, sub, now, caller)
+                out = ReqOutput(uuid.uuid4().hex, ids, sub, now, caller, endpoint, list(pins or ()))
                 detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
@@ -323,6 +324,7 @@ class TokenizerManager:
         """Add one step's output to the request's ReqOutput; drop it once finished."""
         out = state.out
         if msg.new_ids and not out.output_ids:
+            out.first_token_time = now
             for observer in self._observers:
                 observer.observe_first_token(now - out.arrival_time)
         out.apply(msg)

@@ -23,7 +23,9 @@ class FakeReplica:
         self.submitted: list[list[int]] = []
         self.free = free
 
-    def submit(self, prompts, params, rids, extra_key=None, caller="", pins=None) -> list:
+    def submit(
+        self, prompts, params, rids, extra_key=None, caller="", pins=None, endpoint=""
+    ) -> list:
         self.submitted.append(prompts[0])
         for rid in rids or ():
             self.states[rid] = self.groups[(caller, rid)] = object()

@@ -114,6 +114,7 @@ class AnthropicServing:
             session=request.headers.get(SESSION_HEADER)
             or (user_id if isinstance(user_id, str) else None),
             caller=caller_of(request),
+            endpoint=request.url.path,
             pins=[spec for _, spec in planned],
         )
         msg_id = "msg_" + uuid.uuid4().hex

@@ -122,6 +122,7 @@ class GeminiServing:
             namespace,
             session=request.headers.get(SESSION_HEADER),
             caller=caller_of(request),
+            endpoint=request.url.path,
             pins=[handle.pin_spec()] if handle is not None and prep.starts_with_handle else None,
         )
         rid = uuid.uuid4().hex
