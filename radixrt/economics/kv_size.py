@@ -8,6 +8,7 @@ and mixing them (bytes / 2**20 / 1000) gives a third number that is neither.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from radixrt.economics.data import read_data
 from radixrt.economics.model_facts import ModelFacts
@@ -233,3 +234,31 @@ def _sized(n: int) -> dict[str, float | int]:
 
 def _nbytes(n: int) -> str:
     return "1 byte" if n == 1 else f"{n} bytes"
+
+
+TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def pool_figures(
+    facts: ModelFacts,
+    torch_dtype: str,
+    pool_tokens: int,
+    pool_bytes: int,
+    context_length: int,
+    tp_size: int = 1,
+) -> dict[str, Any]:
+    """A running server's KV figures by this module's arithmetic, beside what its pool
+    measured (`pool_bytes`: one rank's pool of `pool_tokens` slots): bytes per token of the
+    whole model and of one rank, and how many requests of the full context the pool holds."""
+    kv_dtype = TORCH_DTYPES.get(torch_dtype, torch_dtype)
+    per_token = kv_bytes_per_token(facts, kv_dtype)
+    per_rank = per_token // tp_size
+    return {
+        "kv_dtype": kv_dtype,
+        "bytes_per_token": per_token,
+        "bytes_per_token_per_rank": per_rank,
+        "pool_tokens": pool_tokens,
+        "pool_bytes_computed": per_rank * pool_tokens,
+        "pool_bytes_measured": pool_bytes,
+        "requests_of_full_context": pool_tokens // context_length,
+    }

@@ -182,6 +182,8 @@ def create_app(
             }
         )
 
+    kv_sizing = _kv_sizing(tm.ready, args)
+
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
         require_admin(request, "/get_server_info")
@@ -195,6 +197,7 @@ def create_app(
                 **handle_figures(registry),
                 "num_inflight_reqs": len(tm.states),
                 "kv_pool_bytes": tm.ready.kv_pool_bytes,
+                "kv_sizing": kv_sizing,
                 "device": tm.ready.device,
                 "dtype": tm.ready.dtype,
                 "model_config": dataclasses.asdict(args.model),
@@ -264,6 +267,22 @@ async def _generate_events(states: list[ReqState]) -> AsyncIterator[bytes]:
             if len(states) > 1:
                 result["index"] = i
             yield sse_event(result)
+
+
+def _kv_sizing(ready: Any, args: ServerArgs) -> dict[str, Any]:
+    """The pool's figures by `radixrt kv-size`'s arithmetic (radixrt/economics), next to the
+    measured ones; {"error": ...} when the model folder cannot be read for it."""
+    from pathlib import Path
+
+    from radixrt.economics.kv_size import pool_figures
+    from radixrt.economics.model_facts import facts_from_folder
+
+    try:
+        facts = facts_from_folder(Path(ready.model_path))
+        return pool_figures(facts, ready.dtype, ready.max_total_tokens, ready.kv_pool_bytes,
+                            ready.context_length, args.model.tp_size)  # fmt: skip
+    except (OSError, ValueError, KeyError) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def _model_name(args: ServerArgs) -> str:

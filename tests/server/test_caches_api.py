@@ -163,3 +163,12 @@ def test_tenants_do_not_see_each_others_handles(server: Any) -> None:
     r = server.post("/generate", headers=b, json={"text": "x", "cache_id": handle["id"]})
     assert r.status_code == 404
     assert server.get(f"/v1/caches/{handle['id']}").status_code == 200  # a's still
+
+
+def test_server_info_sizes_the_pool_with_kv_sizes_arithmetic(server: Any) -> None:
+    """The same bytes per token `radixrt kv-size` prints (SmolLM2: 2 x 30 layers x 3 KV heads
+    x 64 x 4 bytes), and the pool it measured holds that many bytes per slot, to a page."""
+    sizing = _info(server)["kv_sizing"]
+    assert sizing["bytes_per_token"] == 2 * 30 * 3 * 64 * 4 == sizing["bytes_per_token_per_rank"]
+    computed, measured = sizing["pool_bytes_computed"], sizing["pool_bytes_measured"]
+    assert computed <= measured <= computed + 2 * sizing["bytes_per_token"], sizing
