@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from radixrt.config import RouterConfig, RouterServerConfig
+from radixrt.router.handles import HandleHomes, add_handle_routes, named_handle, passed_headers
 from radixrt.router.keys import route_request
 from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import Worker, WorkerPool
@@ -51,15 +52,6 @@ ROUTED_PATHS = (
     "/v1/chat/completions",
     "/v1/messages",
     "/v1/messages/count_tokens",
-)
-_PASSED_HEADERS = (
-    "content-type",
-    "authorization",
-    "x-api-key",
-    "x-goog-api-key",
-    "anthropic-version",
-    "anthropic-beta",
-    SESSION_HEADER,
 )
 # Errors raised before a connection to the worker existed: nothing was sent, so the request
 # can go elsewhere. A read, write or protocol error may come after the worker got the body.
@@ -98,11 +90,17 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     app.state.pool = pool
     auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
 
+    homes = HandleHomes()  # where each cache handle made through the router lives
+
     async def routed(request: Request) -> Response:
-        return await _forward(request, pool, _owner(request, config.shared_prefix_cache))
+        owner = _owner(request, config.shared_prefix_cache)
+        return await _forward(request, pool, owner, homes)
 
     for path in ROUTED_PATHS:
         app.add_api_route(path, routed, methods=["POST"])
+    app.add_api_route("/v1beta/models/{rest:path}", routed, methods=["POST"])
+
+    add_handle_routes(app, pool, homes, lambda r: _owner(r, config.shared_prefix_cache))
 
     @app.get("/health")
     async def health() -> Response:
@@ -121,7 +119,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
         return error_response("no healthy worker", 503)
 
-    for path in ("/v1/models", "/get_model_info"):
+    for path in ("/v1/models", "/get_model_info", "/v1beta/models", "/v1beta/models/{rest:path}"):
         app.add_api_route(path, first_healthy, methods=["GET"])
 
     @app.get("/get_server_info")
@@ -151,7 +149,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         """Every worker aborts the rid among the caller's requests (the client's own
         Authorization travels, as with its requests); the same answer whether or not one ran."""
         body = await request.body()
-        headers = {**auth, **_passed_headers(request)}
+        headers = {**auth, **passed_headers(request)}
         codes = await _broadcast(pool, "/abort_request", body, headers)
         if 400 in codes:
             return error_response('abort_request takes {"rid": "..."}', 400)
@@ -185,8 +183,11 @@ def _owner(request: Request, shared: bool) -> str | None:
     return caller if caller.startswith("key:") else None
 
 
-async def _forward(request: Request, pool: WorkerPool, owner: str | None) -> Response:
-    """Send the request to the policy's worker, retrying elsewhere while it never started."""
+async def _forward(
+    request: Request, pool: WorkerPool, owner: str | None, homes: HandleHomes
+) -> Response:
+    """Send the request to the worker holding the cache handle it names, else the policy's
+    worker, retrying elsewhere while it never started."""
     body = await request.body()
     try:
         parsed = json.loads(body)
@@ -194,9 +195,10 @@ async def _forward(request: Request, pool: WorkerPool, owner: str | None) -> Res
         parsed = None  # the worker answers 400
     path = request.url.path
     route = route_request(path, parsed, request.headers.get(SESSION_HEADER), owner)
-    headers = _passed_headers(request)
+    headers = passed_headers(request)
+    home = homes.home(named_handle(path, parsed))
     tried: set[str] = set()
-    while (worker := pool.pick(route, tried)) is not None:
+    while (worker := pool.pick_at(home, tried) or pool.pick(route, tried)) is not None:
         tried.add(worker.url)
         upstream = pool.client.build_request(
             "POST", worker.url + path, content=body, headers=headers
@@ -229,10 +231,6 @@ async def _forward(request: Request, pool: WorkerPool, owner: str | None) -> Res
             background=BackgroundTask(_release, resp, pool, worker),
         )
     return error_response("no healthy worker could take the request", 503)
-
-
-def _passed_headers(request: Request) -> dict[str, str]:
-    return {k: v for k in _PASSED_HEADERS if (v := request.headers.get(k)) is not None}
 
 
 async def _relay(resp: httpx.Response) -> AsyncIterator[bytes]:

@@ -67,6 +67,16 @@ class WorkerPool:
         worker.in_flight += 1
         return worker
 
+    def pick_at(self, url: str | None, exclude: set[str]) -> Worker | None:
+        """The worker at `url` when it is healthy and not in `exclude` (a handle's home),
+        counted as `pick` counts; else None."""
+        worker = next((w for w in self.workers if w.url == url), None)
+        if worker is None or not worker.healthy or worker.url in exclude:
+            return None
+        worker.routed += 1
+        worker.in_flight += 1
+        return worker
+
     def done(self, worker: Worker) -> None:
         worker.in_flight -= 1
 

@@ -203,6 +203,35 @@ def test_abort_request_by_rid_reaches_the_worker(cluster) -> None:
     assert r.status_code == 200  # the same answer whether or not the rid runs
 
 
+def test_cache_handles_go_to_the_worker_that_holds_them(cluster) -> None:
+    """A handle made through the router is pinned in one worker; every use, read, change and
+    delete of it goes there, whichever worker the policy would pick for the prompt."""
+    router, workers = cluster
+    doc = PREFIX + " ".join(f"Fact {i}: river {i} is {i * 3} km long." for i in range(20))
+    r = httpx.post(router.url + "/v1/caches", json={"text": doc, "ttl": 600}, timeout=120)
+    assert r.status_code == 200, r.text
+    handle = r.json()
+    homes = [
+        w for w in workers if httpx.get(w.url + f"/v1/caches/{handle['id']}").status_code == 200
+    ]
+    assert len(homes) == 1
+    for i in range(4):  # short prompts: the policy alone would spread them
+        out = httpx.post(
+            router.url + "/generate", timeout=120,
+            json={"text": f" River {i}?", "cache_id": handle["id"],
+                  "sampling_params": {"max_new_tokens": 2, "temperature": 0}},
+        )  # fmt: skip
+        assert out.status_code == 200, out.text
+        assert out.json()["meta_info"]["cached_tokens"] >= handle["tokens"]
+    listed = httpx.get(router.url + "/v1/caches", timeout=30).json()["data"]
+    assert [h["id"] for h in listed] == [handle["id"]]
+    r = httpx.patch(router.url + f"/v1/caches/{handle['id']}", json={"ttl": 60}, timeout=30)
+    assert r.status_code == 200 and r.json()["expire_time"] < handle["expire_time"]
+    assert httpx.delete(router.url + f"/v1/caches/{handle['id']}", timeout=30).status_code == 200
+    assert httpx.get(router.url + f"/v1/caches/{handle['id']}", timeout=30).status_code == 404
+    assert all(w.get("/get_server_info").json()["num_pins"] == 0 for w in workers)
+
+
 def test_killed_worker_leaves_rotation(cluster) -> None:
     router, workers = cluster
     os.killpg(workers[1].proc.pid, signal.SIGKILL)

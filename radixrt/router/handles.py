@@ -1,0 +1,182 @@
+"""Cache handles behind the router: a handle (`/v1/caches`, Gemini's cachedContents) lives in
+the worker that made it, pinned in that worker's radix tree, so every request that names it
+must go there. The router remembers each handle made through it (id -> worker URL, bounded,
+least recently used forgotten first). A read, change or delete of a handle it does not know
+(made on a worker directly, or forgotten) is tried on every healthy worker in turn; a
+generation naming one goes where the policy says. Lists merge every worker's."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from radixrt.router.keys import route_request
+from radixrt.router.workers import WorkerPool
+from radixrt.web.middleware import SESSION_HEADER
+from radixrt.web.responses import error_response, json_response
+
+PASSED_HEADERS = (
+    "content-type",
+    "authorization",
+    "x-api-key",
+    "x-goog-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    SESSION_HEADER,
+)
+MAX_HANDLES = 100_000
+# Paths that create a handle, and the paths of one handle (its id in group 1).
+CREATE_PATHS = ("/v1/caches", "/v1beta/cachedContents")
+ONE_HANDLE = re.compile(r"^/(?:v1/caches|v1beta/cachedContents)/([A-Za-z0-9_.-]+)$")
+_GEMINI_PREFIX = "cachedContents/"
+
+
+class HandleHomes:
+    """id -> the URL of the worker holding it."""
+
+    def __init__(self, max_size: int = MAX_HANDLES) -> None:
+        self.max_size = max_size
+        self._homes: OrderedDict[str, str] = OrderedDict()
+
+    def record(self, handle_id: str, url: str) -> None:
+        self._homes.pop(handle_id, None)
+        self._homes[handle_id] = url
+        if len(self._homes) > self.max_size:
+            self._homes.popitem(last=False)
+
+    def home(self, handle_id: str | None) -> str | None:
+        if handle_id is None or handle_id not in self._homes:
+            return None
+        self._homes.move_to_end(handle_id)
+        return self._homes[handle_id]
+
+    def forget(self, handle_id: str) -> None:
+        self._homes.pop(handle_id, None)
+
+
+def named_handle(path: str, body: Any) -> str | None:
+    """The handle a request names: /generate's `cache_id`, Gemini's `cachedContent`, or the
+    id in a one-handle path."""
+    m = ONE_HANDLE.match(path)
+    if m:
+        return m.group(1)
+    if not isinstance(body, dict):
+        return None
+    value = body.get("cache_id") if path == "/generate" else body.get("cachedContent")
+    if not isinstance(value, str):
+        return None
+    return value.removeprefix(_GEMINI_PREFIX)
+
+
+def created_id(answer: Any) -> str | None:
+    """The id in a create answer: native `id`, Gemini `name` ("cachedContents/{id}")."""
+    if not isinstance(answer, dict):
+        return None
+    if isinstance(answer.get("id"), str):
+        return answer["id"]
+    name = answer.get("name")
+    return name.removeprefix(_GEMINI_PREFIX) if isinstance(name, str) else None
+
+
+def merge_lists(path: str, answers: list[Any]) -> dict[str, Any]:
+    """The workers' list answers as one: native `data`, Gemini `cachedContents` (each worker's
+    first page; a page token of one worker means nothing to another, so none is passed on)."""
+    key = "data" if path == "/v1/caches" else "cachedContents"
+    items = [x for a in answers if isinstance(a, dict) for x in a.get(key) or ()]
+    return {"object": "list", "data": items} if key == "data" else {key: items}
+
+
+def add_handle_routes(
+    app: FastAPI, pool: WorkerPool, homes: HandleHomes, owner_of: Callable[[Request], str | None]
+) -> None:
+    """Create, list, read, change and delete handles through the router."""
+
+    async def create_handle(request: Request) -> Response:
+        """Made on the policy's worker, which is then the handle's home."""
+        owner = owner_of(request)
+        route = route_request(request.url.path, None, request.headers.get(SESSION_HEADER), owner)
+        worker = pool.pick(route, set())
+        if worker is None:
+            return error_response("no healthy worker", 503)
+        try:
+            r = await _send(pool, worker.url, request, await request.body())
+        except httpx.HTTPError as e:
+            pool.mark_unreachable(worker, repr(e))
+            return error_response(f"worker {worker.url} failed: {e!r}", 502)
+        finally:
+            pool.done(worker)
+        if r.status_code == 200 and (handle_id := created_id(_json(r))) is not None:
+            homes.record(handle_id, worker.url)
+        return _answer(r)
+
+    async def one_handle(request: Request) -> Response:
+        """At its home first, then at every other healthy worker until one knows it."""
+        match = ONE_HANDLE.match(request.url.path)
+        assert match is not None
+        handle_id, body = match.group(1), await request.body()
+        home = homes.home(handle_id)
+        order = sorted(pool.healthy, key=lambda w: w.url != home)
+        last: httpx.Response | None = None
+        for worker in order:
+            try:
+                r = await _send(pool, worker.url, request, body)
+            except httpx.HTTPError:
+                continue
+            if r.status_code != 404:
+                if request.method == "DELETE" and r.status_code == 200:
+                    homes.forget(handle_id)
+                elif r.status_code == 200:
+                    homes.record(handle_id, worker.url)
+                return _answer(r)
+            last = r
+        return _answer(last) if last is not None else error_response("no healthy worker", 503)
+
+    async def list_handles(request: Request) -> Response:
+        """Every healthy worker's list, merged."""
+        answers = []
+        for worker in pool.healthy:
+            try:
+                r = await _send(pool, worker.url, request, b"")
+            except httpx.HTTPError:
+                continue
+            if r.status_code != 200:
+                return _answer(r)  # a bad key is bad everywhere
+            answers.append(_json(r))
+        return json_response(merge_lists(request.url.path, answers))
+
+    for path in CREATE_PATHS:
+        app.add_api_route(path, create_handle, methods=["POST"])
+        app.add_api_route(path, list_handles, methods=["GET"])
+        app.add_api_route(path + "/{handle_id}", one_handle, methods=["GET", "PATCH", "DELETE"])
+
+
+async def _send(pool: WorkerPool, url: str, request: Request, body: bytes) -> httpx.Response:
+    """`request` as it came (method, path, query, the client's headers) to the worker at
+    `url`, read whole."""
+    return await pool.client.request(
+        request.method, url + request.url.path, params=request.query_params, content=body,
+        headers=passed_headers(request),
+    )  # fmt: skip
+
+
+def _answer(r: httpx.Response) -> Response:
+    return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
+
+
+def _json(r: httpx.Response) -> object:
+    try:
+        return r.json()
+    except ValueError:
+        return None
+
+
+def passed_headers(request: Request) -> dict[str, str]:
+    """The client's headers a worker needs: its key, content type, session, dialect."""
+    return {k: v for k in PASSED_HEADERS if (v := request.headers.get(k)) is not None}
