@@ -100,9 +100,6 @@ class PinTable(BasePinTable):
     def num_pins(self) -> int:
         return len(self._pins)
 
-    def owned_tokens(self, owner: str | None) -> int:
-        return self._owned.get(owner, 0)
-
     def pin(self, key: list[int], extra_key: str | None, spec: PinSpec) -> PinOutcome:
         page = self.cache.page_size
         aligned = min(spec.offset, len(key)) // page * page

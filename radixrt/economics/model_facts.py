@@ -81,14 +81,15 @@ def facts_from_preset(name: str) -> ModelFacts:
     return ModelFacts.from_arch(arch, name, f"preset ({data['source']})", int(data["num_params"]))
 
 
-def facts_from_folder(folder: Path) -> ModelFacts:
+def facts_from_folder(folder: Path, exact_params: bool = True) -> ModelFacts:
     """config.json of a Hugging Face folder; parameters counted from its safetensors headers
-    when it has any (exact), else from the config's shapes."""
+    when it has any and `exact_params` (else from the config's shapes: KV sizes do not need
+    them, and a server's start-up need not open every shard)."""
     config = folder / "config.json"
     if not config.is_file():
         raise ValueError(f"{folder} has no config.json")
     arch = ArchConfig.from_hf(json.loads(config.read_text()))
-    shards = sorted(folder.glob("*.safetensors"))
+    shards = sorted(folder.glob("*.safetensors")) if exact_params else []
     num_params = sum(safetensors_num_params(p) for p in shards) if shards else None
     how = "safetensors headers" if shards else "counted from config.json"
     return ModelFacts.from_arch(arch, folder.name, f"{config} (parameters: {how})", num_params)

@@ -35,8 +35,10 @@ from radixrt.web.middleware import (
     SESSION_HEADER,
     ApiKeyMiddleware,
     AuthMiddleware,
+    ForbiddenError,
     caller_of,
     identity_of,
+    require_admin,
 )
 from radixrt.web.responses import (
     PROMETHEUS_CONTENT_TYPE,
@@ -124,21 +126,18 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
-        if (denied := _denied(request, "/get_server_info")) is not None:
-            return denied
+        require_admin(request, "/get_server_info")
         return json_response(await router_info(pool, auth))
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
-        if (denied := _denied(request, "/metrics")) is not None:
-            return denied
+        require_admin(request, "/metrics")
         text = router_metrics(await router_info(pool, auth))
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     @app.post("/flush_cache")
     async def flush_cache(request: Request) -> Response:
-        if (denied := _denied(request, "/flush_cache")) is not None:
-            return denied
+        require_admin(request, "/flush_cache")
         codes = await _broadcast(pool, "/flush_cache", b"", auth)
         if codes and all(c == 200 for c in codes):
             return json_response({"success": True})
@@ -155,19 +154,15 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             return error_response('abort_request takes {"rid": "..."}', 400)
         return json_response({"success": True})
 
+    @app.exception_handler(ForbiddenError)
+    async def forbidden(request: Request, exc: Exception) -> Response:
+        return error_response(str(exc), 403)
+
     if config.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     elif keys is not None:
         app.add_middleware(AuthMiddleware, keys=keys)
     return app
-
-
-def _denied(request: Request, what: str) -> Response | None:
-    """A 403 unless the caller's key is an admin's (the router's view of every worker is
-    server-wide); None when it may go on."""
-    if identity_of(request).is_admin:
-        return None
-    return error_response(f"{what} needs an admin key", 403)
 
 
 def _owner(request: Request, shared: bool) -> str | None:

@@ -202,7 +202,6 @@ class Scheduler:
             if shares_uncached_prefix(req, admitted + prefilling):
                 continue  # admit it later, once the other's prefix is in the cache
             self.kv.admit(req)  # locks the cached prefix: it no longer counts as evictable
-            self.pins.touch(req.last_node)
             req.extend_len = min(req.seq_len - req.kv_len, budget)
             must_keep = reserved if (self.running or admitted) else 0
             if self.kv.available_size < self.kv.slots_needed(req, req.extend_len) + must_keep:
@@ -211,6 +210,7 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
             admitted.append(req)
+            self.pins.touch(req.last_node)  # a hit on a sliding pin extends it
             budget -= req.extend_len
             reserved += req.extend_len + self.config.decode_reserve_tokens
             if req.num_retractions == 0:

@@ -142,8 +142,8 @@ class CacheRegistry:
     @property
     def num_handles(self) -> int:
         """Live handles of every owner."""
-        now = time.time()
-        return sum(1 for h in self._handles.values() if h.expire_time > now)
+        self._expire()
+        return len(self._handles)
 
     def token_hours(self) -> float:
         """Storage of every handle so far, live and gone."""

@@ -23,6 +23,7 @@ from radixrt.server.protocol import (
     check_token_ids,
     decode_body,
     fit_to_context,
+    render_chat,
 )
 from radixrt.server.tenancy import Tenancy
 from radixrt.web.middleware import identity_of
@@ -118,9 +119,6 @@ def _prefix_ids(body: CreateCacheRequest, tokenizer: Any, limits: Limits) -> lis
         ids = check_token_ids(body.input_ids, "input_ids")
     else:
         assert body.messages is not None
-        limits_msgs = limits.server.max_chat_messages
-        if len(body.messages) > limits_msgs:
-            raise BadRequestError(f"{len(body.messages)} messages; at most {limits_msgs}")
         ids = render_chat_prefix(chat_messages_of(body.messages), tokenizer, limits)
     fit_to_context(ids, SamplingParams(max_new_tokens=0), limits, True)
     return ids
@@ -128,11 +126,5 @@ def _prefix_ids(body: CreateCacheRequest, tokenizer: Any, limits: Limits) -> lis
 
 def render_chat_prefix(messages: list[dict[str, Any]], tokenizer: Any, limits: Limits) -> list[int]:
     """A conversation's tokens with no generation prompt (a later turn extends them)."""
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise BadRequestError("this model's tokenizer has no chat template")
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    except Exception as e:  # jinja raises for conversations its template refuses
-        raise BadRequestError(f"the chat template rejected the messages: {e}") from None
-    limits.check_text(text, "the rendered conversation")
+    text = render_chat(messages, tokenizer, limits, add_generation_prompt=False)
     return list(tokenizer.encode(text, add_special_tokens=False))

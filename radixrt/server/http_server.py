@@ -278,7 +278,7 @@ def _kv_sizing(ready: Any, args: ServerArgs) -> dict[str, Any]:
     from radixrt.economics.model_facts import facts_from_folder
 
     try:
-        facts = facts_from_folder(Path(ready.model_path))
+        facts = facts_from_folder(Path(ready.model_path), exact_params=False)
         return pool_figures(facts, ready.dtype, ready.max_total_tokens, ready.kv_pool_bytes,
                             ready.context_length, args.model.tp_size)  # fmt: skip
     except (OSError, ValueError, KeyError) as e:

@@ -15,6 +15,7 @@ from radixrt.server.protocol import (
     check_id,
     check_token_ids,
     fit_to_context,
+    render_chat,
     to_sampling_params,
 )
 
@@ -166,20 +167,7 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> 
     """Render the messages with the tokenizer's chat template; one prompt."""
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
-    most = limits.server.max_chat_messages
-    if len(req.messages) > most:
-        raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise BadRequestError("this model's tokenizer has no chat template")
-    messages = chat_messages(req)
-    limits.check_length(
-        sum(len(m["content"]) + len(m["role"]) for m in messages), "the conversation"
-    )
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as e:  # jinja raises for conversations its template refuses
-        raise BadRequestError(f"the chat template rejected the messages: {e}") from None
-    limits.check_text(text, "the rendered conversation")
+    text = render_chat(chat_messages(req), tokenizer, limits)
     prompts = [tokenizer.encode(text, add_special_tokens=False)]
     d = req.sampling_dict()
     if req.response_format is not None:

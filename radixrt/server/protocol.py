@@ -208,6 +208,33 @@ def fit_to_context(
     return sp
 
 
+def render_chat(
+    messages: list[dict[str, str]],
+    tokenizer: Any,
+    limits: Limits,
+    add_generation_prompt: bool = True,
+) -> str:
+    """A conversation through the tokenizer's chat template, checked against the server's
+    bounds before (message count, characters) and after (the rendered text); every chat
+    dialect renders through here."""
+    most = limits.server.max_chat_messages
+    if len(messages) > most:
+        raise BadRequestError(f"{len(messages)} messages; at most {most} (--max-chat-messages)")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise BadRequestError("this model's tokenizer has no chat template")
+    limits.check_length(
+        sum(len(m["content"]) + len(m["role"]) for m in messages), "the conversation"
+    )
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    except Exception as e:  # jinja raises for conversations its template refuses
+        raise BadRequestError(f"the chat template rejected the messages: {e}") from None
+    limits.check_text(text, "the rendered conversation")
+    return text
+
+
 def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:
     most, longest_allowed = limits.server.max_stop_strings, limits.server.max_stop_string_len
     if len(sp.stop) > most:

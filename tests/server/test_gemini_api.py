@@ -29,11 +29,10 @@ from radixrt.server.gemini.protocol import (
     parse_duration,
     parse_time,
     prepare_content,
-    render_text,
     render_tools,
     sampling_dict,
 )
-from radixrt.server.protocol import BadRequestError, Limits
+from radixrt.server.protocol import BadRequestError, Limits, render_chat
 from radixrt.web.keys import hash_key
 
 from .server_proc import start_server
@@ -117,7 +116,7 @@ def test_a_prompt_on_a_cache_starts_with_its_exact_tokens(smollm2_path: Path) ->
 
     tok = load_tokenizer(smollm2_path)
     cached = conversation([Content([Part(FACTS)])], Content([Part(SYSTEM)]), [])
-    text = render_text(cached, tok, LIMITS, add_generation_prompt=False)
+    text = render_chat(cached, tok, LIMITS, add_generation_prompt=False)
     ids = tok.encode(text, add_special_tokens=False)
     handle = CacheHandle(
         "h", "", None, ids, 0.0, 0.0, 1e12, meta={"messages": cached, "text": text}

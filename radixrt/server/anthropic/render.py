@@ -27,7 +27,13 @@ from radixrt.server.anthropic.protocol import (
     sampling_dict,
     system_blocks,
 )
-from radixrt.server.protocol import BadRequestError, Limits, fit_to_context, to_sampling_params
+from radixrt.server.protocol import (
+    BadRequestError,
+    Limits,
+    fit_to_context,
+    render_chat,
+    to_sampling_params,
+)
 
 SEP = "\n\n"  # between the blocks of one turn, and between merged turns of one role
 TOOLS_HEADER = (
@@ -61,8 +67,6 @@ def prepare_messages(
 def render_prompt(req: MessagesRequest, tokenizer: Any, limits: Limits) -> RenderedPrompt:
     """Template the request (add_generation_prompt; a last assistant turn is a prefill the
     answer continues) and place its breakpoints (controls already checked)."""
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise BadRequestError("this model's tokenizer has no chat template")
     marks = _Marks()
     turns: list[dict[str, str]] = []
     tools = req.tools or []
@@ -84,13 +88,8 @@ def render_prompt(req: MessagesRequest, tokenizer: Any, limits: Limits) -> Rende
     prefill = turns.pop()["content"] if turns[-1]["role"] == "assistant" else ""
     if prefill != prefill.rstrip():
         raise BadRequestError("final assistant content cannot end with trailing whitespace")
-    limits.check_length(sum(len(t["content"]) for t in turns) + len(prefill), "the conversation")
-    try:
-        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
-    except Exception as e:  # jinja raises for conversations its template refuses
-        raise BadRequestError(f"the chat template rejected the messages: {e}") from None
-    text, char_ends = marks.cut(text + prefill)
-    limits.check_text(text, "the rendered conversation")
+    text, char_ends = marks.cut(render_chat(turns, tokenizer, limits) + prefill)
+    limits.check_text(text, "the rendered conversation")  # with the prefill
     ids, offsets = token_offsets(tokenizer, text, char_ends)
     return RenderedPrompt(ids, [Breakpoint(o, t) for o, t in zip(offsets, marks.ttls, strict=True)])
 

@@ -20,7 +20,7 @@ from radixrt.server.gemini.caches import add_cached_contents_routes, cached_cont
 from radixrt.server.gemini.protocol import GenerateContentRequest, model_resource, prepare_content
 from radixrt.server.http_common import ClientGoneError, RequestFailedError, updates, wait_finished
 from radixrt.server.http_errors import add_error_dialect
-from radixrt.server.protocol import BadRequestError, Limits, decode_body
+from radixrt.server.protocol import Limits, decode_body
 from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError
 from radixrt.web.middleware import SESSION_HEADER, caller_of
@@ -108,9 +108,8 @@ class GeminiServing:
         handle = None
         if body.cached_content is not None:
             handle = cached_content(self.registry, request, body.cached_content, model)
+        # The tenant's own namespace: the one its caches were made in (Gemini has no salt).
         namespace = self.tenancy.namespace(request, None, None)
-        if handle is not None and handle.namespace != namespace:
-            raise BadRequestError("the cached content lives in another namespace")
         prep = await self.tm.run_tokenizer(
             prepare_content, body, handle, self.tm.tokenizer, self.limits
         )

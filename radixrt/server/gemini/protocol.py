@@ -13,7 +13,13 @@ import msgspec
 
 from radixrt.core import SamplingParams
 from radixrt.server.cache_handles import CacheHandle
-from radixrt.server.protocol import BadRequestError, Limits, fit_to_context, to_sampling_params
+from radixrt.server.protocol import (
+    BadRequestError,
+    Limits,
+    fit_to_context,
+    render_chat,
+    to_sampling_params,
+)
 
 ROLES = {"user": "user", "model": "assistant"}  # Gemini's -> the chat template's
 _SAMPLING_NAMES = {  # generationConfig's (snake case) -> SamplingParams'
@@ -164,26 +170,6 @@ def conversation(
     return messages
 
 
-def render_text(
-    messages: list[dict[str, str]], tokenizer: Any, limits: Limits, add_generation_prompt: bool
-) -> str:
-    """The conversation through the chat template, checked against the server's bounds."""
-    if len(messages) > limits.server.max_chat_messages:
-        most = limits.server.max_chat_messages
-        raise BadRequestError(f"{len(messages)} messages; at most {most} (--max-chat-messages)")
-    limits.check_length(sum(len(m["content"]) + 8 for m in messages), "the conversation")
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise BadRequestError("this model's tokenizer has no chat template")
-    try:
-        text = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-    except Exception as e:  # jinja raises for conversations its template refuses
-        raise BadRequestError(f"the chat template rejected the conversation: {e}") from None
-    limits.check_text(text, "the rendered conversation")
-    return text
-
-
 def cache_prefix(
     body: CreateCachedContentRequest, tokenizer: Any, limits: Limits
 ) -> tuple[list[int], dict[str, Any]]:
@@ -192,7 +178,7 @@ def cache_prefix(
     messages = conversation(body.contents, body.system_instruction, body.tools)
     if not messages:
         raise BadRequestError("a cached content needs contents, a systemInstruction or tools")
-    text = render_text(messages, tokenizer, limits, add_generation_prompt=False)
+    text = render_chat(messages, tokenizer, limits, add_generation_prompt=False)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     fit_to_context(ids, SamplingParams(max_new_tokens=0), limits, True)
     meta = {"model": model_resource(body.model), "messages": messages, "text": text}
@@ -216,7 +202,7 @@ def prepare_content(
         )
     else:
         messages = handle.meta["messages"] + conversation(body.contents, None, [])
-    text = render_text(messages, tokenizer, limits, add_generation_prompt=True)
+    text = render_chat(messages, tokenizer, limits)
     prefix: str = handle.meta["text"] if handle is not None else ""
     if handle is not None and text.startswith(prefix):
         ids = handle.input_ids + list(
