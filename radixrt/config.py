@@ -103,6 +103,20 @@ class CacheConfig:
     # most this share per tenant (each pin counted at its full length).
     max_pinned_fraction: float = 0.5
     max_pinned_fraction_per_tenant: float = 0.25
+    # Lower tiers for prefixes the pool evicts (radixrt/cache/tiers/): host memory (pinned on
+    # CUDA; 0 = off) and a directory on disk that outlives the process (None = off), each
+    # bounded in GB; blocks of tier_block_size tokens, a multiple of page_size. Prefixes of at
+    # least write_through_min_tokens (and pinned ones) go to the lowest tier as they finish,
+    # not only when evicted; 0: only on eviction.
+    host_cache_size: float = 0.0
+    cache_dir: str | None = None
+    disk_cache_size: float = 10.0
+    tier_block_size: int = 64
+    write_through_min_tokens: int = 1024
+
+    @property
+    def tiers_enabled(self) -> bool:
+        return self.host_cache_size > 0 or self.cache_dir is not None
 
     def __post_init__(self) -> None:
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
@@ -115,6 +129,27 @@ class CacheConfig:
         for name in ("max_pinned_fraction", "max_pinned_fraction_per_tenant"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("host_cache_size", "disk_cache_size"):
+            size = getattr(self, name)
+            if not (size >= 0 and size < float("inf")):
+                raise ValueError(f"{name} must be a finite number of GB >= 0, got {size}")
+        if self.cache_dir == "":
+            raise ValueError("cache_dir must not be empty")
+        if self.cache_dir is not None and self.disk_cache_size <= 0:
+            raise ValueError("disk_cache_size must be > 0 GB with cache_dir")
+        if self.tier_block_size < 1 or (
+            self.tiers_enabled and self.tier_block_size % self.page_size
+        ):
+            raise ValueError(
+                f"tier_block_size must be a positive multiple of page_size {self.page_size}, "
+                f"got {self.tier_block_size}"
+            )
+        if self.write_through_min_tokens < 0:
+            raise ValueError(
+                f"write_through_min_tokens must be >= 0, got {self.write_through_min_tokens}"
+            )
+        if self.tiers_enabled and self.disable_radix_cache:
+            raise ValueError("host_cache_size and cache_dir need the radix cache (it is disabled)")
 
 
 @dataclass(frozen=True)

@@ -326,6 +326,10 @@ class Req:
     kv_len: int = 0
     cached_len: int = 0
     cached_tokens: int = 0
+    # Of cached_tokens, how many each tier served ("device", "host", "disk"), and the seconds
+    # spent loading from the lower tiers; set at the first admission with tiers configured.
+    cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
+    cache_load_s: float = 0.0
     # Prefix-cache handle (a locked tree node) while running; None when not holding one.
     last_node: Any = None
     extend_len: int = 0  # tokens this step computes (set by the scheduler per step)

@@ -34,6 +34,7 @@ class AbortReqMsg(msgspec.Struct, tag=True):
 
 class FlushCacheReqMsg(msgspec.Struct, tag=True):
     reply_id: int
+    disk: bool = False  # also delete the disk tier's block files of this model
 
 
 class GetInfoReqMsg(msgspec.Struct, tag=True):
@@ -105,6 +106,9 @@ class ReqOutMsg(msgspec.Struct, array_like=True):
     input_logprobs: list[float | None] = []
     input_top_logprobs: list[TopLogprobs | None] = []
     pins: list[PinOutcome] = []  # with the finishing message: one per GenerateReqMsg.pins
+    # With lower tiers: cached_tokens per tier ("device", "host", "disk") and the load time.
+    cached_tokens_by_tier: dict[str, int] = {}
+    cache_load_s: float = 0.0
 
 
 class BatchTokenOutMsg(msgspec.Struct, tag=True):
@@ -125,6 +129,23 @@ class ReadyMsg(msgspec.Struct, tag=True):
     dtype: str
 
 
+class TierInfoMsg(msgspec.Struct):
+    """radixrt.cache.tiers.hierarchy.TierInfo's fields: one lower tier's figures."""
+
+    name: str
+    blocks: int
+    tokens: int
+    bytes: int
+    capacity_bytes: int
+    stored_blocks: int
+    dropped_blocks: int
+    hit_tokens: int
+    loaded_blocks: int
+    load_s: float
+    corrupt_blocks: int
+    write_errors: int
+
+
 class InfoReplyMsg(msgspec.Struct, tag=True):
     reply_id: int
     max_total_tokens: int
@@ -141,11 +162,13 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     retractions: int
     pinned_tokens: int = 0
     num_pins: int = 0
+    tiers: list[TierInfoMsg] = []  # the lower KV tiers, top first
 
 
 class FlushCacheReplyMsg(msgspec.Struct, tag=True):
     reply_id: int
     success: bool
+    tiers: list[str] = []  # what was cleared: "device", "host", "disk"
 
 
 class PinUpdateReplyMsg(msgspec.Struct, tag=True):

@@ -11,6 +11,11 @@ Ownership of a running request's token range (see Req in core.py):
 |                      |                                         | partial page) freed at once     |
 | this step's out_loc  | the request, from `alloc_for`           | as the row above, once computed |
 
+Blocks loaded back from a lower tier (cache/tiers/) at admission take fresh slots that belong
+to the admitting request only until `admit` inserts them into the tree, before it returns: from
+then on they are tree-owned like any matched prefix, and locked by the request. Slots of a block
+that failed to load are freed right there.
+
 So at any idle moment: free + evictable + protected + pinned == capacity (pinned: prefixes the
 pin table, cache/pins.py, keeps whatever their locks). With pages
 (paged_allocator.py) a request also owns the unused slots of its partly filled last page,
@@ -23,6 +28,7 @@ import torch
 
 from radixrt.cache.memory_pool import OutOfSlotsError, ReqToTokenPool, TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
+from radixrt.cache.tiers.contract import BaseKVTiers, LoadResult, NoKVTiers, TierHit
 from radixrt.core import Req
 
 
@@ -34,11 +40,13 @@ class KVCacheManager:
         allocator: TokenSlotAllocator,
         req_to_token_pool: ReqToTokenPool,
         cache: BasePrefixCache,
+        tiers: BaseKVTiers | None = None,
     ) -> None:
         self.allocator = allocator
         self.req_to_token_pool = req_to_token_pool
         self.cache = cache
         self.page_size = cache.page_size
+        self.tiers = tiers or NoKVTiers()  # the same object the cache spills into
 
     @property
     def available_size(self) -> int:
@@ -50,8 +58,17 @@ class KVCacheManager:
         return self.cache.match_prefix(self._match_key(req), req.extra_key)
 
     def admit(self, req: Req) -> None:
-        """Give `req` a req_to_token row holding its cached prefix, locked (OutOfSlotsError)."""
-        match = self.cache.match_prefix(self._match_key(req), req.extra_key)
+        """Give `req` a req_to_token row holding its cached prefix, locked (OutOfSlotsError):
+        the device match, continued by whole blocks loaded back from lower tiers."""
+        if self.req_to_token_pool.num_free == 0:
+            raise OutOfSlotsError(f"all {self.req_to_token_pool.max_reqs} request rows are in use")
+        key = self._match_key(req)
+        match = self.cache.match_prefix(key, req.extra_key)
+        on_device = int(match.slots.numel())
+        hit = self.tiers.lookup(key, req.extra_key, on_device)
+        loaded = LoadResult()
+        if hit is not None:
+            match, loaded = self._load(key, req.extra_key, match, hit)
         row = self.req_to_token_pool.alloc()
         n = int(match.slots.numel())
         self.req_to_token_pool.write(row, 0, match.slots)
@@ -60,6 +77,20 @@ class KVCacheManager:
         req.kv_len = req.cached_len = n
         if not req.output_ids:  # the first admission; a retracted request keeps its metric
             req.cached_tokens = n
+            if self.tiers.names:
+                by_tier = {name: loaded.by_tier.get(name, 0) for name in self.tiers.names}
+                req.cached_tokens_by_tier = {"device": n - loaded.tokens, **by_tier}
+                req.cache_load_s = loaded.seconds
+
+    def write_through(self, key: list[int], extra_key: str | None) -> None:
+        """Write the cached prefix `key` (whole pages) to the lowest tier now, not only when
+        the pool evicts it (pinned prefixes, long prompts); no-op without tiers."""
+        aligned = len(key) // self.page_size * self.page_size
+        if aligned == 0:
+            return
+        match = self.cache.match_prefix(key[:aligned], extra_key)
+        if match.slots.numel():
+            self.tiers.write_through(match.last_node)
 
     def slots_needed(self, req: Req, n: int) -> int:
         """Free slots that computing n more tokens of `req` takes (whole pages when paged)."""
@@ -119,6 +150,8 @@ class KVCacheManager:
         if row is None:
             return
         aligned = self._insert(req, req.fill_ids[: req.kv_len])
+        if req.kv_len > req.cached_len and self.tiers.wants_write_through(aligned):
+            self.write_through(req.fill_ids[:aligned], req.extra_key)
         if aligned < req.kv_len:  # a partial last page the cache cannot take: ours to free
             tail = self.req_to_token_pool.req_to_token[
                 row, max(aligned, req.cached_len) : req.kv_len
@@ -148,6 +181,32 @@ class KVCacheManager:
             self.cache.evict(n - self.allocator.num_free)
         if n > self.allocator.num_free:
             raise OutOfSlotsError(f"need {n} KV slots, only {self.available_size} can be freed")
+
+    def _load(self, key: list[int], extra_key: str | None, match: MatchResult,
+              hit: TierHit) -> tuple[MatchResult, LoadResult]:  # fmt: skip
+        """Load `hit` into fresh slots after the device match and insert it into the tree;
+        the longer match, and what was loaded. Loads nothing when the slots cannot be had
+        without evicting what requests hold."""
+        start = int(match.slots.numel())
+        need = self.allocator.slots_needed(start, hit.num_tokens)
+        self.cache.lock(match.last_node)  # making room must not evict the match itself
+        try:
+            if need > self.available_size:
+                return match, LoadResult()
+            self._make_room(need)
+            slots = self.allocator.alloc_extend([start], [hit.num_tokens], None)
+            loaded = self.tiers.load(hit, slots)
+            # [0, start): the tree's. slots[:loaded]: ours until the insert below hands them
+            # over. slots[loaded:]: blocks that failed to load, ours to free now.
+            self.allocator.free(slots[loaded.tokens :])
+            if loaded.tokens:
+                end = start + loaded.tokens
+                ours = torch.cat([match.slots, slots[: loaded.tokens]])
+                present = self.cache.insert(key[:end], ours, extra_key)
+                self.allocator.free(slots[: max(present - start, 0)])  # duplicates: none here
+        finally:
+            self.cache.unlock(match.last_node)
+        return self.cache.match_prefix(key, extra_key), loaded
 
     def _match_key(self, req: Req) -> list[int]:
         # Leave at least one token to compute (its logits pick the next token). With input

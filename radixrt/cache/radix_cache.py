@@ -11,6 +11,8 @@ Slot ownership:
 
 Each node's tokens count in one of three sizes: pinned (a pin on it or below it, cache/pins.py),
 else protected (a request's lock on it or below it), else evictable; evict takes only the last.
+With lower tiers (cache/tiers/), `evict` first spills each leaf's blocks there (write-back);
+the tree indexes the device pool only, and the tiers index their blocks by hash.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from radixrt.cache.explain import EvictionLog, Explanation, explain, path_key
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
+from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
 from radixrt.cache.tree_node import TreeNode
 from radixrt.cache.tree_summary import TreeSummary, summarize
 
@@ -33,8 +36,12 @@ __all__ = ["RadixCache", "TreeNode"]
 class RadixCache(BasePrefixCache):
     """Radix tree over token ids; see `BasePrefixCache` for the contract."""
 
-    def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
+    def __init__(
+        self, allocator: TokenSlotAllocator, page_size: int = 1, tiers: BaseKVTiers | None = None
+    ) -> None:
         super().__init__(allocator, page_size)
+        # Lower tiers (cache/tiers/): an evicted leaf's blocks are spilled there first.
+        self.tiers = tiers or NoKVTiers()
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
         self._clock = 0  # logical time: +1 per match_prefix and insert; survives reset
         self.evictions = EvictionLog()  # survives reset (a flush is not an eviction)
@@ -148,6 +155,7 @@ class RadixCache(BasePrefixCache):
             parent = leaf.parent
             assert parent is not None
             self.evictions.record(leaf.extra_key, path_key(leaf))  # read by `explain`
+            self.tiers.spill(leaf)  # its slots (and its ancestors') still hold their K/V
             del parent.children[self._child_key(leaf.extra_key, leaf.key, 0)]
             self._leaves.discard(leaf)
             leaf.parent = None

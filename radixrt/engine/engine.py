@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
+
 from radixrt.config import split_kwargs
 from radixrt.core import SamplingParams
 from radixrt.engine.output import RequestOutput
@@ -88,9 +90,10 @@ class Engine:
         results = [self._wait(o) for o in outs]
         return results[0] if single and len(results) == 1 else results
 
-    def flush_cache(self) -> bool:
-        """Drop the prefix cache; only succeeds when no request is running."""
-        reply: FlushCacheReplyMsg = self._ask(FlushCacheReqMsg)
+    def flush_cache(self, disk: bool = False) -> bool:
+        """Drop the prefix cache and the host tier (with `disk`, also this model's files in
+        the disk tier); only succeeds when no request is running."""
+        reply: FlushCacheReplyMsg = self._ask(lambda rid: FlushCacheReqMsg(rid, disk))
         return reply.success
 
     def explain_cache(
@@ -113,6 +116,7 @@ class Engine:
             "forward_passes": info.forward_passes,
             "retractions": info.retractions,
             "max_total_tokens": info.max_total_tokens,
+            "tiers": [msgspec.structs.asdict(t) for t in info.tiers],
         }
 
     def shutdown(self) -> None:

@@ -29,6 +29,9 @@ def build_result(req: ReqOutput, detok: IncrementalDetokenizer) -> dict[str, Any
         "finish_reason": reason.to_dict() if reason is not None else None,
         "e2e_latency": time.monotonic() - req.arrival_time,
     }
+    if req.cached_tokens_by_tier:  # lower KV tiers configured
+        meta["cached_tokens_by_tier"] = dict(req.cached_tokens_by_tier)
+        meta["cache_load_time"] = req.cache_load_s
     if req.sampling_params.return_logprob:
         meta.update(logprob_meta(req, ids))
     return {"text": text, "output_ids": ids, "meta_info": meta}

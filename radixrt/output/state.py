@@ -32,6 +32,9 @@ class ReqOutput:
     input_logprobs: list[float | None] = field(default_factory=list)
     input_top_logprobs: list[TopLogprobs | None] = field(default_factory=list)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    # With lower KV tiers: cached_tokens per tier ("device", "host", "disk"), load seconds.
+    cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
+    cache_load_s: float = 0.0
     pins: list[PinOutcome] = field(default_factory=list)  # set when it finishes
     finish_reason: FinishReason | None = None
 
@@ -49,6 +52,11 @@ class ReqOutput:
         self.output_logprobs.extend(out.new_logprobs)
         self.output_top_logprobs.extend(out.new_top_logprobs)
         self.cached_tokens = out.cached_tokens
+        if out.cached_tokens_by_tier:
+            self.cached_tokens_by_tier, self.cache_load_s = (
+                out.cached_tokens_by_tier,
+                out.cache_load_s,
+            )
         if out.finish is not None:
             self.input_logprobs = list(out.input_logprobs)
             self.input_top_logprobs = list(out.input_top_logprobs)

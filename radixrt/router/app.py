@@ -138,9 +138,12 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     @app.post("/flush_cache")
     async def flush_cache(request: Request) -> Response:
         require_admin(request, "/flush_cache")
-        codes = await _broadcast(pool, "/flush_cache", b"", auth)
+        query = f"?{request.url.query}" if request.url.query else ""  # ?disk=true travels
+        codes = await _broadcast(pool, "/flush_cache" + query, await request.body(), auth)
         if codes and all(c == 200 for c in codes):
             return json_response({"success": True})
+        if 400 in codes:
+            return error_response('flush_cache takes {"disk": true|false} or ?disk=', 400)
         return error_response("requests are running on a worker; flush when idle", 409)
 
     @app.post("/abort_request")

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable, PinTable
 from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache
+from radixrt.cache.tiers.base import BaseKVTier
+from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
+from radixrt.cache.tiers.disk import DiskTier
+from radixrt.cache.tiers.disk_format import BlockSpec
+from radixrt.cache.tiers.hierarchy import KVTiers
+from radixrt.cache.tiers.host import HostTier
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
+from radixrt.models.fingerprint import model_fingerprint
 from radixrt.models.loader import eos_token_ids, load_tokenizer
 from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler
+
+logger = logging.getLogger("radixrt")
 
 
 def build_scheduler(
@@ -34,11 +44,13 @@ def assemble_scheduler(
 ) -> Scheduler:
     """The prefix cache, KV manager, finish checker and grammar queue around a built runner.
     Without a tokenizer (a model given in memory): no stop strings, no EOS, no grammars."""
-    cache_cls: type[BasePrefixCache] = (
-        NoPrefixCache if cache_config.disable_radix_cache else RadixCache
+    tiers = build_tiers(runner, cache_config)
+    cache: BasePrefixCache = (
+        NoPrefixCache(runner.allocator, page_size=cache_config.page_size)
+        if cache_config.disable_radix_cache
+        else RadixCache(runner.allocator, cache_config.page_size, tiers)
     )
-    cache = cache_cls(runner.allocator, page_size=cache_config.page_size)
-    kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache)
+    kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache, tiers)
     pins: BasePinTable = NoPinTable()
     if not cache_config.disable_radix_cache:
         capacity = runner.allocator.capacity
@@ -59,3 +71,36 @@ def assemble_scheduler(
         budget=not scheduler_config.disable_grammar_budget,
     )
     return Scheduler(runner, kv, finish, scheduler_config, grammar, pins)
+
+
+def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:
+    """The host and disk tiers below the runner's KV pool, as configured (NoKVTiers: none)."""
+    if not cache_config.tiers_enabled:
+        return NoKVTiers()
+    if runner.model_config.tp_size > 1:
+        raise ValueError(
+            "--host-cache-size and --cache-dir need --tp 1: with tensor parallelism each rank "
+            "holds a share of the KV heads, which the tiers do not gather yet"
+        )
+    pool = runner.token_to_kv_pool
+    block = cache_config.tier_block_size
+    shape = (pool.num_layers, 2, block, pool.num_kv_heads, pool.head_dim)
+    in_memory = not (runner.model_path / "config.json").is_file()
+    given = runner.model if in_memory else None
+    quant = runner.model_config.quantization
+    fingerprint = model_fingerprint(runner.model_path, given, pool.dtype, quant, shape)
+    tiers: list[BaseKVTier] = []
+    if cache_config.host_cache_size > 0:
+        size = int(cache_config.host_cache_size * 1e9)
+        tiers.append(HostTier(shape, pool.dtype, size, pin_memory=pool.device.type == "cuda"))
+    if cache_config.cache_dir is not None:
+        spec = BlockSpec(fingerprint, block, pool.dtype, shape)
+        size = int(cache_config.disk_cache_size * 1e9)
+        try:
+            tiers.append(DiskTier(cache_config.cache_dir, spec, size))
+        except OSError as e:
+            raise ValueError(f"--cache-dir {cache_config.cache_dir!r} is not usable: {e}") from e
+    logger.info("KV tiers below the pool: %s (blocks of %d tokens, %.1f MB each; model %s)",
+                ", ".join(f"{t.name} {t.capacity_bytes / 1e9:g} GB" for t in tiers), block,
+                tiers[0].block_bytes / 1e6, fingerprint[:16])  # fmt: skip
+    return KVTiers(pool, tiers, block, fingerprint, cache_config.write_through_min_tokens)

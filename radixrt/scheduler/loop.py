@@ -39,6 +39,7 @@ from radixrt.messages import (
     ReqOutMsg,
     StopMsg,
     SubtreeMsg,
+    TierInfoMsg,
     ToSchedulerMsg,
     finish_to_msg,
 )
@@ -109,6 +110,12 @@ class SchedulerLoop:
 
     def run(self) -> int:
         """Loop until the transport is stopped or a StopMsg arrives (0), or a step fails (1)."""
+        try:
+            return self._run()
+        finally:
+            self.scheduler.close()
+
+    def _run(self) -> int:
         sched = self.scheduler
         while not self._stopping and not self.transport.is_stopped():
             touched: dict[str, Req] = {}
@@ -140,9 +147,14 @@ class SchedulerLoop:
             if req is not None:
                 touched[req.rid] = req
         elif isinstance(msg, FlushCacheReqMsg):
-            self.transport.send(FlushCacheReplyMsg(msg.reply_id, sched.flush_cache()))
+            cleared = sched.flush_cache(msg.disk)
+            self.transport.send(
+                FlushCacheReplyMsg(msg.reply_id, cleared is not None, cleared or [])
+            )
         elif isinstance(msg, GetInfoReqMsg):
-            self.transport.send(InfoReplyMsg(reply_id=msg.reply_id, **sched.info()))
+            info = sched.info()
+            info["tiers"] = [TierInfoMsg(**dataclasses.asdict(t)) for t in info.get("tiers", [])]
+            self.transport.send(InfoReplyMsg(reply_id=msg.reply_id, **info))
         elif isinstance(msg, ExplainReqMsg):
             why = sched.explain(msg.input_ids, msg.extra_key, msg.own_prefix)
             self.transport.send(ExplainReplyMsg(msg.reply_id, **dataclasses.asdict(why)))
@@ -206,6 +218,11 @@ class SchedulerLoop:
         )
         if req.is_finished:
             out.pins = req.pin_outcomes
+        if req.cached_tokens_by_tier:
+            out.cached_tokens_by_tier, out.cache_load_s = (
+                req.cached_tokens_by_tier,
+                req.cache_load_s,
+            )
         if p.return_logprob:
             out.new_logprobs = [float(x) for x in req.output_logprobs[sent:]]
             out.new_top_logprobs = [_top(t) for t in req.output_top_logprobs[sent:]]

@@ -104,13 +104,18 @@ class Scheduler:
                     return req
         return None
 
-    def flush_cache(self) -> bool:
-        """Drop the prefix cache; only when idle (False, and nothing done, otherwise)."""
+    def flush_cache(self, disk: bool = False) -> list[str] | None:
+        """Drop the prefix cache and the host tier (and the disk tier's files when `disk`);
+        only when idle (None, and nothing done, otherwise). Returns the tiers cleared."""
         if not self.is_idle:
-            return False
+            return None
         self.pins.clear()  # the tree refuses to reset while anything is pinned
         self.kv.cache.reset()
-        return True
+        return ["device", *self.kv.tiers.clear(disk)]
+
+    def close(self) -> None:
+        """Finish the lower tiers' pending writes (the loop's last act)."""
+        self.kv.tiers.close()
 
     def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
         """Give pin `pin_id` a new expiry, or drop it (None); False when there is none."""
@@ -138,6 +143,7 @@ class Scheduler:
             "generated_tokens": s.generated_tokens, "cache_hit_rate": s.hit_rate,
             "forward_passes": s.forward_passes, "retractions": s.retractions,
             "pinned_tokens": kv.cache.pinned_size, "num_pins": self.pins.num_pins,
+            "tiers": kv.tiers.info(),
         }  # fmt: skip
 
     @property
@@ -280,7 +286,10 @@ class Scheduler:
 
     def _pin(self, req: Req) -> None:
         for spec in req.pins:
-            req.pin_outcomes.append(self.pins.pin(req.input_ids, req.extra_key, spec))
+            outcome = self.pins.pin(req.input_ids, req.extra_key, spec)
+            req.pin_outcomes.append(outcome)
+            if outcome.pinned:  # kept on the device; written through so a restart has it
+                self.kv.write_through(req.input_ids[: outcome.tokens], req.extra_key)
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[Req]:
         """Sample one token for each of `reqs` from its logits row (len(reqs), V), then check

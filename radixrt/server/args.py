@@ -65,6 +65,13 @@ _HELP = {
     "max_pinned_fraction": "share of the KV pool pinned prefixes (caching APIs) may hold; a pin "
     "past it is refused with the reason",
     "max_pinned_fraction_per_tenant": "share of the KV pool one tenant's pins may hold",
+    "host_cache_size": "GB of host memory for KV the pool evicts (pinned on CUDA); 0: off",
+    "cache_dir": "directory for KV blocks on disk, kept across restarts and shared by "
+    "processes serving the same model; None: off",
+    "disk_cache_size": "GB of block files in --cache-dir at most (least recently used deleted)",
+    "tier_block_size": "tokens per block in the host and disk tiers (a multiple of --page-size)",
+    "write_through_min_tokens": "prefixes this long (and pinned ones) are written to the lowest "
+    "tier as they are cached, not only when evicted; 0: only when evicted",
     "max_running_requests": "requests decoded together at most",
     "chunked_prefill_size": "prompt tokens computed per step at most",
     "schedule_policy": "order of the waiting queue",

@@ -19,7 +19,13 @@ from typing import Any, TypeVar
 import msgspec
 
 from radixrt.core import PinSpec, SamplingParams
-from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
+from radixrt.messages import (
+    CacheSummaryReplyMsg,
+    InfoReplyMsg,
+    MissMsg,
+    SubtreeMsg,
+    TierInfoMsg,
+)
 from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
 from radixrt.server.args import ServerArgs
 from radixrt.server.tokenizer_manager import ReqState, TokenizerManager
@@ -138,15 +144,20 @@ class DataParallelManager:
         for m in self.managers:
             m.abort_all()
 
-    async def flush_cache(self) -> bool:
-        return all(await asyncio.gather(*(m.flush_cache() for m in self.managers)))
+    async def flush_cache(self, disk: bool = False) -> list[str] | None:
+        """Every replica's cache; None when one of them was busy (the others are flushed)."""
+        replies = await asyncio.gather(*(m.flush_cache(disk) for m in self.managers))
+        if any(r is None for r in replies):
+            return None
+        return list(dict.fromkeys(t for r in replies if r is not None for t in r))
 
     async def get_info(self) -> DPInfoReplyMsg:
         infos = await asyncio.gather(*(m.get_info() for m in self.managers))
         totals: dict[str, Any] = {}
         for name in InfoReplyMsg.__struct_fields__:
-            if name not in ("reply_id", "cache_hit_rate"):
+            if name not in ("reply_id", "cache_hit_rate", "tiers"):
                 totals[name] = sum(getattr(i, name) for i in infos)
+        totals["tiers"] = merge_tiers([i.tiers for i in infos])
         prompt = totals["prompt_tokens"]
         replicas = []
         for wid, info, routed in zip(self._ids, infos, self.routed):
@@ -160,6 +171,26 @@ class DataParallelManager:
             replicas=replicas,
             **totals,
         )
+
+
+def merge_tiers(per_replica: list[list[TierInfoMsg]]) -> list[TierInfoMsg]:
+    """One figure per tier over the replicas: counters and host sizes summed; the disk tier's
+    blocks, bytes and capacity are the largest replica's view (replicas share a --cache-dir,
+    so summing would count each file once per replica)."""
+    out: dict[str, TierInfoMsg] = {}
+    for tiers in per_replica:
+        for t in tiers:
+            have = out.get(t.name)
+            if have is None:
+                out[t.name] = t
+                continue
+            merged = {f: getattr(have, f) + getattr(t, f) for f in TierInfoMsg.__struct_fields__
+                      if f != "name"}  # fmt: skip
+            if t.name == "disk":
+                for f in ("blocks", "tokens", "bytes", "capacity_bytes"):
+                    merged[f] = max(getattr(have, f), getattr(t, f))
+            out[t.name] = TierInfoMsg(name=t.name, **merged)
+    return list(out.values())
 
 
 def merge_summaries(

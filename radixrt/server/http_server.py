@@ -76,6 +76,21 @@ class AbortRequest(msgspec.Struct, forbid_unknown_fields=True):
     rid: str
 
 
+class FlushCacheRequest(msgspec.Struct, forbid_unknown_fields=True):
+    disk: bool = False  # also delete this model's block files in the disk tier (--cache-dir)
+
+
+def _flush_request(request: Request, body: bytes) -> FlushCacheRequest:
+    """`{"disk": true}` as a JSON body or `?disk=true` (an empty body is no flag)."""
+    req = decode_body(body, FlushCacheRequest) if body.strip() else FlushCacheRequest()
+    flag = request.query_params.get("disk")
+    if flag is not None:
+        if flag.lower() not in ("true", "1", "false", "0"):
+            raise BadRequestError(f"disk takes true or false, got {flag[:20]!r}")
+        req = FlushCacheRequest(req.disk or flag.lower() in ("true", "1"))
+    return req
+
+
 def create_app(
     tm: TokenizerManager,
     args: ServerArgs,
@@ -210,9 +225,11 @@ def create_app(
     @app.post("/flush_cache")
     async def flush_cache(request: Request) -> Response:
         require_admin(request, "/flush_cache")
-        if tm.states or not await tm.flush_cache():
+        body = _flush_request(request, await request.body())
+        cleared = None if tm.states else await tm.flush_cache(body.disk)
+        if cleared is None:
             return error_response("requests are running; flush the cache when idle", 409)
-        return json_response({"success": True})
+        return json_response({"success": True, "cleared": cleared})
 
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg
 from radixrt.output.state import ReqOutput
+from radixrt.server.metrics_tiers import TierCollector
 from radixrt.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
 
 __all__ = [
@@ -153,7 +154,14 @@ class Metrics(NoMetrics):
             "Misses explained at admission, by cause (within 1% of the scheduler's time)",
             "cause",
         )
-        for counter in (self.token_hours, self.misses, self.miss_causes):
+        self.tiers = TierCollector()
+        self.cached_by_tier = Counter(
+            "radixrt_cached_tokens_by_tier",
+            "Prompt tokens served from the prefix cache, by the tier they came from",
+            ["tier"],
+            registry=r,
+        )
+        for counter in (self.token_hours, self.misses, self.miss_causes, self.tiers):
             r.register(counter)
 
     def observe_first_token(self, seconds: float) -> None:
@@ -163,6 +171,8 @@ class Metrics(NoMetrics):
         self.prompt_tokens.inc(req.prompt_len)
         self.generation_tokens.inc(len(req.output_ids))
         self.cached_tokens.inc(req.cached_tokens)
+        for tier, tokens in req.cached_tokens_by_tier.items():
+            self.cached_by_tier.labels(tier).inc(tokens)
         kind = req.finish_reason.kind.value if req.finish_reason is not None else "abort"
         self.requests.labels(kind).inc()
         self.e2e.observe(seconds)
@@ -201,6 +211,7 @@ class Metrics(NoMetrics):
         self.token_hours.values = {"": handles.token_hours()}
         self.misses.values = {"": summary.num_misses}
         self.miss_causes.values = dict(summary.misses_by_cause)
+        self.tiers.tiers = list(info.tiers)
         return generate_latest(self.registry)
 
 

@@ -242,9 +242,10 @@ class TokenizerManager:
         for rid in list(self.states):
             self.client.send(AbortReqMsg(rid))
 
-    async def flush_cache(self) -> bool:
-        reply = await self._ask(FlushCacheReqMsg)
-        return bool(reply.success)
+    async def flush_cache(self, disk: bool = False) -> list[str] | None:
+        """The tiers cleared ("device", "host", "disk"); None when requests were running."""
+        reply = await self._ask(lambda rid: FlushCacheReqMsg(rid, disk))
+        return list(reply.tiers) if reply.success else None
 
     async def get_info(self) -> InfoReplyMsg:
         return await self._ask(GetInfoReqMsg)

@@ -142,8 +142,11 @@ class FakeScheduler:
     def check_pool_whole(self) -> None:
         pass
 
-    def flush_cache(self) -> bool:
-        return self.is_idle
+    def flush_cache(self, disk: bool = False) -> list[str] | None:
+        return ["device"] if self.is_idle else None
+
+    def close(self) -> None:
+        pass
 
     def info(self) -> dict:
         return {

@@ -262,7 +262,7 @@ def test_abort_request_by_exact_rid_and_flush_cache(api_server) -> None:
     meta = result[0].json()["meta_info"]
     assert meta["finish_reason"]["type"] == "abort" and meta["completion_tokens"] < 400
     api_server.wait_idle_and_whole()
-    assert api_server.post("/flush_cache").json() == {"success": True}
+    assert api_server.post("/flush_cache").json() == {"success": True, "cleared": ["device"]}
     info = api_server.wait_idle_and_whole()
     assert info["evictable_tokens"] == 0 and info["free_tokens"] == info["max_total_tokens"]
 

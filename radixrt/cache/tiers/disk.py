@@ -1,0 +1,239 @@
+"""`DiskTier`: KV blocks as files in a directory that outlives the process.
+
+Layout: `<cache_dir>/<fingerprint[:16]>/<hash[:2]>/<hash>.kv`, one file per block
+(disk_format.py), so another model (or the same one updated) never reads these files, and
+several processes (`--dp` replicas, a restarted server) share the blocks of the same model.
+
+Index: at start the folder is listed (names, sizes and times only: no file is read), which
+takes milliseconds for thousands of files; a block another process wrote later is found by
+its name on first lookup. Each file is checked in full when it is read (`decode`).
+
+Writes run on one writer thread: `put` queues the block (it stays readable from memory until
+its file is in place) and returns; the writer writes `<name>.<pid>.<n>.tmp` and renames it, so
+a crash (`kill -9` included) leaves whole files or stray `.tmp` files, which the next start
+removes once they are an hour old. The LRU bound counts this process's view of the folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from radixrt.cache.tiers.base import BaseKVTier, Block
+from radixrt.cache.tiers.disk_folder import block_file, scan_folder, subdirs, unlink
+from radixrt.cache.tiers.disk_format import (
+    BlockFileError,
+    BlockSpec,
+    decode,
+    encode,
+    file_size,
+    header_bytes,
+)
+
+logger = logging.getLogger("radixrt")
+
+MAX_PENDING_BYTES = 1 << 30  # queued for the writer; past it new blocks are not kept
+
+
+class DiskTier(BaseKVTier):
+    """Up to `capacity_bytes` of block files under `cache_dir`, least recently used deleted
+    first; `spec` names the model (fingerprint), dtype and block shape every file must have."""
+
+    name = "disk"
+
+    def __init__(self, cache_dir: str | Path, spec: BlockSpec, capacity_bytes: int) -> None:
+        block_bytes = int(np.prod(spec.shape)) * torch.empty((), dtype=spec.dtype).element_size()
+        super().__init__(block_bytes, capacity_bytes)
+        self.spec = spec
+        self.root = Path(cache_dir) / spec.fingerprint[:16]
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = threading.Lock()  # guards _index, _pending, _bytes (writer thread too)
+        self._index: OrderedDict[bytes, int] = OrderedDict()  # key -> file bytes; LRU order
+        self._pending: dict[bytes, Block] = {}  # queued, not yet renamed into place
+        self._pending_bytes = 0
+        self._bytes = 0
+        self._tmp_seq = 0
+        t0 = time.perf_counter()
+        for key, size in scan_folder(self.root):  # oldest first
+            self._index[key] = size
+            self._bytes += size
+        self._make_room(0)
+        self.index_s = time.perf_counter() - t0
+        if self._index:
+            logger.info("disk KV cache %s: %d blocks (%.2f GB) indexed in %.3f s", self.root,
+                        len(self._index), self._bytes / 1e9, self.index_s)  # fmt: skip
+        self._queue: queue.Queue[Block | None] = queue.Queue()
+        self._writer = threading.Thread(target=self._write_loop, name="radixrt-disk-tier",
+                                        daemon=True)  # fmt: skip
+        self._writer.start()
+
+    # ---- BaseKVTier ----------------------------------------------------------------------
+
+    def contains(self, key: bytes) -> bool:
+        with self._lock:
+            if key in self._index:
+                return True
+        try:  # written by another process since the scan?
+            size = self._file(key).stat().st_size
+        except OSError:
+            return False
+        with self._lock:
+            if key not in self._index:
+                self._make_room(size)
+                self._index[key] = size
+                self._bytes += size
+        return True
+
+    def put(self, block: Block) -> list[Block]:
+        size = self._size(block)
+        with self._lock:
+            if block.key in self._index:
+                self._index.move_to_end(block.key)
+                return []
+            if self._pending_bytes + size > MAX_PENDING_BYTES or size > self.capacity_bytes:
+                self.counters.write_errors += 1
+                return []
+            self._make_room(size)
+            self._index[block.key] = size
+            self._bytes += size
+            self._pending[block.key] = block
+            self._pending_bytes += size
+        self._queue.put(block)
+        self.counters.stored_blocks += 1
+        return []
+
+    def get(
+        self, key: bytes, index: int, path: np.ndarray, extra_key: str | None
+    ) -> torch.Tensor | None:
+        with self._lock:
+            pending = self._pending.get(key)
+            if key in self._index:
+                self._index.move_to_end(key)
+        if pending is not None:
+            end = (index + 1) * self.spec.block_size
+            ok = pending.extra_key == extra_key and np.array_equal(pending.path[:end], path[:end])
+            return pending.data if ok else None
+        file = self._file(key)
+        try:
+            with open(file, "rb") as f:
+                raw = bytearray(os.fstat(f.fileno()).st_size)
+                got = f.readinto(raw)
+            if got != len(raw):
+                raise BlockFileError(f"short read: {got} of {len(raw)} bytes")
+            return decode(raw, self.spec, extra_key, index, path)
+        except FileNotFoundError:  # deleted by another process's LRU or a flush
+            self._forget(key)
+            return None
+        except (BlockFileError, OSError) as e:
+            logger.warning("KV block file %s not served (%s); recomputing instead", file, e)
+            self.counters.corrupt_blocks += 1
+            self._forget(key)
+            unlink(file)
+            return None
+
+    def clear(self) -> None:
+        """Delete every block file of this model (all processes' files under the folder)."""
+        with self._lock:
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._index.clear()
+            self._bytes = 0
+        for sub in subdirs(self.root):
+            for entry in os.scandir(sub):
+                if entry.name.endswith(".kv"):
+                    unlink(Path(entry.path))
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._index)
+
+    @property
+    def used_bytes(self) -> int:
+        return self._bytes
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer."""
+        self._queue.put(None)
+        self._writer.join(timeout=60)
+
+    def flush(self) -> None:
+        """Wait until every queued block is in its file (tests, shutdown)."""
+        self._queue.join()
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def _file(self, key: bytes) -> Path:
+        return block_file(self.root, key)
+
+    def _size(self, block: Block) -> int:
+        header = header_bytes(self.spec, block.extra_key, block.index)
+        return file_size(self.spec, block.index, len(header))
+
+    def _write_loop(self) -> None:
+        while True:
+            block = self._queue.get()
+            try:
+                if block is None:
+                    return
+                self._write(block)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, block: Block) -> None:
+        with self._lock:
+            if self._pending.get(block.key) is not block:
+                return  # dropped by the LRU or a flush while queued
+        file = self._file(block.key)
+        self._tmp_seq += 1
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.{self._tmp_seq}.tmp")
+        try:
+            file.parent.mkdir(exist_ok=True, mode=0o700)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                for part in encode(self.spec, block.extra_key, block.index, block.path,
+                                   block.data):  # fmt: skip
+                    f.write(part)
+            os.replace(tmp, file)
+        except OSError as e:
+            logger.warning("could not write KV block file %s: %s", file, e)
+            unlink(tmp)
+            self.counters.write_errors += 1
+            with self._lock:
+                if self._pending.pop(block.key, None) is not None:
+                    self._pending_bytes -= self._index.get(block.key, 0)
+                self._forget_locked(block.key)
+            return
+        with self._lock:
+            if self._pending.get(block.key) is block:
+                del self._pending[block.key]
+                self._pending_bytes -= self._index[block.key]
+                return
+        unlink(file)  # dropped while being written
+
+    def _make_room(self, size: int) -> None:
+        """Delete least recently used files until `size` more bytes fit (lock held)."""
+        while self._index and self._bytes + size > self.capacity_bytes:
+            key, old = self._index.popitem(last=False)
+            self._bytes -= old
+            self.counters.dropped_blocks += 1
+            if self._pending.pop(key, None) is not None:
+                self._pending_bytes -= old
+            else:
+                unlink(self._file(key))
+
+    def _forget(self, key: bytes) -> None:
+        with self._lock:
+            self._forget_locked(key)
+
+    def _forget_locked(self, key: bytes) -> None:
+        size = self._index.pop(key, None)
+        if size is not None:
+            self._bytes -= size

@@ -1,0 +1,119 @@
+"""The file of one KV block on disk, and its checks.
+
+    magic      8 bytes   b"RXKVBLK1"
+    hlen       4 bytes   little-endian uint32: the header's length
+    header     hlen      JSON: fingerprint (hex), namespace, block index, block size, dtype,
+                         K/V shape (num_layers, 2, B, num_kv_heads, head_dim), path length
+    path       4 * n     the token path from the namespace's root to the block's end, uint32 LE
+    payload    ...       the block's K/V, C order, the pool's dtype
+    crc        4 bytes   zlib.crc32 of everything above
+
+A file is written under a temporary name in its final folder and renamed into place, so a
+reader sees a whole file or none. `decode` refuses (BlockFileError) a file of the wrong length,
+a bad checksum, another fingerprint, namespace, block, dtype or shape, or another token path:
+the path is compared token for token, so a hash collision can never serve another prefix.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import torch
+
+MAGIC = b"RXKVBLK1"
+_HLEN = struct.Struct("<I")
+_CRC = struct.Struct("<I")
+
+
+class BlockFileError(ValueError):
+    """A block file that must not be served (truncated, corrupted, or another block's)."""
+
+
+class BlockHeader(msgspec.Struct, frozen=True):
+    fingerprint: str
+    namespace: str | None
+    block: int
+    block_size: int
+    dtype: str
+    shape: tuple[int, ...]
+    path_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSpec:
+    """What a file must hold to be served: the model and layout, known before reading."""
+
+    fingerprint: str
+    block_size: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]  # (num_layers, 2, B, num_kv_heads, head_dim)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+def encode(spec: BlockSpec, namespace: str | None, index: int, path: np.ndarray,
+           data: torch.Tensor) -> list[bytes | memoryview]:  # fmt: skip
+    """The file's parts in order (write them one after another); `path` is the token path to
+    the block's end, `data` its K/V (CPU, `spec.shape`)."""
+    end = (index + 1) * spec.block_size
+    hbytes = header_bytes(spec, namespace, index)
+    tokens = np.ascontiguousarray(path[:end], dtype="<u4").tobytes()
+    payload = data.contiguous().view(torch.uint8).numpy().data.cast("B")
+    parts: list[bytes | memoryview] = [MAGIC, _HLEN.pack(len(hbytes)), hbytes, tokens, payload]
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    parts.append(_CRC.pack(crc))
+    return parts
+
+
+def header_bytes(spec: BlockSpec, namespace: str | None, index: int) -> bytes:
+    """The encoded header of block `index` in `namespace`."""
+    header = BlockHeader(spec.fingerprint, namespace, index, spec.block_size, spec.dtype_name,
+                         tuple(spec.shape), (index + 1) * spec.block_size)  # fmt: skip
+    return msgspec.json.encode(header)
+
+
+def file_size(spec: BlockSpec, index: int, header_len: int) -> int:
+    """Bytes of a block file whose header is `header_len` bytes long."""
+    payload = int(np.prod(spec.shape)) * torch.empty((), dtype=spec.dtype).element_size()
+    return len(MAGIC) + _HLEN.size + header_len + 4 * (index + 1) * spec.block_size + payload + 4
+
+
+def decode(raw: bytes | bytearray | memoryview, spec: BlockSpec, namespace: str | None,
+           index: int, path: np.ndarray) -> torch.Tensor:  # fmt: skip
+    """The block's K/V from the file's bytes, after every check (BlockFileError otherwise)."""
+    view = memoryview(raw)
+    if len(view) < len(MAGIC) + _HLEN.size + _CRC.size or bytes(view[:8]) != MAGIC:
+        raise BlockFileError("not a block file (bad magic or too short)")
+    (crc,) = _CRC.unpack_from(view, len(view) - _CRC.size)
+    if zlib.crc32(view[: len(view) - _CRC.size]) != crc:
+        raise BlockFileError("checksum mismatch (corrupted or truncated)")
+    (hlen,) = _HLEN.unpack_from(view, 8)
+    start = 8 + _HLEN.size
+    try:
+        header = msgspec.json.decode(view[start : start + hlen], type=BlockHeader)
+    except msgspec.DecodeError as e:
+        raise BlockFileError(f"bad header: {e}") from e
+    end = (index + 1) * spec.block_size
+    expected = (spec.fingerprint, namespace, index, spec.block_size, spec.dtype_name,
+                tuple(spec.shape), end)  # fmt: skip
+    got = (header.fingerprint, header.namespace, header.block, header.block_size, header.dtype,
+           tuple(header.shape), header.path_len)  # fmt: skip
+    if got != expected:
+        raise BlockFileError(f"another block: header {got} where {expected} was expected")
+    if len(view) != file_size(spec, index, hlen):
+        raise BlockFileError(f"{len(view)} bytes where {file_size(spec, index, hlen)} expected")
+    pos = start + hlen
+    tokens = np.frombuffer(view[pos : pos + 4 * end], dtype="<u4")
+    if not np.array_equal(tokens, path[:end]):
+        raise BlockFileError("another token path (hash collision): not served")
+    payload = view[pos + 4 * end : len(view) - _CRC.size]
+    flat = torch.frombuffer(payload, dtype=torch.uint8) if len(payload) else torch.empty(0)
+    return flat.view(spec.dtype).view(spec.shape)
