@@ -54,7 +54,10 @@ def _ttft(engine: Any, ids: list[int]) -> float:
     t0 = time.perf_counter()
     out = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 1, "temperature": 0})
     elapsed = time.perf_counter() - t0
-    engine.last_meta = out["meta_info"]
+    meta = out["meta_info"]
+    if (meta.get("finish_reason") or {}).get("type") not in ("length", "stop"):
+        raise RuntimeError(f"a {len(ids)}-token request failed: {meta.get('finish_reason')}")
+    engine.last_meta = meta
     return elapsed
 
 
@@ -73,7 +76,7 @@ def _drop_page_cache(folder: Path) -> None:
 
 def ttft_rows(model: str | None, length: int, repeats: int, cache_dir: Path) -> list[dict]:
     """One row per tier for a document of `length` tokens."""
-    from radixrt import Engine
+    from radixrt.engine import Engine
 
     rows: list[dict] = []
     pool = length + 2 * QUESTION_TOKENS + 64
@@ -126,7 +129,7 @@ def working_set(model: str | None, pool: int, prefix_tokens: int, prefixes: int,
     closed-loop clients (each sends its next request when its last one is answered)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from radixrt import Engine
+    from radixrt.engine import Engine
 
     out = []
     tokens: dict[bool, list[list[int]]] = {}
@@ -193,14 +196,23 @@ def index_time(model: str | None, gb: float, folder: Path, block: int = 64) -> d
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model-path", default=None)
-    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    p.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[2048, 8000],
+        help="document tokens (with the question and one output token, within the "
+        "model's context: 8000 for SmolLM2's 8192)",
+    )
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--pool", type=int, default=2048, help="KV pool of the working-set run")
-    p.add_argument("--prefix-tokens", type=int, default=512)
+    p.add_argument("--pool", type=int, default=4096, help="KV pool of the working-set run")
+    p.add_argument("--prefix-tokens", type=int, default=1024)
     p.add_argument("--prefixes", type=int, default=20)
-    p.add_argument("--visits", type=int, default=3)
+    p.add_argument("--visits", type=int, default=4)
     p.add_argument("--clients", type=int, default=4, help="closed-loop clients (working set)")
     p.add_argument("--index-gb", type=float, default=10.0)
+    p.add_argument("--parts", nargs="+", default=["ttft", "working-set", "index"],
+                   choices=["ttft", "working-set", "index"])  # fmt: skip
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--json", default=None, help="write the figures here")
     args = p.parse_args(argv)
@@ -215,27 +227,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ttft": [],
     }
     with tempfile.TemporaryDirectory(prefix="radixrt-tiers-") as tmp:
-        for length in args.lengths:
+        for length in args.lengths if "ttft" in args.parts else []:
             rows = ttft_rows(args.model_path, length, args.repeats, Path(tmp) / f"kv{length}")
             results["ttft"] += rows
             for r in rows:
                 print(f"{length:>6} tokens  {r['tier']:<11} TTFT {r['ttft_s']:7.3f} s  "
                       f"{r['x_recomputed']:.3f}x recomputed  {r['cached_by_tier']}",
                       flush=True)  # fmt: skip
-        results["working_set"] = working_set(
-            args.model_path, args.pool, args.prefix_tokens, args.prefixes, args.visits,
-            args.clients, Path(tmp),
-        )  # fmt: skip
-        for r in results["working_set"]:
-            print(f"working set {r['working_set_x_pool']:.1f}x pool, tiers "
-                  f"{'on ' if r['tiers'] else 'off'}: {r['req_per_s']:.2f} req/s, hit rate "
-                  f"{r['hit_rate']:.2f}", flush=True)  # fmt: skip
-        ws = results["working_set"][1]
-        print(f"throughput with tiers: {ws['x_without']:.2f}x without; same greedy tokens: "
-              f"{ws['same_tokens']}")  # fmt: skip
-        results["index"] = index_time(args.model_path, args.index_gb, Path(tmp) / "index")
-        ix = results["index"]
-        print(f"index at start: {ix['files']} files, {ix['gb']:.1f} GB in {ix['seconds']:.3f} s")
+        if "working-set" in args.parts:
+            results["working_set"] = working_set(
+                args.model_path, args.pool, args.prefix_tokens, args.prefixes, args.visits,
+                args.clients, Path(tmp),
+            )  # fmt: skip
+            for r in results["working_set"]:
+                print(f"working set {r['working_set_x_pool']:.1f}x pool, tiers "
+                      f"{'on ' if r['tiers'] else 'off'}: {r['req_per_s']:.2f} req/s, hit rate "
+                      f"{r['hit_rate']:.2f}", flush=True)  # fmt: skip
+            ws = results["working_set"][1]
+            print(f"throughput with tiers: {ws['x_without']:.2f}x without; same greedy tokens: "
+                  f"{ws['same_tokens']}")  # fmt: skip
+        if "index" in args.parts:
+            results["index"] = index_time(args.model_path, args.index_gb, Path(tmp) / "index")
+            ix = results["index"]
+            print(f"index at start: {ix['files']} files, {ix['gb']:.1f} GB in "
+                  f"{ix['seconds']:.3f} s")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return results

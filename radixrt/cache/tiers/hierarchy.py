@@ -52,7 +52,6 @@ class KVTiers(BaseKVTiers):
         self.salt = bytes.fromhex(fingerprint)
         self.write_through_min_tokens = write_through_min_tokens
         self._roots: dict[str | None, bytes] = {}
-        self._pin = pool.device.type == "cuda"
 
     # ---- spill and write-through ---------------------------------------------------------
 
@@ -120,7 +119,7 @@ class KVTiers(BaseKVTiers):
             tier.counters.loaded_blocks += 1
             result.tokens += got
         if datas:
-            self._scatter(torch.cat(datas, dim=2), slots[: result.tokens])
+            self._scatter(datas, slots[: result.tokens])
         result.seconds = time.perf_counter() - t0
         for name in result.by_tier:  # the time is shared by the tiers that served
             tier = next(t for t in self.tiers if t.name == name)
@@ -168,30 +167,62 @@ class KVTiers(BaseKVTiers):
 
     def _gather(self, tokens: list[int], slots: torch.Tensor, todo: list[int],
                 hashes: list[bytes], extra_key: str | None) -> list[Block]:  # fmt: skip
-        """Copy blocks `todo` of the path out of the device pool: one CPU tensor
-        (len(todo), num_layers, 2, B, num_kv_heads, head_dim), a block per row."""
+        """Copy blocks `todo` of the path out of the device pool: a CPU tensor
+        (num_layers, 2, B, num_kv_heads, head_dim) per block (pinned with CUDA).
+
+        On the CPU each block is copied on its own: block-sized copies stay in the heap the
+        process reuses, while one large temporary costs fresh pages and, measured here, runs
+        up to 6x slower on two cores. On CUDA the blocks are gathered on the device and
+        brought over in one copy."""
         if not todo:
             return []
         b, pool = self.block_size, self.pool
-        idx = torch.cat([slots[i * b : (i + 1) * b] for i in todo]).to(pool.device)
-        shape = (len(todo), b, pool.num_kv_heads, pool.head_dim)
-        out = torch.empty((len(todo), pool.num_layers, 2, *shape[1:]), dtype=pool.dtype,
-                          pin_memory=self._pin)  # fmt: skip
-        for layer in range(pool.num_layers):
-            k, v = pool.get_kv_buffer(layer)
-            out[:, layer, 0].copy_(k.index_select(0, idx).view(shape))
-            out[:, layer, 1].copy_(v.index_select(0, idx).view(shape))
+        rows = [slots[i * b : (i + 1) * b].to(pool.device, torch.int64) for i in todo]
+        shape = (pool.num_layers, 2, b, pool.num_kv_heads, pool.head_dim)
+        if pool.device.type == "cpu":
+            datas = []
+            for idx in rows:
+                out = torch.empty(shape, dtype=pool.dtype)
+                for layer in range(pool.num_layers):
+                    k, v = pool.get_kv_buffer(layer)
+                    torch.index_select(k, 0, idx, out=out[layer, 0])
+                    torch.index_select(v, 0, idx, out=out[layer, 1])
+                datas.append(out)
+        else:
+            idx = torch.cat(rows)
+            n = len(todo)
+            stacked = torch.empty((n, *shape), dtype=pool.dtype, device=pool.device)
+            for layer in range(pool.num_layers):
+                k, v = pool.get_kv_buffer(layer)
+                stacked[:, layer, 0].copy_(k.index_select(0, idx).view(n, *shape[2:]))
+                stacked[:, layer, 1].copy_(v.index_select(0, idx).view(n, *shape[2:]))
+            host = torch.empty(stacked.shape, dtype=pool.dtype, pin_memory=True)
+            host.copy_(stacked)  # synchronous: the pinned copy is complete on return
+            datas = list(host.unbind(0))
         path = np.asarray(tokens[: (todo[-1] + 1) * b], dtype=np.uint32)
-        return [Block(hashes[i], i, path, out[j], extra_key) for j, i in enumerate(todo)]
+        return [Block(hashes[i], i, path, datas[j], extra_key) for j, i in enumerate(todo)]
 
-    def _scatter(self, data: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write `data` (num_layers, 2, n, num_kv_heads, head_dim) at device `slots` (n,)."""
+    def _scatter(self, datas: list[torch.Tensor], slots: torch.Tensor) -> None:
+        """Write `datas` (each (num_layers, 2, n_i, num_kv_heads, head_dim), in order) at
+        device `slots` (sum n_i,): block by block on the CPU (see `_gather`), in one pass per
+        layer on CUDA after the blocks are on the device."""
         pool = self.pool
         idx = slots.to(pool.device, torch.int64)
+        if pool.device.type == "cpu":
+            pos = 0
+            for data in datas:
+                rows = idx[pos : pos + data.shape[2]]
+                pos += data.shape[2]
+                for layer in range(pool.num_layers):
+                    k, v = pool.get_kv_buffer(layer)
+                    k.index_copy_(0, rows, data[layer, 0])
+                    v.index_copy_(0, rows, data[layer, 1])
+            return
+        on_device = torch.cat([d.to(pool.device, non_blocking=True) for d in datas], dim=2)
         for layer in range(pool.num_layers):
             k, v = pool.get_kv_buffer(layer)
-            k.index_copy_(0, idx, data[layer, 0].to(pool.device, non_blocking=self._pin))
-            v.index_copy_(0, idx, data[layer, 1].to(pool.device, non_blocking=self._pin))
+            k.index_copy_(0, idx, on_device[layer, 0])
+            v.index_copy_(0, idx, on_device[layer, 1])
 
 
 def _path(node: TreeNode) -> tuple[list[int], torch.Tensor, int]:

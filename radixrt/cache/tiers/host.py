@@ -31,7 +31,8 @@ class HostTier(BaseKVTier):
                 f"host_cache_size holds no block: a block of this model takes {block_bytes} bytes"
             )
         # (n, *block_shape): slot i holds one block's K/V.
-        self._buffer = torch.empty((n, *block_shape), dtype=dtype, pin_memory=pin_memory)
+        # Zeroed at start: its pages are committed now, not on the first spill into each slot.
+        self._buffer = torch.zeros((n, *block_shape), dtype=dtype, pin_memory=pin_memory)
         self._free = list(range(n - 1, -1, -1))
         # key -> (slot, the token path to the block's end (a view), namespace); LRU order.
         self._entries: OrderedDict[bytes, tuple[int, np.ndarray, str | None]] = OrderedDict()
