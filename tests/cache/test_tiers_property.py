@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -49,12 +50,13 @@ class TiersMachine(RuleBasedStateMachine):
     block_size = 2
     host_blocks = 3  # 0: no host tier
     disk_blocks = 6
+    device = "cpu"
 
     def __init__(self) -> None:
         super().__init__()
         p = self.page_size
         self.dir = Path(tempfile.mkdtemp(prefix="radixrt-tiers-"))
-        self.pool = TokenToKVPool(CAPACITY, LAYERS, HEADS, DIM, torch.float32, "cpu", p)
+        self.pool = TokenToKVPool(CAPACITY, LAYERS, HEADS, DIM, torch.float32, self.device, p)
         self.alloc = (
             PagedSlotAllocator(CAPACITY, p) if p > 1 else TokenSlotAllocator(CAPACITY)
         )  # fmt: skip
@@ -63,12 +65,14 @@ class TiersMachine(RuleBasedStateMachine):
         block_bytes = LAYERS * 2 * self.block_size * HEADS * DIM * 4
         tiers = []
         if self.host_blocks:
-            tiers.append(HostTier(shape, torch.float32, self.host_blocks * block_bytes))
+            tiers.append(HostTier(shape, torch.float32, self.host_blocks * block_bytes,
+                                  pin_memory=self.device == "cuda"))  # fmt: skip
         self.file_bytes = block_bytes + 400  # header and path: well below 400 bytes here
         tiers.append(self._disk())
         self.tiers = KVTiers(self.pool, tiers, self.block_size, FINGERPRINT, 0)
         self.cache = RadixCache(self.alloc, p, self.tiers)
-        self.kv = KVCacheManager(self.alloc, ReqToTokenPool(2, 64, "cpu"), self.cache, self.tiers)
+        rows = ReqToTokenPool(2, 64, self.device)
+        self.kv = KVCacheManager(self.alloc, rows, self.cache, self.tiers)
         self.num = 0
         self.history: list[tuple[list[int], str | None]] = []
 
@@ -191,8 +195,9 @@ class TiersMachine(RuleBasedStateMachine):
         )
         for layer in range(LAYERS):
             k_buf, v_buf = self.pool.get_kv_buffer(layer)
-            assert torch.equal(k_buf[slots][:, 0, 0], want), f"layer {layer} K of {req.input_ids}"
-            assert torch.equal(v_buf[slots][:, 0, 0], -want), f"layer {layer} V"
+            k_got, v_got = k_buf[slots.to(k_buf.device)].cpu(), v_buf[slots.to(k_buf.device)].cpu()
+            assert torch.equal(k_got[:, 0, 0], want), f"layer {layer} K of {req.input_ids}"
+            assert torch.equal(v_got[:, 0, 0], -want), f"layer {layer} V"
 
 
 class PagedTiersMachine(TiersMachine):
@@ -207,6 +212,17 @@ class DiskOnlyTiersMachine(TiersMachine):
     disk_blocks = 5
 
 
+class CudaTiersMachine(TiersMachine):
+    """The same on a CUDA pool: pinned host buffers, device-to-host gathers in one copy,
+    host-to-device loads (hierarchy.py's CUDA paths)."""
+
+    device = "cuda"
+
+
+class CudaPagedTiersMachine(PagedTiersMachine):
+    device = "cuda"
+
+
 _SETTINGS = settings(
     max_examples=int(os.environ.get("TIERS_EXAMPLES", 60)), stateful_step_count=40, deadline=None
 )
@@ -216,3 +232,7 @@ TestPagedTiers = PagedTiersMachine.TestCase
 TestPagedTiers.settings = _SETTINGS
 TestDiskOnlyTiers = DiskOnlyTiersMachine.TestCase
 TestDiskOnlyTiers.settings = _SETTINGS
+TestCudaTiers = pytest.mark.gpu(CudaTiersMachine.TestCase)
+TestCudaTiers.settings = _SETTINGS
+TestCudaPagedTiers = pytest.mark.gpu(CudaPagedTiersMachine.TestCase)
+TestCudaPagedTiers.settings = _SETTINGS
