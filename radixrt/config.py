@@ -92,6 +92,50 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class KVEventsConfig:
+    """`--kv-events-config` (JSON, vLLM's keys where they exist): where the tree's block
+    events go (radixrt/cache/kv_events.py). Binds 127.0.0.1 unless an endpoint says otherwise;
+    with --dp N replica i adds i to both ports."""
+
+    enable_kv_cache_events: bool = True
+    publisher: str = "zmq"  # "zmq", or "null" (computed, not sent: for tests and timing)
+    endpoint: str = "tcp://127.0.0.1:5557"
+    replay_endpoint: str | None = "tcp://127.0.0.1:5558"
+    topic: str = "kv-events"
+    buffer_steps: int = 10_000  # batches kept for replay
+    hwm: int = 100_000  # ZMQ send high-water mark (batches a slow subscriber may lag)
+    block_size: int = 16  # tokens per block (a multiple of page_size)
+
+    @classmethod
+    def parse(cls, text: str) -> KVEventsConfig:
+        """From JSON; ValueError naming the problem."""
+        import json
+
+        try:
+            raw = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"kv_events_config is not JSON: {e}") from None
+        if not isinstance(raw, dict):
+            raise ValueError("kv_events_config must be a JSON object")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in raw.items():
+            if key not in known:
+                raise ValueError(f"kv_events_config: unknown key {key!r} (known: {sorted(known)})")
+            want = {"bool": bool, "int": int}.get(str(known[key].type), str)
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                if not (value is None and key == "replay_endpoint"):
+                    raise ValueError(f"kv_events_config: {key} must be {want.__name__}")
+        cfg = cls(**raw)
+        if cfg.publisher not in ("zmq", "null"):
+            raise ValueError(
+                f"kv_events_config: publisher must be zmq or null, not {cfg.publisher!r}"
+            )
+        if cfg.block_size < 1 or cfg.buffer_steps < 1 or cfg.hwm < 0:
+            raise ValueError("kv_events_config: block_size and buffer_steps must be >= 1, hwm >= 0")
+        return cfg
+
+
+@dataclass(frozen=True)
 class CacheConfig:
     """KV pool size and prefix-cache behaviour."""
 
@@ -113,6 +157,16 @@ class CacheConfig:
     disk_cache_size: float = 10.0
     tier_block_size: int = 64
     write_through_min_tokens: int = 1024
+    # JSON (KVEventsConfig): publish the tree's block events over ZMQ; None: off.
+    kv_events_config: str | None = None
+
+    @property
+    def kv_events(self) -> KVEventsConfig | None:
+        """The parsed --kv-events-config; None when off."""
+        if self.kv_events_config is None:
+            return None
+        cfg = KVEventsConfig.parse(self.kv_events_config)
+        return cfg if cfg.enable_kv_cache_events else None
 
     @property
     def tiers_enabled(self) -> bool:
@@ -147,6 +201,12 @@ class CacheConfig:
         if self.write_through_min_tokens < 0:
             raise ValueError(
                 f"write_through_min_tokens must be >= 0, got {self.write_through_min_tokens}"
+            )
+        events = self.kv_events  # ValueError on a bad config
+        if events is not None and (self.disable_radix_cache or events.block_size % self.page_size):
+            raise ValueError(
+                "kv_events_config needs the radix cache and a block_size that is a multiple "
+                f"of page_size {self.page_size}"
             )
         if self.tiers_enabled and self.disable_radix_cache:
             raise ValueError("host_cache_size and cache_dir need the radix cache (it is disabled)")

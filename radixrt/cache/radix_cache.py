@@ -24,6 +24,7 @@ from collections.abc import Hashable, Iterator
 import torch
 
 from radixrt.cache.explain import EvictionLog, Explanation, explain, path_key
+from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
@@ -37,11 +38,17 @@ class RadixCache(BasePrefixCache):
     """Radix tree over token ids; see `BasePrefixCache` for the contract."""
 
     def __init__(
-        self, allocator: TokenSlotAllocator, page_size: int = 1, tiers: BaseKVTiers | None = None
+        self,
+        allocator: TokenSlotAllocator,
+        page_size: int = 1,
+        tiers: BaseKVTiers | None = None,
+        events: BaseKVEvents | None = None,
     ) -> None:
         super().__init__(allocator, page_size)
         # Lower tiers (cache/tiers/): an evicted leaf's blocks are spilled there first.
         self.tiers = tiers or NoKVTiers()
+        # Told of every node added and evicted and of resets (cache/kv_events.py).
+        self.events = events or NoKVEvents()
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
         self._clock = 0  # logical time: +1 per match_prefix and insert; survives reset
         self.evictions = EvictionLog()  # survives reset (a flush is not an eviction)
@@ -156,6 +163,7 @@ class RadixCache(BasePrefixCache):
             assert parent is not None
             self.evictions.record(leaf.extra_key, path_key(leaf))  # read by `explain`
             self.tiers.spill(leaf)  # its slots (and its ancestors') still hold their K/V
+            self.events.removed(leaf)
             del parent.children[self._child_key(leaf.extra_key, leaf.key, 0)]
             self._leaves.discard(leaf)
             leaf.parent = None
@@ -182,6 +190,7 @@ class RadixCache(BasePrefixCache):
         if owned:
             self.allocator.free(torch.cat(owned))
         self._init_tree()
+        self.events.cleared()
 
     @property
     def evictable_size(self) -> int:
@@ -317,6 +326,7 @@ class RadixCache(BasePrefixCache):
         self._num_nodes += 1
         self._leaves.discard(parent)
         self._leaves.add(leaf)
+        self.events.stored(leaf)
         self._sizes[0] += len(key)
 
     def _walk_up(self, node: TreeNode, ref: str, delta: int) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
+from radixrt.cache.kv_events import BaseKVEvents, EventSender, KVEvents, NoKVEvents, NullSender
+from radixrt.cache.kv_events_zmq import ZmqEventPublisher
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable, PinTable
 from radixrt.cache.prefix_cache import BasePrefixCache, NoPrefixCache
@@ -45,10 +48,11 @@ def assemble_scheduler(
     """The prefix cache, KV manager, finish checker and grammar queue around a built runner.
     Without a tokenizer (a model given in memory): no stop strings, no EOS, no grammars."""
     tiers = build_tiers(runner, cache_config)
+    events = build_events(runner, cache_config)
     cache: BasePrefixCache = (
         NoPrefixCache(runner.allocator, page_size=cache_config.page_size)
         if cache_config.disable_radix_cache
-        else RadixCache(runner.allocator, cache_config.page_size, tiers)
+        else RadixCache(runner.allocator, cache_config.page_size, tiers, events)
     )
     kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache, tiers)
     pins: BasePinTable = NoPinTable()
@@ -61,7 +65,7 @@ def assemble_scheduler(
         )
     if tokenizer is None:
         finish = FinishChecker([], lambda ids: "")
-        return Scheduler(runner, kv, finish, scheduler_config, pins=pins)
+        return Scheduler(runner, kv, finish, scheduler_config, pins=pins, events=events)
     eos = eos_token_ids(runner.model_path, tokenizer)
     finish = FinishChecker(eos, lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     grammar = GrammarQueue(
@@ -70,7 +74,22 @@ def assemble_scheduler(
         jump_forward=not scheduler_config.disable_jump_forward,
         budget=not scheduler_config.disable_grammar_budget,
     )
-    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins)
+    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins, events)
+
+
+def build_events(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVEvents:
+    """The tree's block events as --kv-events-config says (NoKVEvents: off). With --dp the
+    replica's index (RADIXRT_DP_RANK) moves the ports and is sent with each batch."""
+    config = cache_config.kv_events
+    if config is None:
+        return NoKVEvents()
+    rank = int(os.environ.get("RADIXRT_DP_RANK", "0"))
+    sender: EventSender = (
+        ZmqEventPublisher(config, port_offset=rank) if config.publisher == "zmq" else NullSender()
+    )
+    medium = "GPU" if runner.allocator.device.type == "cuda" else "CPU"
+    dp_rank = rank if "RADIXRT_DP_RANK" in os.environ else None
+    return KVEvents(sender, config.block_size, medium, dp_rank=dp_rank)
 
 
 def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:

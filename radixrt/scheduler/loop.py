@@ -125,6 +125,7 @@ class SchedulerLoop:
                 for req in sched.step():
                     touched[req.rid] = req
                 sched.check_pool_whole()
+                sched.publish_events()
             except Exception:
                 logger.exception("scheduler step failed")
                 self.transport.send(FatalErrorMsg(traceback.format_exc()))

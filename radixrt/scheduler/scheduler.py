@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable
 from radixrt.cache.tree_summary import TreeSummary
@@ -60,6 +61,7 @@ class Scheduler:
         config: SchedulerConfig,
         grammar: GrammarQueue | None = None,
         pins: BasePinTable | None = None,
+        events: BaseKVEvents | None = None,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -77,6 +79,9 @@ class Scheduler:
         # in the tree then), extended when a request's match covers them, expired each step.
         self.pins = pins or NoPinTable("pins are not set up for this scheduler")
         self.misses = MissLog()  # requests admitted with little cached, explained then
+        # The tree's block events (cache/kv_events.py; the same object the tree reports to),
+        # sent once per loop iteration by `publish_events`.
+        self.events = events or NoKVEvents()
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -114,8 +119,13 @@ class Scheduler:
         return ["device", *self.kv.tiers.clear(disk)]
 
     def close(self) -> None:
-        """Finish the lower tiers' pending writes (the loop's last act)."""
+        """Finish the lower tiers' pending writes and the last events (the loop's last act)."""
         self.kv.tiers.close()
+        self.events.close()
+
+    def publish_events(self) -> None:
+        """Send the tree's block events since the last call, as one batch."""
+        self.events.publish()
 
     def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
         """Give pin `pin_id` a new expiry, or drop it (None); False when there is none."""

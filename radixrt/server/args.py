@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from radixrt.attention import ATTENTION_BACKENDS
@@ -70,6 +71,9 @@ _HELP = {
     "processes serving the same model; None: off",
     "disk_cache_size": "GB of block files in --cache-dir at most (least recently used deleted)",
     "tier_block_size": "tokens per block in the host and disk tiers (a multiple of --page-size)",
+    "kv_events_config": "JSON: publish the tree's block events over ZMQ as vLLM does, e.g. "
+    '{"endpoint": "tcp://127.0.0.1:5557", "replay_endpoint": "tcp://127.0.0.1:5558", '
+    '"block_size": 16}; None: off',
     "write_through_min_tokens": "prefixes this long (and pinned ones) are written to the lowest "
     "tier as they are cached, not only when evicted; 0: only when evicted",
     "max_running_requests": "requests decoded together at most",
@@ -171,3 +175,12 @@ def _add_flag(group: Any, f: dataclasses.Field) -> None:
         if f.name in _CHOICES:
             kwargs["choices"] = _CHOICES[f.name]
     group.add_argument(*flags, **kwargs)
+
+
+def served_model_name(args: ServerArgs) -> str:
+    """--served-model-name, else the model file or folder name (without .gguf)."""
+    from radixrt.models.loader import DEFAULT_GGUF_NAME
+
+    if args.server.served_model_name:
+        return args.server.served_model_name
+    return Path(args.model.model_path or DEFAULT_GGUF_NAME).name.removesuffix(".gguf")

@@ -244,6 +244,7 @@ def replica_envs(args: ServerArgs) -> list[dict[str, str] | None]:
     envs: list[dict[str, str] | None] = []
     for rank in range(dp):
         env = dict(os.environ)
+        env["RADIXRT_DP_RANK"] = str(rank)  # KV events: ports and batches name the replica
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[rank * tp : (rank + 1) * tp])
         else:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from radixrt.server.anthropic.api import BODIES as ANTHROPIC_BODIES
 from radixrt.server.anthropic.api import AnthropicServing
-from radixrt.server.args import ServerArgs
+from radixrt.server.args import ServerArgs, served_model_name
 from radixrt.server.cache_api import ExplainRequest, add_cache_routes, explain_prompts
 from radixrt.server.cache_handles import CacheRegistry
 from radixrt.server.caches_api import (
@@ -120,7 +120,7 @@ def create_app(
         max_pending=args.server.max_pending_grammars,
         max_grammar_bytes=args.server.max_grammar_bytes,
     )
-    name = args.server.served_model_name or _model_name(args)
+    name = served_model_name(args)
     openai = OpenAIServing(tm, limits, name, grammar, tenancy)
     app.state.model_name = openai.model_name
     app.state.max_request_bytes = args.server.max_request_bytes
@@ -300,11 +300,3 @@ def _kv_sizing(ready: Any, args: ServerArgs) -> dict[str, Any]:
                             ready.context_length, args.model.tp_size)  # fmt: skip
     except (OSError, ValueError, KeyError) as e:
         return {"error": f"{type(e).__name__}: {e}"}
-
-
-def _model_name(args: ServerArgs) -> str:
-    from pathlib import Path
-
-    from radixrt.models.loader import DEFAULT_GGUF_NAME
-
-    return Path(args.model.model_path or DEFAULT_GGUF_NAME).name.removesuffix(".gguf")

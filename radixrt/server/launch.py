@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from radixrt.server.args import ServerArgs
+from radixrt.server.args import ServerArgs, served_model_name
 from radixrt.server.scheduler_client import SchedulerClient, SchedulerStartError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ async def _serve(args: ServerArgs) -> int:
         await preload
         ready = readies[0]
         tokenizer = load_tokenizer(Path(ready.model_path))
-        metrics = Metrics() if args.server.enable_metrics else NoMetrics()
+        metrics = Metrics(served_model_name(args)) if args.server.enable_metrics else NoMetrics()
         recorder = DashboardRecorder()  # /dashboard's history, with or without metrics
         observers = [recorder, tenancy.usage, log]
         managers = [

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg
 from radixrt.output.state import ReqOutput
+from radixrt.server.metrics_gateway import GatewayCollector
 from radixrt.server.metrics_tiers import TierCollector
 from radixrt.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
 
@@ -80,7 +81,7 @@ class Metrics(NoMetrics):
 
     enabled = True
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "radixrt") -> None:
         from prometheus_client import (
             CollectorRegistry,
             Counter,
@@ -155,13 +156,15 @@ class Metrics(NoMetrics):
             "cause",
         )
         self.tiers = TierCollector()
+        self.gateway = GatewayCollector(model_name)  # the inference gateway's names
         self.cached_by_tier = Counter(
             "radixrt_cached_tokens_by_tier",
             "Prompt tokens served from the prefix cache, by the tier they came from",
             ["tier"],
             registry=r,
         )
-        for counter in (self.token_hours, self.misses, self.miss_causes, self.tiers):
+        for counter in (self.token_hours, self.misses, self.miss_causes, self.tiers,
+                        self.gateway):  # fmt: skip
             r.register(counter)
 
     def observe_first_token(self, seconds: float) -> None:
@@ -212,6 +215,7 @@ class Metrics(NoMetrics):
         self.misses.values = {"": summary.num_misses}
         self.miss_causes.values = dict(summary.misses_by_cause)
         self.tiers.tiers = list(info.tiers)
+        self.gateway.info = info
         return generate_latest(self.registry)
 
 
