@@ -25,7 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("radixrt.engine", "radixrt.web"),
     ("radixrt.server",),
     ("radixrt.router", "radixrt.testing"),  # testing: fixtures for tests/ (and tests/gpu)
-    ("radixrt.launch_server", "radixrt.demo", "radixrt.bench"),
+    ("radixrt.launch_server", "radixrt.demo", "radixrt.bench", "radixrt.ray"),
     ("radixrt.cli",),
     ("radixrt",),
 ]

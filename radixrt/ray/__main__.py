@@ -1,0 +1,72 @@
+"""`python -m radixrt.ray serve --replicas N [--address ADDR] [--host H] [--port P]
+[--router-policy P] [--cache-threshold X ...] -- [radixrt serve flags]`
+
+Starts a local Ray cluster (or joins `--address`, e.g. `auto` or `ray://head:10001`) and runs
+the application of radixrt/ray/app.py on Ray Serve's HTTP proxy at `--host`:`--port`
+(127.0.0.1:8000 by default). Everything after `--` goes to each replica's radixrt server.
+Runs until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+from radixrt.config import RouterConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    server_flags: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, server_flags = argv[:cut], argv[cut + 1 :]
+    p = argparse.ArgumentParser(prog="python -m radixrt.ray", description=__doc__.split("\n")[0])
+    p.add_argument("command", choices=["serve"])
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--address", default=None, help="a Ray cluster to join; None: start one")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--health-check-period-s", type=float, default=5.0)
+    p.add_argument(
+        "--threads-per-replica",
+        type=int,
+        default=None,
+        help="torch threads of each server; default: cores / replicas when this starts the "
+        "cluster, the server's own default when joining one",
+    )
+    for f in dataclasses.fields(RouterConfig):
+        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default,
+                       type=type(f.default))  # fmt: skip
+    args = p.parse_args(argv)
+    if args.replicas < 1:
+        p.error("--replicas must be >= 1")
+    import ray
+    from ray import serve
+
+    from radixrt.ray.app import build_app
+
+    router = {f.name: getattr(args, f.name) for f in dataclasses.fields(RouterConfig)}
+    RouterConfig(**router)  # ValueError on a bad value, before anything starts
+    ray.init(address=args.address)
+    serve.start(http_options={"host": args.host, "port": args.port})
+    threads = args.threads_per_replica
+    if threads is None and args.address is None:
+        threads = max(1, (os.cpu_count() or 1) // args.replicas)
+    app = build_app(server_flags, args.replicas, router, args.health_check_period_s, threads)
+    serve.run(app, name="radixrt", route_prefix="/")
+    print(f"radixrt on Ray Serve: http://{args.host}:{args.port} ({args.replicas} replicas)",
+          flush=True)  # fmt: skip
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The Ray Serve application: an HTTP ingress in front of N `RadixrtReplica`s, routed by
+`CacheAwareRequestRouter`.
+
+The ingress takes radixrt's native `/generate` and OpenAI's `/v1/completions` and
+`/v1/chat/completions` (JSON, not streamed), and answers `/health` and `/v1/models`. A request
+whose replica's server has died (before or while running it; replica.py) is sent again, after
+a short wait, until RETRY_S has passed; Ray's health check (every `health_check_period_s`)
+takes the dead replica out and starts a new one.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time.
+import asyncio
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.config import RequestRouterConfig
+from ray.serve.handle import DeploymentHandle
+
+from radixrt.ray.replica import RadixrtReplica, ServerUnavailableError
+from radixrt.ray.router import CacheAwareRequestRouter
+
+RETRY_S = 120.0
+PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+
+api = FastAPI(title="radixrt on Ray Serve")
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "code": status}}, status)
+
+
+@serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
+@serve.ingress(api)
+class RadixrtIngress:
+    def __init__(self, replicas: DeploymentHandle) -> None:
+        self.replicas = replicas
+
+    @api.post("/generate")
+    async def generate(self, request: Request) -> JSONResponse:
+        return await self._forward("/generate", request)
+
+    @api.post("/v1/completions")
+    async def completions(self, request: Request) -> JSONResponse:
+        return await self._forward("/v1/completions", request)
+
+    @api.post("/v1/chat/completions")
+    async def chat(self, request: Request) -> JSONResponse:
+        return await self._forward("/v1/chat/completions", request)
+
+    @api.get("/v1/models")
+    async def models(self) -> JSONResponse:
+        status, answer = await self.replicas.get.remote("/v1/models")
+        return JSONResponse(answer, status)
+
+    @api.get("/health")
+    async def health(self) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def _forward(self, path: str, request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error("the body is not JSON", 400)
+        if isinstance(body, dict) and body.get("stream"):
+            return _error("stream is not served through the Ray deployment yet; "
+                          "send streams to a radixrt server or `radixrt router`", 400)  # fmt: skip
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            try:
+                status, answer = await self.replicas.forward.remote(path, body)
+                return JSONResponse(answer, status)
+            except (ServerUnavailableError, RayActorError) as e:
+                if time.monotonic() > deadline:
+                    return _error(f"no replica could take the request: {e}", 503)
+                await asyncio.sleep(0.5)
+
+
+def build_app(server_flags: list[str], replicas: int, router: dict[str, Any] | None = None,
+              health_check_period_s: float = 5.0, threads: int | None = None) -> Any:  # fmt: skip
+    """The application to `serve.run`: `replicas` radixrt servers started with `server_flags`
+    (the flags of `radixrt serve`, without --host/--port), routed by the policy and thresholds
+    in `router` (RouterConfig fields; cache_aware by default); `threads`: each server's torch
+    threads (OMP_NUM_THREADS; None: the server's default, all cores)."""
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    replica = serve.deployment(
+        RadixrtReplica,
+        name="radixrt",
+        num_replicas=replicas,
+        max_ongoing_requests=256,
+        health_check_period_s=health_check_period_s,
+        health_check_timeout_s=30,
+        graceful_shutdown_timeout_s=30,
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": env}},
+        request_router_config=RequestRouterConfig(
+            request_router_class=CacheAwareRequestRouter,
+            request_router_kwargs=dict(router or {}),
+        ),
+    )
+    return RadixrtIngress.bind(replica.bind(server_flags))
