@@ -24,8 +24,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("radixrt.scheduler", "radixrt.routing", "radixrt.economics"),  # economics: models.arch only
     ("radixrt.engine", "radixrt.web"),
     ("radixrt.server",),
-    ("radixrt.router", "radixrt.testing"),  # testing: fixtures for tests/ (and tests/gpu)
-    ("radixrt.launch_server", "radixrt.demo", "radixrt.bench", "radixrt.ray"),
+    ("radixrt.router", "radixrt.testing", "radixrt.ray"),  # testing: fixtures for tests/
+    ("radixrt.launch_server", "radixrt.demo", "radixrt.bench"),
     ("radixrt.cli",),
     ("radixrt",),
 ]

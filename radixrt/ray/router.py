@@ -1,7 +1,7 @@
 """`CacheAwareRequestRouter`: Ray Serve's request router running radixrt's routing policies.
 
 Each request the ingress sends to the replicas is `(path, body)`; the router reads the prompt
-and the session from it as the standalone router does (router/keys.py: text, token ids or
+and the session from it as the standalone router does (routing/keys.py: text, token ids or
 chat messages; `prompt_cache_key`, `user`; namespaced by `cache_salt`), and asks the policy
 (`cache_aware` by default, with its balance thresholds; or round_robin, least_load,
 consistent_hash) for one replica, given each replica's requests in flight as Ray counts them.
@@ -17,7 +17,7 @@ from typing import Any
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
 from radixrt.config import RouterConfig
-from radixrt.router.keys import route_request
+from radixrt.routing.keys import route_request
 from radixrt.routing.policy import BaseRoutingPolicy, WorkerLoad, make_policy
 
 

@@ -25,9 +25,9 @@ from starlette.responses import Response, StreamingResponse
 
 from radixrt.config import RouterConfig, RouterServerConfig
 from radixrt.router.handles import HandleHomes, add_handle_routes, named_handle, passed_headers
-from radixrt.router.keys import route_request
 from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import Worker, WorkerPool
+from radixrt.routing.keys import route_request
 from radixrt.routing.policy import make_policy
 from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (

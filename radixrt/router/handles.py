@@ -17,8 +17,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from radixrt.router.keys import route_request
 from radixrt.router.workers import WorkerPool
+from radixrt.routing.keys import route_request
 from radixrt.web.middleware import SESSION_HEADER
 from radixrt.web.responses import error_response, json_response
 

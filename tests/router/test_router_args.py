@@ -9,7 +9,7 @@ import pytest
 from radixrt.cli import main as cli_main
 from radixrt.config import RouterConfig, RouterServerConfig
 from radixrt.router.args import ROUTER_CONFIGS, make_parser, parse_args
-from radixrt.router.keys import route_request
+from radixrt.routing.keys import route_request
 
 
 def test_router_defaults_equal_the_dataclasses() -> None:

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from radixrt.config import RouterConfig
-from radixrt.router.keys import route_request
 from radixrt.routing.cache_aware import CacheAwarePolicy
+from radixrt.routing.keys import route_request
 from radixrt.routing.policy import WorkerLoad
 from tests.router.test_router_retry import FakeWorker
 from tests.router.test_router_server import RouterProcess

@@ -1,4 +1,5 @@
-"""What the standalone router routes on, read from a request body it otherwise passes through:
+"""What a request is routed on by the standalone router and Ray Serve's router (radixrt/ray/),
+read from a request body they otherwise pass through:
 the prompt as text (or token ids when given as ids) and a session key, both inside the
 caller's namespace (its tenant or its key, and its cache_salt), so that prompts of different
 namespaces never share an entry of the routing trees: one client cannot steer by, or learn
