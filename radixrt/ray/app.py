@@ -2,7 +2,8 @@
 `CacheAwareRequestRouter`.
 
 The ingress takes radixrt's native `/generate` and OpenAI's `/v1/completions` and
-`/v1/chat/completions` (JSON, not streamed), and answers `/health` and `/v1/models`. A request
+`/v1/chat/completions` (JSON answers, or server-sent events with `"stream": true`), and
+answers `/health` and `/v1/models`. A request
 whose replica's server has died (before or while running it; replica.py) is sent again, after
 a short wait, until RETRY_S has passed; Ray's health check (every `health_check_period_s`)
 takes the dead replica out and starts a new one.
@@ -11,10 +12,11 @@ takes the dead replica out and starts a new one.
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time.
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.config import RequestRouterConfig
@@ -40,15 +42,15 @@ class RadixrtIngress:
         self.replicas = replicas
 
     @api.post("/generate")
-    async def generate(self, request: Request) -> JSONResponse:
+    async def generate(self, request: Request) -> Response:
         return await self._forward("/generate", request)
 
     @api.post("/v1/completions")
-    async def completions(self, request: Request) -> JSONResponse:
+    async def completions(self, request: Request) -> Response:
         return await self._forward("/v1/completions", request)
 
     @api.post("/v1/chat/completions")
-    async def chat(self, request: Request) -> JSONResponse:
+    async def chat(self, request: Request) -> Response:
         return await self._forward("/v1/chat/completions", request)
 
     @api.get("/v1/models")
@@ -60,14 +62,13 @@ class RadixrtIngress:
     async def health(self) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    async def _forward(self, path: str, request: Request) -> JSONResponse:
+    async def _forward(self, path: str, request: Request) -> Response:
         try:
             body = await request.json()
         except ValueError:
             return _error("the body is not JSON", 400)
-        if isinstance(body, dict) and body.get("stream"):
-            return _error("stream is not served through the Ray deployment yet; "
-                          "send streams to a radixrt server or `radixrt router`", 400)  # fmt: skip
+        if isinstance(body, dict) and body.get("stream") is True:
+            return await self._stream(path, body)
         deadline = time.monotonic() + RETRY_S
         while True:
             try:
@@ -77,6 +78,29 @@ class RadixrtIngress:
                 if time.monotonic() > deadline:
                     return _error(f"no replica could take the request: {e}", 503)
                 await asyncio.sleep(0.5)
+
+    async def _stream(self, path: str, body: Any) -> Response:
+        """The replica's events as they come; sent again while no byte has come back."""
+        deadline = time.monotonic() + RETRY_S
+        handle = self.replicas.options(stream=True)
+        while True:
+            gen = handle.forward_stream.remote(path, body)
+            try:
+                head = await gen.__anext__()
+                break
+            except (ServerUnavailableError, RayActorError) as e:
+                if time.monotonic() > deadline:
+                    return _error(f"no replica could take the request: {e}", 503)
+                await asyncio.sleep(0.5)
+        if head["status"] != 200:  # an error is one JSON answer, not a stream
+            raw = b"".join([chunk async for chunk in gen])
+            return Response(raw, head["status"], media_type="application/json")
+
+        async def events() -> AsyncIterator[bytes]:
+            async for chunk in gen:
+                yield chunk
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
 
 def build_app(server_flags: list[str], replicas: int, router: dict[str, Any] | None = None,

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -82,6 +83,22 @@ class RadixrtReplica:
             return r.status_code, r.json()
         except ValueError:
             return r.status_code, {"error": {"message": r.text[:500], "code": r.status_code}}
+
+    async def forward_stream(self, path: str, body: Any) -> AsyncIterator[Any]:
+        """POST a streaming `body`: first `{"status": code}`, then the answer's bytes as they
+        come (server-sent events). ServerUnavailableError before the first item when the server
+        is gone; a server that dies mid-stream ends the stream (what was sent stays sent)."""
+        if self.proc.poll() is not None:
+            raise ServerUnavailableError(f"radixrt server exited with {self.proc.returncode}")
+        try:
+            async with self.client.stream("POST", self.url + path, json=body) as r:
+                yield {"status": r.status_code}
+                async for chunk in r.aiter_raw():
+                    yield chunk
+        except httpx.ConnectError as e:
+            raise ServerUnavailableError(str(e)) from e
+        except httpx.HTTPError:
+            return
 
     async def _alive(self) -> bool:
         await asyncio.sleep(0.6)  # the watchdog polls its server twice a second

@@ -1,58 +1,93 @@
-"""radixrt on Ray Serve, on a local Ray cluster the test starts: two replicas of the tiny
-model behind the ingress; the cache-aware router's hit rate on interleaved prefix groups is
-within 5% of the optimum and above round-robin's; a replica whose server is killed mid-run is
-replaced by Ray, the requests it had (running or queued) and those sent to it later are served
-by the other, and nothing hangs."""
+"""radixrt on Ray Serve, started the README's way (`python -m radixrt.ray serve`, which starts
+its own local Ray cluster, in a process of its own): two replicas of the tiny model behind the
+ingress; errors pass through and streams equal plain answers; the cache-aware router's hit
+rate on interleaved prefix groups is within 5% of the optimum and above round-robin's; a
+replica whose server is killed mid-run is replaced by Ray, the requests it had (running or
+queued) and those sent to it later are served by the other, and nothing hangs."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-ray = pytest.importorskip("ray", reason="ray is in the test extra: pip install -e '.[test]'")
-from ray import serve  # noqa: E402
-
-from radixrt.ray.app import build_app  # noqa: E402
+pytest.importorskip("ray", reason="ray is in the test extra: pip install -e '.[test]'")
 
 GROUPS, PER_GROUP, PREFIX, SUFFIX = 3, 8, 200, 10
+START_S = 240
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class RayApp:
+    """`python -m radixrt.ray serve` in its own process group, logging to a file."""
+
+    def __init__(self, model: Path, policy: str, log: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        cmd = [sys.executable, "-m", "radixrt.ray", "serve", "--replicas", "2", "--port",
+               str(port), "--router-policy", policy, "--health-check-period-s", "1", "--",
+               "--model-path", str(model), "--max-total-tokens", "4096"]  # fmt: skip
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + START_S
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"python -m radixrt.ray serve exited:\n{self._tail()}")
+            try:
+                if httpx.get(self.url + "/v1/models", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                first = self._tail()
+                if "Failed to start" in first or "ray.init" in first:
+                    pytest.skip(f"a local Ray cluster cannot start here:\n{first}")
+                pytest.fail(f"not serving after {START_S} s:\n{first}")
+            time.sleep(0.5)
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)  # serve.shutdown, then the cluster goes
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        deadline = time.monotonic() + 60
+        while _servers() and time.monotonic() < deadline:  # replicas' servers end with them
+            time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    try:
-        ray.init(num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False,
-                 log_to_driver=False)  # fmt: skip
-    except Exception as e:  # noqa: BLE001 - any failure to start is this machine's, not ours
-        pytest.skip(f"a local Ray cluster cannot start on this machine: {e}")
-    port = _port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+@pytest.fixture
+def app_factory(tmp_path: Path, tiny_llama_path: Path) -> Iterator:
+    apps: list[RayApp] = []
 
+    def start(policy: str) -> RayApp:
+        apps.append(RayApp(tiny_llama_path, policy, tmp_path / f"ray-{len(apps)}.log"))
+        return apps[-1]
 
-def _deploy(model: Path, policy: str) -> None:
-    flags = ["--model-path", str(model), "--max-total-tokens", "4096"]
-    app = build_app(flags, 2, {"router_policy": policy}, health_check_period_s=1.0)
-    serve.run(app, name="radixrt", route_prefix="/")
+    yield start
+    for app in apps:
+        app.stop()
+    assert not _servers(), "a replica's server outlived the application"
 
 
 def _prompts() -> list[list[int]]:
@@ -77,21 +112,21 @@ def _hit_rate(url: str) -> float:
     return cached / prompt
 
 
-def test_cache_aware_routing_beats_round_robin(cluster: str, tiny_llama_path: Path) -> None:
-    optimum = (GROUPS * PER_GROUP - GROUPS) * PREFIX / (GROUPS * PER_GROUP * (PREFIX + SUFFIX))
-    _deploy(tiny_llama_path, "cache_aware")
-    for bad in ({"content": b"not json"}, {"json": {"text": "hi", "stream": True}}):
-        r = httpx.post(cluster + "/generate", timeout=60, **bad)
-        assert r.status_code == 400 and r.json()["error"]["message"], r.text
-    r = httpx.post(cluster + "/generate", json={"text": "hi", "sampling_params": {"top_p": 7}})
-    assert r.status_code == 400, r.text  # the server's own checks answer through the ingress
-    aware = _hit_rate(cluster)
-    serve.delete("radixrt")
-    _deploy(tiny_llama_path, "round_robin")  # fresh replicas: empty caches
-    robin = _hit_rate(cluster)
-    serve.delete("radixrt")
-    assert aware >= optimum - 0.05, (aware, optimum)
-    assert aware - robin >= 0.05, (aware, robin)
+def _stream_equals_plain(url: str) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Count: one, two,"}],
+            "max_tokens": 12, "temperature": 0}  # fmt: skip
+    plain = httpx.post(url + "/v1/chat/completions", json=body, timeout=60).json()
+    text, done = "", False
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True},
+                      timeout=60) as r:  # fmt: skip
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                text += delta.get("content") or ""
+    assert done and text == plain["choices"][0]["message"]["content"]
 
 
 def _servers() -> list[int]:
@@ -107,16 +142,34 @@ def _is_server(pid: int) -> bool:
     return cmd[1:3] == [b"-m", b"radixrt.launch_server"]
 
 
-def test_a_killed_replica_is_replaced_and_nothing_hangs(cluster: str, tiny_llama_path) -> None:
-    _deploy(tiny_llama_path, "cache_aware")
+def test_routing_errors_streams_and_hit_rate(app_factory) -> None:
+    optimum = (GROUPS * PER_GROUP - GROUPS) * PREFIX / (GROUPS * PER_GROUP * (PREFIX + SUFFIX))
+    aware_app = app_factory("cache_aware")
+    url = aware_app.url
+    r = httpx.post(url + "/generate", content=b"not json", timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["message"], r.text
+    for stream in (False, True):  # the server's own checks answer through the ingress
+        body = {"text": "hi", "sampling_params": {"top_p": 7}, "stream": stream}
+        r = httpx.post(url + "/generate", json=body, timeout=60)
+        assert r.status_code == 400 and "top_p" in r.text, r.text
+    _stream_equals_plain(url)
+    aware = _hit_rate(url)
+    aware_app.stop()
+    robin = _hit_rate(app_factory("round_robin").url)  # fresh replicas: empty caches
+    assert aware >= optimum - 0.05, (aware, optimum)
+    assert aware - robin >= 0.05, (aware, robin)
+
+
+def test_a_killed_replica_is_replaced_and_nothing_hangs(app_factory) -> None:
+    url = app_factory("cache_aware").url
     servers = _servers()
     assert len(servers) == 2, servers
     prompts = _prompts() * 2
     with ThreadPoolExecutor(4) as ex:
-        futures = [ex.submit(_send, cluster, ids) for ids in prompts[:8]]
+        futures = [ex.submit(_send, url, ids) for ids in prompts[:8]]
         time.sleep(0.5)
         os.killpg(servers[0], signal.SIGKILL)  # the server and its scheduler, mid-run
-        futures += [ex.submit(_send, cluster, ids) for ids in prompts[8:]]
+        futures += [ex.submit(_send, url, ids) for ids in prompts[8:]]
         answers = [f.result(timeout=300) for f in futures]
     lost = [a.text[:300] for a in answers if a.status_code != 200]
     assert not lost, lost  # those the killed server had (running or queued) went elsewhere
@@ -124,8 +177,7 @@ def test_a_killed_replica_is_replaced_and_nothing_hangs(cluster: str, tiny_llama
     while len(_servers()) < 2 or servers[0] in _servers():
         assert time.monotonic() < deadline, "Ray did not replace the replica"
         time.sleep(0.5)
-    assert _send(cluster, prompts[0]).status_code == 200
-    serve.delete("radixrt")
+    assert _send(url, prompts[0]).status_code == 200
 
 
 def test_cli_refuses_bad_flags_before_starting_anything() -> None:
