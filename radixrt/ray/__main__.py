@@ -44,13 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.replicas < 1:
         p.error("--replicas must be >= 1")
+    router = {f.name: getattr(args, f.name) for f in dataclasses.fields(RouterConfig)}
+    try:
+        RouterConfig(**router)  # before anything starts
+    except ValueError as e:
+        p.error(str(e))
     import ray
     from ray import serve
 
     from radixrt.ray.app import build_app
 
-    router = {f.name: getattr(args, f.name) for f in dataclasses.fields(RouterConfig)}
-    RouterConfig(**router)  # ValueError on a bad value, before anything starts
     ray.init(address=args.address)
     serve.start(http_options={"host": args.host, "port": args.port})
     threads = args.threads_per_replica

@@ -92,12 +92,14 @@ def _run(url: str, bodies: list[dict[str, Any]], clients: int,
 def _servers() -> list[int]:
     out = subprocess.run(["pgrep", "-f", "radixrt.launch_server"], capture_output=True, text=True)
     pids = []
-    for p in out.stdout.split():
+    for p in out.stdout.split():  # servers whose parent is a Ray replica's watchdog
         try:
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            ppid = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
         except OSError:
             continue
-        if cmd[1:3] == [b"-m", b"radixrt.launch_server"]:
+        if cmd[1:3] == [b"-m", b"radixrt.launch_server"] and b"radixrt.ray.child" in parent:
             pids.append(int(p))
     return sorted(pids)
 
