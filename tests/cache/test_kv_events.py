@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -129,8 +132,24 @@ def _wait_for(cond: Any, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _in_subprocess(scenario: str, *args: str) -> None:
+    """Run `scenario(*args)` of this file in a fresh interpreter: the ZMQ sockets and contexts
+    of the publisher and the subscribers live and die there, never in the test process."""
+    here = Path(__file__).resolve()
+    code = (f"import sys; sys.path[:0] = [{str(here.parents[1])!r}, {str(here.parent)!r}]; "
+            f"import test_kv_events as t; t.{scenario}(*sys.argv[1:])")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
 @pytest.mark.parametrize("page_size", [1, 8])
 def test_subscriber_rebuilds_the_tree_and_late_joiner_replays(tiny_llama_path, page_size) -> None:
+    _in_subprocess("rebuild_scenario", str(tiny_llama_path), str(page_size))
+
+
+def rebuild_scenario(tiny_llama_path: str, page_size_text: str) -> None:
+    page_size = int(page_size_text)
     pub, replay = _port(), _port()
     rebuilt, stop = Rebuilt(), threading.Event()
     with Engine(str(tiny_llama_path), max_total_tokens=512, page_size=page_size,
@@ -214,6 +233,10 @@ def test_bad_configs_are_refused(text: str, match: str) -> None:
 
 
 def test_an_endpoint_in_use_is_a_clear_error(tiny_llama_path) -> None:
+    _in_subprocess("busy_port_scenario", str(tiny_llama_path))
+
+
+def busy_port_scenario(tiny_llama_path: str) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
