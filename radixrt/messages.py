@@ -130,7 +130,7 @@ class ReadyMsg(msgspec.Struct, tag=True):
 
 
 class TierInfoMsg(msgspec.Struct):
-    """radixrt.cache.tiers.hierarchy.TierInfo's fields: one lower tier's figures."""
+    """One lower KV tier's figures (radixrt/cache/tiers/), for /get_server_info and /metrics."""
 
     name: str
     blocks: int

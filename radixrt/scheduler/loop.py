@@ -39,7 +39,6 @@ from radixrt.messages import (
     ReqOutMsg,
     StopMsg,
     SubtreeMsg,
-    TierInfoMsg,
     ToSchedulerMsg,
     finish_to_msg,
 )
@@ -154,7 +153,6 @@ class SchedulerLoop:
             )
         elif isinstance(msg, GetInfoReqMsg):
             info = sched.info()
-            info["tiers"] = [TierInfoMsg(**dataclasses.asdict(t)) for t in info.get("tiers", [])]
             self.transport.send(InfoReplyMsg(reply_id=msg.reply_id, **info))
         elif isinstance(msg, ExplainReqMsg):
             why = sched.explain(msg.input_ids, msg.extra_key, msg.own_prefix)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from radixrt.cache.tree_node import TreeNode
+from radixrt.messages import TierInfoMsg as TierInfo  # one tier's figures, sent as is
 
 
 @dataclass(slots=True)
@@ -37,24 +38,6 @@ class LoadResult:
     tokens: int = 0  # loaded from `start`: a prefix of the hit, in whole blocks but the first
     by_tier: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class TierInfo:
-    """One tier's figures for /get_server_info and /metrics."""
-
-    name: str
-    blocks: int
-    tokens: int
-    bytes: int
-    capacity_bytes: int
-    stored_blocks: int
-    dropped_blocks: int
-    hit_tokens: int
-    loaded_blocks: int
-    load_s: float
-    corrupt_blocks: int
-    write_errors: int
 
 
 class BaseKVTiers(ABC):
