@@ -69,16 +69,6 @@ class EvictionLog:
         return found
 
 
-def path_key(node: TreeNode) -> list[int]:
-    """The tokens from the root down to the end of `node`."""
-    parts: list[list[int]] = []
-    cur: TreeNode | None = node
-    while cur is not None and cur.parent is not None:
-        parts.append(cur.key)
-        cur = cur.parent
-    return [t for part in reversed(parts) for t in part]
-
-
 def explain(
     cache: RadixCache, key: list[int], extra_key: str | None, own_prefix: str | None
 ) -> Explanation:

@@ -30,7 +30,7 @@ from typing import Protocol
 import msgspec
 
 from radixrt.cache.blocks import blocks_ending_in, chain_hashes, root_hash
-from radixrt.cache.tree_node import TreeNode
+from radixrt.cache.tree_node import TreeNode, path_key
 
 
 class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
@@ -176,10 +176,5 @@ class KVEvents(BaseKVEvents):
 
 def _path(node: TreeNode) -> tuple[list[int], int]:
     """The tokens from the root to `node`'s end, and where `node` starts."""
-    parts: list[list[int]] = []
-    cur: TreeNode | None = node
-    while cur is not None and cur.parent is not None:
-        parts.append(cur.key)
-        cur = cur.parent
-    tokens = [t for part in reversed(parts) for t in part]
+    tokens = path_key(node)
     return tokens, len(tokens) - len(node.key)

@@ -1,6 +1,6 @@
 """KVCacheManager: the glue that gives requests KV slots and hands them to the prefix cache.
 
-Ownership of a running request's token range (see Req in core.py):
+Ownership of a running request's token range (see Req in core/req.py):
 
 | tokens               | owner                                   | released                        |
 |----------------------|-----------------------------------------|---------------------------------|

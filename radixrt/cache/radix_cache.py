@@ -23,12 +23,12 @@ from collections.abc import Hashable, Iterator
 
 import torch
 
-from radixrt.cache.explain import EvictionLog, Explanation, explain, path_key
+from radixrt.cache.explain import EvictionLog, Explanation, explain
 from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
-from radixrt.cache.tree_node import TreeNode
+from radixrt.cache.tree_node import TreeNode, path_key
 from radixrt.cache.tree_summary import TreeSummary, summarize
 
 __all__ = ["RadixCache", "TreeNode"]

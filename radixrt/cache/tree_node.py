@@ -61,3 +61,19 @@ class TreeNode:
 
     def __lt__(self, other: TreeNode) -> bool:
         return (self.last_access_time, self.id) < (other.last_access_time, other.id)
+
+
+def path_nodes(node: TreeNode) -> list[TreeNode]:
+    """The nodes from just below the root down to `node` (empty for the root itself)."""
+    chain: list[TreeNode] = []
+    cur: TreeNode | None = node
+    while cur is not None and cur.parent is not None:
+        chain.append(cur)
+        cur = cur.parent
+    chain.reverse()
+    return chain
+
+
+def path_key(node: TreeNode) -> list[int]:
+    """The tokens from the root down to the end of `node`."""
+    return [t for n in path_nodes(node) for t in n.key]

@@ -12,7 +12,7 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from radixrt.core import _ALIASES, SamplingParams
+from radixrt.core import SAMPLING_ALIASES, SamplingParams
 
 _REF = "#/components/schemas/{name}"
 
@@ -32,7 +32,7 @@ def sampling_params_struct() -> type[msgspec.Struct]:
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         defaults[f.name] = default
         fields.append((f.name, kind, default))
-    for alias, target in _ALIASES.items():
+    for alias, target in SAMPLING_ALIASES.items():
         fields.append((alias, hints[target], defaults[target]))
     return msgspec.defstruct("SamplingParams", fields, kw_only=True, forbid_unknown_fields=True)
 

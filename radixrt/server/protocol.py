@@ -13,8 +13,10 @@ from typing import Any
 import msgspec
 
 from radixrt.config import ServerConfig
-from radixrt.core import _ALIASES as SAMPLING_ALIASES  # max_tokens -> max_new_tokens, ...
-from radixrt.core import SamplingParams
+from radixrt.core import (
+    SAMPLING_ALIASES,  # max_tokens -> max_new_tokens, ...
+    SamplingParams,
+)
 from radixrt.messages import ReadyMsg
 
 MAX_N = 64  # samples per prompt

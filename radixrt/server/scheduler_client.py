@@ -133,6 +133,10 @@ class SchedulerClient:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._send_sock.close()
-        self._recv_sock.close()
+        self._send_sock.close(0)
+        self._recv_sock.close(0)
+        # Both contexts end here, not in a garbage collector's finalizer (where a context
+        # still holding a socket would block the collecting thread).
+        self._ctx.term()
+        self._actx.term()
         shutil.rmtree(self._ipc_dir, ignore_errors=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 import uuid
@@ -28,18 +27,8 @@ from radixrt.core import FinishReason, PinSpec, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
-    CacheSummaryReplyMsg,
-    CacheSummaryReqMsg,
-    ExplainReplyMsg,
-    ExplainReqMsg,
     FatalErrorMsg,
-    FlushCacheReplyMsg,
-    FlushCacheReqMsg,
     GenerateReqMsg,
-    GetInfoReqMsg,
-    InfoReplyMsg,
-    PinUpdateReplyMsg,
-    PinUpdateReqMsg,
     ReadyMsg,
     ReqOutMsg,
 )
@@ -55,6 +44,7 @@ from radixrt.server.req_state import (
     SchedulerUnavailableError,
 )
 from radixrt.server.scheduler_client import SchedulerClient
+from radixrt.server.scheduler_queries import REPLIES, SchedulerQueries
 
 __all__ = [
     "QueueFullError",
@@ -67,19 +57,11 @@ __all__ = [
 
 logger = logging.getLogger("radixrt")
 
-_REPLY_TIMEOUT_S = 30.0
-_REPLIES = (
-    InfoReplyMsg,
-    FlushCacheReplyMsg,
-    ExplainReplyMsg,
-    CacheSummaryReplyMsg,
-    PinUpdateReplyMsg,
-)
 T = TypeVar("T")
 
 
-class TokenizerManager:
-    """Submits requests, routes their outputs, and answers cache and info queries."""
+class TokenizerManager(SchedulerQueries):
+    """Submits requests and routes their outputs; asks the scheduler's questions (the base)."""
 
     def __init__(
         self,
@@ -90,7 +72,7 @@ class TokenizerManager:
         metrics: NoMetrics,
         observers: Sequence[RequestObserver] = (),
     ) -> None:
-        self.client = client
+        super().__init__(client)
         self.tokenizer = tokenizer
         self.ready = ready
         self.config = config
@@ -100,9 +82,6 @@ class TokenizerManager:
         self.states: dict[str, ReqState] = {}  # scheduler rid -> state, until finished
         self.groups: dict[GroupKey, list[ReqState]] = {}  # unfinished states per client id
         self.num_running = 0  # as last reported by the scheduler
-        self.dead_reason: str | None = None
-        self._replies: dict[int, asyncio.Future[Any]] = {}
-        self._reply_ids = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self._on_dead: Callable[[str], None] = lambda reason: None
         # Tokenizing and chat templating run here, one at a time (the fast tokenizer is not
@@ -242,42 +221,7 @@ class TokenizerManager:
         for rid in list(self.states):
             self.client.send(AbortReqMsg(rid))
 
-    async def flush_cache(self, disk: bool = False) -> list[str] | None:
-        """The tiers cleared ("device", "host", "disk"); None when requests were running."""
-        reply = await self._ask(lambda rid: FlushCacheReqMsg(rid, disk))
-        return list(reply.tiers) if reply.success else None
-
-    async def get_info(self) -> InfoReplyMsg:
-        return await self._ask(GetInfoReqMsg)
-
-    async def update_pin(self, pin_id: str, expire_at: float | None) -> bool:
-        """Move pin `pin_id`'s expiry (wall clock) or drop it (None); False if there is none."""
-        reply = await self._ask(lambda rid: PinUpdateReqMsg(rid, pin_id, expire_at))
-        return bool(reply.found)
-
-    async def explain_cache(
-        self, input_ids: list[int], extra_key: str | None, own_prefix: str | None
-    ) -> ExplainReplyMsg:
-        return await self._ask(lambda rid: ExplainReqMsg(rid, input_ids, extra_key, own_prefix))
-
-    async def cache_summary(self, max_rows: int = 20) -> CacheSummaryReplyMsg:
-        """The largest subtrees of the scheduler's tree and its recent misses."""
-        return await self._ask(lambda rid: CacheSummaryReqMsg(rid, max_rows))
-
     # ---- scheduler side ------------------------------------------------------------------
-
-    async def _ask(self, msg_cls: Any) -> Any:
-        """Send msg_cls(reply_id) (a message class or a factory of one) and await its reply."""
-        if self.dead_reason is not None:
-            raise SchedulerDeadError(self.dead_reason)
-        reply_id = next(self._reply_ids)
-        future = asyncio.get_running_loop().create_future()
-        self._replies[reply_id] = future
-        self.client.send(msg_cls(reply_id))
-        try:
-            return await asyncio.wait_for(future, _REPLY_TIMEOUT_S)
-        finally:
-            self._replies.pop(reply_id, None)
 
     async def _recv_loop(self) -> None:
         while True:
@@ -295,10 +239,8 @@ class TokenizerManager:
             try:
                 if isinstance(msg, BatchTokenOutMsg):
                     self._on_outputs(msg)
-                elif isinstance(msg, _REPLIES):
-                    future = self._replies.get(msg.reply_id)
-                    if future is not None and not future.done():
-                        future.set_result(msg)
+                elif isinstance(msg, REPLIES):
+                    self.resolve(msg)
                 elif isinstance(msg, FatalErrorMsg):
                     self._die(f"the scheduler failed: {msg.message.strip().splitlines()[-1]}")
             except Exception:  # a bug here must not stop the loop for everyone else
@@ -366,7 +308,5 @@ class TokenizerManager:
             state.event.set()
         self.states.clear()
         self.groups.clear()
-        for future in self._replies.values():
-            if not future.done():
-                future.set_exception(SchedulerDeadError(reason))
+        self.fail_all(reason)
         self._on_dead(reason)

@@ -52,7 +52,8 @@ def test_groups_prefixes_and_matches_reference() -> None:
     q = torch.randn(len(rows), heads, d)
     got = attend_decode(q, plan, k_buf, v_buf, hkv, 0.25)
     want = _reference(q, table, lens, k_buf, v_buf, hkv, 0.25)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # fp32 sums of up to 345 terms in two orders (the CPUs' reductions differ by ISA)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_no_groups_when_nothing_is_shared() -> None:

@@ -142,6 +142,9 @@ class FakeScheduler:
     def check_pool_whole(self) -> None:
         pass
 
+    def publish_events(self) -> None:
+        pass
+
     def flush_cache(self, disk: bool = False) -> list[str] | None:
         return ["device"] if self.is_idle else None
 
@@ -183,23 +186,26 @@ def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> Non
         to_sched.send(enc.encode(msg))
     loop = SchedulerLoop(FakeScheduler(fail_at=4), ZmqTransport(sched_in, sched_out, os.getppid()))
     result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(loop.run()))
+    thread = threading.Thread(target=lambda: result.append(loop.run()), daemon=True)
     thread.start()
     thread.join(30)
-    assert result == [1]
-    dec = msgspec.msgpack.Decoder(FromSchedulerMsg)
-    msgs = []
-    while from_sched.poll(100):
-        msgs.append(dec.decode(from_sched.recv()))
-    outs = [o for m in msgs if isinstance(m, BatchTokenOutMsg) for o in m.outputs]
-    good = [o for o in outs if o.rid == "good"]
-    assert [t for o in good for t in o.new_ids] == [7, 7]  # incremental: one new id each
-    assert good[-1].finish == FinishMsg("length")
-    for rid in ("raises", "invalid"):
-        (bad,) = [o for o in outs if o.rid == rid]
-        assert bad.finish.type == "abort" and "bad request" in bad.finish.message
-    assert any(isinstance(m, InfoReplyMsg) and m.reply_id == 9 for m in msgs)
-    assert isinstance(msgs[-1], FatalErrorMsg) and "step exploded" in msgs[-1].message
-    for sock in (to_sched, sched_in, sched_out, from_sched):
-        sock.close(0)
-    ctx.term()
+    try:
+        assert result == [1]
+        dec = msgspec.msgpack.Decoder(FromSchedulerMsg)
+        msgs = []
+        while from_sched.poll(100):
+            msgs.append(dec.decode(from_sched.recv()))
+        outs = [o for m in msgs if isinstance(m, BatchTokenOutMsg) for o in m.outputs]
+        good = [o for o in outs if o.rid == "good"]
+        assert [t for o in good for t in o.new_ids] == [7, 7]  # incremental: one new id each
+        assert good[-1].finish == FinishMsg("length")
+        for rid in ("raises", "invalid"):
+            (bad,) = [o for o in outs if o.rid == rid]
+            assert bad.finish.type == "abort" and "bad request" in bad.finish.message
+        assert any(isinstance(m, InfoReplyMsg) and m.reply_id == 9 for m in msgs)
+        assert isinstance(msgs[-1], FatalErrorMsg) and "step exploded" in msgs[-1].message
+    finally:
+        # The context ends here, pass or fail: one left to the garbage collector would block
+        # it (sockets open, or still used by the loop's thread) in whichever test came next.
+        if not thread.is_alive():
+            ctx.destroy(linger=0)

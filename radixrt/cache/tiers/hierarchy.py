@@ -34,7 +34,7 @@ from radixrt.cache.blocks import blocks_ending_in, chain_hashes, root_hash
 from radixrt.cache.memory_pool import TokenToKVPool
 from radixrt.cache.tiers.base import BaseKVTier, Block
 from radixrt.cache.tiers.contract import BaseKVTiers, LoadResult, TierHit, TierInfo
-from radixrt.cache.tree_node import TreeNode
+from radixrt.cache.tree_node import TreeNode, path_nodes
 
 
 class KVTiers(BaseKVTiers):
@@ -227,12 +227,7 @@ class KVTiers(BaseKVTiers):
 
 def _path(node: TreeNode) -> tuple[list[int], torch.Tensor, int]:
     """The token path from the root to `node`'s end, its slots, and where `node` starts."""
-    chain: list[TreeNode] = []
-    cur: TreeNode | None = node
-    while cur is not None and cur.parent is not None:
-        chain.append(cur)
-        cur = cur.parent
-    chain.reverse()
+    chain = path_nodes(node)
     tokens = [t for n in chain for t in n.key]
     slots = torch.cat([n.slots for n in chain]) if chain else torch.empty(0, dtype=torch.int64)
     return tokens, slots, len(tokens) - len(node.key)

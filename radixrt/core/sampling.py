@@ -1,18 +1,15 @@
-"""Shared nouns of the runtime: sampling parameters, requests, finish reasons and batches.
-
-Everything here is plain Python (no torch) so the server and the language can use it.
-"""
+"""SamplingParams: how one request samples and when it stops, parsed from JSON-like dicts
+and validated here (the server, the Engine and the language all build them)."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 # Fields accepted by SamplingParams.from_dict besides the dataclass fields (aliases).
-_ALIASES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
+SAMPLING_ALIASES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Float ranges the float32 sampler handles without overflow or underflow (README.md).
@@ -65,7 +62,7 @@ class SamplingParams:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in d.items():
-            key = _ALIASES.get(key, key)
+            key = SAMPLING_ALIASES.get(key, key)
             if key not in names:
                 raise ValueError(f"unknown sampling parameter {key!r}")
             kwargs[key] = value
@@ -240,158 +237,3 @@ def _is_num(x: object) -> bool:
 def _is_int(x: object, low: int) -> bool:
     """An int (not a bool) in [low, INT64_MAX]."""
     return type(x) is int and low <= x <= INT64_MAX
-
-
-class FinishKind(str, enum.Enum):
-    STOP = "stop"  # EOS, a stop token id or a stop string
-    LENGTH = "length"  # max_new_tokens or the context length
-    ABORT = "abort"  # aborted by the client or rejected
-
-
-@dataclass(frozen=True, slots=True)
-class FinishReason:
-    kind: FinishKind
-    matched: int | str | None = None  # the stop token id or stop string that matched
-    message: str | None = None
-    # Set when the request ended in an error (always kind ABORT): 400 when the request
-    # itself cannot run, 500 for a fault of the runtime that only this request met. The
-    # server answers with this status; an abort asked for by a client has none.
-    status_code: int | None = None
-
-    @classmethod
-    def error(cls, message: str, status_code: int = 500) -> FinishReason:
-        return cls(FinishKind.ABORT, message=message, status_code=status_code)
-
-    @property
-    def is_error(self) -> bool:
-        return self.status_code is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"type": self.kind.value}
-        if self.matched is not None:
-            d["matched"] = self.matched
-        if self.message is not None:
-            d["message"] = self.message
-        if self.status_code is not None:
-            d["status_code"] = self.status_code
-        if self.kind == FinishKind.LENGTH:
-            d["length"] = None
-        return {k: v for k, v in d.items() if v is not None or k == "type"}
-
-
-# Pinned prefixes (radixrt/cache/pins.py holds the table that applies them).
-
-
-@dataclass(frozen=True, slots=True)
-class PinSpec:
-    """Pin the first `offset` tokens of a prompt (rounded down to whole pages) for `ttl_s`."""
-
-    offset: int
-    ttl_s: float
-    pin_id: str | None = None  # None: the prefix's own pin, shared by every spec naming it
-    sliding: bool = True  # a hit on the prefix moves the expiry to now + ttl_s
-    owner: str | None = None  # whose bound it counts against (a tenant); None: nobody's
-
-
-@dataclass(frozen=True, slots=True)
-class PinOutcome:
-    """What became of one PinSpec."""
-
-    offset: int
-    pinned: bool
-    tokens: int = 0  # tokens the pin holds (offset rounded down to a page)
-    new_tokens: int = 0  # tokens this call added to the pinned set
-    expire_at: float = 0.0  # wall clock
-    pin_id: str = ""
-    reason: str | None = None  # why not, when not pinned
-
-
-@dataclass(slots=True)
-class Req:
-    """One generation request as the scheduler sees it.
-
-    Token bookkeeping: `fill_ids` = prompt + output. The first `kv_len` of them have K/V in
-    the pool at slots `req_to_token[req_pool_idx, :kv_len]`. Of those, the first `cached_len`
-    slots are owned by the prefix cache (kept alive by the lock on `last_node`); slots
-    [cached_len, kv_len) are owned by this request until it hands them to the cache or frees
-    them. `cached_tokens` is the metric: prompt tokens served from the cache at admission.
-    """
-
-    rid: str
-    input_ids: list[int]
-    sampling_params: SamplingParams
-    extra_key: str | None = None  # prefix-cache namespace (cache salt / tenant)
-    output_ids: list[int] = field(default_factory=list)
-    req_pool_idx: int | None = None
-    kv_len: int = 0
-    cached_len: int = 0
-    cached_tokens: int = 0
-    # Of cached_tokens, how many each tier served ("device", "host", "disk"), and the seconds
-    # spent loading from the lower tiers; set at the first admission with tiers configured.
-    cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
-    cache_load_s: float = 0.0
-    # Prefix-cache handle (a locked tree node) while running; None when not holding one.
-    last_node: Any = None
-    extend_len: int = 0  # tokens this step computes (set by the scheduler per step)
-    finish_reason: FinishReason | None = None
-    # Logprobs: per output token (logprob, token id) and top-k [(logprob, id), ...].
-    output_logprobs: list[float] = field(default_factory=list)
-    output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
-    input_logprobs: list[float | None] = field(default_factory=list)
-    input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
-    # Stop-string scan state (scheduler/finish.py: StopState) once stop strings are checked,
-    # else None; it follows output_ids, which are kept across retraction.
-    stop_state: Any = None
-    num_retractions: int = 0
-    arrival_time: float = 0.0
-    first_token_time: float | None = None
-    generator: Any = None  # per-request torch.Generator when seeded
-    # Grammar state (scheduler/grammar_queue.py: GrammarState) while constrained, else None.
-    grammar: Any = None
-    # Prefixes of the prompt to pin once it finishes, and what became of each (in order).
-    pins: list[PinSpec] = field(default_factory=list)
-    pin_outcomes: list[PinOutcome] = field(default_factory=list)
-
-    @property
-    def fill_ids(self) -> list[int]:
-        return self.input_ids + self.output_ids
-
-    @property
-    def seq_len(self) -> int:
-        return len(self.input_ids) + len(self.output_ids)
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def is_finished(self) -> bool:
-        return self.finish_reason is not None
-
-    def finish(self, reason: FinishReason) -> None:
-        if self.finish_reason is None:
-            self.finish_reason = reason
-
-
-@dataclass(slots=True)
-class Batch:
-    """The requests of one forward pass; each computes `req.extend_len` new tokens.
-
-    A request with extend_len == 1 and kv_len > 0 is decoding; longer extends are prefill
-    chunks. One batch may mix both. `sample_mask[i]` says whether request i's last computed
-    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary.
-    """
-
-    reqs: list[Req]
-    sample_mask: list[bool]
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(r.extend_len for r in self.reqs)
-
-    @property
-    def is_decode(self) -> bool:
-        return all(r.extend_len == 1 and r.kv_len > 0 for r in self.reqs)
-
-    def __len__(self) -> int:
-        return len(self.reqs)

@@ -1,0 +1,15 @@
+"""The values the configs accept for their enumerated fields (the CLI lists them too)."""
+
+from __future__ import annotations
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+# radixrt/cpu/guard.py: auto times each C kernel against torch once per machine, keeps the faster.
+CPU_KERNEL_MODES = ("auto", "on", "off")
+# Weight-only quantization at load, from float checkpoints (CPU kernels; radixrt/cpu/layers.py).
+QUANTIZATIONS = ("int8",)
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
+# default.
+GRAMMAR_BACKEND_NAMES = ("auto", "llguidance", "outlines")

@@ -1,0 +1,72 @@
+"""RouterConfig (how requests spread over replicas or workers) and RouterServerConfig (the
+standalone router process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixrt.config.choices import LOG_LEVELS
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How requests are spread over replicas (`--dp`) or worker servers (the router)."""
+
+    router_policy: str = "cache_aware"  # a name from radixrt.routing.policy.ROUTING_POLICIES
+    # cache_aware follows the longest match when matched / prompt length exceeds this.
+    cache_threshold: float = 0.5
+    # Loads (requests in flight) are imbalanced when max - min > abs and max > rel * min;
+    # cache_aware then sends to the least loaded whatever the match.
+    balance_abs_threshold: int = 32
+    balance_rel_threshold: float = 1.5
+    max_tree_size: int = 1 << 20  # items (token ids or characters) kept per approximate tree
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cache_threshold <= 1:
+            raise ValueError(f"cache_threshold must be in [0, 1], got {self.cache_threshold}")
+        if self.balance_abs_threshold < 0:
+            raise ValueError(
+                f"balance_abs_threshold must be >= 0, got {self.balance_abs_threshold}"
+            )
+        if self.balance_rel_threshold < 1:
+            raise ValueError(
+                f"balance_rel_threshold must be >= 1, got {self.balance_rel_threshold}"
+            )
+        if self.max_tree_size < 1:
+            raise ValueError(f"max_tree_size must be >= 1, got {self.max_tree_size}")
+
+
+@dataclass(frozen=True)
+class RouterServerConfig:
+    """The standalone router process: its address and how it watches its workers."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None  # required from clients; also sent to the workers
+    # Keys with tenants and roles (radixrt/web/keys.py), as the workers' --api-key-file: the
+    # router checks them, keeps each tenant's prompts apart in its routing trees and passes
+    # the client's key on. Without it, different client keys are kept apart the same way.
+    api_key_file: str | None = None
+    shared_prefix_cache: bool = False  # one routing namespace for every tenant and key
+    log_level: str = "info"
+    health_check_interval_s: float = 2.0
+    health_failure_threshold: int = 2  # failed checks in a row that take a worker out
+    request_timeout_s: float = 600.0  # per forwarded request, from send to last byte
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65536), got {self.port}")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
+        if self.health_check_interval_s <= 0:
+            raise ValueError(
+                f"health_check_interval_s must be > 0, got {self.health_check_interval_s}"
+            )
+        if self.health_failure_threshold < 1:
+            raise ValueError(
+                f"health_failure_threshold must be >= 1, got {self.health_failure_threshold}"
+            )
+        if self.request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ValueError("give api_key or api_key_file, not both")

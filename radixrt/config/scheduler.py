@@ -1,0 +1,45 @@
+"""SchedulerConfig: batching limits, the admission policy, constrained decoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixrt.config.choices import GRAMMAR_BACKEND_NAMES, SCHEDULE_POLICIES
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Batching limits and the admission policy."""
+
+    max_running_requests: int = 64
+    chunked_prefill_size: int = 2048  # max prompt tokens computed per step
+    schedule_policy: str = "lpm"
+    # Decode steps reserved per running request when admitting new ones.
+    decode_reserve_tokens: int = 8
+    # A waiting request older than this (seconds) is admitted first, whatever the policy.
+    max_wait_s: float = 10.0
+    random_seed: int = 0
+    # Constrained decoding: the grammar backend, the compile time limit (a spec that takes
+    # longer is refused), whether tokens the grammar forces skip their decode steps, and
+    # whether a backend that bounds lengths masks tokens that could not finish in the budget.
+    grammar_backend: str = "auto"
+    grammar_timeout_s: float = 10.0
+    disable_jump_forward: bool = False
+    disable_grammar_budget: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
+        if self.chunked_prefill_size < 1:
+            raise ValueError(f"chunked_prefill_size must be >= 1, got {self.chunked_prefill_size}")
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(
+                f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
+            )
+        if self.grammar_backend not in GRAMMAR_BACKEND_NAMES:
+            raise ValueError(
+                f"grammar_backend must be one of {GRAMMAR_BACKEND_NAMES}, "
+                f"got {self.grammar_backend!r}"
+            )
+        if self.grammar_timeout_s <= 0:
+            raise ValueError(f"grammar_timeout_s must be > 0, got {self.grammar_timeout_s}")

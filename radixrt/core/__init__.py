@@ -1,0 +1,34 @@
+"""Shared nouns of the runtime: sampling parameters, requests, finish reasons and batches.
+
+Everything here is plain Python (no torch) so the server and the language can use it. Each
+noun lives in its own module; callers import them from `radixrt.core`.
+"""
+
+from __future__ import annotations
+
+from radixrt.core.finish import FinishKind, FinishReason
+from radixrt.core.pins import PinOutcome, PinSpec
+from radixrt.core.req import Batch, Req
+from radixrt.core.sampling import (
+    INT64_MAX,
+    INT64_MIN,
+    REPETITION_PENALTY_RANGE,
+    SAMPLING_ALIASES,
+    TEMPERATURE_RANGE,
+    SamplingParams,
+)
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "REPETITION_PENALTY_RANGE",
+    "TEMPERATURE_RANGE",
+    "SAMPLING_ALIASES",
+    "Batch",
+    "FinishKind",
+    "FinishReason",
+    "PinOutcome",
+    "PinSpec",
+    "Req",
+    "SamplingParams",
+]

@@ -1,0 +1,102 @@
+"""Req and Batch: one generation request as the scheduler sees it, and the requests of one
+forward pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixrt.core.finish import FinishReason
+from radixrt.core.pins import PinOutcome, PinSpec
+from radixrt.core.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class Req:
+    """One generation request as the scheduler sees it.
+
+    Token bookkeeping: `fill_ids` = prompt + output. The first `kv_len` of them have K/V in
+    the pool at slots `req_to_token[req_pool_idx, :kv_len]`. Of those, the first `cached_len`
+    slots are owned by the prefix cache (kept alive by the lock on `last_node`); slots
+    [cached_len, kv_len) are owned by this request until it hands them to the cache or frees
+    them. `cached_tokens` is the metric: prompt tokens served from the cache at admission.
+    """
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    extra_key: str | None = None  # prefix-cache namespace (cache salt / tenant)
+    output_ids: list[int] = field(default_factory=list)
+    req_pool_idx: int | None = None
+    kv_len: int = 0
+    cached_len: int = 0
+    cached_tokens: int = 0
+    # Of cached_tokens, how many each tier served ("device", "host", "disk"), and the seconds
+    # spent loading from the lower tiers; set at the first admission with tiers configured.
+    cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
+    cache_load_s: float = 0.0
+    # Prefix-cache handle (a locked tree node) while running; None when not holding one.
+    last_node: Any = None
+    extend_len: int = 0  # tokens this step computes (set by the scheduler per step)
+    finish_reason: FinishReason | None = None
+    # Logprobs: per output token (logprob, token id) and top-k [(logprob, id), ...].
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
+    input_logprobs: list[float | None] = field(default_factory=list)
+    input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
+    # Stop-string scan state (scheduler/finish.py: StopState) once stop strings are checked,
+    # else None; it follows output_ids, which are kept across retraction.
+    stop_state: Any = None
+    num_retractions: int = 0
+    arrival_time: float = 0.0
+    first_token_time: float | None = None
+    generator: Any = None  # per-request torch.Generator when seeded
+    # Grammar state (scheduler/grammar_queue.py: GrammarState) while constrained, else None.
+    grammar: Any = None
+    # Prefixes of the prompt to pin once it finishes, and what became of each (in order).
+    pins: list[PinSpec] = field(default_factory=list)
+    pin_outcomes: list[PinOutcome] = field(default_factory=list)
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.input_ids) + len(self.output_ids)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def finish(self, reason: FinishReason) -> None:
+        if self.finish_reason is None:
+            self.finish_reason = reason
+
+
+@dataclass(slots=True)
+class Batch:
+    """The requests of one forward pass; each computes `req.extend_len` new tokens.
+
+    A request with extend_len == 1 and kv_len > 0 is decoding; longer extends are prefill
+    chunks. One batch may mix both. `sample_mask[i]` says whether request i's last computed
+    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary.
+    """
+
+    reqs: list[Req]
+    sample_mask: list[bool]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.extend_len for r in self.reqs)
+
+    @property
+    def is_decode(self) -> bool:
+        return all(r.extend_len == 1 and r.kv_len > 0 for r in self.reqs)
+
+    def __len__(self) -> int:
+        return len(self.reqs)
