@@ -27,40 +27,28 @@ import time
 from abc import ABC, abstractmethod
 from typing import Protocol
 
-import msgspec
-
 from radixrt.cache.blocks import blocks_ending_in, chain_hashes, root_hash
+from radixrt.cache.kv_event_schema import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+    KVEventBatch,
+    block_hash,
+)
 from radixrt.cache.tree_node import TreeNode, path_key
 
-
-class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    """One change to the set of cached blocks."""
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[int]
-    parent_block_hash: int | None  # the block before the first one (None: at the root)
-    token_ids: list[int]  # the tokens of every block in `block_hashes`, in order
-    block_size: int
-    lora_id: int | None
-    medium: str | None  # "GPU" or "CPU": where the pool is
-    namespace: str | None = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[int]
-    medium: str | None
-    namespace: str | None = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
-    data_parallel_rank: int | None = None
+__all__ = [
+    "AllBlocksCleared",
+    "BaseKVEvents",
+    "BlockRemoved",
+    "BlockStored",
+    "KVCacheEvent",
+    "KVEventBatch",
+    "KVEvents",
+    "NoKVEvents",
+    "block_hash",
+]
 
 
 class EventSender(Protocol):
@@ -79,11 +67,6 @@ class NullSender:
 
     def close(self) -> None:
         pass
-
-
-def block_hash(chain_hash: bytes) -> int:
-    """The event hash of a block: its chain hash's first 8 bytes, as a non-negative int64."""
-    return int.from_bytes(chain_hash[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 class BaseKVEvents(ABC):

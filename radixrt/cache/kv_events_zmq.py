@@ -18,12 +18,11 @@ from collections import deque
 
 import msgspec
 
-from radixrt.cache.kv_events import KVEventBatch
+from radixrt.cache.kv_event_schema import END_SEQ, KVEventBatch
 from radixrt.config import KVEventsConfig
 
 logger = logging.getLogger("radixrt")
 
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
 POLL_S = 0.05
 
 
@@ -31,7 +30,7 @@ class ZmqEventPublisher:
     """Publishes batches on `config.endpoint` and answers replays on `config.replay_endpoint`;
     ValueError when an endpoint cannot be bound."""
 
-    def __init__(self, config: KVEventsConfig, port_offset: int = 0) -> None:
+    def __init__(self, config: KVEventsConfig, rank: int = 0) -> None:
         import zmq
 
         self._zmq = zmq
@@ -41,11 +40,11 @@ class ZmqEventPublisher:
         self._pub.setsockopt(zmq.SNDHWM, config.hwm)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._replay = None
-        self.endpoint = _offset(config.endpoint, port_offset)
+        self.endpoint, replay_endpoint = config.endpoints_for(rank)  # --dp: replica `rank`
         try:
             self._pub.bind(self.endpoint)
-            if config.replay_endpoint:
-                self.replay_endpoint = _offset(config.replay_endpoint, port_offset)
+            if replay_endpoint:
+                self.replay_endpoint = replay_endpoint
                 self._replay = self._ctx.socket(zmq.ROUTER)
                 self._replay.setsockopt(zmq.LINGER, 0)
                 self._replay.bind(self.replay_endpoint)
@@ -106,11 +105,3 @@ class ZmqEventPublisher:
             if seq >= start:
                 self._replay.send_multipart((client, b"", seq.to_bytes(8, "big"), payload))
         self._replay.send_multipart((client, b"", END_SEQ, b""))
-
-
-def _offset(endpoint: str, offset: int) -> str:
-    """`endpoint` with its port moved by `offset` (the replica index with --dp)."""
-    if not offset:
-        return endpoint
-    head, _, port = endpoint.rpartition(":")
-    return f"{head}:{int(port) + offset}"

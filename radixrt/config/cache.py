@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class KVEventsConfig:
     """`--kv-events-config` (JSON, vLLM's keys where they exist): where the tree's block
     events go (radixrt/cache/kv_events.py). Binds 127.0.0.1 unless an endpoint says otherwise;
-    with --dp N replica i adds i to both ports."""
+    with --dp N replica i moves both ports (`endpoints_for`)."""
 
     enable_kv_cache_events: bool = True
     publisher: str = "zmq"  # "zmq", or "null" (computed, not sent: for tests and timing)
@@ -21,6 +21,17 @@ class KVEventsConfig:
     buffer_steps: int = 10_000  # batches kept for replay
     hwm: int = 100_000  # ZMQ send high-water mark (batches a slow subscriber may lag)
     block_size: int = 16  # tokens per block (a multiple of page_size)
+
+    def endpoints_for(self, rank: int) -> tuple[str, str | None]:
+        """Replica `rank`'s (pub, replay) endpoints with `--dp`: both ports move by rank x
+        (1 + the distance between them), so no replica's port lands on another's."""
+        if not rank:
+            return self.endpoint, self.replay_endpoint
+        stride = 1
+        if self.replay_endpoint and _is_tcp(self.replay_endpoint) and _is_tcp(self.endpoint):
+            stride += abs(_port(self.replay_endpoint) - _port(self.endpoint))
+        replay = self.replay_endpoint and _moved(self.replay_endpoint, rank * stride)
+        return _moved(self.endpoint, rank * stride), replay
 
     @classmethod
     def parse(cls, text: str) -> KVEventsConfig:
@@ -48,7 +59,29 @@ class KVEventsConfig:
             )
         if cfg.block_size < 1 or cfg.buffer_steps < 1 or cfg.hwm < 0:
             raise ValueError("kv_events_config: block_size and buffer_steps must be >= 1, hwm >= 0")
+        for name in ("endpoint", "replay_endpoint"):
+            value = getattr(cfg, name)
+            if value is not None and not (_is_tcp(value) or value.startswith("ipc://")):
+                raise ValueError(
+                    f"kv_events_config: {name} must be tcp://HOST:PORT or ipc://PATH, not {value!r}"
+                )
         return cfg
+
+
+def _is_tcp(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://") and endpoint.rpartition(":")[2].isdigit()
+
+
+def _port(endpoint: str) -> int:
+    return int(endpoint.rpartition(":")[2])
+
+
+def _moved(endpoint: str, offset: int) -> str:
+    """A tcp endpoint's port plus `offset`; an ipc path with `.offset` appended."""
+    if not _is_tcp(endpoint):
+        return f"{endpoint}.{offset}"
+    head, _, port = endpoint.rpartition(":")
+    return f"{head}:{int(port) + offset}"
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,12 @@ class RouterServerConfig:
     health_check_interval_s: float = 2.0
     health_failure_threshold: int = 2  # failed checks in a row that take a worker out
     request_timeout_s: float = 600.0  # per forwarded request, from send to last byte
+    # Follow the workers' KV events (their --kv-events-config, read from /get_server_info)
+    # and route cache_aware on the blocks they really hold (radixrt/router/kv_feed.py).
+    kv_events: bool = False
+    # The workers' model folder, to tokenize prompts as they do with --kv-events; None: the
+    # first worker's model_path from /get_model_info (the router on the same machine).
+    tokenizer_path: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:

@@ -25,10 +25,12 @@ from starlette.responses import Response, StreamingResponse
 
 from radixrt.config import RouterConfig, RouterServerConfig
 from radixrt.router.handles import HandleHomes, add_handle_routes, named_handle, passed_headers
+from radixrt.router.kv_feed import KVEventFeed
 from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import Worker, WorkerPool
+from radixrt.routing.cache_aware import CacheAwarePolicy
 from radixrt.routing.keys import route_request
-from radixrt.routing.policy import make_policy
+from radixrt.routing.policy import BaseRoutingPolicy, make_policy
 from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (
     NOT_STARTED_HEADER,
@@ -72,7 +74,14 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         timeout=httpx.Timeout(config.request_timeout_s, connect=5.0),
         limits=httpx.Limits(max_connections=1024),
     )
-    pool = WorkerPool(urls, make_policy(router), config, client)
+    auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    feed = None
+    if config.kv_events:  # cache_aware over the blocks the workers' events report
+        feed = KVEventFeed([u.rstrip("/") for u in urls], client, auth, config.tokenizer_path)
+        policy: BaseRoutingPolicy = CacheAwarePolicy(router, make_index=feed.index_for)
+    else:
+        policy = make_policy(router)
+    pool = WorkerPool(urls, policy, config, client)
     keys = None
     if config.api_key_file is not None:  # read once here: a bad file stops the start-up
         keys = KeyStore(KeyRing.from_file(config.api_key_file), config.api_key_file)
@@ -84,19 +93,22 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keys.reload)
         await pool.check_all()
         pool.start()
+        if feed is not None:
+            feed.start()
         yield
+        if feed is not None:
+            await feed.close()
         await pool.close()
         await client.aclose()
 
     app = FastAPI(title="radixrt router", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.pool = pool
-    auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
 
     homes = HandleHomes()  # where each cache handle made through the router lives
 
     async def routed(request: Request) -> Response:
         owner = _owner(request, config.shared_prefix_cache)
-        return await _forward(request, pool, owner, homes)
+        return await _forward(request, pool, owner, homes, feed, config.shared_prefix_cache)
 
     for path in ROUTED_PATHS:
         app.add_api_route(path, routed, methods=["POST"])
@@ -127,7 +139,10 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
         require_admin(request, "/get_server_info")
-        return json_response(await router_info(pool, auth))
+        info = await router_info(pool, auth)
+        if feed is not None:
+            info["kv_events"] = feed.stats()
+        return json_response(info)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
@@ -182,7 +197,12 @@ def _owner(request: Request, shared: bool) -> str | None:
 
 
 async def _forward(
-    request: Request, pool: WorkerPool, owner: str | None, homes: HandleHomes
+    request: Request,
+    pool: WorkerPool,
+    owner: str | None,
+    homes: HandleHomes,
+    feed: KVEventFeed | None,
+    shared: bool,
 ) -> Response:
     """Send the request to the worker holding the cache handle it names, else the policy's
     worker, retrying elsewhere while it never started."""
@@ -193,6 +213,9 @@ async def _forward(
         parsed = None  # the worker answers 400
     path = request.url.path
     route = route_request(path, parsed, request.headers.get(SESSION_HEADER), owner)
+    if feed is not None:  # keyed by block hashes in the namespace the workers will use
+        namespace = identity_of(request).namespace(_salt(parsed), shared)
+        route = await feed.route(path, parsed, route.session, namespace)
     headers = passed_headers(request)
     home = homes.home(named_handle(path, parsed))
     tried: set[str] = set()
@@ -229,6 +252,14 @@ async def _forward(
             background=BackgroundTask(_release, resp, pool, worker),
         )
     return error_response("no healthy worker could take the request", 503)
+
+
+def _salt(body: object) -> str | None:
+    """The body's cache_salt (or extra_key), as the workers read it into the namespace."""
+    if not isinstance(body, dict):
+        return None
+    salt = body.get("cache_salt", body.get("extra_key"))
+    return salt if isinstance(salt, str) else None
 
 
 async def _relay(resp: httpx.Response) -> AsyncIterator[bytes]:

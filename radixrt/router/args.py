@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> RouterArgs:
         )
     except ValueError as e:
         parser.error(str(e))
+    if server.kv_events and router.router_policy != "cache_aware":
+        parser.error("--kv-events feeds the cache_aware policy: not with --router-policy "
+                     f"{router.router_policy}")  # fmt: skip
     urls = ns["worker_urls"]
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:

@@ -17,8 +17,8 @@ The prompt is then inserted into the chosen replica's tree, and the session move
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from radixrt.config import RouterConfig
 from radixrt.routing.approx_tree import ApproxTree
@@ -27,15 +27,30 @@ from radixrt.routing.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad, 
 MAX_SESSIONS = 65536  # session -> replica entries kept; least recently used go first
 
 
+class PrefixIndex(Protocol):
+    """What cache_aware knows of one replica's cache: an ApproxTree of the prompts sent there
+    (guesses), or a BlockIndex fed by the replica's KV events (routing/block_index.py)."""
+
+    def match(self, key: Sequence[Any]) -> int: ...
+
+    def insert(self, key: Sequence[Any]) -> None: ...
+
+    @property
+    def size(self) -> int: ...
+
+
 class CacheAwarePolicy(BaseRoutingPolicy):
-    """One ApproxTree per replica id, created when the replica is first seen, and the replica
-    id of each recent session."""
+    """One prefix index per replica id, made by `make_index` (default: an ApproxTree) when the
+    replica is first seen, and the replica id of each recent session."""
 
     name = "cache_aware"
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(
+        self, config: RouterConfig, make_index: Callable[[str], PrefixIndex] | None = None
+    ) -> None:
         super().__init__(config)
-        self.trees: dict[str, ApproxTree] = {}
+        self.make_index = make_index or (lambda worker_id: ApproxTree(config.max_tree_size))
+        self.trees: dict[str, PrefixIndex] = {}
         self.sessions: OrderedDict[str, str] = OrderedDict()  # session -> replica id
 
     def select(self, req: RouteRequest, workers: Sequence[WorkerLoad]) -> int:
@@ -75,10 +90,10 @@ class CacheAwarePolicy(BaseRoutingPolicy):
     def stats(self) -> dict[str, Any]:
         return {"tree_sizes": {wid: t.size for wid, t in self.trees.items()}}
 
-    def _tree(self, worker_id: str) -> ApproxTree:
+    def _tree(self, worker_id: str) -> PrefixIndex:
         tree = self.trees.get(worker_id)
         if tree is None:
-            tree = self.trees[worker_id] = ApproxTree(self.config.max_tree_size)
+            tree = self.trees[worker_id] = self.make_index(worker_id)
         return tree
 
     def _home(self, session: str | None, workers: Sequence[WorkerLoad]) -> int | None:

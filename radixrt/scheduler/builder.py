@@ -85,7 +85,7 @@ def build_events(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVEvents
         return NoKVEvents()
     rank = int(os.environ.get("RADIXRT_DP_RANK", "0"))
     sender: EventSender = (
-        ZmqEventPublisher(config, port_offset=rank) if config.publisher == "zmq" else NullSender()
+        ZmqEventPublisher(config, rank=rank) if config.publisher == "zmq" else NullSender()
     )
     medium = "GPU" if runner.allocator.device.type == "cuda" else "CPU"
     dp_rank = rank if "RADIXRT_DP_RANK" in os.environ else None

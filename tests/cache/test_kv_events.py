@@ -243,3 +243,23 @@ def busy_port_scenario(tiny_llama_path: str) -> None:
         port = busy.getsockname()[1]
         with pytest.raises(ValueError, match="cannot bind"):
             Engine(str(tiny_llama_path), kv_events_config=_config(port, _port()))
+
+
+def test_dp_replicas_never_share_a_port() -> None:
+    from radixrt.config import KVEventsConfig
+
+    ports = set()
+    for cfg in (KVEventsConfig(), KVEventsConfig(replay_endpoint="tcp://127.0.0.1:5560")):
+        ports.clear()
+        for rank in range(4):
+            pub, replay = cfg.endpoints_for(rank)
+            for endpoint in (pub, replay):
+                assert endpoint is not None
+                port = int(endpoint.rsplit(":", 1)[1])
+                assert port not in ports, (rank, endpoint)
+                ports.add(port)
+    assert KVEventsConfig().endpoints_for(1) == ("tcp://127.0.0.1:5559", "tcp://127.0.0.1:5560")
+    ipc = KVEventsConfig(endpoint="ipc:///tmp/ev", replay_endpoint=None)
+    assert ipc.endpoints_for(2) == ("ipc:///tmp/ev.2", None)
+    with pytest.raises(ValueError, match="tcp://HOST:PORT"):
+        KVEventsConfig.parse('{"endpoint": "localhost:5557"}')
