@@ -67,7 +67,20 @@ class KVEventFeed:
         return self.indexes.setdefault(worker_id, BlockIndex())
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._follow(url)) for url in self.urls]
+        self._tasks = [asyncio.create_task(self._guarded(url)) for url in self.urls]
+
+    async def _guarded(self, url: str) -> None:
+        """Follow `url`; a failure leaves that worker to guesses, never the router down."""
+        try:
+            await self._follow(url)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            logger.exception("--kv-events: stopped following %s", url)
+            self.status[url] = f"failed: {type(e).__name__}: {e} (routed by guesses)"
+            index = self.indexes[url]
+            index.sources.clear()  # no longer followed: what it said may go stale
+            index.guess_ttl_s = GUESS_ONLY_TTL_S
 
     async def close(self) -> None:
         for task in self._tasks:
