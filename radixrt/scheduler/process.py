@@ -104,6 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     recv_sock.connect(args.in_addr)
     send_sock.connect(args.out_addr)
     send_sock.setsockopt(zmq.LINGER, 2000)
+    # Loading and stepping run on one thread, so the process has one OpenMP thread pool: a
+    # load here and steps on another thread would make two, and libgomp then throttles its
+    # spin-waits (every parallel region pays a futex wake-up: decode steps 30-37 ms instead
+    # of 21-24 on 2 cores). The loop's thread is not the main one: torch's CPU kernels
+    # called from the main thread were measured slower when other processes compete.
+    status: list[int] = []
+    thread = threading.Thread(
+        target=lambda: status.append(_load_and_run(args, recv_sock, send_sock)),
+        name="scheduler-loop",
+    )
+    thread.start()
+    thread.join()
+    return status[0] if status else 1
+
+
+def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.Socket) -> int:
+    """Build the scheduler, announce ReadyMsg (FatalErrorMsg if it cannot), run the loop."""
     encoder = msgspec.msgpack.Encoder()
     try:
         from radixrt.scheduler.builder import build_scheduler
@@ -129,14 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     )
-    # The loop runs on its own thread, as in the Engine: torch's CPU kernels called from the
-    # main thread were measured several times slower when other processes compete for cores.
-    loop = SchedulerLoop(scheduler, ZmqTransport(recv_sock, send_sock, args.parent_pid))
-    status: list[int] = []
-    thread = threading.Thread(target=lambda: status.append(loop.run()), name="scheduler-loop")
-    thread.start()
-    thread.join()
-    return status[0] if status else 1
+    return SchedulerLoop(scheduler, ZmqTransport(recv_sock, send_sock, args.parent_pid)).run()
 
 
 if __name__ == "__main__":
