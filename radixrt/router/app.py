@@ -255,10 +255,13 @@ async def _forward(
 
 
 def _salt(body: object) -> str | None:
-    """The body's cache_salt (or extra_key), as the workers read it into the namespace."""
+    """The body's cache_salt, else its extra_key: the workers' rule for the namespace
+    (server/tenancy.py `namespace`; a body they refuse is routed all the same)."""
     if not isinstance(body, dict):
         return None
-    salt = body.get("cache_salt", body.get("extra_key"))
+    salt = body.get("cache_salt")
+    if salt is None:
+        salt = body.get("extra_key")
     return salt if isinstance(salt, str) else None
 
 

@@ -61,6 +61,7 @@ class KVEventFeed:
         self._decoder = msgspec.msgpack.Decoder(KVEventBatch)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="radixrt-router-tokenize")
         self._tasks: list[asyncio.Task[None]] = []
+        self._tokenizer_task: asyncio.Task[None] | None = None
 
     def index_for(self, worker_id: str) -> BlockIndex:
         """The policy's index of a worker (the same object for the feed's lifetime)."""
@@ -83,9 +84,10 @@ class KVEventFeed:
             index.guess_ttl_s = GUESS_ONLY_TTL_S
 
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._tokenizer_task] if self._tokenizer_task else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._ctx.destroy(linger=0)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -94,6 +96,8 @@ class KVEventFeed:
     ) -> RouteRequest:
         """The request keyed by its prompt's block hashes in `namespace` (empty while the
         tokenizer or the block size is not known yet, or for a body without a prompt)."""
+        if self._tokenizer_task is not None and not self._tokenizer_task.done():
+            await asyncio.shield(self._tokenizer_task)  # the first requests wait for the load
         tokenizer, block_size = self.tokenizer, self.block_size
         if tokenizer is None or block_size is None:
             return RouteRequest((), session)
@@ -124,8 +128,8 @@ class KVEventFeed:
             return
         if self.block_size is None:
             self.block_size = config.block_size
-        if self.tokenizer is None:
-            await self._load_tokenizer(url)
+        if self._tokenizer_task is None:  # one load for every worker, beside the subscriptions
+            self._tokenizer_task = asyncio.create_task(self._load_tokenizer(url))
         dp = int(info.get("server_config", {}).get("dp_size", 1))
         host = urlsplit(url).hostname or "127.0.0.1"
         subs = []
@@ -147,11 +151,11 @@ class KVEventFeed:
             await asyncio.sleep(RETRY_S)
 
     async def _load_tokenizer(self, url: str) -> None:
-        path = self.tokenizer_path
-        if path is None:
-            r = await self.client.get(url + "/get_model_info", headers=self.headers)
-            path = r.json().get("model_path")
         try:
+            path = self.tokenizer_path
+            if path is None:
+                r = await self.client.get(url + "/get_model_info", headers=self.headers)
+                path = r.json().get("model_path")
             loop = asyncio.get_running_loop()
             self.tokenizer = await loop.run_in_executor(self._pool, PromptTokenizer, str(path))
         except Exception as e:

@@ -75,7 +75,7 @@ class BlockIndex:
         now = time.monotonic()
         n = 0
         for h in key:
-            if any(h in blocks for blocks in self.sources.values()):
+            if self._held(h):
                 n += 1
                 continue
             expiry = self.guesses.get(h)
@@ -88,7 +88,7 @@ class BlockIndex:
         """`key` was just routed here: guess its blocks until events confirm them."""
         expiry = time.monotonic() + self.guess_ttl_s
         for h in key:
-            if not any(h in blocks for blocks in self.sources.values()):
+            if not self._held(h):
                 self.guesses[h] = expiry
                 self.guesses.move_to_end(h)
         now = expiry - self.guess_ttl_s
@@ -96,6 +96,10 @@ class BlockIndex:
             len(self.guesses) > MAX_GUESSES or next(iter(self.guesses.values())) < now
         ):
             self.guesses.popitem(last=False)  # oldest first: expiries are in insertion order
+
+    def _held(self, h: int) -> bool:
+        """Whether any source reported block `h` stored."""
+        return any(h in blocks for blocks in self.sources.values())
 
     @property
     def size(self) -> int:
