@@ -6,13 +6,19 @@ from dataclasses import dataclass
 
 from radixrt.config.choices import GRAMMAR_BACKEND_NAMES, SCHEDULE_POLICIES
 
+# Default prompt tokens per step by device type. On CPU a step of 1024 keeps decode steps of
+# running requests from waiting behind a long prefill (measured on 2 cores, docs/benchmarks.md
+# section 8: TTFT median 4.6 s against 6.4 s at 2048, and more requests per second).
+PREFILL_CHUNK = {"cpu": 1024, "cuda": 2048}
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Batching limits and the admission policy."""
 
     max_running_requests: int = 64
-    chunked_prefill_size: int = 2048  # max prompt tokens computed per step
+    # Max prompt tokens computed per step; None: the device's default (PREFILL_CHUNK).
+    chunked_prefill_size: int | None = None
     schedule_policy: str = "lpm"
     # Decode steps reserved per running request when admitting new ones.
     decode_reserve_tokens: int = 8
@@ -30,7 +36,7 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
-        if self.chunked_prefill_size < 1:
+        if self.chunked_prefill_size is not None and self.chunked_prefill_size < 1:
             raise ValueError(f"chunked_prefill_size must be >= 1, got {self.chunked_prefill_size}")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
@@ -43,3 +49,9 @@ class SchedulerConfig:
             )
         if self.grammar_timeout_s <= 0:
             raise ValueError(f"grammar_timeout_s must be > 0, got {self.grammar_timeout_s}")
+
+    def prefill_chunk(self, device_type: str) -> int:
+        """Prompt tokens computed per step at most on a device of this type."""
+        if self.chunked_prefill_size is not None:
+            return self.chunked_prefill_size
+        return PREFILL_CHUNK.get(device_type, PREFILL_CHUNK["cuda"])

@@ -67,6 +67,7 @@ class Scheduler:
         self.kv = kv
         self.finish = finish
         self.config = config
+        self.prefill_chunk = config.prefill_chunk(runner.device.type)  # prompt tokens per step
         self.sampler = Sampler(runner.arch.vocab_size, finish.eos_token_ids)
         self.policy = SchedulePolicy(
             config.schedule_policy, self._match, config.max_wait_s, config.random_seed
@@ -187,7 +188,7 @@ class Scheduler:
             self._retract(decoding.pop())  # newest last: it gives up its slots first
         for r in decoding:
             r.extend_len = 1
-        budget = self.config.chunked_prefill_size
+        budget = self.prefill_chunk
         prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
         reserved = len(decoding) * self.config.decode_reserve_tokens
         avail = self.kv.available_size - self._decode_slots(decoding)
