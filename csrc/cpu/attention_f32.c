@@ -132,6 +132,208 @@ static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const
     }
 }
 
+// ---- Cascade decode: a prefix shared by several requests is read once per layer ----------
+//
+// The radix tree gives every request that hits a cached prefix the same KV slots for it, so
+// requests whose slot rows begin with the same run of at least MIN_SHARED slots form a group.
+// A group's queries (all its members' heads, laid out (hkv, members, g, d)) attend over the
+// shared run in key ranges, each K and V row read once for all of them; each member then
+// attends over its own remaining keys; the partial softmaxes are merged per request and head
+// as in attend_ranges. Requests in no group have one suffix item over all their keys.
+#ifndef MIN_SHARED
+#define MIN_SHARED 64  // shorter shared runs are attended per request (grouping would not pay)
+#endif
+#ifndef SHARED_RANGE_KEYS
+#define SHARED_RANGE_KEYS 128  // keys per range of a group's shared run (at least)
+#endif
+
+typedef struct {
+  int64_t first, count, shared;  // members order[first .. first+count), shared slots
+  float* q;                      // gathered queries (hkv, count, g, d)
+} group_t;
+
+typedef struct {
+  int64_t group, req, l0, l1;  // group >= 0: a range of its shared run; else request req's keys
+  int64_t off;                 // of part in the plan's buffer
+  float* part;                 // unnormalised outputs (nq, d), then (max, sum) per query
+} item_t;
+
+static int64_t common_slots(const int32_t* a, const int32_t* b, int64_t n) {
+  int64_t l = 0;
+  while (l < n && a[l] == b[l]) ++l;
+  return l;
+}
+
+// Groups of requests sharing their first slots; grp[i] = group of request i or -1, pos[i] its
+// index among the group's members. Returns the number of groups (0: nothing shared).
+static int64_t find_groups(const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
+                           const int64_t* seq_lens, int64_t b, int64_t* grp, int64_t* pos,
+                           int64_t* order, group_t* groups) {
+  int64_t ng = 0, n = 0;
+  for (int64_t i = 0; i < b; ++i) grp[i] = -1;
+  for (int64_t i = 0; i < b; ++i) {
+    if (grp[i] != -1) continue;
+    const int32_t* ri = req_to_token + rows[i] * ld_table;
+    int64_t shared = seq_lens[i] - 1;  // every member keeps at least one key of its own
+    const int64_t first = n;
+    order[n++] = i;
+    for (int64_t j = i + 1; j < b && shared >= MIN_SHARED; ++j) {
+      const int32_t* rj = req_to_token + rows[j] * ld_table;
+      if (grp[j] != -1 || rj[0] != ri[0]) continue;
+      const int64_t cap = shared < seq_lens[j] - 1 ? shared : seq_lens[j] - 1;
+      const int64_t lcp = common_slots(ri, rj, cap);
+      if (lcp < MIN_SHARED) continue;
+      grp[j] = ng;
+      order[n++] = j;
+      shared = lcp < shared ? lcp : shared;
+    }
+    if (n - first < 2) {
+      n = first;  // alone: attended over all its keys
+      continue;
+    }
+    grp[i] = ng;
+    for (int64_t t = first; t < n; ++t) pos[order[t]] = t - first;
+    groups[ng++] = (group_t){first, n - first, shared, 0};
+  }
+  return ng;
+}
+
+// Query head j of request i from the group's layout.
+static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j) {
+  return ((j / g) * count + t) * g + j % g;
+}
+
+// Returns 0, or -1 when memory for the plan ran out (the caller then attends per request).
+static int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
+                         const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
+                         const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
+                         int64_t hkv, int64_t d, float scale) {
+  const int64_t g = hq / hkv, slot_len = hkv * d;
+  int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)(3 * b));
+  group_t* groups = (group_t*)malloc(sizeof(group_t) * (size_t)b);
+  if (!idx || !groups) {
+    free(idx);
+    free(groups);
+    return -1;
+  }
+  int64_t *grp = idx, *pos = idx + b, *order = idx + 2 * b;
+  const int64_t ng = find_groups(req_to_token, ld_table, rows, seq_lens, b, grp, pos, order,
+                                 groups);
+  if (ng == 0) {
+    free(idx);
+    free(groups);
+    return -1;
+  }
+  // Items: each group's shared run in ranges, then every request's own keys. Sizes first.
+  int64_t n_items = b, floats = 0, max_sc = 0;
+  for (int64_t k = 0; k < ng; ++k) {
+    int64_t r = groups[k].shared / SHARED_RANGE_KEYS;
+    n_items += r < 1 ? 1 : r > MAX_RANGES ? MAX_RANGES : r;
+  }
+  item_t* items = (item_t*)malloc(sizeof(item_t) * (size_t)n_items);
+  int64_t n = 0;
+  for (int64_t k = 0; items && k < ng; ++k) {
+    const group_t* gr = &groups[k];
+    const int64_t nq = hq * gr->count;
+    int64_t r = gr->shared / SHARED_RANGE_KEYS;
+    r = r < 1 ? 1 : r > MAX_RANGES ? MAX_RANGES : r;
+    const int64_t span = (gr->shared + r - 1) / r;
+    for (int64_t l0 = 0; l0 < gr->shared; l0 += span, ++n) {
+      const int64_t l1 = l0 + span < gr->shared ? l0 + span : gr->shared;
+      items[n] = (item_t){k, -1, l0, l1, floats, 0};
+      floats += nq * (d + 2);
+      max_sc = nq * (l1 - l0) > max_sc ? nq * (l1 - l0) : max_sc;
+    }
+    floats += nq * d;  // the gathered queries
+  }
+  for (int64_t i = 0; items && i < b; ++i, ++n) {
+    const int64_t l0 = grp[i] >= 0 ? groups[grp[i]].shared : 0;
+    items[n] = (item_t){-1, i, l0, seq_lens[i], floats, 0};
+    floats += hq * (d + 2);
+    max_sc = hq * (seq_lens[i] - l0) > max_sc ? hq * (seq_lens[i] - l0) : max_sc;
+  }
+  float* buf = items ? (float*)malloc(sizeof(float) * (size_t)floats) : 0;
+  if (!buf) {
+    free(items);
+    free(idx);
+    free(groups);
+    return -1;
+  }
+  for (int64_t k = 0; k < n; ++k) items[k].part = buf + items[k].off;
+  // Gather each group's queries after its items' parts: (hkv, count, g, d).
+  for (int64_t k = 0, it = 0; k < ng; ++k) {
+    group_t* gr = &groups[k];
+    while (items[it].group == k) ++it;
+    gr->q = items[it - 1].part + hq * gr->count * (d + 2);
+    for (int64_t t = 0; t < gr->count; ++t)
+      for (int64_t j = 0; j < hq; ++j)
+        memcpy(gr->q + group_query(gr->count, g, t, j) * d, q + order[gr->first + t] * ldq + j * d,
+               sizeof(float) * (size_t)d);
+  }
+#pragma omp parallel
+  {
+    float* sc = (float*)malloc(sizeof(float) * (size_t)(max_sc + 16));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t k = 0; k < n; ++k) {
+      const item_t* it = &items[k];
+      const int64_t count = it->group >= 0 ? groups[it->group].count : 1;
+      float* ml = it->part + hq * count * d;
+      if (!sc) {  // no scratch memory: the rows read NaN rather than stale values
+        for (int64_t j = 0; j < hq * count; ++j) ml[2 * j] = NAN, ml[2 * j + 1] = 0.0f;
+        continue;
+      }
+      if (it->group >= 0) {
+        const group_t* gr = &groups[it->group];
+        const int32_t* slots = req_to_token + rows[order[gr->first]] * ld_table;
+        attend_heads(gr->q, it->part, g * count, 0, hkv, k_buf, v_buf, slots + it->l0,
+                     it->l1 - it->l0, slot_len, d, scale, sc, ml);
+      } else {
+        const int32_t* slots = req_to_token + rows[it->req] * ld_table;
+        attend_heads(q + it->req * ldq, it->part, g, 0, hkv, k_buf, v_buf, slots + it->l0,
+                     it->l1 - it->l0, slot_len, d, scale, sc, ml);
+      }
+    }
+    free(sc);
+    // Merge: request i's head j from its group's ranges (if any) and its own item.
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < b; ++i) {
+      const item_t* own = &items[n - b + i];
+      const group_t* gr = grp[i] >= 0 ? &groups[grp[i]] : 0;
+      int64_t first = 0, last = 0;  // the group's range items
+      if (gr) {
+        while (items[first].group != grp[i]) ++first;
+        for (last = first; last < n && items[last].group == grp[i]; ++last) {
+        }
+      }
+      for (int64_t j = 0; j < hq; ++j) {
+        float m = own->part[hq * d + 2 * j], den = 0.0f;
+        const int64_t jg = gr ? group_query(gr->count, g, pos[i], j) : 0;
+        const int64_t nqg = gr ? hq * gr->count : 0;
+        for (int64_t k = first; k < last; ++k) {
+          const float mr = items[k].part[nqg * d + 2 * jg];
+          m = mr > m || isnan(mr) ? mr : m;
+        }
+        float* dst = out + i * ldo + j * d;
+        for (int64_t c = 0; c < d; ++c) dst[c] = 0.0f;
+        for (int64_t k = first; k <= last; ++k) {
+          const int own_item = k == last;
+          const float* pr = own_item ? own->part : items[k].part;
+          const int64_t jj = own_item ? j : jg, nq = own_item ? hq : nqg;
+          const float w = expf(pr[nq * d + 2 * jj] - m);
+          den += w * pr[nq * d + 2 * jj + 1];
+          for (int64_t c = 0; c < d; ++c) dst[c] += w * pr[jj * d + c];
+        }
+        for (int64_t c = 0; c < d; ++c) dst[c] /= den;
+      }
+    }
+  }
+  free(buf);
+  free(items);
+  free(idx);
+  free(groups);
+  return 0;
+}
+
 void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
                              const float* v_new, int64_t ld_new, float* k_buf, float* v_buf,
                              const int64_t* out_loc, const int32_t* req_to_token,
@@ -146,6 +348,10 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
     memcpy(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, sizeof(float) * (size_t)slot_len);
     memcpy(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, sizeof(float) * (size_t)slot_len);
   }
+  // Requests sharing a cached prefix: it is read once for all of them (attend_shared).
+  if (b > 1 && attend_shared(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens, out,
+                             ldo, b, hq, hkv, d, scale) == 0)
+    return;
   // Few requests over long contexts: one work item per (request, key range), all heads, the
   // ranges' partial softmaxes merged afterwards. Few requests otherwise: one per (request,
   // KV head). Else one per request, all heads.

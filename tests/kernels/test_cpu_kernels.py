@@ -141,6 +141,45 @@ def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int, ma
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def _shared_prefix_table(prefix: int, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows as the radix tree hands them out: requests 0-4 share `prefix` slots (request 3
+    diverges 7 earlier, request 4's only own slot is its new one), 5-6 share another run, 7 is
+    alone, 8 starts like 0-4 but diverges after 10 slots, 9 has one key."""
+    order = torch.randperm(slots).int().tolist()
+    take = lambda n: [order.pop() for _ in range(n)]  # noqa: E731
+    a, b2 = take(prefix), take(prefix // 2 + 40)
+    rows = [a + take(n) for n in (1, 24, 90)]
+    rows += [a[: prefix - 7] + take(30), a + take(1), b2 + take(5), b2 + take(17), take(prefix)]
+    rows += [a[:10] + take(prefix), take(1)]
+    table = torch.zeros(len(rows) + 1, max(map(len, rows)) + 3, dtype=torch.int32)
+    for i, r in enumerate(rows):
+        table[i + 1, : len(r)] = torch.tensor(r, dtype=torch.int32)
+    return table, torch.tensor([len(r) for r in rows])
+
+
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (8, 2, 24)])
+@pytest.mark.parametrize("prefix", [70, 530, 1500])
+def test_decode_attention_over_shared_prefixes_matches_sdpa(
+    hq: int, hkv: int, d: int, prefix: int
+) -> None:
+    """Requests whose rows begin with the same slots (a prefix hit in the radix tree) attend
+    over it once per group (cascade), in one or several key ranges, merged with their own
+    keys: the same outputs as attending request by request."""
+    torch.manual_seed(8)
+    slots = 12 * prefix + 600
+    table, lens = _shared_prefix_table(prefix, slots)
+    k_buf, v_buf = torch.randn(slots, hkv, d), torch.randn(slots, hkv, d)
+    rows = torch.arange(1, len(lens) + 1)
+    out_loc = torch.stack([table[r, n - 1].long() for r, n in zip(rows.tolist(), lens.tolist())])
+    qkv = torch.randn(len(lens), (hq + 2 * hkv) * d)
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    kb, vb = k_buf.clone(), v_buf.clone()
+    got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
+    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    assert torch.equal(k_buf, kb) and torch.equal(v_buf, vb)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_decode_attention_takes_k_and_v_of_other_layouts(batch: int) -> None:
     """k fresh (rotated by torch), v a view of qkv: one row needs no common stride; more rows

@@ -104,6 +104,7 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
     model = ["--model-path", args.model_path] if args.model_path else []
     py = sys.executable
     radixrt = [py, "-m", "radixrt.launch_server", *model, "--host", "127.0.0.1"]
+    radixrt += shlex.split(args.radixrt_args)
     no_eos = peers.eos_logit_bias(args.model_path)
     threads = str(args.threads)
     out: dict[str, Peer] = {
@@ -238,6 +239,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--slots", type=int, default=16, help="llama-server's parallel slots")
+    p.add_argument(
+        "--radixrt-args", default="", help="more flags for radixrt's servers, one string"
+    )
     p.add_argument("--rounds", type=int, default=1, help="runs of everything; medians reported")
     p.add_argument("--out-dir", type=Path, default=Path("docs/bench/cpu-peers"))
     args = p.parse_args(argv)
