@@ -146,6 +146,12 @@ static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const
 #ifndef SHARED_RANGE_KEYS
 #define SHARED_RANGE_KEYS 128  // keys per range of a group's shared run (at least)
 #endif
+#ifndef GROUP_GEMM_QUERIES
+#define GROUP_GEMM_QUERIES 24  // queries per KV head from which attend_group pays its transposes
+#endif
+#ifndef MAX_GROUP_RANGES
+#define MAX_GROUP_RANGES 64  // ranges of a group's shared run at most
+#endif
 
 typedef struct {
   int64_t first, count, shared;  // members order[first .. first+count), shared slots
@@ -203,6 +209,71 @@ static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j
   return ((j / g) * count + t) * g + j % g;
 }
 
+#if defined(RT_SIMD)
+#define QB 4  // queries per register block of attend_group's scores
+// attend_heads for a group's queries (ml != NULL): q (hkv, gq, d) over `len` keys of every KV
+// head. Many queries share each key here, so a head's keys are first transposed into kt
+// (d, lenp), lenp = len rounded up to 2*VW (zeros past len), and each block of QB queries
+// takes its scores as a small matrix product, 2*VW keys at a time: broadcast FMAs, no
+// per-key reductions. sc: scratch (hkv * gq, lenp).
+static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, const float* k_buf,
+                         const float* v_buf, const int32_t* slots, int64_t len, int64_t slot_len,
+                         int64_t d, float scale, float* sc, float* kt, float* ml) {
+  const int64_t lenp = (len + 2 * VW - 1) / (2 * VW) * (2 * VW);
+  const vf vs = vset1(scale);
+  float qb[QB * 128];
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t l = 0; l < len; ++l) {
+      const float* krow = k_buf + (int64_t)slots[l] * slot_len + h * d;
+      for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = krow[c];
+    }
+    for (int64_t c = 0; c < d; ++c)
+      for (int64_t l = len; l < lenp; ++l) kt[c * lenp + l] = 0.0f;
+    for (int64_t j0 = 0; j0 < gq; j0 += QB) {
+      const int64_t nb = gq - j0 < QB ? gq - j0 : QB;
+      for (int64_t r = 0; r < QB; ++r)  // the block's queries, (QB, d) with zero rows past nb
+        for (int64_t c = 0; c < d; ++c) qb[r * d + c] = r < nb ? q[(h * gq + j0 + r) * d + c] : 0;
+      for (int64_t l = 0; l < lenp; l += 2 * VW) {
+        vf a0[QB], a1[QB];
+        for (int r = 0; r < QB; ++r) a0[r] = a1[r] = vzero();
+        for (int64_t c = 0; c < d; ++c) {
+          const vf k0 = vload(kt + c * lenp + l), k1 = vload(kt + c * lenp + l + VW);
+          for (int r = 0; r < QB; ++r) {
+            const vf qv = vset1(qb[r * d + c]);
+            a0[r] = vfma(qv, k0, a0[r]);
+            a1[r] = vfma(qv, k1, a1[r]);
+          }
+        }
+        for (int64_t r = 0; r < nb; ++r) {
+          float* row = sc + (h * gq + j0 + r) * lenp + l;
+          vstore(row, vmul(vs, a0[r]));
+          vstore(row + VW, vmul(vs, a1[r]));
+        }
+      }
+    }
+  }
+  for (int64_t j = 0; j < hkv * gq; ++j) {  // unnormalised: (max, sum) of each row to ml
+    float* row = sc + j * lenp;
+    ml[2 * j] = max_f32(row, len);
+    ml[2 * j + 1] = softmax_numerators(row, len, ml[2 * j]);
+  }
+  for (int64_t h = 0; h < hkv; ++h)
+    for (int64_t j = h * gq; j < (h + 1) * gq; ++j) {
+      float* o = out + j * d;
+      const float* p = sc + j * lenp;
+      if (d == 64) {
+        weighted_rows_64(p, v_buf + h * d, slots, len, slot_len, o);
+      } else if (d == 128) {
+        weighted_rows_128(p, v_buf + h * d, slots, len, slot_len, o);
+      } else {
+        memset(o, 0, sizeof(float) * (size_t)d);
+        for (int64_t l = 0; l < len; ++l)
+          axpy_f32(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * d, d);
+      }
+    }
+}
+#endif
+
 // Returns 0, or -1 when memory for the plan ran out (the caller then attends per request).
 static int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
@@ -225,10 +296,10 @@ static int attend_shared(const float* q, int64_t ldq, const float* k_buf, const 
     return -1;
   }
   // Items: each group's shared run in ranges, then every request's own keys. Sizes first.
-  int64_t n_items = b, floats = 0, max_sc = 0;
+  int64_t n_items = b, floats = 0, max_sc = 0, max_kt = 0;
   for (int64_t k = 0; k < ng; ++k) {
-    int64_t r = groups[k].shared / SHARED_RANGE_KEYS;
-    n_items += r < 1 ? 1 : r > MAX_RANGES ? MAX_RANGES : r;
+    const int64_t r = groups[k].shared / SHARED_RANGE_KEYS;
+    n_items += r < 1 ? 1 : r > MAX_GROUP_RANGES ? MAX_GROUP_RANGES : r;
   }
   item_t* items = (item_t*)malloc(sizeof(item_t) * (size_t)n_items);
   int64_t n = 0;
@@ -236,13 +307,14 @@ static int attend_shared(const float* q, int64_t ldq, const float* k_buf, const 
     const group_t* gr = &groups[k];
     const int64_t nq = hq * gr->count;
     int64_t r = gr->shared / SHARED_RANGE_KEYS;
-    r = r < 1 ? 1 : r > MAX_RANGES ? MAX_RANGES : r;
+    r = r < 1 ? 1 : r > MAX_GROUP_RANGES ? MAX_GROUP_RANGES : r;
     const int64_t span = (gr->shared + r - 1) / r;
     for (int64_t l0 = 0; l0 < gr->shared; l0 += span, ++n) {
       const int64_t l1 = l0 + span < gr->shared ? l0 + span : gr->shared;
       items[n] = (item_t){k, -1, l0, l1, floats, 0};
       floats += nq * (d + 2);
-      max_sc = nq * (l1 - l0) > max_sc ? nq * (l1 - l0) : max_sc;
+      max_sc = nq * (l1 - l0 + 32) > max_sc ? nq * (l1 - l0 + 32) : max_sc;  // attend_group's
+      max_kt = d * (l1 - l0 + 32) > max_kt ? d * (l1 - l0 + 32) : max_kt;    // padded rows
     }
     floats += nq * d;  // the gathered queries
   }
@@ -272,7 +344,7 @@ static int attend_shared(const float* q, int64_t ldq, const float* k_buf, const 
   }
 #pragma omp parallel
   {
-    float* sc = (float*)malloc(sizeof(float) * (size_t)(max_sc + 16));
+    float* sc = (float*)malloc(sizeof(float) * (size_t)(max_sc + max_kt + 16));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t k = 0; k < n; ++k) {
       const item_t* it = &items[k];
@@ -285,6 +357,13 @@ static int attend_shared(const float* q, int64_t ldq, const float* k_buf, const 
       if (it->group >= 0) {
         const group_t* gr = &groups[it->group];
         const int32_t* slots = req_to_token + rows[order[gr->first]] * ld_table;
+#if defined(RT_SIMD)
+        if (d <= 128 && g * count >= GROUP_GEMM_QUERIES) {
+          attend_group(gr->q, it->part, g * count, hkv, k_buf, v_buf, slots + it->l0,
+                       it->l1 - it->l0, slot_len, d, scale, sc, sc + max_sc, ml);
+          continue;
+        }
+#endif
         attend_heads(gr->q, it->part, g * count, 0, hkv, k_buf, v_buf, slots + it->l0,
                      it->l1 - it->l0, slot_len, d, scale, sc, ml);
       } else {

@@ -1,5 +1,6 @@
 """The float32 CPU model with radixrt's C kernels on gives the tokens and logprobs it gives
-with them off (torch ops), for Llama and Qwen2 (q/k/v bias), decode and mixed batches."""
+with them off (torch ops), for Llama and Qwen2 (q/k/v bias), decode and mixed batches, and
+requests decoding over one cached prefix (the kernel reads it once for the group)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ PARAMS = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True, "return_
 
 # One request over 1100+ keys: decode attention splits its keys into ranges (csrc/cpu).
 LONG_IDS = [256 + (i * 7919) % 40000 for i in range(1100)]
+# Five requests over one 150-token prefix, then their own 3-40 tokens.
+SHARED_IDS = [[300 + (i * 104729) % 30000 for i in range(150)] + [500 + j] * (3 + 9 * j)
+              for j in range(5)]  # fmt: skip
 
 
 def _run(path: Path, disable: bool) -> list[dict]:
@@ -32,6 +36,8 @@ def _run(path: Path, disable: bool) -> list[dict]:
         assert all(type(m).__name__ == layer for m in runner.model.model.layers)
         outs = e.generate(PROMPTS, PARAMS)
         outs.append(e.generate(input_ids=LONG_IDS, sampling_params=PARAMS))
+        outs += e.generate(input_ids=SHARED_IDS, sampling_params=PARAMS)
+        assert sum(o["meta_info"]["cached_tokens"] >= 150 for o in outs[-5:]) >= 4
         assert_pool_whole(e)
     return outs
 
