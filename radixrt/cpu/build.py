@@ -38,10 +38,11 @@ CPU_SOURCES = (
     "gemm.c",
     "ops_f32.c",
     "attention_f32.c",
+    "attention_shared.c",
     "extend_attention_f32.c",
     "layer_f32.c",
 )
-CPU_HEADERS = ("rt_cpu.h", "simd.h", "attention_rows.h")
+CPU_HEADERS = ("rt_cpu.h", "simd.h", "attention_rows.h", "attention_heads.h")
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 ISAS = ("avx512", "avx2", "portable")  # best first
 # Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.

@@ -1,0 +1,80 @@
+// Query heads of one request (or of a group of requests) attending over a run of KV slots:
+// the work item of the decode attention (internal header of attention_f32.c and
+// attention_shared.c).
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attention_rows.h"
+
+// Query heads [h0*g, h1*g) of one request (q (hq, d), out (hq, d)) attend over `len` slots
+// through KV heads [h0, h1): one pass over the K rows, then one over the V rows, each reading
+// the (h1 - h0) * d contiguous floats of a slot once for all their query heads.
+// sc: scratch ((h1 - h0) * g, len). With ml == NULL the output rows are the attention
+// outputs; else they are left unnormalised (sum of exp(score - max) * v) and the max and the
+// sum of exp(score - max) of query head q0 + j go to ml[2j], ml[2j + 1] (one key range's
+// part of a split softmax).
+static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int64_t h1,
+                         const float* k_buf, const float* v_buf, const int32_t* slots,
+                         int64_t len, int64_t slot_len, int64_t d, float scale, float* sc,
+                         float* ml) {
+  const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
+  int64_t l0 = 0;
+#if defined(RT_SIMD)
+  if (d % VW == 0) {  // VW keys at a time: VW dot products, then one transposing reduction
+    for (; l0 + VW <= len; l0 += VW)
+      for (int64_t h = h0, j = 0; h < h1; ++h)
+        for (int64_t r = 0; r < g; ++r, ++j)
+          vstore(sc + j * len + l0,
+                 vmul(vset1(scale),
+                      dots_keys(q + (q0 + j) * d, k_buf + h * d, slots + l0, slot_len, d)));
+  }
+#endif
+  for (int64_t l = l0; l < len; ++l) {
+    const float* krow = k_buf + (int64_t)slots[l] * slot_len;
+    for (int64_t h = h0, j = 0; h < h1; ++h)
+      for (int64_t r = 0; r < g; ++r, ++j)
+        sc[j * len + l] = scale * dot_f32(q + (q0 + j) * d, krow + h * d, d);
+  }
+  for (int64_t j = 0; j < nq; ++j) {
+    float* row = sc + j * len;
+    const float m = max_f32(row, len);
+    const float sum = softmax_numerators(row, len, m);
+    if (ml) {
+      ml[2 * j] = m;
+      ml[2 * j + 1] = sum;
+      continue;
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t l = 0; l < len; ++l) row[l] *= inv;
+  }
+  float* o = out + q0 * d;
+#if defined(RT_SIMD)
+  if (d == 64 || d == 128) {  // one query head at a time, its output row in registers
+    for (int64_t h = h0, j = 0; h < h1; ++h)
+      for (int64_t r = 0; r < g; ++r, ++j) {
+        if (d == 64)
+          weighted_rows_64(sc + j * len, v_buf + h * d, slots, len, slot_len, o + j * d);
+        else
+          weighted_rows_128(sc + j * len, v_buf + h * d, slots, len, slot_len, o + j * d);
+      }
+    return;
+  }
+#endif
+  memset(o, 0, sizeof(float) * (size_t)(nq * d));
+  for (int64_t l = 0; l < len; ++l) {
+    const float* vrow = v_buf + (int64_t)slots[l] * slot_len;
+    for (int64_t h = h0, j = 0; h < h1; ++h)
+      for (int64_t r = 0; r < g; ++r, ++j) axpy_f32(o + j * d, sc[j * len + l], vrow + h * d, d);
+  }
+}
+
+// Cascade decode (attention_shared.c): requests sharing the first 64+ slots of their rows attend
+// over them once per group. Returns 0, or -1 when no group formed or memory for the plan ran
+// out (the caller then attends per request).
+int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
+                  const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
+                  const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
+                  int64_t hkv, int64_t d, float scale);
