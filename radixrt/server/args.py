@@ -77,7 +77,7 @@ _HELP = {
     "write_through_min_tokens": "prefixes this long (and pinned ones) are written to the lowest "
     "tier as they are cached, not only when evicted; 0: only when evicted",
     "max_running_requests": "requests decoded together at most",
-    "chunked_prefill_size": "prompt tokens computed per step at most; None: 1024 on CPU, "
+    "chunked_prefill_size": "prompt tokens computed per step at most; None: 512 on CPU, "
     "2048 on CUDA",
     "schedule_policy": "order of the waiting queue",
     "host": "address to bind",
