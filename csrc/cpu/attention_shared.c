@@ -1,6 +1,7 @@
 // Cascade decode attention, float32: a prefix shared by several requests of a decode batch
 // is read once per layer for all of them (see attend_shared below).
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,19 @@
 #ifndef MAX_GROUP_RANGES
 #define MAX_GROUP_RANGES 64  // ranges of a group's shared run at most
 #endif
+#ifndef MIN_RANGE_KEYS
+#define MIN_RANGE_KEYS 32  // keys per range at least when a short run is split across threads
+#endif
+
+// Ranges a group's shared run of `shared` keys is attended in: one per SHARED_RANGE_KEYS, and
+// at least one per thread where each still gets MIN_RANGE_KEYS (a single range would leave
+// the other threads idle while one attends the whole run).
+static int64_t group_ranges(int64_t shared, int64_t threads) {
+  int64_t r = shared / SHARED_RANGE_KEYS;
+  const int64_t per_thread = shared / MIN_RANGE_KEYS < threads ? shared / MIN_RANGE_KEYS : threads;
+  r = r < per_thread ? per_thread : r;
+  return r < 1 ? 1 : r > MAX_GROUP_RANGES ? MAX_GROUP_RANGES : r;
+}
 
 typedef struct {
   int64_t first, count, shared;  // members order[first .. first+count), shared slots
@@ -168,18 +182,17 @@ int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* 
     return -1;
   }
   // Items: each group's shared run in ranges, then every request's own keys. Sizes first.
+  const int64_t threads = omp_get_max_threads();
   int64_t n_items = b, floats = 0, max_sc = 0, max_kt = 0;
   for (int64_t k = 0; k < ng; ++k) {
-    const int64_t r = groups[k].shared / SHARED_RANGE_KEYS;
-    n_items += r < 1 ? 1 : r > MAX_GROUP_RANGES ? MAX_GROUP_RANGES : r;
+    n_items += group_ranges(groups[k].shared, threads);
   }
   item_t* items = (item_t*)malloc(sizeof(item_t) * (size_t)n_items);
   int64_t n = 0;
   for (int64_t k = 0; items && k < ng; ++k) {
     const group_t* gr = &groups[k];
     const int64_t nq = hq * gr->count;
-    int64_t r = gr->shared / SHARED_RANGE_KEYS;
-    r = r < 1 ? 1 : r > MAX_GROUP_RANGES ? MAX_GROUP_RANGES : r;
+    const int64_t r = group_ranges(gr->shared, threads);
     const int64_t span = (gr->shared + r - 1) / r;
     for (int64_t l0 = 0; l0 < gr->shared; l0 += span, ++n) {
       const int64_t l1 = l0 + span < gr->shared ? l0 + span : gr->shared;
