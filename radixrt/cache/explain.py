@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from radixrt.cache.tree_node import TreeNode
+from radixrt.cache.tree_node import TreeNode, child_key, match_len
 
 if TYPE_CHECKING:
     from radixrt.cache.radix_cache import RadixCache
@@ -116,10 +116,10 @@ def _walk(
     key_len = len(key) - len(key) % page
     node, pos = root, 0
     while pos < key_len:
-        child = node.children.get(cache._child_key(extra_key, key, pos))
+        child = node.children.get(child_key(extra_key, key, pos, page))
         if child is None:
             break
-        n = cache._match_len(child.key, key, pos, key_len)
+        n = match_len(child.key, key, pos, key_len, page)
         if n < len(child.key):
             return pos + n, child.key[n : n + CONTEXT_TOKENS]
         node, pos = child, pos + n

@@ -28,7 +28,8 @@ from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
-from radixrt.cache.tree_node import TreeNode, path_key
+from radixrt.cache.tree_check import check_integrity, pretty_print
+from radixrt.cache.tree_node import TreeNode, child_key, match_len, node_state, path_key
 from radixrt.cache.tree_summary import TreeSummary, summarize
 
 __all__ = ["RadixCache", "TreeNode"]
@@ -57,7 +58,7 @@ class RadixCache(BasePrefixCache):
     def _init_tree(self) -> None:
         self.root = TreeNode(slots=self._empty)
         self._leaves: set[TreeNode] = set()  # every childless node except the root
-        # Tokens per state: [evictable, protected (locked), pinned]; see `_state`.
+        # Tokens per state: [evictable, protected (locked), pinned]; see `node_state`.
         self._sizes = [0, 0, 0]
         self._num_nodes = 0  # every node but the root
 
@@ -68,10 +69,10 @@ class RadixCache(BasePrefixCache):
         now, used = self._tick(), time.monotonic()
         node, pos, parts = self.root, 0, []
         while pos < key_len:
-            child = node.children.get(self._child_key(extra_key, key, pos))
+            child = node.children.get(child_key(extra_key, key, pos, self.page_size))
             if child is None:
                 break
-            n = self._match_len(child.key, key, pos, key_len)
+            n = match_len(child.key, key, pos, key_len, self.page_size)
             if n < len(child.key):
                 child = self._split(child, n)
             child.last_access_time, child.last_used = now, used
@@ -91,12 +92,12 @@ class RadixCache(BasePrefixCache):
         now, used = self._tick(), time.monotonic()
         node, pos = self.root, 0
         while pos < key_len:
-            child_key = self._child_key(extra_key, key, pos)
-            child = node.children.get(child_key)
+            edge = child_key(extra_key, key, pos, self.page_size)
+            child = node.children.get(edge)
             if child is None:
-                self._add_leaf(node, child_key, key[pos:], slots[pos:], extra_key, now)
+                self._add_leaf(node, edge, key[pos:], slots[pos:], extra_key, now)
                 break
-            n = self._match_len(child.key, key, pos, key_len)
+            n = match_len(child.key, key, pos, key_len, self.page_size)
             if n < len(child.key):
                 child = self._split(child, n)
             child.last_access_time, child.last_used = now, used
@@ -164,7 +165,7 @@ class RadixCache(BasePrefixCache):
             self.evictions.record(leaf.extra_key, path_key(leaf))  # read by `explain`
             self.tiers.spill(leaf)  # its slots (and its ancestors') still hold their K/V
             self.events.removed(leaf)
-            del parent.children[self._child_key(leaf.extra_key, leaf.key, 0)]
+            del parent.children[child_key(leaf.extra_key, leaf.key, 0, self.page_size)]
             self._leaves.discard(leaf)
             leaf.parent = None
             freed.append(leaf.slots)
@@ -205,94 +206,16 @@ class RadixCache(BasePrefixCache):
         return self._sizes[2]
 
     def pretty_print(self) -> str:
-        """One line per node, indented by depth: tokens, first ids, lock ref, time, slots."""
-        lines = [
-            f"RadixCache page_size={self.page_size} evictable={self._sizes[0]} "
-            f"protected={self._sizes[1]} pinned={self._sizes[2]} locks={self.root.lock_ref} "
-            f"pins={self.root.pin_ref}"
-        ]
-        stack = [(child, 1) for child in reversed(self.root.children.values())]
-        while stack:
-            node, depth = stack.pop()
-            ns = f" ns={node.extra_key!r}" if depth == 1 and node.extra_key is not None else ""
-            more = "..." if len(node.key) > 8 else ""
-            lines.append(
-                f"{'  ' * depth}[{len(node.key)} tok]{ns} key={node.key[:8]}{more} "
-                f"ref={node.lock_ref} pin={node.pin_ref} t={node.last_access_time} "
-                f"slots={node.slots[:8].tolist()}{more}"
-            )
-            stack.extend((child, depth + 1) for child in reversed(node.children.values()))
-        return "\n".join(lines)
+        return pretty_print(self)
 
     def check_integrity(self) -> None:
-        """Assert tree shape, lock refs, size counters and slot ownership are consistent."""
-        sizes = [0, 0, 0]
-        leaves: set[TreeNode] = set()
-        owned: list[torch.Tensor] = []
-        assert self.root.parent is None and not self.root.key, "root must be empty"
-        for node in self._nodes():
-            for ref in ("lock_ref", "pin_ref"):
-                assert getattr(node, ref) >= sum(getattr(c, ref) for c in node.children.values()), (
-                    f"node {node.id}: {ref} {getattr(node, ref)} below its children's sum"
-                )
-            for child_key, child in node.children.items():
-                assert child.parent is node, f"node {child.id}: wrong parent"
-                assert child_key == self._child_key(child.extra_key, child.key, 0), (
-                    f"node {child.id} keyed {child_key!r} under its parent"
-                )
-                if node is not self.root:
-                    assert child.extra_key == node.extra_key, f"node {child.id}: namespace"
-            if node is self.root:
-                continue
-            assert node.key and len(node.key) % self.page_size == 0, f"node {node.id}: key len"
-            assert node.slots.dtype == torch.int64, f"node {node.id}: slots dtype"
-            assert node.slots.shape == (len(node.key),), f"node {node.id}: key/slot length"
-            sizes[_state(node)] += len(node.key)
-            if node.is_leaf:
-                leaves.add(node)
-            owned.append(node.slots)
-        assert sizes == self._sizes, (
-            f"sizes (evictable, protected, pinned) recount {sizes} != {self._sizes}"
-        )
-        assert leaves == self._leaves, "leaf set out of date"
-        assert len(owned) == self._num_nodes, f"{len(owned)} nodes, counted {self._num_nodes}"
-        self._check_slots(torch.cat(owned) if owned else self._empty)
+        check_integrity(self)
 
-    def _check_slots(self, owned: torch.Tensor) -> None:
-        assert owned.numel() == torch.unique(owned).numel(), "a slot is owned twice"
-        if owned.numel():
-            pad = self.allocator.page_size  # slots below it: the padding page
-            assert int(owned.min()) >= pad, "a padding slot or a negative slot is owned"
-            assert int(owned.max()) <= self.allocator.max_slot, "slot beyond capacity owned"
-        free = self.allocator.free_slots.to(owned.device)
-        assert not torch.isin(owned, free).any(), "a tree-owned slot is also free"
-
-    # Private helpers: keys, splitting, traversal.
+    # Private helpers: splitting, traversal.
 
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
-
-    def _child_key(self, extra_key: str | None, key: list[int], pos: int) -> Hashable:
-        if self.page_size == 1:
-            return (extra_key, key[pos])
-        return (extra_key, tuple(key[pos : pos + self.page_size]))
-
-    def _match_len(self, node_key: list[int], key: list[int], pos: int, key_len: int) -> int:
-        """Length of the common prefix of node_key and key[pos:key_len], in whole pages."""
-        m = min(len(node_key), key_len - pos)
-        if key[pos : pos + m] == (node_key if m == len(node_key) else node_key[:m]):
-            return m
-        lo, hi = 0, m  # node_key[:lo] matches and node_key[:hi] does not
-        while hi - lo > 16:
-            mid = (lo + hi) // 2
-            if key[pos + lo : pos + mid] == node_key[lo:mid]:
-                lo = mid
-            else:
-                hi = mid
-        while key[pos + lo] == node_key[lo]:
-            lo += 1
-        return lo - lo % self.page_size
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut `child` after n tokens; return the new upper node. `child` stays the lower part,
@@ -305,15 +228,15 @@ class RadixCache(BasePrefixCache):
         upper.last_access_time = child.last_access_time
         upper.last_used, upper.hit_count = child.last_used, child.hit_count
         self._num_nodes += 1
-        parent.children[self._child_key(child.extra_key, child.key, 0)] = upper
+        parent.children[child_key(child.extra_key, child.key, 0, self.page_size)] = upper
         child.key, child.slots, child.parent = child.key[n:], child.slots[n:], upper
-        upper.children[self._child_key(child.extra_key, child.key, 0)] = child
+        upper.children[child_key(child.extra_key, child.key, 0, self.page_size)] = child
         return upper
 
     def _add_leaf(
         self,
         parent: TreeNode,
-        child_key: Hashable,
+        edge: Hashable,
         key: list[int],
         slots: torch.Tensor,
         extra_key: str | None,
@@ -322,7 +245,7 @@ class RadixCache(BasePrefixCache):
         slots = slots.to(device=self.allocator.device, dtype=torch.int64, copy=True)
         leaf = TreeNode(key, slots, parent, extra_key)
         leaf.last_access_time, leaf.last_used = now, time.monotonic()
-        parent.children[child_key] = leaf
+        parent.children[edge] = leaf
         self._num_nodes += 1
         self._leaves.discard(parent)
         self._leaves.add(leaf)
@@ -334,9 +257,9 @@ class RadixCache(BasePrefixCache):
         node's tokens between the size counters when its state changes."""
         cur: TreeNode | None = node
         while cur is not None:
-            before = _state(cur)
+            before = node_state(cur)
             setattr(cur, ref, getattr(cur, ref) + delta)
-            after = _state(cur)
+            after = node_state(cur)
             if after != before:
                 n = len(cur.key)
                 self._sizes[before] -= n
@@ -349,14 +272,6 @@ class RadixCache(BasePrefixCache):
             node = stack.pop()
             yield node
             stack.extend(node.children.values())
-
-
-EVICTABLE, PROTECTED, PINNED = 0, 1, 2
-
-
-def _state(node: TreeNode) -> int:
-    """A node's size counter: pinned over locked over evictable."""
-    return PINNED if node.pin_ref else PROTECTED if node.lock_ref else EVICTABLE
 
 
 def _evictable(node: TreeNode) -> bool:

@@ -1,5 +1,6 @@
-"""TreeNode: one edge of a prefix tree (its tokens, their KV slots, its lock and pin counts, and
-how it is used); the radix tree is made of them, and the null cache keeps its lock counts on one."""
+"""TreeNode: one edge of a prefix tree (its tokens, KV slots, lock and pin counts, use), its key
+under its parent, how far a key runs along it and which size counter its tokens count in; the
+radix tree is made of them, and the null cache keeps its lock counts on one."""
 
 from __future__ import annotations
 
@@ -77,3 +78,38 @@ def path_nodes(node: TreeNode) -> list[TreeNode]:
 def path_key(node: TreeNode) -> list[int]:
     """The tokens from the root down to the end of `node`."""
     return [t for n in path_nodes(node) for t in n.key]
+
+
+# A node's size counter (the index into RadixCache's sizes): its tokens count as pinned over
+# locked (protected) over evictable.
+EVICTABLE, PROTECTED, PINNED = 0, 1, 2
+
+
+def node_state(node: TreeNode) -> int:
+    """A node's size counter: pinned over locked over evictable."""
+    return PINNED if node.pin_ref else PROTECTED if node.lock_ref else EVICTABLE
+
+
+def child_key(extra_key: str | None, key: list[int], pos: int, page_size: int) -> Hashable:
+    """The key of the child holding key[pos:] under its parent: (namespace, first token), or
+    (namespace, tuple of the first page) when page_size > 1."""
+    if page_size == 1:
+        return (extra_key, key[pos])
+    return (extra_key, tuple(key[pos : pos + page_size]))
+
+
+def match_len(node_key: list[int], key: list[int], pos: int, key_len: int, page_size: int) -> int:
+    """Length of the common prefix of node_key and key[pos:key_len], in whole pages."""
+    m = min(len(node_key), key_len - pos)
+    if key[pos : pos + m] == (node_key if m == len(node_key) else node_key[:m]):
+        return m
+    lo, hi = 0, m  # node_key[:lo] matches and node_key[:hi] does not
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if key[pos + lo : pos + mid] == node_key[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while key[pos + lo] == node_key[lo]:
+        lo += 1
+    return lo - lo % page_size
