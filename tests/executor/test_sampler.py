@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixrt.core import Req, SamplingParams
+from radixrt.executor.draws import _nucleus_threshold
 from radixrt.executor.penalties import apply_penalties
-from radixrt.executor.sampler import Sampler, _nucleus_threshold
+from radixrt.executor.sampler import Sampler
 
 EOS = 0
 
