@@ -181,6 +181,15 @@ def test_host_lru_pushes_out_and_checks_paths() -> None:
         HostTier(SHAPE, torch.float32, nbytes - 1)
 
 
+def test_host_tier_larger_than_memory_is_refused_before_any_allocation() -> None:
+    # Committing the buffer would get the process killed by the OOM killer with no message.
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo")
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with pytest.raises(ValueError, match="--host-cache-size asks for .* GB is available"):
+        HostTier(SHAPE, torch.float32, 2 * total)
+
+
 def test_config_refuses_what_cannot_work() -> None:
     from radixrt.config import CacheConfig
 

@@ -8,11 +8,18 @@ block pushed out by the LRU is copied out of its slot before the slot is reused.
 from __future__ import annotations
 
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from radixrt.cache.tiers.base import BaseKVTier, Block
+
+
+# Of the memory the kernel reports available, the share the host tier may commit: the rest is
+# left to activations, the tokenizer and other processes (committing more gets the process
+# killed by the OOM killer at start, with no message).
+MAX_AVAILABLE_FRACTION = 0.9
 
 
 class HostTier(BaseKVTier):
@@ -30,6 +37,7 @@ class HostTier(BaseKVTier):
             raise ValueError(
                 f"host_cache_size holds no block: a block of this model takes {block_bytes} bytes"
             )
+        _check_memory_available(n * block_bytes)
         # (n, *block_shape): slot i holds one block's K/V.
         # Zeroed at start: its pages are committed now, not on the first spill into each slot.
         self._buffer = torch.zeros((n, *block_shape), dtype=dtype, pin_memory=pin_memory)
@@ -88,3 +96,22 @@ class HostTier(BaseKVTier):
     def _discard(self, key: bytes) -> None:
         slot, _, _ = self._entries.pop(key)
         self._free.append(slot)
+
+
+def _check_memory_available(num_bytes: int) -> None:
+    """Raise ValueError when `num_bytes` more of host memory would not fit (Linux's
+    MemAvailable; nothing is checked where /proc/meminfo is absent)."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return
+    kb = next((int(ln.split()[1]) for ln in lines if ln.startswith("MemAvailable:")), None)
+    if kb is None:
+        return
+    available = kb * 1024
+    if num_bytes > available * MAX_AVAILABLE_FRACTION:
+        raise ValueError(
+            f"--host-cache-size asks for {num_bytes / 1e9:.1f} GB of host memory but "
+            f"{available / 1e9:.1f} GB is available; lower it (at most "
+            f"{available * MAX_AVAILABLE_FRACTION / 1e9:.1f} GB)"
+        )
