@@ -22,7 +22,7 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
                          float* ml) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
   int64_t l0 = 0;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
   if (d % VW == 0) {  // VW keys at a time: VW dot products, then one transposing reduction
     for (; l0 + VW <= len; l0 += VW)
       for (int64_t h = h0, j = 0; h < h1; ++h)
@@ -51,7 +51,7 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
     for (int64_t l = 0; l < len; ++l) row[l] *= inv;
   }
   float* o = out + q0 * d;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
   if (d == 64 || d == 128) {  // one query head at a time, its output row in registers
     for (int64_t h = h0, j = 0; h < h1; ++h)
       for (int64_t r = 0; r < g; ++r, ++j) {

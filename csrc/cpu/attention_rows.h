@@ -11,7 +11,7 @@
 static inline float dot_f32(const float* a, const float* b, int64_t d) {
   float dot = 0.0f;
   int64_t j = 0;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
   vf acc = vzero();
   for (; j + VW <= d; j += VW) acc = vfma(vload(a + j), vload(b + j), acc);
   dot = vhsum(acc);
@@ -23,7 +23,7 @@ static inline float dot_f32(const float* a, const float* b, int64_t d) {
 // o (d) += p * v (d)
 static inline void axpy_f32(float* o, float p, const float* v, int64_t d) {
   int64_t j = 0;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
   const vf pv = vset1(p);
   for (; j + VW <= d; j += VW) vstore(o + j, vfma(pv, vload(v + j), vload(o + j)));
 #endif
@@ -33,7 +33,7 @@ static inline void axpy_f32(float* o, float p, const float* v, int64_t d) {
 static inline float max_f32(const float* x, int64_t n) {
   float m = -INFINITY;
   int64_t l = 0;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
   if (n >= VW) {
     vf mv = vload(x);
     for (l = VW; l + VW <= n; l += VW) mv = vmax(mv, vload(x + l));
@@ -48,7 +48,7 @@ static inline float max_f32(const float* x, int64_t n) {
 static inline float softmax_numerators(float* sc, int64_t len, float m) {
   float sum = 0.0f;
   int64_t l = 0;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
   vf acc = vzero();
   for (; l + VW <= len; l += VW) {
     const vf e = vexp(vsub(vload(sc + l), vset1(m)));
@@ -64,7 +64,7 @@ static inline float softmax_numerators(float* sc, int64_t len, float m) {
   return sum;
 }
 
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
 // o (D) = sum_l p[l] * v[slots[l] * slot_len : + D], the D/VW accumulators held in registers
 // (D = 128 on AVX2 takes all 16: the compiler spills one or two).
 #define WEIGHTED_ROWS(D)                                                                    \

@@ -96,7 +96,7 @@ static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j
   return ((j / g) * count + t) * g + j % g;
 }
 
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
 #define QB 4  // queries per register block of attend_group's scores
 // attend_heads for a group's queries (ml != NULL): q (hkv, gq, d) over `len` keys of every KV
 // head. Many queries share each key here, so a head's keys are first transposed into kt
@@ -242,7 +242,7 @@ int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* 
       if (it->group >= 0) {
         const group_t* gr = &groups[it->group];
         const int32_t* slots = req_to_token + rows[order[gr->first]] * ld_table;
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
         if (d <= 128 && g * count >= GROUP_GEMM_QUERIES) {
           attend_group(gr->q, it->part, g * count, hkv, k_buf, v_buf, slots + it->l0,
                        it->l1 - it->l0, slot_len, d, scale, sc, sc + max_sc, ml);

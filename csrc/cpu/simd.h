@@ -3,13 +3,15 @@
 // with its ISA's flags (radixrt/cpu/build.py):
 //   AVX-512F (+DQ/BW/VL): VW = 16, masks are __mmask16;
 //   AVX2 + FMA:           VW = 8, masks are __m256 lanes of all ones or zeros;
-//   neither:              RT_SIMD undefined; the kernels' portable C loops run alone.
+//   neither (GCC/Clang):  VW = 4 generic vectors with the arithmetic only (RT_VEC, not
+//                         RT_SIMD): the decode attention uses them, other kernels their C loops.
 // exp is a degree-6 polynomial (about 2 ulp) on x = n ln2 + r, |r| <= ln2/2, scaled by 2^n;
 // inputs are clamped to [-87.33, 88.3] so 2^n stays a normal float on every variant.
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -138,11 +140,56 @@ static inline vf vsum_lanes(vf a[8]) {
   const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
-#else
+#elif defined(__GNUC__)
+// Portable: the compiler's generic vectors (GCC/Clang vector extensions), 4 lanes of 128
+// bits: SSE2 on any x86-64, NEON on AArch64, scalar code where the target has neither. Only
+// the arithmetic below (RT_VEC) is defined; the kernels' RT_SIMD paths (masks, int8 loads,
+// prefetches) keep their portable C loops.
 #define RT_ISA "portable"
+#define VW 4
+typedef float vf __attribute__((vector_size(16)));
+typedef int32_t vi __attribute__((vector_size(16)));
+
+static inline vf vzero(void) { return (vf){0.0f, 0.0f, 0.0f, 0.0f}; }
+static inline vf vset1(float x) { return (vf){x, x, x, x}; }
+static inline vf vload(const float* p) {
+  vf v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void vstore(float* p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf vadd(vf a, vf b) { return a + b; }
+static inline vf vsub(vf a, vf b) { return a - b; }
+static inline vf vmul(vf a, vf b) { return a * b; }
+static inline vf vdiv(vf a, vf b) { return a / b; }
+static inline vf vpick(vi m, vf yes, vf no) { return (vf)(((vi)yes & m) | ((vi)no & ~m)); }
+static inline vf vmax(vf a, vf b) { return vpick(a > b, a, b); }
+static inline vf vmin(vf a, vf b) { return vpick(a < b, a, b); }
+static inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
+static inline vf vfnma(vf a, vf b, vf c) { return c - a * b; }
+static inline float vhsum(vf v) { return (v[0] + v[2]) + (v[1] + v[3]); }
+static inline float vhmax(vf v) {
+  const float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3];
+  return a > b ? a : b;
+}
+// Nearest integer (ties to even) for |x| < 2^22: adding 1.5 * 2^23 drops the fraction.
+static inline vf vround(vf x) { return (x + vset1(12582912.0f)) - vset1(12582912.0f); }
+static inline vf vscale2(vf p, vf n) {  // p * 2^n for integral n in [-126, 127]
+  const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+  return p * (vf)e;
+}
+static inline vf vsum_lanes(vf a[4]) {
+  return (vf){vhsum(a[0]), vhsum(a[1]), vhsum(a[2]), vhsum(a[3])};
+}
+#define RT_VEC 1
+#else
+#define RT_ISA "portable"  // no vectors at all: the kernels' scalar C loops
+#endif
+#if defined(RT_SIMD)
+#define RT_VEC 1  // the ISAs above define every operation RT_VEC names, and more
 #endif
 
-#if defined(RT_SIMD)
+#if defined(RT_VEC)
 static inline vf vexp(vf x) {
   x = vmin(vmax(x, vset1(-87.33f)), vset1(88.3f));
   const vf n = vround(vmul(x, vset1(1.44269504f)));

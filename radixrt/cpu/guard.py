@@ -33,7 +33,7 @@ logger = logging.getLogger("radixrt")
 MODES = ("auto", "on", "off")
 DECODE_ROWS = 16  # a linear call with at most this many rows is decode-sized
 TIE = 1.05
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: decode attention also timed on a batch sharing a prefix
 OPS = (
     "linear_decode",
     "linear_prefill",

@@ -27,6 +27,7 @@ MIN_SECONDS = 0.01  # each timed run repeats its op for at least this long
 ROW_SIZES = (1, 16, 256)  # rows of the element-wise ops' timings (decode and prefill sizes)
 PREFILL_ROWS = 256
 DECODE_BATCH, DECODE_KEYS = 8, 256  # a decode batch: requests x keys each
+DECODE_SHARED = (0, 224)  # keys all requests share: none, and most (a common system prompt)
 EXTEND_ROWS = 256
 
 
@@ -145,12 +146,15 @@ def _rotary_pair(hq: int, hk: int, d: int, t: int) -> Pair:
     return (lambda: ck.rotary_(q, k, cos, sin, d), lambda: rot(qkv, cos, sin), 1)
 
 
-def _decode_attention_pair(hq: int, hk: int, d: int) -> Pair:
-    """A decode batch: store each request's new K/V, attend over its keys (scattered slots);
-    torch stores with index_copy_ and attends as the torch_native backend does."""
+def _decode_attention_pair(hq: int, hk: int, d: int, shared: int) -> Pair:
+    """A decode batch: store each request's new K/V, attend over its keys (scattered slots,
+    the first `shared` the same in every request); torch stores with index_copy_ and attends
+    as the torch_native backend does (with its cascade plan where rows share slots)."""
     b, n, scale = DECODE_BATCH, DECODE_KEYS, d**-0.5
-    k_buf, v_buf = torch.randn(b * n, hk, d), torch.randn(b * n, hk, d)
-    table = torch.randperm(b * n).view(b, n).int()
+    own = n - shared
+    k_buf, v_buf = torch.randn(shared + b * own, hk, d), torch.randn(shared + b * own, hk, d)
+    perm = torch.randperm(shared + b * own).int()
+    table = torch.cat([perm[:shared].expand(b, shared), perm[shared:].view(b, own)], dim=1)
     rows, lens, out_loc = torch.arange(b), torch.full((b,), n), table[:, -1].long()
     q, k, v = torch.randn(b, (hq + 2 * hk) * d).split([hq * d, hk * d, hk * d], dim=-1)
     plan = build_decode_plan(table.long(), [n] * b)
@@ -192,7 +196,9 @@ _PAIRS: dict[str, Callable[[Shapes, int], list[Pair]]] = {
     "rmsnorm": lambda s, _: [_rmsnorm_pair(h, t) for h in s.norms for t in ROW_SIZES],
     "silu_mul": lambda s, _: [_silu_mul_pair(i, t) for i in s.mlps for t in ROW_SIZES],
     "rotary": lambda s, _: [_rotary_pair(*h, t) for h in s.heads for t in ROW_SIZES],
-    "decode_attention": lambda s, _: [_decode_attention_pair(*h) for h in s.heads],
+    "decode_attention": lambda s, _: [
+        _decode_attention_pair(*h, shared) for h in s.heads for shared in DECODE_SHARED
+    ],
     "extend_attention": lambda s, _: [_extend_attention_pair(*h) for h in s.heads],
 }
 
