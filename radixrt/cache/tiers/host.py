@@ -15,7 +15,6 @@ import torch
 
 from radixrt.cache.tiers.base import BaseKVTier, Block
 
-
 # Of the memory the kernel reports available, the share the host tier may commit: the rest is
 # left to activations, the tokenizer and other processes (committing more gets the process
 # killed by the OOM killer at start, with no message).
