@@ -4,6 +4,7 @@ atomic writes, HostTier's LRU and path checks, and the block hashes."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import numpy as np
@@ -13,7 +14,13 @@ import torch
 from radixrt.cache.blocks import blocks_ending_in, chain_hashes, root_hash
 from radixrt.cache.tiers.base import Block
 from radixrt.cache.tiers.disk import DiskTier
-from radixrt.cache.tiers.disk_format import BlockFileError, BlockSpec, decode, encode
+from radixrt.cache.tiers.disk_format import (
+    BlockFileError,
+    BlockMismatch,
+    BlockSpec,
+    decode,
+    encode,
+)
 from radixrt.cache.tiers.host import HostTier
 
 B = 4
@@ -63,20 +70,24 @@ def test_format_round_trip_and_every_check() -> None:
         flipped = bytearray(raw)
         flipped[pos] ^= 1
         bad[f"flip@{pos}"] = bytes(flipped)
-    for name, data in bad.items():
-        with pytest.raises(BlockFileError):
+    for name, data in bad.items():  # damage: BlockFileError, never a mere mismatch
+        with pytest.raises(BlockFileError) as info:
             decode(data, SPEC, None, 2, blk.path)
             pytest.fail(name)
-    with pytest.raises(BlockFileError, match="another block"):
+        assert not isinstance(info.value, BlockMismatch), name
+    # Whole files of another block: BlockMismatch (kept on disk, not served).
+    with pytest.raises(BlockMismatch, match="another block"):
         decode(raw, SPEC, "tenant", 2, blk.path)
-    with pytest.raises(BlockFileError, match="another block"):
+    with pytest.raises(BlockMismatch, match="another block"):
         decode(raw, BlockSpec("cd" * 32, B, torch.float32, SHAPE), None, 2, blk.path)
-    with pytest.raises(BlockFileError, match="another block"):
+    with pytest.raises(BlockMismatch, match="another block"):
         decode(raw, SPEC, None, 1, blk.path)
     other = blk.path.copy()
     other[3] += 1  # a colliding hash over other tokens is refused by the stored path
-    with pytest.raises(BlockFileError, match="token path"):
+    with pytest.raises(BlockMismatch, match="token path"):
         decode(raw, SPEC, None, 2, other)
+    with pytest.raises(BlockFileError, match="another layout"):
+        decode(raw, BlockSpec("ab" * 32, B, torch.float16, SHAPE), None, 2, blk.path)
 
 
 def _disk(tmp_path, blocks: int) -> DiskTier:
@@ -115,10 +126,46 @@ def test_disk_pending_blocks_are_readable_and_writes_are_atomic(tmp_path) -> Non
     got = tier.get(blk.key, 1, blk.path, None)  # from memory or from its file
     assert got is not None and torch.equal(got, blk.data)
     assert tier.get(blk.key, 1, blk.path, "other namespace") is None
+    tier.flush()  # written: another namespace's lookup reads the file, refuses it, keeps it
+    assert tier.get(blk.key, 1, blk.path, "other namespace") is None
+    assert tier.contains(blk.key) and tier.counters.corrupt_blocks == 0
     tier.close()
     names = [p.name for p in tmp_path.rglob("*") if p.is_file()]
     assert names == [blk.key.hex() + ".kv"]  # no temporary left behind
     assert oct(next(tmp_path.rglob("*.kv")).stat().st_mode & 0o777) == "0o600"
+
+
+def test_disk_folder_removed_under_a_running_tier_is_made_again(tmp_path, caplog) -> None:
+    tier = _disk(tmp_path, 8)
+    tier.put(_block(PATH, 0))
+    tier.flush()
+    shutil.rmtree(tmp_path)  # a user clearing the cache while the server runs
+    blk = _block(PATH, 1)
+    with caplog.at_level("WARNING", logger="radixrt"):
+        tier.put(blk)
+        tier.flush()
+    assert tier.counters.write_errors == 0 and not caplog.records
+    got = tier.get(blk.key, 1, blk.path, None)
+    assert got is not None and torch.equal(got, blk.data)
+    tier.close()
+
+
+def test_disk_write_failures_are_logged_once_a_minute(tmp_path, caplog) -> None:
+    tier = _disk(tmp_path, 8)
+    blocks = [_block(PATH, i) for i in range(4)]
+    for b in blocks:  # a plain file where each block's subfolder goes: every write fails
+        folder = tier._file(b.key).parent
+        if folder.is_dir():
+            shutil.rmtree(folder)
+        folder.write_bytes(b"")
+    with caplog.at_level("WARNING", logger="radixrt"):
+        for b in blocks:
+            tier.put(b)
+        tier.flush()
+    assert tier.counters.write_errors == 4
+    assert len([r for r in caplog.records if "could not write" in r.getMessage()]) == 1
+    assert not any(tier.contains(b.key) for b in blocks) and tier.used_bytes == 0
+    tier.close()
 
 
 def test_disk_shared_by_two_processes_view(tmp_path) -> None:

@@ -31,6 +31,7 @@ from radixrt.cache.tiers.base import BaseKVTier, Block
 from radixrt.cache.tiers.disk_folder import block_file, scan_folder, subdirs, unlink
 from radixrt.cache.tiers.disk_format import (
     BlockFileError,
+    BlockMismatch,
     BlockSpec,
     decode,
     encode,
@@ -41,6 +42,7 @@ from radixrt.cache.tiers.disk_format import (
 logger = logging.getLogger("radixrt")
 
 MAX_PENDING_BYTES = 1 << 30  # queued for the writer; past it new blocks are not kept
+WARN_EVERY_S = 60.0  # write failures are logged at most this often (a full disk fails them all)
 
 
 class DiskTier(BaseKVTier):
@@ -61,6 +63,8 @@ class DiskTier(BaseKVTier):
         self._pending_bytes = 0
         self._bytes = 0
         self._tmp_seq = 0
+        self._warned_at = -WARN_EVERY_S  # writer thread only: when a failure was last logged
+        self._unlogged_errors = 0
         t0 = time.perf_counter()
         for key, size in scan_folder(self.root):  # oldest first
             self._index[key] = size
@@ -132,6 +136,8 @@ class DiskTier(BaseKVTier):
         except FileNotFoundError:  # deleted by another process's LRU or a flush
             self._forget(key)
             return None
+        except BlockMismatch:  # another block's whole file under this hash: kept, not served
+            return None
         except (BlockFileError, OSError) as e:
             logger.warning("KV block file %s not served (%s); recomputing instead", file, e)
             self.counters.corrupt_blocks += 1
@@ -195,7 +201,8 @@ class DiskTier(BaseKVTier):
         self._tmp_seq += 1
         tmp = file.with_name(f"{file.name}.{os.getpid()}.{self._tmp_seq}.tmp")
         try:
-            file.parent.mkdir(exist_ok=True, mode=0o700)
+            # parents: the folder may have been removed under a running server (to clear it)
+            file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 for part in encode(self.spec, block.extra_key, block.index, block.path,
@@ -203,7 +210,7 @@ class DiskTier(BaseKVTier):
                     f.write(part)
             os.replace(tmp, file)
         except OSError as e:
-            logger.warning("could not write KV block file %s: %s", file, e)
+            self._warn_write_error(file, e)
             unlink(tmp)
             self.counters.write_errors += 1
             with self._lock:
@@ -217,6 +224,16 @@ class DiskTier(BaseKVTier):
                 self._pending_bytes -= self._index[block.key]
                 return
         unlink(file)  # dropped while being written
+
+    def _warn_write_error(self, file: Path, e: OSError) -> None:
+        now = time.monotonic()
+        self._unlogged_errors += 1
+        if now - self._warned_at < WARN_EVERY_S:
+            return
+        logger.warning("could not write KV block file %s: %s (%d block(s) not written since "
+                       "the last warning; the blocks stay on the device and are recomputed "
+                       "once evicted)", file, e, self._unlogged_errors)  # fmt: skip
+        self._warned_at, self._unlogged_errors = now, 0
 
     def _make_room(self, size: int) -> None:
         """Delete least recently used files until `size` more bytes fit (lock held)."""

@@ -33,6 +33,11 @@ class BlockFileError(ValueError):
     """A block file that must not be served (truncated, corrupted, or another block's)."""
 
 
+class BlockMismatch(BlockFileError):
+    """A whole, well-formed file of another block (another namespace, position or token path
+    under the same hash): not served, but not damaged either, so it is kept."""
+
+
 class BlockHeader(msgspec.Struct, frozen=True):
     fingerprint: str
     namespace: str | None
@@ -102,18 +107,19 @@ def decode(raw: bytes | bytearray | memoryview, spec: BlockSpec, namespace: str 
     except msgspec.DecodeError as e:
         raise BlockFileError(f"bad header: {e}") from e
     end = (index + 1) * spec.block_size
-    expected = (spec.fingerprint, namespace, index, spec.block_size, spec.dtype_name,
-                tuple(spec.shape), end)  # fmt: skip
-    got = (header.fingerprint, header.namespace, header.block, header.block_size, header.dtype,
-           tuple(header.shape), header.path_len)  # fmt: skip
+    layout = (spec.block_size, spec.dtype_name, tuple(spec.shape))
+    if (header.block_size, header.dtype, tuple(header.shape)) != layout:
+        raise BlockFileError(f"another layout: {header} where {layout} was expected")
+    expected = (spec.fingerprint, namespace, index, end)
+    got = (header.fingerprint, header.namespace, header.block, header.path_len)
     if got != expected:
-        raise BlockFileError(f"another block: header {got} where {expected} was expected")
+        raise BlockMismatch(f"another block: header {got} where {expected} was expected")
     if len(view) != file_size(spec, index, hlen):
         raise BlockFileError(f"{len(view)} bytes where {file_size(spec, index, hlen)} expected")
     pos = start + hlen
     tokens = np.frombuffer(view[pos : pos + 4 * end], dtype="<u4")
     if not np.array_equal(tokens, path[:end]):
-        raise BlockFileError("another token path (hash collision): not served")
+        raise BlockMismatch("another token path (hash collision): not served")
     payload = view[pos + 4 * end : len(view) - _CRC.size]
     flat = torch.frombuffer(payload, dtype=torch.uint8) if len(payload) else torch.empty(0)
     return flat.view(spec.dtype).view(spec.shape)
