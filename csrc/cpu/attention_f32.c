@@ -80,7 +80,8 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
   int64_t max_len = 0;
   for (int64_t i = 0; i < b; ++i) max_len = seq_lens[i] > max_len ? seq_lens[i] : max_len;
   // Request i owns slot out_loc[i]: storing its new K/V races with no other request.
-  for (int64_t i = 0; i < b; ++i) {
+  // k_new == NULL: the new K/V are in the pool already (stored by the caller), out_loc unused.
+  for (int64_t i = 0; k_new && i < b; ++i) {
     memcpy(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, sizeof(float) * (size_t)slot_len);
     memcpy(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, sizeof(float) * (size_t)slot_len);
   }

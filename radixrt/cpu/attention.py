@@ -40,7 +40,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         # Per extend request of the pass: (first row in the batch, new tokens, prefix, pool row).
         self._kernel_extends: list[tuple[int, int, int, int]] = []
         # The decode rows of a mixed pass on the decode kernel: their rows in the batch, then
-        # their pool rows, seq_lens and new slots, each (Bd,) int64; None: no such rows.
+        # their pool rows and seq_lens, each (Bd,) int64; None: no such rows.
         self._kernel_decode: tuple[torch.Tensor, ...] | None = None
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
@@ -63,7 +63,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         if decode_ids and self._decode_kernel:
             idx = torch.tensor(decode_ids, dtype=torch.int64)
             tok = fb.extend_start_loc[idx].long()
-            self._kernel_decode = (tok, fb.req_pool_indices[idx], fb.seq_lens[idx], fb.out_loc[tok])
+            self._kernel_decode = (tok, fb.req_pool_indices[idx], fb.seq_lens[idx])
         elif decode_ids:
             self._decode = self._build_decode_group(fb, decode_ids)
 
@@ -109,11 +109,10 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         for start, e, p, row in self._kernel_extends:
             sl = slice(start, start + e)
             ck.extend_attention(q[sl], k_buf, v_buf, table[row], p, layer.scaling, out[sl])
-        if self._kernel_decode is not None:  # their K/V are stored already; stored again here
-            tok, pool_rows, seq_lens, out_loc = self._kernel_decode
+        if self._kernel_decode is not None:  # their K/V are in the pool (forward stored them)
+            tok, pool_rows, seq_lens = self._kernel_decode
             bd = tok.numel()
-            kd, vd = k[tok].reshape(bd, -1), v[tok].reshape(bd, -1)
-            att = ck.decode_attention(q[tok].reshape(bd, -1), kd, vd, k_buf, v_buf, out_loc,
+            att = ck.decode_attention(q[tok].reshape(bd, -1), None, None, k_buf, v_buf, None,
                                       table, pool_rows, seq_lens, layer.scaling)  # fmt: skip
             out[tok] = att.view(bd, *q.shape[1:])
         self._attend_decode_rows(q, out, k_buf, v_buf, layer)

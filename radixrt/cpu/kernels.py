@@ -154,11 +154,11 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 def decode_attention(
     q: torch.Tensor,
-    k_new: torch.Tensor,
-    v_new: torch.Tensor,
+    k_new: torch.Tensor | None,
+    v_new: torch.Tensor | None,
     k_buf: torch.Tensor,
     v_buf: torch.Tensor,
-    out_loc: torch.Tensor,
+    out_loc: torch.Tensor | None,
     req_to_token: torch.Tensor,
     rows: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -166,26 +166,33 @@ def decode_attention(
 ) -> torch.Tensor:
     """Store k_new, v_new (B, Hkv*D) at slots out_loc (B,) int64 of k_buf, v_buf (S, Hkv, D),
     then attend q (B, Hq*D) over req_to_token[rows[i], :seq_lens[i]] (int32 table; rows and
-    seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]."""
+    seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]. With k_new,
+    v_new and out_loc None the new K/V are in the pool already: nothing is stored."""
     b, hq_d = q.shape
     hkv, d = k_buf.shape[1], k_buf.shape[2]
+    if (k_new is None) != (v_new is None) or (k_new is None) != (out_loc is None):
+        raise ValueError("k_new, v_new and out_loc come together (or all None)")
     # One row stride serves both (it is never used for a single row).
     if (
-        k_new.stride(-1) != 1
-        or v_new.stride(-1) != 1
-        or (b > 1 and k_new.stride() != v_new.stride())
+        k_new is not None
+        and v_new is not None
+        and (
+            k_new.stride(-1) != 1
+            or v_new.stride(-1) != 1
+            or (b > 1 and k_new.stride() != v_new.stride())
+        )
     ):
         raise ValueError("k_new and v_new must share one layout")
     out = torch.empty(b, hq_d, dtype=torch.float32)
     lib().rt_decode_attention_f32(
         q.data_ptr(),
         q.stride(0),
-        k_new.data_ptr(),
-        v_new.data_ptr(),
-        k_new.stride(0),
+        0 if k_new is None else k_new.data_ptr(),
+        0 if v_new is None else v_new.data_ptr(),
+        0 if k_new is None else k_new.stride(0),
         k_buf.data_ptr(),
         v_buf.data_ptr(),
-        out_loc.data_ptr(),
+        0 if out_loc is None else out_loc.data_ptr(),
         req_to_token.data_ptr(),
         req_to_token.stride(0),
         rows.data_ptr(),

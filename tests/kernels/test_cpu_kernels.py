@@ -139,6 +139,11 @@ def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int, ma
     want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     assert torch.equal(k_buf, kb) and torch.equal(v_buf, vb)  # the new K/V were stored
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # K/V already in the pool (a mixed batch's decode rows): attends without storing.
+    again = ck.decode_attention(q, None, None, k_buf, v_buf, None, table, rows, lens, d**-0.5)
+    assert torch.equal(again, got) and torch.equal(k_buf, kb) and torch.equal(v_buf, vb)
+    with pytest.raises(ValueError, match="come together"):
+        ck.decode_attention(q, k, None, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
 
 
 def _shared_prefix_table(prefix: int, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
