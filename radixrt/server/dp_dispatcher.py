@@ -1,11 +1,10 @@
 """DataParallelManager: the TokenizerManager interface over `--dp N` replicas.
 
 Each replica is one scheduler process (own model copy, KV pool and radix tree) with its own
-TokenizerManager and ZMQ sockets. `submit` asks the routing policy (`radixrt/router/`) which
+TokenizerManager and ZMQ sockets. `submit` asks the routing policy (`radixrt/routing/`) which
 replica gets an HTTP request (all its prompts and samples go to the same one); aborts, cache
 flushes, info and cache-summary queries fan out to every replica, and their answers are merged.
-Any replica dying takes the server down,
-as a lone scheduler dying does.
+Any replica dying takes the server down, as a lone scheduler dying does.
 """
 
 from __future__ import annotations
