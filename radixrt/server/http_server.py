@@ -218,6 +218,10 @@ def create_app(
                 "model_config": dataclasses.asdict(args.model),
                 "cache_config": dataclasses.asdict(args.cache),
                 "scheduler_config": dataclasses.asdict(args.scheduler),
+                # what a None in scheduler_config resolved to on this device
+                "effective_chunked_prefill_size": args.scheduler.prefill_chunk(
+                    tm.ready.device.split(":")[0]
+                ),
                 "server_config": server,
             }
         )

@@ -34,6 +34,9 @@ def test_health_model_info_and_models(api_server, client) -> None:
     assert info["model_path"]
     (model,) = client.models.list().data
     assert model.id == info["served_model_name"]
+    server_info = api_server.get("/get_server_info").json()
+    assert server_info["scheduler_config"]["chunked_prefill_size"] is None  # not given
+    assert server_info["effective_chunked_prefill_size"] == 512  # the CPU default
 
 
 def test_openai_chat_and_cached_tokens(client) -> None:
