@@ -51,22 +51,13 @@ static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const
   }
   for (int64_t i = 0; i < b; ++i)
     for (int64_t j = 0; j < hq; ++j) {
-      float m = -INFINITY, den = 0.0f;
-      for (int64_t r = 0; r < ranges; ++r) {
-        const float mr = part[(i * ranges + r) * stride + hq * d + 2 * j];
-        m = mr > m || isnan(mr) ? mr : m;
-      }
-      float* dst = out + i * ldo + j * d;
-      for (int64_t c = 0; c < d; ++c) dst[c] = 0.0f;
+      const float *o[MAX_RANGES], *ml[MAX_RANGES];
       for (int64_t r = 0; r < ranges; ++r) {
         const float* pr = part + (i * ranges + r) * stride;
-        const float mr = pr[hq * d + 2 * j];
-        if (mr == -INFINITY) continue;  // an empty range
-        const float w = expf(mr - m);
-        den += w * pr[hq * d + 2 * j + 1];
-        for (int64_t c = 0; c < d; ++c) dst[c] += w * pr[j * d + c];
+        o[r] = pr + j * d;
+        ml[r] = pr + hq * d + 2 * j;
       }
-      for (int64_t c = 0; c < d; ++c) dst[c] /= den;
+      merge_parts(o, ml, ranges, d, out + i * ldo + j * d);
     }
 }
 

@@ -71,6 +71,25 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   }
 }
 
+// Split softmax, merged: dst (d) = sum_k e^(m_k - M) o_k / sum_k e^(m_k - M) l_k over n parts,
+// part k's unnormalised output row o[k] (d) and its (max, sum) at ml[k][0], ml[k][1] (as
+// attend_heads leaves them). A part with max -inf is empty (its row is not read); a NaN max
+// (a part that had no scratch memory) makes the row NaN.
+static inline void merge_parts(const float* const* o, const float* const* ml, int64_t n,
+                               int64_t d, float* dst) {
+  float m = -INFINITY, den = 0.0f;
+  for (int64_t k = 0; k < n; ++k) m = ml[k][0] > m || isnan(ml[k][0]) ? ml[k][0] : m;
+  memset(dst, 0, sizeof(float) * (size_t)d);
+  for (int64_t k = 0; k < n; ++k) {
+    if (ml[k][0] == -INFINITY) continue;
+    const float w = expf(ml[k][0] - m);
+    den += w * ml[k][1];
+    axpy_f32(dst, w, o[k], d);
+  }
+  const float inv = 1.0f / den;
+  for (int64_t c = 0; c < d; ++c) dst[c] *= inv;
+}
+
 // Cascade decode (attention_shared.c): requests sharing the first 64+ slots of their rows attend
 // over them once per group. Returns 0, or -1 when no group formed or memory for the plan ran
 // out (the caller then attends per request).

@@ -270,24 +270,18 @@ int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* 
         }
       }
       for (int64_t j = 0; j < hq; ++j) {
-        float m = own->part[hq * d + 2 * j], den = 0.0f;
+        // Parts: the group's ranges (query jg of hq * count), then the request's own item.
+        const float *o[MAX_GROUP_RANGES + 1], *ml[MAX_GROUP_RANGES + 1];
         const int64_t jg = gr ? group_query(gr->count, g, pos[i], j) : 0;
         const int64_t nqg = gr ? hq * gr->count : 0;
-        for (int64_t k = first; k < last; ++k) {
-          const float mr = items[k].part[nqg * d + 2 * jg];
-          m = mr > m || isnan(mr) ? mr : m;
+        int64_t n_parts = 0;
+        for (int64_t k = first; k < last; ++k, ++n_parts) {
+          o[n_parts] = items[k].part + jg * d;
+          ml[n_parts] = items[k].part + nqg * d + 2 * jg;
         }
-        float* dst = out + i * ldo + j * d;
-        for (int64_t c = 0; c < d; ++c) dst[c] = 0.0f;
-        for (int64_t k = first; k <= last; ++k) {
-          const int own_item = k == last;
-          const float* pr = own_item ? own->part : items[k].part;
-          const int64_t jj = own_item ? j : jg, nq = own_item ? hq : nqg;
-          const float w = expf(pr[nq * d + 2 * jj] - m);
-          den += w * pr[nq * d + 2 * jj + 1];
-          for (int64_t c = 0; c < d; ++c) dst[c] += w * pr[jj * d + c];
-        }
-        for (int64_t c = 0; c < d; ++c) dst[c] /= den;
+        o[n_parts] = own->part + j * d;
+        ml[n_parts++] = own->part + hq * d + 2 * j;
+        merge_parts(o, ml, n_parts, d, out + i * ldo + j * d);
       }
     }
   }
