@@ -14,13 +14,12 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.server.generate_protocol import GenerateRequest, prepare_generate
 from radixrt.server.openai_protocol import ChatCompletionRequest, ChatMessage, prepare_chat
 from radixrt.server.protocol import (
     BadRequestError,
-    GenerateRequest,
     Limits,
     decode_body,
-    prepare_generate,
 )
 from radixrt.server.tenancy import Tenancy
 from radixrt.web.middleware import identity_of

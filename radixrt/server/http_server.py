@@ -31,6 +31,7 @@ from radixrt.server.caches_api import (
 from radixrt.server.control_api import AbortRequest, add_control_routes
 from radixrt.server.dashboard import DashboardRecorder, add_dashboard_routes
 from radixrt.server.gemini.api import add_gemini_routes
+from radixrt.server.generate_protocol import GenerateRequest, prepare_generate
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.http_common import (
     ClientGoneError,
@@ -44,10 +45,8 @@ from radixrt.server.openai_protocol import ChatCompletionRequest, CompletionRequ
 from radixrt.server.openapi import install_openapi
 from radixrt.server.protocol import (
     BadRequestError,
-    GenerateRequest,
     Limits,
     decode_body,
-    prepare_generate,
 )
 from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.tokenizer_manager import (
