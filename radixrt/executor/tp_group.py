@@ -1,8 +1,8 @@
 """Rank 0's side of a tensor-parallel group: start the other ranks and watch them.
 
 Process layout for `--tp N` on one host: the process holding rank 0 (the scheduler process,
-or the Engine's) starts ranks 1..N-1 as `radixrt.executor.tp_worker` children. With
-`--nnodes M` each host starts N/M consecutive ranks; node 0 holds rank 0. All ranks meet at
+or the Engine's) starts ranks 1..N-1 as `radixrt.executor.tp_worker` children (tp_launch.py).
+With `--nnodes M` each host starts N/M consecutive ranks; node 0 holds rank 0. All ranks meet at
 a torch.distributed TCP store that rank 0 serves on `--dist-init-addr` only (else a free port on
 127.0.0.1), every key under a prefix derived from the group's secret: for one node made here
 unless given, for several given to every node ($RADIXRT_DIST_SECRET or --dist-secret-file).
@@ -19,15 +19,12 @@ import datetime
 import logging
 import os
 import secrets
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import msgspec
 import torch
 
 from radixrt.config import CacheConfig, ModelConfig
@@ -37,11 +34,11 @@ from radixrt.distributed.comm import (
     NullComm,
     TorchDistComm,
     connect_store,
-    is_loopback,
     load_secret,
     secret_name,
     serve_store,
 )
+from radixrt.executor.tp_launch import gloo_env, start_ranks, stop_procs, threads_per_rank
 
 logger = logging.getLogger("radixrt")
 
@@ -51,23 +48,9 @@ _JOIN_KEY = "radixrt/joined/{}"
 # Set by another host's launcher when one of its ranks dies; the key is secret_name(secret,
 # _FAILED_KEY), which a client that lists the store's keys still cannot name.
 _FAILED_KEY = "radixrt/failed"
-_GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
 _NO_SECRET = (
     f"nnodes > 1 needs the same secret on every node: set ${SECRET_ENV} or --dist-secret-file"
 )
-
-
-class TPWorkerArgsMsg(msgspec.Struct):
-    """What rank 0 (or another host's launcher) passes a tp_worker process on its command line
-    (JSON; the group's secret travels in its environment instead)."""
-
-    model: ModelConfig
-    cache: CacheConfig
-    max_running_requests: int
-    rank: int
-    init_addr: str  # host:port of rank 0's rendezvous (torch.distributed TCP store)
-    num_threads: int  # torch CPU threads for this rank
-    log_level: str = "info"
 
 
 class NullTPGroup:
@@ -118,7 +101,7 @@ class TPGroup(NullTPGroup):
         torch.set_num_threads(threads_per_rank(model_config))
         try:
             self._wait_joined(store, tp)
-            with _env_added(_gloo_env(model_config, init_addr)):  # gloo reads it here only
+            with _env_added(gloo_env(model_config, init_addr)):  # gloo reads it here only
                 self.comm = TorchDistComm(store, 0, tp, device)
         except BaseException:
             self.stop()
@@ -197,64 +180,6 @@ def reported_failure(store: Any, secret: str) -> str | None:
     """Rank 0: the reason another host's report_failure gave, or None while none did."""
     key = secret_name(secret, _FAILED_KEY)
     return store.get(key).decode() if store.check([key]) else None
-
-
-def start_ranks(
-    model_config: ModelConfig,
-    cache_config: CacheConfig,
-    max_running_requests: int,
-    ranks: range,
-    init_addr: str,
-    secret: str,
-    log_level: str,
-) -> dict[int, subprocess.Popen]:
-    """Spawn `ranks` as tp_worker processes of this host; returns rank -> process."""
-    threads = threads_per_rank(model_config)
-    # argv is visible to every user (ps), the environment only to this one.
-    env = {**os.environ, SECRET_ENV: secret, **_gloo_env(model_config, init_addr)}
-    procs = {}
-    for rank in ranks:
-        args = TPWorkerArgsMsg(
-            model_config, cache_config, max_running_requests, rank, init_addr, threads, log_level
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "radixrt.executor.tp_worker",
-            msgspec.json.encode(args).decode(),
-        ]
-        procs[rank] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
-    return procs
-
-
-def threads_per_rank(model_config: ModelConfig) -> int:
-    """torch CPU threads for each rank: this host's cores shared among its ranks."""
-    local = model_config.tp_size // model_config.nnodes
-    return max(1, (os.cpu_count() or 1) // local)
-
-
-def stop_procs(procs: dict[int, subprocess.Popen], timeout_s: float = 5.0) -> None:
-    """Terminate the processes still running, then kill those that outlive `timeout_s`."""
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + timeout_s
-    for proc in procs.values():
-        try:
-            proc.wait(max(deadline - time.monotonic(), 0.01))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _gloo_env(model_config: ModelConfig, init_addr: str) -> dict[str, str]:
-    """GLOO_SOCKET_IFNAME=lo for a one-node group meeting on loopback, unless the user set it:
-    else gloo's pair sockets listen on the address the host name resolves to."""
-    if model_config.nnodes > 1 or _GLOO_IFNAME in os.environ or not is_loopback(init_addr):
-        return {}
-    if "lo" not in {name for _, name in socket.if_nameindex()}:
-        return {}
-    return {_GLOO_IFNAME: "lo"}
 
 
 @contextlib.contextmanager

@@ -17,7 +17,8 @@ import time
 
 import msgspec
 
-from radixrt.executor.tp_group import TPWorkerArgsMsg, announce_joined
+from radixrt.executor.tp_group import announce_joined
+from radixrt.executor.tp_launch import TPWorkerArgsMsg
 
 logger = logging.getLogger("radixrt")
 

@@ -12,7 +12,8 @@ import signal
 import time
 from types import FrameType
 
-from radixrt.executor.tp_group import group_secret, report_failure, start_ranks, stop_procs
+from radixrt.executor.tp_group import group_secret, report_failure
+from radixrt.executor.tp_launch import start_ranks, stop_procs
 from radixrt.server.args import ServerArgs
 
 logger = logging.getLogger("radixrt")
