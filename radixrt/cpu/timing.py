@@ -146,11 +146,14 @@ def _rotary_pair(hq: int, hk: int, d: int, t: int) -> Pair:
     return (lambda: ck.rotary_(q, k, cos, sin, d), lambda: rot(qkv, cos, sin), 1)
 
 
-def _decode_attention_pair(hq: int, hk: int, d: int, shared: int) -> Pair:
-    """A decode batch: store each request's new K/V, attend over its keys (scattered slots,
-    the first `shared` the same in every request); torch stores with index_copy_ and attends
-    as the torch_native backend does (with its cascade plan where rows share slots)."""
-    b, n, scale = DECODE_BATCH, DECODE_KEYS, d**-0.5
+def decode_attention_pair(
+    hq: int, hk: int, d: int, shared: int, b: int = DECODE_BATCH, n: int = DECODE_KEYS
+) -> Pair:
+    """A decode batch of b requests over n keys each: store each request's new K/V, attend
+    over its keys (scattered slots, the first `shared` the same in every request); torch
+    stores with index_copy_ and attends as the torch_native backend does (with its cascade
+    plan where rows share slots)."""
+    scale = d**-0.5
     own = n - shared
     k_buf, v_buf = torch.randn(shared + b * own, hk, d), torch.randn(shared + b * own, hk, d)
     perm = torch.randperm(shared + b * own).int()
@@ -197,7 +200,7 @@ _PAIRS: dict[str, Callable[[Shapes, int], list[Pair]]] = {
     "silu_mul": lambda s, _: [_silu_mul_pair(i, t) for i in s.mlps for t in ROW_SIZES],
     "rotary": lambda s, _: [_rotary_pair(*h, t) for h in s.heads for t in ROW_SIZES],
     "decode_attention": lambda s, _: [
-        _decode_attention_pair(*h, shared) for h in s.heads for shared in DECODE_SHARED
+        decode_attention_pair(*h, shared) for h in s.heads for shared in DECODE_SHARED
     ],
     "extend_attention": lambda s, _: [_extend_attention_pair(*h) for h in s.heads],
 }

@@ -34,31 +34,9 @@ def _case(b: int, n: int, shared: int) -> dict[str, float]:
     """Median ms per call of the kernel and of torch on one batch (this process's variant)."""
     import torch
 
-    from radixrt.attention.decode_cascade import attend_decode, build_decode_plan
-    from radixrt.cpu import kernels as ck
+    from radixrt.cpu.timing import decode_attention_pair
 
-    hq, hk, d = HEADS
-    own = n - shared
-    total = shared + b * own
-    k_buf, v_buf = torch.randn(total, hk, d), torch.randn(total, hk, d)
-    perm = torch.randperm(total).int()
-    prefix = perm[:shared]
-    table = torch.stack(
-        [torch.cat([prefix, perm[shared + i * own : shared + (i + 1) * own]]) for i in range(b)]
-    )  # (b, n) int32 slots; the first `shared` the same in every row
-    rows, lens, out_loc = torch.arange(b), torch.full((b,), n), table[:, -1].long()
-    q, k, v = torch.randn(b, (hq + 2 * hk) * d).split([hq * d, hk * d, hk * d], dim=-1)
-    plan = build_decode_plan(table.long(), [n] * b)
-    scale = d**-0.5
-
-    def kern() -> None:
-        ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, scale)
-
-    def ref() -> None:
-        k_buf.index_copy_(0, out_loc, k.reshape(-1, hk, d))
-        v_buf.index_copy_(0, out_loc, v.reshape(-1, hk, d))
-        attend_decode(q.reshape(b, -1, d), plan, k_buf, v_buf, hk, scale)
-
+    kern, ref, _ = decode_attention_pair(*HEADS, shared, b, n)
     times: dict[str, list[float]] = {"kernel": [], "torch": []}
     with torch.inference_mode():
         kern(), ref()
