@@ -30,6 +30,7 @@ if importlib.util.find_spec("ray") is None:
 
 GROUPS, PER_GROUP, PREFIX, SUFFIX = 3, 8, 200, 10
 START_S = 240
+READY = "radixrt on Ray Serve: "  # what `python -m radixrt.ray serve` prints when up
 
 
 class RayApp:
@@ -51,11 +52,14 @@ class RayApp:
         while True:
             if self.proc.poll() is not None:
                 pytest.fail(f"python -m radixrt.ray serve exited:\n{self._tail()}")
-            try:
-                if httpx.get(self.url + "/v1/models", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            # The line is printed once serve.run has seen every replica healthy; the ingress
+            # answers /v1/models as soon as one is, and routing then would see one replica.
+            if READY in self.log.read_text(errors="replace"):
+                try:
+                    if httpx.get(self.url + "/v1/models", timeout=5).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
             if time.monotonic() > deadline:
                 self.stop()
                 first = self._tail()
