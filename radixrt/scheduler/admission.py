@@ -19,16 +19,22 @@ def reject_reason(req: Req, context_len: int, capacity: int, vocab_size: int) ->
 
 
 def shares_uncached_prefix(req: Req, admitted: list[Req], min_len: int = 32) -> bool:
-    """True when an admitted request of the same cache namespace is about to compute at least
-    min_len tokens that `req` also starts with after the same prefix: `req` should wait and
-    reuse them from the cache. Another namespace's prefill is never waited on: it cannot be
+    """True when an admitted request of the same cache namespace is computing a run of at least
+    min_len tokens that `req` also starts with (after the same cached prefix) and has not
+    finished it: `req` should wait and reuse the run from the cache. The run counts from where
+    the other's computation began (its cached prefix), so a chunked prefill that stops a few
+    tokens short of the end of a shared run still holds its sharers back for the tail: else
+    each of them recomputes it. Another namespace's prefill is never waited on: it cannot be
     shared, and waiting would let one tenant time another's prompts."""
     ids = req.fill_ids
     for other in admitted:
-        o, k = other.fill_ids, other.kv_len
         if other.extra_key != req.extra_key:
             continue
-        if len(o) > k + min_len and ids[k : k + min_len] == o[k : k + min_len] and ids[:k] == o[:k]:
+        o, k = other.fill_ids, other.kv_len
+        start = min(other.cached_tokens, k)  # where the other's own computation began
+        # Equal up to here: a run of min_len from `start`, one token of which is not computed.
+        need = max(start + min_len, k + 1)
+        if need <= min(len(ids), len(o)) and ids[:need] == o[:need]:
             return True
     return False
 
