@@ -323,6 +323,33 @@ def test_generate_without_a_cache_and_the_json_array_stream(server, model) -> No
     assert wrong.status_code == 401
 
 
+def test_count_tokens_counts_what_generate_content_prompts(server, model) -> None:
+    client = _client(server)
+    question = "Where is Paris?"
+    counted = client.models.count_tokens(model=model, contents=question)
+    config = types.GenerateContentConfig(max_output_tokens=1, temperature=0)
+    out = client.models.generate_content(model=model, contents=question, config=config)
+    assert counted.total_tokens == out.usage_metadata.prompt_token_count > 3
+    cache = _create(client, model)
+    try:
+        request = {"contents": [{"role": "user", "parts": [{"text": question}]}],
+                   "cachedContent": cache.name}  # fmt: skip
+        path = f"/v1beta/models/{model}:countTokens"
+        r = _raw(server, "POST", path, json={"generateContentRequest": request})
+        on_cache = r.json()
+        assert r.status_code == 200, r.text
+        assert on_cache["cachedContentTokenCount"] == cache.usage_metadata.total_token_count
+        assert on_cache["totalTokens"] > on_cache["cachedContentTokenCount"]
+        both = {"contents": request["contents"], "generateContentRequest": request}
+        for bad, why in (({"contents": []}, "contents"), (both, "not both"), ({"x": 1}, "x")):
+            r = _raw(server, "POST", path, json=bad)
+            assert r.status_code == 400 and why in r.json()["error"]["message"], r.text
+        other = _raw(server, "POST", path, who="b", json={"generateContentRequest": request})
+        assert other.status_code in (403, 404), other.text  # another tenant's cache
+    finally:
+        client.caches.delete(name=cache.name)
+
+
 def test_an_expired_cache_is_gone_and_unpinned(server, model) -> None:
     client = _client(server)
     cache = _create(client, model, ttl="2.5s")

@@ -1,4 +1,4 @@
-"""Gemini's API: `/v1beta/models/{model}:generateContent` and `:streamGenerateContent` (SSE
+"""Gemini's API: `/v1beta/models/{model}:generateContent`, `:streamGenerateContent` (SSE
 with `alt=sse`, else one JSON array), the served model under `/v1beta/models`, the
 cachedContents routes (caches.py), and Gemini's error shape on every /v1beta/ path; in
 the shapes the official `google-genai` SDK parses."""
@@ -17,7 +17,14 @@ from starlette.responses import Response
 from radixrt.core import FinishKind
 from radixrt.server.cache_handles import CacheRegistry
 from radixrt.server.gemini.caches import add_cached_contents_routes, cached_content
-from radixrt.server.gemini.protocol import GenerateContentRequest, model_resource, prepare_content
+from radixrt.server.gemini.protocol import (
+    CountTokensRequest,
+    GenerateContentRequest,
+    count_request,
+    model_resource,
+    prepare_content,
+    prompt_ids,
+)
 from radixrt.server.http_common import ClientGoneError, RequestFailedError, updates, wait_finished
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import Limits, decode_body
@@ -38,7 +45,7 @@ _STATUS = {
     500: "INTERNAL",
     503: "UNAVAILABLE",
 }
-ACTIONS = ("generateContent", "streamGenerateContent")  # POST /v1beta/models/{model}:{action}
+ACTIONS = ("generateContent", "streamGenerateContent", "countTokens")  # POST .../{model}:{action}
 _FINISH = {FinishKind.STOP: "STOP", FinishKind.LENGTH: "MAX_TOKENS"}  # else OTHER
 _encoder = msgspec.json.Encoder()
 
@@ -101,9 +108,11 @@ class GeminiServing:
     async def model_action(self, request: Request, model: str) -> Response:
         model, _, action = model.partition(":")
         if action not in ACTIONS:
-            served = " and ".join(ACTIONS)
+            served = ", ".join(ACTIONS)
             return error_response(f"no method {action!r} on models; radixrt serves {served}", 404)
         raw = await request.body()
+        if action == "countTokens":
+            return await self._count_tokens(request, raw, model)
         body = await self.tm.run_tokenizer(decode_body, raw, GenerateContentRequest)
         handle = None
         if body.cached_content is not None:
@@ -136,6 +145,25 @@ class GeminiServing:
         except ClientGoneError:
             return Response(status_code=499)
         return json_response(self._response(rid, states[0], states[0].result()["text"]))
+
+    async def _count_tokens(self, request: Request, raw: bytes, model: str) -> Response:
+        """The prompt's tokens as generateContent would build them (chat template included);
+        `cachedContentTokenCount`: those of them a named cache holds."""
+        count = await self.tm.run_tokenizer(decode_body, raw, CountTokensRequest)
+        body = count_request(count)
+        handle = None
+        if body.cached_content is not None:
+            handle = cached_content(self.registry, request, body.cached_content, model)
+        ids, starts = await self.tm.run_tokenizer(
+            prompt_ids, body, handle, self.tm.tokenizer, self.limits
+        )
+        out: dict[str, Any] = {
+            "totalTokens": len(ids),
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": len(ids)}],
+        }
+        if handle is not None:
+            out["cachedContentTokenCount"] = handle.tokens if starts else 0
+        return json_response(out)
 
     async def _chunks(self, rid: str, state: ReqState) -> AsyncIterator[dict[str, Any]]:
         sent = ""

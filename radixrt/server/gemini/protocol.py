@@ -102,6 +102,14 @@ class GenerateContentRequest(msgspec.Struct, forbid_unknown_fields=True, rename=
     model: str | None = None
 
 
+class CountTokensRequest(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """`:countTokens`: either `contents`, or a whole `generateContentRequest` (which may name a
+    cachedContent, whose tokens are then counted too)."""
+
+    contents: list[Content] = []
+    generate_content_request: GenerateContentRequest | None = None
+
+
 @dataclass(frozen=True)
 class PreparedContent:
     input_ids: list[int]
@@ -191,6 +199,20 @@ def prepare_content(
     """The prompt of a generateContent request: with a cache, the whole conversation (the
     cache's, then the request's) rendered with a generation prompt; when that text starts with
     the cache's own, the handle's ids plus the rest's tokens, so the cached tokens match."""
+    ids, starts = prompt_ids(body, handle, tokenizer, limits)
+    config = body.generation_config or GenerationConfig()
+    explicit_max = config.max_output_tokens is not None
+    sp = to_sampling_params(sampling_dict(config))
+    if not explicit_max:
+        sp.max_new_tokens = limits.context_length  # until EOS; clamped to fit
+    return PreparedContent(ids, fit_to_context(ids, sp, limits, explicit_max), starts)
+
+
+def prompt_ids(
+    body: GenerateContentRequest, handle: CacheHandle | None, tokenizer: Any, limits: Limits
+) -> tuple[list[int], bool]:
+    """The prompt's token ids (prepare_content's, not yet checked against the context) and
+    whether they begin with the handle's ids."""
     if not body.contents:
         raise BadRequestError("contents must not be empty")
     if handle is None:
@@ -210,13 +232,16 @@ def prepare_content(
         )
     else:
         ids = list(tokenizer.encode(text, add_special_tokens=False))
-    starts = handle is not None and ids[: handle.tokens] == handle.input_ids
-    config = body.generation_config or GenerationConfig()
-    explicit_max = config.max_output_tokens is not None
-    sp = to_sampling_params(sampling_dict(config))
-    if not explicit_max:
-        sp.max_new_tokens = limits.context_length  # until EOS; clamped to fit
-    return PreparedContent(ids, fit_to_context(ids, sp, limits, explicit_max), starts)
+    return ids, handle is not None and ids[: handle.tokens] == handle.input_ids
+
+
+def count_request(body: CountTokensRequest) -> GenerateContentRequest:
+    """The generateContent request a countTokens body stands for."""
+    if body.generate_content_request is not None:
+        if body.contents:
+            raise BadRequestError("set contents or generateContentRequest, not both")
+        return body.generate_content_request
+    return GenerateContentRequest(contents=body.contents)
 
 
 def sampling_dict(config: GenerationConfig) -> dict[str, Any]:
