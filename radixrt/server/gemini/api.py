@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.core import FinishKind
-from radixrt.server.cache_handles import CacheRegistry
+from radixrt.server.cache_handles import CacheHandle, CacheRegistry
 from radixrt.server.gemini.caches import add_cached_contents_routes, cached_content
 from radixrt.server.gemini.protocol import (
     CountTokensRequest,
@@ -114,9 +114,7 @@ class GeminiServing:
         if action == "countTokens":
             return await self._count_tokens(request, raw, model)
         body = await self.tm.run_tokenizer(decode_body, raw, GenerateContentRequest)
-        handle = None
-        if body.cached_content is not None:
-            handle = cached_content(self.registry, request, body.cached_content, model)
+        handle = self._handle(request, body, model)
         # The tenant's own namespace: the one its caches were made in (Gemini has no salt).
         namespace = self.tenancy.namespace(request, None, None)
         prep = await self.tm.run_tokenizer(
@@ -151,9 +149,7 @@ class GeminiServing:
         `cachedContentTokenCount`: those of them a named cache holds."""
         count = await self.tm.run_tokenizer(decode_body, raw, CountTokensRequest)
         body = count_request(count)
-        handle = None
-        if body.cached_content is not None:
-            handle = cached_content(self.registry, request, body.cached_content, model)
+        handle = self._handle(request, body, model)
         ids, starts = await self.tm.run_tokenizer(
             prompt_ids, body, handle, self.tm.tokenizer, self.limits
         )
@@ -164,6 +160,14 @@ class GeminiServing:
         if handle is not None:
             out["cachedContentTokenCount"] = handle.tokens if starts else 0
         return json_response(out)
+
+    def _handle(
+        self, request: Request, body: GenerateContentRequest, model: str
+    ) -> CacheHandle | None:
+        """The cache `body` names (the caller's own; else the 4xx cached_content raises)."""
+        if body.cached_content is None:
+            return None
+        return cached_content(self.registry, request, body.cached_content, model)
 
     async def _chunks(self, rid: str, state: ReqState) -> AsyncIterator[dict[str, Any]]:
         sent = ""
