@@ -19,6 +19,20 @@ class AttentionLayer:
     num_kv_heads: int  # KV heads on this rank
     head_dim: int
     scaling: float
+    # Keys each query sees, itself included: the query at position i attends to positions
+    # max(0, i - sliding_window + 1) .. i. 0: the whole sequence (no window).
+    sliding_window: int = 0
+    # Scores become cap * tanh(scores / cap) before the softmax (Gemma 2). 0: no cap.
+    logit_softcap: float = 0.0
+
+
+# What a layer may ask of a backend beyond plain causal attention (see `BaseAttnBackend.supports`).
+LAYER_FEATURES = ("sliding_window", "logit_softcap")
+
+
+def layer_features(layer: AttentionLayer) -> set[str]:
+    """The LAYER_FEATURES this layer uses."""
+    return {name for name in LAYER_FEATURES if getattr(layer, name)}
 
 
 class BaseAttnBackend(ABC):
@@ -33,6 +47,8 @@ class BaseAttnBackend(ABC):
       Shapes: q (T, num_heads * head_dim), k and v (T, num_kv_heads * head_dim), output
       (T, num_heads * head_dim), all in the model dtype.
     - Backends never allocate or free slots.
+    - `supports`: the LAYER_FEATURES this backend implements; the runner refuses, at start-up,
+      a model with a layer that needs one it lacks (never a silent full attention).
     - `fuses_cpu_decode_layers`: True when a decode batch may instead run whole decoder
       layers as one C call each (cpu/fused_layer.py), which attend over the pool and store
       the new K/V exactly as this backend's decode does; the runner decides it once, when it
@@ -40,6 +56,7 @@ class BaseAttnBackend(ABC):
     """
 
     fuses_cpu_decode_layers: bool = False
+    supports: frozenset[str] = frozenset()
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch metadata shared by all layers."""

@@ -72,8 +72,10 @@ def attend_decode(
     v_buf: torch.Tensor,
     num_kv_heads: int,
     scaling: float,
+    softcap: float = 0.0,
 ) -> torch.Tensor:
-    """q (Bd, H, D) against the plan's slots in k_buf/v_buf (slots, Hkv, D) -> (Bd, H, D)."""
+    """q (Bd, H, D) against the plan's slots in k_buf/v_buf (slots, Hkv, D) -> (Bd, H, D);
+    `softcap` > 0 caps the scores at softcap * tanh(s / softcap) before the softmax."""
     bd, num_heads, d = q.shape
     g = num_heads // num_kv_heads
     qg = q.view(bd, num_kv_heads, g, d)
@@ -81,14 +83,16 @@ def attend_decode(
     kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
     vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
     scores = (torch.matmul(qg, kk.transpose(-1, -2)) * scaling).float()  # (Bd, Hkv, g, Ls)
-    scores = scores.masked_fill(~plan.mask, float("-inf"))
+    scores = cap_scores(scores, softcap).masked_fill(~plan.mask, float("-inf"))
     m_u = scores.amax(-1, keepdim=True)  # (Bd, Hkv, g, 1)
     p = torch.exp(scores - m_u)
     l_u = p.sum(-1, keepdim=True)
     o_u = torch.matmul(p.to(vv.dtype), vv).float()  # (Bd, Hkv, g, D), unnormalised
     out = o_u / l_u
     for grp in plan.groups:
-        o_p, l_p, m_p = _attend_shared(qg[grp.members], grp.prefix_slots, k_buf, v_buf, scaling)
+        o_p, l_p, m_p = _attend_shared(
+            qg[grp.members], grp.prefix_slots, k_buf, v_buf, scaling, softcap
+        )
         idx = grp.members
         m = torch.maximum(m_u[idx], m_p)
         a, b = torch.exp(m_u[idx] - m), torch.exp(m_p - m)
@@ -96,8 +100,18 @@ def attend_decode(
     return out.to(q.dtype).view(bd, num_heads, d)
 
 
+def cap_scores(scores: torch.Tensor, softcap: float) -> torch.Tensor:
+    """softcap * tanh(scores / softcap), or scores unchanged when softcap is 0."""
+    return torch.tanh(scores / softcap) * softcap if softcap else scores
+
+
 def _attend_shared(
-    qg: torch.Tensor, slots: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, scaling: float
+    qg: torch.Tensor,
+    slots: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    scaling: float,
+    softcap: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Unnormalised attention of qg (n, Hkv, g, D) over shared slots (Lp,) read once.
 
@@ -107,7 +121,7 @@ def _attend_shared(
     kp = k_buf.index_select(0, slots).permute(1, 2, 0)  # (Hkv, D, Lp)
     vp = v_buf.index_select(0, slots).transpose(0, 1)  # (Hkv, Lp, D)
     qh = qg.permute(1, 0, 2, 3).reshape(hkv, n * g, d)  # every member's heads as one batch
-    s = (torch.matmul(qh, kp) * scaling).float()  # (Hkv, n*g, Lp)
+    s = cap_scores((torch.matmul(qh, kp) * scaling).float(), softcap)  # (Hkv, n*g, Lp)
     m = s.amax(-1, keepdim=True)
     p = torch.exp(s - m)
     l_ = p.sum(-1, keepdim=True)

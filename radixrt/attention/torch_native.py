@@ -2,17 +2,26 @@
 
 Decode-like requests (one new token) are attended in one padded batched call; longer extends
 run one request at a time, so a mixed batch costs one batched call plus one call per prefill.
+Every layer feature is implemented here (LAYER_FEATURES): sliding windows read only each
+query's last `sliding_window` keys, and soft-capped layers compute their scores explicitly
+(SDPA has no cap).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from radixrt.attention.base import AttentionLayer, BaseAttnBackend
-from radixrt.attention.decode_cascade import DecodePlan, attend_decode, build_decode_plan
+from radixrt.attention.base import LAYER_FEATURES, AttentionLayer, BaseAttnBackend
+from radixrt.attention.decode_cascade import (
+    DecodePlan,
+    attend_decode,
+    build_decode_plan,
+    cap_scores,
+)
 from radixrt.forward_batch import ForwardBatch
 
 # Decode batches with more (request, key) pairs than this and no shared prefix use SDPA.
@@ -20,21 +29,35 @@ _SMALL_DECODE_TOKENS = 4096
 
 
 @dataclass(slots=True)
+class _Piece:
+    """Some query rows of one request and the keys they attend to."""
+
+    q: slice  # rows of the packed batch
+    kv_idx: torch.Tensor | None  # (Lk,) int64 pool slots; None: the rows' own k/v, causal
+    mask: torch.Tensor | None  # (Lq, Lk) bool, True = attend; None: causal from key 0
+
+
+@dataclass(slots=True)
 class _ExtendReq:
-    q_start: int
-    q_len: int
-    kv_idx: torch.Tensor | None  # (seq_len,) int64 pool slots, None when there is no prefix
-    mask: torch.Tensor | None  # (q_len, seq_len) bool, True = attend; None when causal from 0
+    q_start: int  # first row in the packed batch
+    q_len: int  # new tokens
+    prefix_len: int  # tokens before them (their KV already in the pool)
+    row: int  # req_to_token row
 
 
 @dataclass(slots=True)
 class _DecodeGroup:
     rows: torch.Tensor  # (Bd,) int64 rows of the packed batch that decode
     plan: DecodePlan  # shared-prefix groups and per-row suffix slots
+    table: torch.Tensor  # (Bd, Lmax) int64 every decode row's slots, padded
+    seq_lens: list[int]
+    windowed: dict[int, DecodePlan] = field(default_factory=dict)  # window -> plan
 
 
 class TorchNativeAttnBackend(BaseAttnBackend):
     """Gathers each request's K/V from the pool by req_to_token and calls SDPA."""
+
+    supports = frozenset(LAYER_FEATURES)
 
     def __init__(
         self,
@@ -51,39 +74,34 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         self.device = torch.device(device)
         self._extends: list[_ExtendReq] = []
         self._decode: _DecodeGroup | None = None
+        # Per pass: the extends' pieces for each window (0: full attention), built on first use.
+        self._pieces: dict[int, list[_Piece]] = {}
+        self._req_to_token: torch.Tensor | None = None
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        req_to_token = fb.req_to_token_pool.req_to_token
+        self._req_to_token = fb.req_to_token_pool.req_to_token
         rows = fb.req_pool_indices.tolist()
         starts = fb.extend_start_loc.tolist()
         decode_ids: list[int] = []
-        self._extends = []
+        self._extends, self._pieces = [], {}
         for i, (row, p, e) in enumerate(
             zip(rows, fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu)
         ):
             if e == 1 and p > 0:
                 decode_ids.append(i)
-                continue
-            if p == 0:
-                self._extends.append(_ExtendReq(starts[i], e, None, None))
-                continue
-            kv_idx = req_to_token[row, : p + e].to(torch.int64)
-            q_pos = torch.arange(p, p + e, device=req_to_token.device)
-            kv_pos = torch.arange(p + e, device=req_to_token.device)
-            self._extends.append(
-                _ExtendReq(starts[i], e, kv_idx, kv_pos[None, :] <= q_pos[:, None])
-            )
+            else:
+                self._extends.append(_ExtendReq(starts[i], e, p, row))
         self._decode = self._build_decode_group(fb, decode_ids) if decode_ids else None
 
     def _build_decode_group(self, fb: ForwardBatch, ids: list[int]) -> _DecodeGroup:
+        self._req_to_token = fb.req_to_token_pool.req_to_token
         dev = fb.req_to_token_pool.req_to_token.device
         idx = torch.tensor(ids, dtype=torch.int64, device=dev)
-        max_len = max(fb.seq_lens_cpu[i] for i in ids)
-        table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices[idx], :max_len].to(
+        lens = [fb.seq_lens_cpu[i] for i in ids]
+        table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices[idx], : max(lens)].to(
             torch.int64
         )
-        plan = build_decode_plan(table, [fb.seq_lens_cpu[i] for i in ids])
-        return _DecodeGroup(fb.extend_start_loc[idx], plan)
+        return _DecodeGroup(fb.extend_start_loc[idx], build_decode_plan(table, lens), table, lens)
 
     def forward_extend(
         self,
@@ -95,15 +113,23 @@ class TorchNativeAttnBackend(BaseAttnBackend):
     ) -> torch.Tensor:
         out = torch.empty_like(q)
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
-        for r in self._extends:
-            sl = slice(r.q_start, r.q_start + r.q_len)
-            if r.kv_idx is None:
-                kk, vv = k[sl], v[sl]
+        for piece in self._extend_pieces(layer.sliding_window):
+            if piece.kv_idx is None:
+                kk, vv = k[piece.q], v[piece.q]
             else:
-                kk, vv = k_buf.index_select(0, r.kv_idx), v_buf.index_select(0, r.kv_idx)
-            out[sl] = _sdpa(q[sl], kk, vv, r.mask, layer, causal=r.mask is None)
+                kk, vv = k_buf.index_select(0, piece.kv_idx), v_buf.index_select(0, piece.kv_idx)
+            out[piece.q] = _attend(q[piece.q], kk, vv, piece.mask, layer)
         self._attend_decode_rows(q, out, k_buf, v_buf, layer)
         return out
+
+    def _extend_pieces(self, window: int) -> list[_Piece]:
+        if window not in self._pieces:
+            assert self._req_to_token is not None, "extend without metadata"
+            table = self._req_to_token
+            self._pieces[window] = [
+                piece for r in self._extends for piece in _pieces_of(r, window, table)
+            ]
+        return self._pieces[window]
 
     def _attend_decode_rows(
         self,
@@ -140,9 +166,12 @@ class TorchNativeAttnBackend(BaseAttnBackend):
     ) -> torch.Tensor:
         # q (Bd, H, D); gathered k/v (Bd, Lmax, Hkv, D) -> (Bd, Hkv, Lmax, D). index_select,
         # not buf[idx]: advanced indexing into a large CPU buffer is orders of magnitude slower.
-        plan = g.plan
-        if plan.groups or plan.kv_idx.numel() <= _SMALL_DECODE_TOKENS:
-            return attend_decode(q, plan, k_buf, v_buf, layer.num_kv_heads, layer.scaling)
+        plan = _decode_plan(g, layer.sliding_window)
+        small = plan.kv_idx.numel() <= _SMALL_DECODE_TOKENS
+        if plan.groups or small or layer.logit_softcap:
+            return attend_decode(
+                q, plan, k_buf, v_buf, layer.num_kv_heads, layer.scaling, layer.logit_softcap
+            )
         shape = (*plan.kv_idx.shape, *k_buf.shape[1:])
         kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
         vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
@@ -157,22 +186,92 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         return out.squeeze(2)  # (Bd, H, D)
 
 
-def _sdpa(
+def _decode_plan(g: _DecodeGroup, window: int) -> DecodePlan:
+    """The group's plan over each row's last `window` keys (0: all of them)."""
+    if not window or max(g.seq_lens) <= window:
+        return g.plan
+    if window not in g.windowed:
+        dev = g.table.device
+        lens = torch.tensor(g.seq_lens, dtype=torch.int64, device=dev)
+        start = (lens - window).clamp_(min=0)  # (Bd,) first key each row sees
+        width = min(window, g.table.shape[1])
+        pos = (start[:, None] + torch.arange(width, device=dev)[None, :]).clamp_(
+            max=g.table.shape[1] - 1
+        )
+        table = g.table.gather(1, pos)  # (Bd, width) each row's window, left-aligned
+        g.windowed[window] = build_decode_plan(table, (lens - start).tolist())
+    return g.windowed[window]
+
+
+def _pieces_of(r: _ExtendReq, window: int, table: torch.Tensor) -> list[_Piece]:
+    """The pieces one extend request attends in: one for full attention; for a window w,
+    query blocks of w rows, each over the keys its rows can see."""
+    p, e = r.prefix_len, r.q_len
+    if not window or p + e <= window:
+        if p == 0:
+            return [_Piece(slice(r.q_start, r.q_start + e), None, None)]
+        return [_Piece(slice(r.q_start, r.q_start + e), *_keys(table, r, 0, e, 0, window))]
+    return [
+        _Piece(slice(r.q_start + a, r.q_start + min(a + window, e)),
+               *_keys(table, r, a, min(a + window, e), max(0, p + a - window + 1), window))
+        for a in range(0, e, window)
+    ]  # fmt: skip
+
+
+def _keys(
+    table: torch.Tensor, r: _ExtendReq, a: int, b: int, key_start: int, window: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots of keys key_start .. p+b-1 (Lk,) int64 and the (b-a, Lk) mask of new rows a..b-1
+    (positions p+a .. p+b-1): causal, and within the window when there is one."""
+    p = r.prefix_len
+    dev = table.device
+    kv_idx = table[r.row, key_start : p + b].to(torch.int64)
+    q_pos = torch.arange(p + a, p + b, device=dev)[:, None]
+    kv_pos = torch.arange(key_start, p + b, device=dev)[None, :]
+    mask = kv_pos <= q_pos
+    if window:
+        mask &= kv_pos > q_pos - window
+    return kv_idx, mask
+
+
+def _attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
     layer: AttentionLayer,
-    causal: bool,
 ) -> torch.Tensor:
     """One request: q (Lq, H, D), k/v (Lk, Hkv, D), mask (Lq, Lk) or causal -> (Lq, H, D)."""
+    qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (heads, L, D)
+    if layer.logit_softcap:
+        return _attend_capped(qh, kh, vh, mask, layer).transpose(0, 1)
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0),
-        k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0),
+        qh.unsqueeze(0),
+        kh.unsqueeze(0),
+        vh.unsqueeze(0),
         attn_mask=mask,
-        is_causal=causal,
+        is_causal=mask is None,
         scale=layer.scaling,
         enable_gqa=layer.num_heads != layer.num_kv_heads,
     )
     return out.squeeze(0).transpose(0, 1)
+
+
+def _attend_capped(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    layer: AttentionLayer,
+) -> torch.Tensor:
+    """Soft-capped attention, explicit: q (H, Lq, D), k/v (Hkv, Lk, D) -> (H, Lq, D)."""
+    h, lq, d = q.shape
+    hkv, lk = k.shape[0], k.shape[1]
+    qg = q.reshape(hkv, h // hkv * lq, d)  # a KV head's query heads as one batch of rows
+    scores = cap_scores((torch.matmul(qg, k.transpose(1, 2)) * layer.scaling).float(),
+                        layer.logit_softcap).view(hkv, h // hkv, lq, lk)  # fmt: skip
+    if mask is None:
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
+    probs = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1).to(v.dtype)
+    out = torch.matmul(probs.view(hkv, h // hkv * lq, lk), v)  # (Hkv, g*Lq, D)
+    return out.view(h, lq, d)

@@ -18,6 +18,8 @@ from radixrt.forward_batch import ForwardBatch, ForwardMode
 class CpuAttnBackend(TorchNativeAttnBackend):
     """Needs a float32 KV pool on the CPU and the kernel library (`ck.available()`)."""
 
+    supports: frozenset[str] = frozenset()  # the kernels attend over every key, uncapped
+
     def __init__(
         self,
         device: torch.device | str = "cpu",

@@ -50,7 +50,7 @@ class FusedDecodeLayer(nn.Module):
     @staticmethod
     def can_fuse(layer: nn.Module) -> bool:
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        if attn is None or mlp is None:
+        if attn is None or mlp is None or not getattr(layer, "cpu_fusable", False):
             return False
         linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
         return (

@@ -113,7 +113,7 @@ def _swap(module: nn.Module, plan: KernelPlan, int8: bool) -> nn.Module | None:
         return CpuRMSNorm(module)  # type: ignore[arg-type]
     if kind is GatedActivation and module.name == "silu" and plan.uses("silu_mul"):  # type: ignore[attr-defined]
         return CpuSiluMul()
-    if kind is QKVRotary and plan.uses("rotary"):
+    if kind is QKVRotary and module.rotary_dim == module.head_dim and plan.uses("rotary"):  # type: ignore[attr-defined]
         return CpuQKVRotary(module)  # type: ignore[arg-type]
     return None
 

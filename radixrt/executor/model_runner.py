@@ -148,7 +148,7 @@ class ModelRunner:
             )
             self.comm = self.tp_group.comm
         with torch.device("meta"):  # no random init: every tensor comes from the checkpoint
-            model = cls(self.arch, max(ctx, self.arch.max_position_embeddings), self.comm)
+            model = cls(self.arch, ctx, self.comm)
         # dtype first: materialising in float32 and converting would leave the float32 copy
         # in CUDA's cache, where mem_get_info (the KV pool's budget) does not count it free.
         model = model.to(self.dtype).to_empty(device=self.device)
@@ -213,6 +213,7 @@ class ModelRunner:
         name = self.model_config.attention_backend or (
             "cpu" if attention_kernels else default_backend(self.device, self.dtype)
         )
+        name = self._backend_for_layers(name, chosen=bool(self.model_config.attention_backend))
         options: dict[str, object] = {}
         if name == "cpu" and plan.any:
             options = {
@@ -228,6 +229,28 @@ class ModelRunner:
             head_dim=self.arch.head_dim,
             **options,
         )
+
+    def _backend_for_layers(self, name: str, chosen: bool) -> str:
+        """`name`, if it implements every feature the model's attention layers use (sliding
+        windows, soft caps); else torch_native, or a ValueError when the user chose `name`."""
+        from radixrt.attention import get_attention_backend_cls
+        from radixrt.attention.base import layer_features
+        from radixrt.layers.attention import RadixAttention
+
+        needs: set[str] = set()
+        for m in self.model.modules():
+            if isinstance(m, RadixAttention):
+                needs |= layer_features(m.layer)
+        lacking = sorted(needs - get_attention_backend_cls(name).supports)
+        if not lacking:
+            return name
+        if chosen:
+            raise ValueError(
+                f"attention backend {name!r} does not implement {', '.join(lacking)}, which "
+                f"{self.arch.architecture} uses; choose --attention-backend torch_native"
+            )
+        logger.info("attention: %s lacks %s; using torch_native", name, ", ".join(lacking))
+        return "torch_native"
 
     def _partition_heads(self) -> tuple[int, int]:
         """(query heads, KV heads) on this rank."""

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-_ACTIVATIONS = {"silu": nn.functional.silu, "gelu": nn.functional.gelu}
+# config.json's hidden_act -> the function; "gelu_pytorch_tanh" is GeGLU's tanh approximation.
+ACTIVATIONS = {
+    "silu": nn.functional.silu,
+    "gelu": nn.functional.gelu,
+    "swish": nn.functional.silu,
+    "gelu_pytorch_tanh": functools.partial(nn.functional.gelu, approximate="tanh"),
+    "gelu_new": functools.partial(nn.functional.gelu, approximate="tanh"),
+}
 
 
 class GatedActivation(nn.Module):
@@ -13,10 +22,10 @@ class GatedActivation(nn.Module):
 
     def __init__(self, name: str) -> None:
         super().__init__()
-        if name not in _ACTIVATIONS:
-            raise ValueError(f"unsupported hidden_act {name!r} (supported: {sorted(_ACTIVATIONS)})")
+        if name not in ACTIVATIONS:
+            raise ValueError(f"unsupported hidden_act {name!r} (supported: {sorted(ACTIVATIONS)})")
         self.name = name
-        self.act = _ACTIVATIONS[name]
+        self.act = ACTIVATIONS[name]
 
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
         gate, up = gate_up.chunk(2, dim=-1)

@@ -1,4 +1,10 @@
-"""RMSNorm, with an optional fused residual add."""
+"""RMSNorm and its variants, each with an optional fused residual add.
+
+The variants differ only in where the float32 result meets the weight, as in each family's
+transformers code: `RMSNorm` (Llama) casts back to the input dtype, then multiplies by w;
+`WeightFirstRMSNorm` (OLMo 2) multiplies in float32, then casts; `GemmaRMSNorm` multiplies
+by (1 + w) in float32, then casts (Gemma stores w as an offset from 1).
+"""
 
 from __future__ import annotations
 
@@ -21,8 +27,28 @@ class RMSNorm(nn.Module):
         if residual is not None:
             x = x + residual
             residual = x
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        out = self.weight * h.to(dtype)
+        out = self._scale(_normalized(x, self.variance_epsilon), x.dtype)
         return out if residual is None else (out, residual)
+
+    def _scale(self, h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """h (..., hidden) float32, normalised -> the output in `dtype`."""
+        return self.weight * h.to(dtype)
+
+
+class WeightFirstRMSNorm(RMSNorm):
+    """(weight * normalised x) in float32, then cast (OLMo 2)."""
+
+    def _scale(self, h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return (self.weight.float() * h).to(dtype)
+
+
+class GemmaRMSNorm(RMSNorm):
+    """(normalised x * (1 + weight)) in float32, then cast; the checkpoint's w starts at 0."""
+
+    def _scale(self, h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return (h * (1.0 + self.weight.float())).to(dtype)
+
+
+def _normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.to(torch.float32)
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)

@@ -1,22 +1,17 @@
-"""Model architectures, chosen by the `architectures` field of config.json."""
+"""Model architectures, chosen by the `architectures` field of config.json (families.py)."""
 
 from __future__ import annotations
 
 import importlib
 
-# HF architecture name -> "module:class"; imported only when chosen.
-MODEL_REGISTRY: dict[str, str] = {
-    "LlamaForCausalLM": "radixrt.models.llama:LlamaForCausalLM",
-    "MistralForCausalLM": "radixrt.models.llama:LlamaForCausalLM",
-    "Qwen2ForCausalLM": "radixrt.models.llama:LlamaForCausalLM",
-}
+from radixrt.models.families import FAMILIES
 
 
 def get_model_cls(architecture: str) -> type:
     """Return the model class for an HF architecture name; ValueError lists the supported ones."""
-    if architecture not in MODEL_REGISTRY:
+    if architecture not in FAMILIES:
         raise ValueError(
-            f"unsupported model architecture {architecture!r}; supported: {sorted(MODEL_REGISTRY)}"
+            f"unsupported model architecture {architecture!r}; supported: {sorted(FAMILIES)}"
         )
-    module_name, cls_name = MODEL_REGISTRY[architecture].split(":")
+    module_name, cls_name = FAMILIES[architecture].model.split(":")
     return getattr(importlib.import_module(module_name), cls_name)

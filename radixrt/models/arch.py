@@ -1,19 +1,29 @@
-"""ArchConfig: the shape of a checkpoint, read from its config.json."""
+"""ArchConfig: the shape of a checkpoint, read from its config.json by its family's reader
+(families.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from radixrt.models.families import (
+    SLIDING_ATTENTION,
+    FamilyOptions,
+    MoEConfig,
+    parse_config,
+)
+
+__all__ = ["ArchConfig", "FamilyOptions", "MoEConfig"]
 
 
 @dataclass(frozen=True, slots=True)
 class ArchConfig:
-    """Architecture facts of a Llama-family checkpoint (Llama, Mistral, Qwen2)."""
+    """Architecture facts of a checkpoint; `options` holds its family's own fields."""
 
     architecture: str
     vocab_size: int
     hidden_size: int
-    intermediate_size: int
+    intermediate_size: int  # the dense MLP's (Mixtral: each expert's)
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
@@ -27,40 +37,24 @@ class ArchConfig:
     o_proj_bias: bool
     mlp_bias: bool
     hidden_act: str
+    rotary_dim: int = 0  # dims of each head that rotate; 0: all (head_dim)
+    sliding_window: int = 0  # keys a sliding layer's query sees, itself included; 0: none
+    layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
+    moe: MoEConfig | None = None
+    options: FamilyOptions = field(default_factory=FamilyOptions)
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> ArchConfig:
-        """Parse an HF config.json dict; ValueError names what is missing or unsupported."""
-        archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
-        arch = archs[0]
-        try:
-            heads = int(cfg["num_attention_heads"])
-            hidden = int(cfg["hidden_size"])
-            rope = dict(cfg.get("rope_parameters") or {})
-            scaling = cfg.get("rope_scaling") or (
-                rope if rope.get("rope_type", "default") != "default" else None
-            )
-            theta = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
-            if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
-                raise ValueError("sliding-window attention is not supported")
-            return cls(
-                architecture=arch,
-                vocab_size=int(cfg["vocab_size"]),
-                hidden_size=hidden,
-                intermediate_size=int(cfg["intermediate_size"]),
-                num_hidden_layers=int(cfg["num_hidden_layers"]),
-                num_attention_heads=heads,
-                num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-                head_dim=int(cfg.get("head_dim") or hidden // heads),
-                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                rope_theta=theta,
-                rope_scaling=scaling,
-                max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                attention_bias=bool(cfg.get("attention_bias", False)) or arch.startswith("Qwen2"),
-                o_proj_bias=bool(cfg.get("attention_bias", False)) and not arch.startswith("Qwen2"),
-                mlp_bias=bool(cfg.get("mlp_bias", False)),
-                hidden_act=str(cfg.get("hidden_act", "silu")),
-            )
-        except KeyError as e:
-            raise ValueError(f"config.json of {arch} lacks the field {e.args[0]!r}") from None
+        """Parse an HF config.json dict; ValueError names an unsupported architecture, a
+        missing field, or a field that changes the math and is not implemented."""
+        return cls(**parse_config(cfg))
+
+    @property
+    def layer_windows(self) -> tuple[int, ...]:
+        """Per layer: its sliding window in keys, 0 for a layer that sees every key."""
+        types = self.layer_types or ("full_attention",) * self.num_hidden_layers
+        return tuple(self.sliding_window if t == SLIDING_ATTENTION else 0 for t in types)
+
+    @property
+    def rotary_width(self) -> int:
+        return self.rotary_dim or self.head_dim

@@ -2,7 +2,8 @@
 
 Rank r owns query heads [r*H/tp, (r+1)*H/tp). With Hkv >= tp it owns KV heads
 [r*Hkv/tp, (r+1)*Hkv/tp); with Hkv < tp every rank owns one whole KV head, r*Hkv // tp, so
-tp/Hkv ranks hold copies of each KV head (the ones their query heads attend with).
+tp/Hkv ranks hold copies of each KV head (the ones their query heads attend with). Each
+expert of a mixture of experts splits its intermediate dimension like the dense MLP.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class TPPartition:
     inter_size: int
     vocab_start: int
     vocab_shard: int  # rows per rank: ceil(vocab / tp); the last rank's tail rows are padding
+    moe_inter_start: int = 0  # each expert's intermediate rows on this rank (0, 0: no experts)
+    moe_inter_size: int = 0
+    moe_inter_full: int = 0  # each expert's whole intermediate size
 
     @classmethod
     def of(cls, arch: ArchConfig, tp_size: int, rank: int) -> TPPartition:
@@ -34,6 +38,7 @@ class TPPartition:
         h, hkv, inter = arch.num_attention_heads, arch.num_key_value_heads, arch.intermediate_size
         kv_heads = max(hkv // tp_size, 1)
         vocab_shard = -(-arch.vocab_size // tp_size)
+        moe = arch.moe.intermediate_size if arch.moe is not None else 0
         return cls(
             tp_size=tp_size,
             rank=rank,
@@ -45,16 +50,20 @@ class TPPartition:
             inter_size=inter // tp_size,
             vocab_start=rank * vocab_shard,
             vocab_shard=vocab_shard,
+            moe_inter_start=rank * moe // tp_size,
+            moe_inter_size=moe // tp_size,
+            moe_inter_full=moe,
         )
 
 
 def valid_tp_sizes(arch: ArchConfig) -> list[int]:
-    """Every tp for which heads, KV heads and the MLP divide into whole shares."""
+    """Every tp for which heads, KV heads, the MLP and each expert divide into whole shares."""
     h, hkv, inter = arch.num_attention_heads, arch.num_key_value_heads, arch.intermediate_size
+    moe = arch.moe.intermediate_size if arch.moe is not None else 0
     return [
         t
         for t in range(1, h + 1)
-        if h % t == 0 and inter % t == 0 and (hkv % t == 0 or t % hkv == 0)
+        if h % t == 0 and inter % t == 0 and moe % t == 0 and (hkv % t == 0 or t % hkv == 0)
     ]
 
 

@@ -42,12 +42,10 @@ def _torch_native_slots(backend: TorchNativeAttnBackend, fb: ForwardBatch) -> li
     """The pool slots torch_native attends to for each request, from its own metadata."""
     slots: dict[int, list[int]] = {}
     starts = fb.extend_start_loc.tolist()
-    for r in backend._extends:
-        i = starts.index(r.q_start)
+    for piece in backend._extend_pieces(0):
+        i = starts.index(piece.q.start)
         slots[i] = (
-            r.kv_idx.tolist()
-            if r.kv_idx is not None
-            else fb.out_loc[r.q_start : r.q_start + r.q_len].tolist()
+            piece.kv_idx.tolist() if piece.kv_idx is not None else fb.out_loc[piece.q].tolist()
         )
     if backend._decode is not None:
         g = backend._decode
