@@ -230,11 +230,17 @@ def _window_by_types(
 
 
 def _qwen_window(r: ConfigReader, fields: dict[str, Any]) -> dict[str, Any]:
-    window = r.get("sliding_window") if r.value("use_sliding_window", False) else None
+    window = _qwen_window_size(r)
     first = int(r.value("max_window_layers", 28))
     return _window_by_types(
         r, fields, window, lambda i: SLIDING_ATTENTION if i >= first else FULL_ATTENTION
     )
+
+
+def _qwen_window_size(r: ConfigReader) -> Any:
+    """Qwen's window counts only with use_sliding_window (checkpoints carry one regardless)."""
+    window = r.get("sliding_window")
+    return window if r.value("use_sliding_window", False) else None
 
 
 def _check_layer_types(arch: str, fields: dict[str, Any]) -> None:
@@ -300,7 +306,7 @@ def _qwen3_moe(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     experts = int(r.value("num_experts", r.value("num_local_experts", 128)))
     step = int(r.value("decoder_sparse_step", 1))
     dense = set(r.value("mlp_only_layers", []))
-    window = r.get("sliding_window") if r.value("use_sliding_window", False) else None
+    window = _qwen_window_size(r)
     r.get("max_window_layers")  # read and unused: transformers slides every layer here
     moe = MoEConfig(
         num_experts=experts,

@@ -65,6 +65,17 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
+# Weight scales (embedding, other matrices) where the defaults (0.08, 0.08) let the residual
+# stream repeat the last token: tied embeddings, Gemma's sqrt(hidden) embedding scale,
+# OLMo 2's post-norms.
+_STD: dict[str, tuple[float, float]] = {
+    "qwen3": (0.03, 0.12),
+    "gemma2": (0.02, 0.12),
+    "gemma3": (0.02, 0.12),
+    "olmo2": (0.3, 0.3),
+}
+
+
 def make_family(folder: Path, name: str, tokenizer_from: Path, **overrides: Any) -> Path:
     """Save family `name` as a float32 safetensors folder with the tokenizer of `tokenizer_from`."""
     import transformers
@@ -74,10 +85,11 @@ def make_family(folder: Path, name: str, tokenizer_from: Path, **overrides: Any)
     cfg = getattr(transformers, cls_name)(**{**_COMMON, **family, **overrides})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+    embed_std, std = _STD.get(name, (0.08, 0.08))
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if p.dim() >= 2:
-                p.normal_(0, 0.08)
+                p.normal_(0, embed_std if "embed_tokens" in pname else std)
             elif "norm" in pname:  # Gemma's norms are offsets from 1; the others scale from 1
                 p.normal_(0.0 if "gemma" in name else 1.0, 0.1)
             else:  # biases

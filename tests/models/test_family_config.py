@@ -1,0 +1,84 @@
+"""Reading config.json per family: unknown architectures and fields that change the math but
+are not implemented are refused by name, at parse and at load; defaults follow each family's
+transformers config class."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny_families import FAMILIES, make_family
+
+from radixrt import Engine
+from radixrt.models.arch import ArchConfig
+
+BASE = {"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}  # fmt: skip
+
+
+def test_unknown_architecture_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="'FooForCausalLM'.*supported"):
+        ArchConfig.from_hf({**BASE, "architectures": ["FooForCausalLM"]})
+
+
+@pytest.mark.parametrize(
+    "arch, field, value",
+    [
+        ("LlamaForCausalLM", "attention_chunk_size", 8),
+        ("LlamaForCausalLM", "qk_layernorm", True),
+        ("LlamaForCausalLM", "quantization_config", {"quant_method": "awq"}),
+        ("Qwen2ForCausalLM", "final_logit_softcapping", 30.0),
+        ("Gemma3ForCausalLM", "use_bidirectional_attention", True),
+        ("Gemma3ForCausalLM", "attn_logit_softcapping", 50.0),
+        ("MistralForCausalLM", "num_local_experts", 8),
+    ],
+)
+def test_an_unimplemented_math_field_is_refused_by_name(arch: str, field: str, value) -> None:
+    with pytest.raises(ValueError, match=field):
+        ArchConfig.from_hf({**BASE, "architectures": [arch], field: value})
+
+
+def test_off_and_metadata_fields_pass() -> None:
+    cfg = {**BASE, "attention_chunk_size": None, "qk_layernorm": False, "_model_name": "x",
+           "unsloth_fixed": True}  # fmt: skip
+    assert ArchConfig.from_hf(cfg).num_hidden_layers == 2
+
+
+def test_windows_follow_transformers() -> None:
+    mistral = ArchConfig.from_hf({**BASE, "architectures": ["MistralForCausalLM"]})
+    assert mistral.layer_windows == (4096, 4096)  # MistralConfig's default window
+    off = ArchConfig.from_hf(
+        {**BASE, "architectures": ["MistralForCausalLM"], "sliding_window": None}
+    )
+    assert off.layer_windows == (0, 0)
+    qwen = {**BASE, "architectures": ["Qwen2ForCausalLM"], "sliding_window": 32}
+    assert ArchConfig.from_hf(qwen).layer_windows == (0, 0)  # use_sliding_window is false
+    qwen |= {"use_sliding_window": True, "max_window_layers": 1}
+    assert ArchConfig.from_hf(qwen).layer_windows == (0, 32)
+    gemma2 = ArchConfig.from_hf(
+        {**BASE, "architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 4}
+    )
+    assert gemma2.layer_windows == (4096, 0, 4096, 0)
+    gemma3 = {**BASE, "architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 7,
+              "sliding_window": 512}  # fmt: skip
+    assert ArchConfig.from_hf(gemma3).layer_windows == (512,) * 5 + (0, 512)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_tiny_family_parses_what_transformers_saved(name: str, tmp_path: Path,
+                                                          smollm2_path: Path) -> None:  # fmt: skip
+    folder = make_family(tmp_path, name, smollm2_path)
+    arch = ArchConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    assert arch.num_hidden_layers == 3 and arch.head_dim == 16
+
+
+def test_the_engine_refuses_at_load(tmp_path: Path, smollm2_path: Path) -> None:
+    folder = make_family(tmp_path, "mistral", smollm2_path)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "attention_chunk_size": 8}))
+    with pytest.raises(ValueError, match="attention_chunk_size"):
+        Engine(str(folder), max_total_tokens=256)
+    (folder / "config.json").write_text(json.dumps({**cfg, "rope_scaling": {"rope_type": "foo"}}))
+    with pytest.raises(ValueError, match="rope type 'foo'"):
+        Engine(str(folder), max_total_tokens=256)
