@@ -49,6 +49,9 @@ class BaseAttnBackend(ABC):
     - Backends never allocate or free slots.
     - `supports`: the LAYER_FEATURES this backend implements; the runner refuses, at start-up,
       a model with a layer that needs one it lacks (never a silent full attention).
+    - `reads_window_pool`: True when the backend reads a window layer's K/V through the pool's
+      `slot_map(layer_id)` (cache/window_base.py), so the runner may give window layers a
+      smaller pool of their own; storing through `set_kv_buffer` translates by itself.
     - `fuses_cpu_decode_layers`: True when a decode batch may instead run whole decoder
       layers as one C call each (cpu/fused_layer.py), which attend over the pool and store
       the new K/V exactly as this backend's decode does; the runner decides it once, when it
@@ -57,6 +60,7 @@ class BaseAttnBackend(ABC):
 
     fuses_cpu_decode_layers: bool = False
     supports: frozenset[str] = frozenset()
+    reads_window_pool: bool = False
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch metadata shared by all layers."""

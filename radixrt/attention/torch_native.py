@@ -4,7 +4,7 @@ Decode-like requests (one new token) are attended in one padded batched call; lo
 run one request at a time, so a mixed batch costs one batched call plus one call per prefill.
 Every layer feature is implemented here (LAYER_FEATURES): sliding windows read only each
 query's last `sliding_window` keys, and soft-capped layers compute their scores explicitly
-(SDPA has no cap).
+(SDPA has no cap). A layer in the pool's window pool is read through its `slot_map`.
 """
 
 from __future__ import annotations
@@ -51,13 +51,15 @@ class _DecodeGroup:
     plan: DecodePlan  # shared-prefix groups and per-row suffix slots
     table: torch.Tensor  # (Bd, Lmax) int64 every decode row's slots, padded
     seq_lens: list[int]
-    windowed: dict[int, DecodePlan] = field(default_factory=dict)  # window -> plan
+    # (window, read through the window pool) -> plan over each row's last `window` keys
+    windowed: dict[tuple[int, bool], DecodePlan] = field(default_factory=dict)
 
 
 class TorchNativeAttnBackend(BaseAttnBackend):
     """Gathers each request's K/V from the pool by req_to_token and calls SDPA."""
 
     supports = frozenset(LAYER_FEATURES)
+    reads_window_pool = True
 
     def __init__(
         self,
@@ -74,8 +76,9 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         self.device = torch.device(device)
         self._extends: list[_ExtendReq] = []
         self._decode: _DecodeGroup | None = None
-        # Per pass: the extends' pieces for each window (0: full attention), built on first use.
-        self._pieces: dict[int, list[_Piece]] = {}
+        # Per pass: the extends' pieces for each window (0: full attention) and whether they
+        # are read through the window pool, built on first use.
+        self._pieces: dict[tuple[int, bool], list[_Piece]] = {}
         self._req_to_token: torch.Tensor | None = None
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
@@ -113,23 +116,26 @@ class TorchNativeAttnBackend(BaseAttnBackend):
     ) -> torch.Tensor:
         out = torch.empty_like(q)
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
-        for piece in self._extend_pieces(layer.sliding_window):
+        slot_map = fb.token_to_kv_pool.slot_map(layer.layer_id)
+        for piece in self._extend_pieces(layer.sliding_window, slot_map):
             if piece.kv_idx is None:
                 kk, vv = k[piece.q], v[piece.q]
             else:
                 kk, vv = k_buf.index_select(0, piece.kv_idx), v_buf.index_select(0, piece.kv_idx)
             out[piece.q] = _attend(q[piece.q], kk, vv, piece.mask, layer)
-        self._attend_decode_rows(q, out, k_buf, v_buf, layer)
+        self._attend_decode_rows(q, out, k_buf, v_buf, layer, slot_map)
         return out
 
-    def _extend_pieces(self, window: int) -> list[_Piece]:
-        if window not in self._pieces:
+    def _extend_pieces(self, window: int, slot_map: torch.Tensor | None = None) -> list[_Piece]:
+        key = (window, slot_map is not None)
+        if key not in self._pieces:
             assert self._req_to_token is not None, "extend without metadata"
             table = self._req_to_token
-            self._pieces[window] = [
-                piece for r in self._extends for piece in _pieces_of(r, window, table)
-            ]
-        return self._pieces[window]
+            pieces = [piece for r in self._extends for piece in _pieces_of(r, window, table)]
+            if slot_map is not None:
+                pieces = [_translated(p, slot_map) for p in pieces]
+            self._pieces[key] = pieces
+        return self._pieces[key]
 
     def _attend_decode_rows(
         self,
@@ -138,11 +144,12 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         k_buf: torch.Tensor,
         v_buf: torch.Tensor,
         layer: AttentionLayer,
+        slot_map: torch.Tensor | None = None,
     ) -> None:
         """Fill out's rows of the batch's decoding requests (a mixed batch), if any."""
         if self._decode is not None:
             g = self._decode
-            out[g.rows] = self._attend_decode(q[g.rows], g, k_buf, v_buf, layer)
+            out[g.rows] = self._attend_decode(q[g.rows], g, k_buf, v_buf, layer, slot_map)
 
     def forward_decode(
         self,
@@ -154,7 +161,8 @@ class TorchNativeAttnBackend(BaseAttnBackend):
     ) -> torch.Tensor:
         assert self._decode is not None, "decode batch without decode metadata"
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
-        return self._attend_decode(q, self._decode, k_buf, v_buf, layer)
+        slot_map = fb.token_to_kv_pool.slot_map(layer.layer_id)
+        return self._attend_decode(q, self._decode, k_buf, v_buf, layer, slot_map)
 
     @staticmethod
     def _attend_decode(
@@ -163,10 +171,11 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         k_buf: torch.Tensor,
         v_buf: torch.Tensor,
         layer: AttentionLayer,
+        slot_map: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # q (Bd, H, D); gathered k/v (Bd, Lmax, Hkv, D) -> (Bd, Hkv, Lmax, D). index_select,
         # not buf[idx]: advanced indexing into a large CPU buffer is orders of magnitude slower.
-        plan = _decode_plan(g, layer.sliding_window)
+        plan = _decode_plan(g, layer.sliding_window, slot_map)
         small = plan.kv_idx.numel() <= _SMALL_DECODE_TOKENS
         if plan.groups or small or layer.logit_softcap:
             return attend_decode(
@@ -186,11 +195,14 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         return out.squeeze(2)  # (Bd, H, D)
 
 
-def _decode_plan(g: _DecodeGroup, window: int) -> DecodePlan:
-    """The group's plan over each row's last `window` keys (0: all of them)."""
-    if not window or max(g.seq_lens) <= window:
+def _decode_plan(g: _DecodeGroup, window: int, slot_map: torch.Tensor | None) -> DecodePlan:
+    """The group's plan over each row's last `window` keys (0: all of them), through the
+    window pool's `slot_map` when given."""
+    if slot_map is None and (not window or max(g.seq_lens) <= window):
         return g.plan
-    if window not in g.windowed:
+    key = (window, slot_map is not None)
+    if key not in g.windowed:
+        window = window or g.table.shape[1]
         dev = g.table.device
         lens = torch.tensor(g.seq_lens, dtype=torch.int64, device=dev)
         start = (lens - window).clamp_(min=0)  # (Bd,) first key each row sees
@@ -199,8 +211,17 @@ def _decode_plan(g: _DecodeGroup, window: int) -> DecodePlan:
             max=g.table.shape[1] - 1
         )
         table = g.table.gather(1, pos)  # (Bd, width) each row's window, left-aligned
-        g.windowed[window] = build_decode_plan(table, (lens - start).tolist())
-    return g.windowed[window]
+        if slot_map is not None:
+            table = slot_map[table]
+        g.windowed[key] = build_decode_plan(table, (lens - start).tolist())
+    return g.windowed[key]
+
+
+def _translated(piece: _Piece, slot_map: torch.Tensor) -> _Piece:
+    """The piece with its key slots read through the window pool."""
+    if piece.kv_idx is None:
+        return piece
+    return _Piece(piece.q, slot_map.index_select(0, piece.kv_idx), piece.mask)
 
 
 def _pieces_of(r: _ExtendReq, window: int, table: torch.Tensor) -> list[_Piece]:

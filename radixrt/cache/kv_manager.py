@@ -20,6 +20,12 @@ So at any idle moment: free + evictable + protected + pinned == capacity (pinned
 pin table, cache/pins.py, keeps whatever their locks). With pages
 (paged_allocator.py) a request also owns the unused slots of its partly filled last page,
 and `slots_held` counts them.
+
+With a window pool (cache/window_base.py) each slot also has window-layer K/V while any query
+may read it. A running request holds the tree's window K/V its next query reads (tokens
+kv_len - window + 1 .. cached_len - 1) and frees its own once behind that window; both are
+updated at admission, after a chunk is cached and after every step (`advance_window`). A
+match is cut back to the last point whose preceding window is all there (`usable_len`).
 """
 
 from __future__ import annotations
@@ -47,11 +53,14 @@ class KVCacheManager:
         self.cache = cache
         self.page_size = cache.page_size
         self.tiers = tiers or NoKVTiers()  # the same object the cache spills into
+        self.window = allocator.window  # the window pool (NoWindowSlots: none)
+        self._behind: dict[int, int] = {}  # req_to_token row -> own window K/V freed below
 
     @property
     def available_size(self) -> int:
-        """Slots that can be had now: free plus evictable."""
-        return self.allocator.num_free + self.cache.evictable_size
+        """Slots that can be had now: free plus evictable (and as many window slots)."""
+        full = self.allocator.num_free + self.cache.evictable_size
+        return min(full, self.window.num_available())
 
     def match(self, req: Req) -> MatchResult:
         """The cached prefix `admit` would reuse (no lock taken; may split tree nodes)."""
@@ -64,6 +73,9 @@ class KVCacheManager:
             raise OutOfSlotsError(f"all {self.req_to_token_pool.max_reqs} request rows are in use")
         key = self._match_key(req)
         match = self.cache.match_prefix(key, req.extra_key)
+        usable = self.window.usable_len(match.slots)
+        if usable < match.slots.numel():  # window K/V behind its end is gone: stop earlier
+            match = self.cache.match_prefix(key[:usable], req.extra_key)
         on_device = int(match.slots.numel())
         hit = self.tiers.lookup(key, req.extra_key, on_device)
         loaded = LoadResult()
@@ -75,6 +87,7 @@ class KVCacheManager:
         self.cache.lock(match.last_node)
         req.req_pool_idx, req.last_node = row, match.last_node
         req.kv_len = req.cached_len = n
+        self.advance_window(req)
         if not req.output_ids:  # the first admission; a retracted request keeps its metric
             req.cached_tokens = n
             if self.tiers.names:
@@ -138,11 +151,30 @@ class KVCacheManager:
         # free it. [n, kv_len) (everything, with the cache off) stays ours.
         lo = req.cached_len
         dup = ours[lo:n] != match.slots[lo:n]
+        self.window.adopt(ours[lo:n][dup], match.slots[lo:n][dup])
+        self.window.mark_cached(ours[lo:n][~dup])
         self.allocator.free(ours[lo:n][dup])
         self.req_to_token_pool.write(row, 0, match.slots)
         self.cache.lock(match.last_node)
         self.cache.unlock(req.last_node)
         req.last_node, req.cached_len = match.last_node, n
+        self.advance_window(req)
+
+    def advance_window(self, req: Req) -> None:
+        """After `req` moved on (admitted, computed a step, cached a chunk): hold the tree's
+        window K/V its next query reads and free its own that no query reads any more. No-op
+        without a window pool."""
+        w, row = self.window.window, req.req_pool_idx
+        if not w or row is None:
+            return
+        table = self.req_to_token_pool.req_to_token[row]
+        lo = max(req.kv_len - w + 1, 0)  # the first key position the next query reads
+        self.window.set_hold(row, table[lo : max(req.cached_len, lo)].to(torch.int64))
+        # [cached_len, kv_len) is the request's own; below lo its window K/V is dead.
+        start = max(req.cached_len, self._behind.get(row, 0))
+        if lo > start:
+            self.window.free_behind(table[start:lo].to(torch.int64))
+            self._behind[row] = lo
 
     def release(self, req: Req) -> None:
         """Finish or retract: hand [cached_len, kv_len) to the cache, unlock, free the row."""
@@ -158,6 +190,8 @@ class KVCacheManager:
             ]
             self.allocator.free(tail.to(torch.int64))
         self.cache.unlock(req.last_node)
+        self.window.drop_hold(row)
+        self._behind.pop(row, None)
         self.req_to_token_pool.free(row)
         req.req_pool_idx, req.last_node = None, None
         req.kv_len = req.cached_len = 0
@@ -174,9 +208,15 @@ class KVCacheManager:
                 f"KV pool leak: free {free} + evictable {ev} + protected {prot} + pinned {pin} "
                 f"+ held {num_held_by_requests} = {total} != capacity {self.allocator.capacity}"
             )
+        try:
+            self.window.check(idle=num_held_by_requests == 0)
+        except AssertionError as e:
+            raise RuntimeError(f"window KV pool: {e}") from e
 
     def _make_room(self, n: int) -> None:
-        """Evict until n slots are free; OutOfSlotsError when even that is not enough."""
+        """Evict until n slots (and n window slots) are free, window K/V first;
+        OutOfSlotsError when even that is not enough."""
+        self.window.make_room(n)
         if n > self.allocator.num_free:
             self.cache.evict(n - self.allocator.num_free)
         if n > self.allocator.num_free:
@@ -223,6 +263,7 @@ class KVCacheManager:
         slots = self.req_to_token_pool.req_to_token[row, : len(key)].to(torch.int64)
         aligned = len(key) // self.page_size * self.page_size
         present = self.cache.insert(key[:aligned], slots[:aligned].clone(), req.extra_key)
+        self.window.mark_cached(slots[max(present, req.cached_len) : aligned])
         # [cached_len, present) duplicate what the cache already had: ours to free.
         if present > req.cached_len:
             self.allocator.free(slots[req.cached_len : present])

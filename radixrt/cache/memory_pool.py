@@ -4,12 +4,17 @@ Slot 0 of the KV pool is a padding slot that is never allocated; usable slots ar
 1..capacity. With pages of P > 1 slots (paged_allocator.py) the whole first page, slots
 0..P-1, is padding and the usable slots are P..capacity+P-1. Ownership of a slot is tracked
 outside this file (by the request that allocated it, then by the prefix cache); the
-allocator only knows free vs not free.
+allocator only knows free vs not free. A model whose sliding-window layers keep their K/V in
+a pool of their own (window_base.py) gets a window slot with every slot: the allocator
+attaches it in `alloc` and detaches it in `free`, and the KV pool stores and reads those
+layers through the slot's window slot.
 """
 
 from __future__ import annotations
 
 import torch
+
+from radixrt.cache.window_base import BaseWindowSlots, NoWindowSlots
 
 
 class OutOfSlotsError(RuntimeError):
@@ -20,7 +25,10 @@ class TokenToKVPool:
     """Per-layer K and V buffers, each (capacity + page_size, num_kv_heads, head_dim) of `dtype`.
 
     Slot s lies in page s // page_size; page 0 is padding, so `capacity` must be a multiple of
-    page_size and every page is whole.
+    page_size and every page is whole. With a window pool (`window` a WindowSlots), the layers
+    in `window_layers` have buffers of (window.capacity + 1, ...) rows instead, indexed by
+    window slot: `set_kv_buffer` translates slots itself, readers translate through
+    `slot_map(layer_id)`.
     """
 
     def __init__(
@@ -32,6 +40,8 @@ class TokenToKVPool:
         dtype: torch.dtype,
         device: torch.device | str,
         page_size: int = 1,
+        window_layers: tuple[int, ...] = (),
+        window: BaseWindowSlots | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"KV pool capacity must be >= 1 token, got {capacity}")
@@ -45,12 +55,22 @@ class TokenToKVPool:
         self.head_dim = head_dim
         self.dtype = dtype
         self.device = torch.device(device)
-        shape = (capacity + page_size, num_kv_heads, head_dim)
+        self.window = window or NoWindowSlots()
+        self.window_layers = frozenset(window_layers) if self.window.window else frozenset()
+        # (rows,) per layer: the full pool's, or the window pool's for a window layer.
+        self.rows = [
+            self.window.capacity + 1 if i in self.window_layers else capacity + page_size
+            for i in range(num_layers)
+        ]
         # torch.empty: pages are only touched when written, so a large CPU pool is cheap.
-        self.k_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k_buffer = [self._buffer(n) for n in self.rows]
+        self.v_buffer = [self._buffer(n) for n in self.rows]
         for buf in (*self.k_buffer, *self.v_buffer):
             buf[:page_size].zero_()  # padding page: finite values for masked-out reads
+
+    def _buffer(self, rows: int) -> torch.Tensor:
+        return torch.empty((rows, self.num_kv_heads, self.head_dim), dtype=self.dtype,
+                           device=self.device)  # fmt: skip
 
     @staticmethod
     def bytes_per_token(
@@ -62,12 +82,18 @@ class TokenToKVPool:
 
     @property
     def size_bytes(self) -> int:
-        return (self.capacity + self.page_size) * self.bytes_per_token(
-            self.num_layers, self.num_kv_heads, self.head_dim, self.dtype
-        )
+        per_row = self.bytes_per_token(1, self.num_kv_heads, self.head_dim, self.dtype)
+        return sum(self.rows) * per_row
 
     def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's K and V buffers; a window layer's are indexed by `slot_map` first."""
         return self.k_buffer[layer_id], self.v_buffer[layer_id]
+
+    def slot_map(self, layer_id: int) -> torch.Tensor | None:
+        """For a layer in the window pool: (capacity + 1,) int64, slot -> its row in the
+        layer's buffers (0, the padding row, for a slot without window K/V); None: the layer
+        is indexed by slot."""
+        return self.window.win_of if layer_id in self.window_layers else None  # type: ignore[attr-defined]
 
     def set_kv_buffer(
         self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -75,19 +101,29 @@ class TokenToKVPool:
         """Write k, v of shape (num_tokens, num_kv_heads, head_dim) at slots `loc` (num_tokens,)."""
         # index_copy_ rather than `buf[loc] = k`: advanced-index assignment on CPU costs
         # milliseconds on a large buffer, index_copy_ microseconds.
+        slot_map = self.slot_map(layer_id)
+        if slot_map is not None:
+            loc = slot_map.index_select(0, loc)
         self.k_buffer[layer_id].index_copy_(0, loc, k.to(self.dtype))
         self.v_buffer[layer_id].index_copy_(0, loc, v.to(self.dtype))
 
 
 class TokenSlotAllocator:
     """Free list of KV slots 1..capacity. `alloc`, `alloc_extend` and `free` are the only
-    mutators. Any slot serves any token: a page of one slot."""
+    mutators. Any slot serves any token: a page of one slot. `window` pairs each allocated
+    slot with a window slot (window_base.py; NoWindowSlots: none)."""
 
     page_size = 1
 
-    def __init__(self, capacity: int, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        capacity: int,
+        device: torch.device | str = "cpu",
+        window: BaseWindowSlots | None = None,
+    ) -> None:
         self.capacity = capacity
         self.device = torch.device(device)
+        self.window = window or NoWindowSlots()
         self.clear()
 
     def clear(self) -> None:
@@ -119,8 +155,11 @@ class TokenSlotAllocator:
         """Return (n,) int64 slot indices now owned by the caller; raise OutOfSlotsError."""
         if n > self.num_free:
             raise OutOfSlotsError(f"asked for {n} KV slots but only {self.num_free} are free")
+        if not self.window.can_attach(n):
+            raise OutOfSlotsError(f"asked for {n} KV slots but too few window slots are free")
         out = self._free[:n]
         self._free = self._free[n:]
+        self.window.attach(out)
         return out
 
     def alloc_extend(
@@ -135,6 +174,7 @@ class TokenSlotAllocator:
         """Give back slots the caller owned. Freeing a slot twice corrupts the pool."""
         if slots.numel() == 0:
             return
+        self.window.detach(slots.to(torch.int64))
         self._free = torch.cat([self._free, slots.to(self._free)])
 
 

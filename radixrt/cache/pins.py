@@ -106,7 +106,8 @@ class PinTable(BasePinTable):
         if aligned <= 0:
             return PinOutcome(spec.offset, False, reason="nothing to pin: the prefix is empty")
         match = self.cache.match_prefix(key[:aligned], extra_key)
-        if int(match.slots.numel()) < aligned:
+        window = self.cache.allocator.window
+        if int(match.slots.numel()) < aligned or window.usable_len(match.slots) < aligned:
             return PinOutcome(spec.offset, False, reason="the prefix is not in the cache")
         node, now = match.last_node, self.clock()
         pin_id = spec.pin_id or f"prefix-{node.id}"
@@ -124,6 +125,8 @@ class PinTable(BasePinTable):
             new_tokens = self.cache.unpinned_above(node)
         rec = _Pin(pin_id, node, aligned, spec.ttl_s, spec.sliding, spec.owner, now + spec.ttl_s)
         self.cache.pin(node)  # the one tree pin this record holds, until _drop
+        # ... and the window K/V a query after the prefix reads (window pools only).
+        window.set_hold(("pin", pin_id), match.slots[max(aligned - window.window + 1, 0) :])
         self._pins[pin_id] = rec
         self._by_node.setdefault(node, []).append(rec)
         self._owned[rec.owner] = self._owned.get(rec.owner, 0) + aligned
@@ -222,6 +225,7 @@ class PinTable(BasePinTable):
         if not self._owned[rec.owner]:
             del self._owned[rec.owner]
         self.cache.unpin(rec.node)
+        self.cache.allocator.window.drop_hold(("pin", rec.pin_id))
 
 
 class NoPinTable(BasePinTable):

@@ -108,6 +108,9 @@ class CacheConfig:
     write_through_min_tokens: int = 1024
     # JSON (KVEventsConfig): publish the tree's block events over ZMQ; None: off.
     kv_events_config: str | None = None
+    # Models with sliding-window layers: their K/V goes to a pool of this many slots per slot
+    # of the full pool (cache/window_base.py); None: 0.5; 1: one pool for every layer.
+    window_kv_fraction: float | None = None
 
     @property
     def kv_events(self) -> KVEventsConfig | None:
@@ -157,5 +160,8 @@ class CacheConfig:
                 "kv_events_config needs the radix cache and a block_size that is a multiple "
                 f"of page_size {self.page_size}"
             )
+        w = self.window_kv_fraction
+        if w is not None and not 0 < w <= 1:
+            raise ValueError(f"window_kv_fraction must be in (0, 1], got {w}")
         if self.tiers_enabled and self.disable_radix_cache:
             raise ValueError("host_cache_size and cache_dir need the radix cache (it is disabled)")

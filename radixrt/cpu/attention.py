@@ -19,6 +19,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
     """Needs a float32 KV pool on the CPU and the kernel library (`ck.available()`)."""
 
     supports: frozenset[str] = frozenset()  # the kernels attend over every key, uncapped
+    reads_window_pool = False  # the kernels index every layer's buffers by slot
 
     def __init__(
         self,

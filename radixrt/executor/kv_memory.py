@@ -2,7 +2,10 @@
 
 The token-slot pool (`TokenToKVPool`) and its allocator own every slot; `ReqToTokenPool` maps
 each running request's positions to slots. With tensor parallelism every rank lays out the
-same number of slots (the smallest any rank can afford).
+same number of slots (the smallest any rank can afford). A model with sliding-window layers
+keeps their K/V in a window pool of `window_kv_fraction` as many slots (cache/window_base.py)
+where that can work: one rank, pages of one slot, no lower tiers, an attention backend that
+reads the window pool; else every layer shares the one pool.
 """
 
 from __future__ import annotations
@@ -14,12 +17,19 @@ import torch
 
 from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenToKVPool
 from radixrt.cache.paged_allocator import PagedSlotAllocator
+from radixrt.cache.window_base import BaseWindowSlots
+from radixrt.cache.window_slots import WindowSlots
 from radixrt.config import CacheConfig
 from radixrt.distributed.comm import BaseComm
 from radixrt.models.arch import ArchConfig
 
 CPU_MEM_FRACTION = 0.25  # of physical memory, weights included, when not configured
 CUDA_MEM_FRACTION = 0.85  # of the device's memory, weights included
+WINDOW_KV_FRACTION = 0.5  # window pool slots per full pool slot, when not configured
+# The window pool holds at least a window plus this many tokens (or an eighth of the full
+# pool, if less), so a request can run a whole prefill chunk (512 on the CPU, 2048 on CUDA)
+# over a full window; a request needs a window plus one token to move at all.
+WINDOW_POOL_SLACK = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +63,20 @@ def build_kv_memory(
     comm: BaseComm,
     max_running_requests: int,
     context_len: int,
+    window_pool: bool = False,
 ) -> KVMemory:
-    """The pools for --max-total-tokens slots, or as many as the memory budget holds."""
-    per_token = TokenToKVPool.bytes_per_token(
-        arch.num_hidden_layers, num_kv_heads, arch.head_dim, dtype
+    """The pools for --max-total-tokens slots, or as many as the memory budget holds;
+    `window_pool`: the caller's backend and setup can keep window layers in their own pool."""
+    window_layers = tuple(i for i, w in enumerate(arch.layer_windows) if w)
+    fraction = window_fraction(cache) if window_pool and window_layers else 1.0
+    if fraction >= 1.0:
+        window_layers = ()
+    per_layer = TokenToKVPool.bytes_per_token(1, num_kv_heads, arch.head_dim, dtype)
+    num_full = arch.num_hidden_layers - len(window_layers)
+    per_token = per_layer * (num_full + fraction * len(window_layers))
+    capacity = cache.max_total_tokens or int(
+        kv_budget_bytes(device, cache, weight_bytes) // per_token
     )
-    capacity = cache.max_total_tokens or kv_budget_bytes(device, cache, weight_bytes) // per_token
     capacity = comm.min_int(capacity)  # every rank lays out the same slots
     page = cache.page_size
     capacity = capacity // page * page  # whole pages (the padding page comes on top)
@@ -67,11 +85,14 @@ def build_kv_memory(
             f"no memory left for the KV cache after {weight_bytes / 2**30:.2f} GiB of "
             "weights; raise mem_fraction_static or set max_total_tokens"
         )
+    window = _window_slots(arch, capacity, fraction, window_layers, device)
+    if window is None:
+        window_layers = ()
     pool = TokenToKVPool(capacity, arch.num_hidden_layers, num_kv_heads, arch.head_dim, dtype,
-                         device, page_size=page)  # fmt: skip
+                         device, page, window_layers, window)  # fmt: skip
     allocator = (
         PagedSlotAllocator(capacity, page, device) if page > 1
-        else TokenSlotAllocator(capacity, device)
+        else TokenSlotAllocator(capacity, device, window)
     )  # fmt: skip
     return KVMemory(
         pool,
@@ -79,3 +100,27 @@ def build_kv_memory(
         ReqToTokenPool(max_running_requests + 1, context_len + 1, device),
         capacity,
     )
+
+
+def window_fraction(cache: CacheConfig) -> float:
+    """Window pool slots per full pool slot: 1 (one pool) where the pool cannot split."""
+    if cache.page_size > 1 or cache.tiers_enabled:
+        return 1.0
+    return cache.window_kv_fraction if cache.window_kv_fraction is not None else WINDOW_KV_FRACTION
+
+
+def _window_slots(
+    arch: ArchConfig,
+    capacity: int,
+    fraction: float,
+    window_layers: tuple[int, ...],
+    device: torch.device,
+) -> BaseWindowSlots | None:
+    """The window pool for `capacity` full slots, or None where it would not be smaller."""
+    if not window_layers:
+        return None
+    slack = min(WINDOW_POOL_SLACK, capacity // 8)
+    size = max(int(capacity * fraction), arch.sliding_window + slack)
+    if size >= capacity:
+        return None
+    return WindowSlots(capacity, size, arch.sliding_window, device)

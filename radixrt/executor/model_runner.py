@@ -198,14 +198,27 @@ class ModelRunner:
             self.weight_bytes = _decode_read_bytes(self.model)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
+        from radixrt.attention import get_attention_backend_cls
+
+        self.attn_backend_name = self._choose_attention_backend()
+        window_pool = (
+            self.comm.world_size == 1
+            and get_attention_backend_cls(self.attn_backend_name).reads_window_pool
+        )
         mem = build_kv_memory(
             self.arch, self._partition_heads()[1], self.dtype, self.device, self.cache_config,
-            self.weight_bytes, self.comm, max_running_requests, self.context_len,
+            self.weight_bytes, self.comm, max_running_requests, self.context_len, window_pool,
         )  # fmt: skip
         self.token_to_kv_pool, self.allocator = mem.token_to_kv_pool, mem.allocator
         self.req_to_token_pool, self.max_total_tokens = mem.req_to_token_pool, mem.capacity
+        window, layers = self.allocator.window, self.token_to_kv_pool.window_layers
+        if window.window:
+            logger.info("KV pool: %d slots, and %d slots for the %d sliding-window layers",
+                        mem.capacity, window.capacity, len(layers))  # fmt: skip
 
-    def _init_attention_backend(self) -> None:
+    def _choose_attention_backend(self) -> str:
+        """The configured backend, else the CPU kernels' or the device's default; then one
+        that implements the model's layers (`_backend_for_layers`)."""
         from radixrt.attention import default_backend
 
         plan = self.cpu_kernels
@@ -213,7 +226,10 @@ class ModelRunner:
         name = self.model_config.attention_backend or (
             "cpu" if attention_kernels else default_backend(self.device, self.dtype)
         )
-        name = self._backend_for_layers(name, chosen=bool(self.model_config.attention_backend))
+        return self._backend_for_layers(name, chosen=bool(self.model_config.attention_backend))
+
+    def _init_attention_backend(self) -> None:
+        plan, name = self.cpu_kernels, self.attn_backend_name
         options: dict[str, object] = {}
         if name == "cpu" and plan.any:
             options = {

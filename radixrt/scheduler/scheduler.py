@@ -274,6 +274,8 @@ class Scheduler:
             req.kv_len += req.extend_len
             if req.extend_len > 1:
                 self.kv.cache_unfinished(req)  # a prefilled chunk becomes shareable at once
+            else:
+                self.kv.advance_window(req)  # its sliding window moved on by one token
             if req.is_finished:  # its own fault above: it goes like any finished request
                 touched.append(req)
                 continue

@@ -121,6 +121,8 @@ _HELP = {
     "balance_abs_threshold": "cache_aware: loads differing by more than this are imbalanced...",
     "balance_rel_threshold": "...when also max load > this times min load",
     "max_tree_size": "cache_aware: items kept per replica's approximate radix tree",
+    "window_kv_fraction": "models with sliding-window layers: their KV pool's slots per slot "
+    "of the full pool (None: 0.5; 1: one pool for every layer)",
 }
 
 
