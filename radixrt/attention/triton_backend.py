@@ -6,6 +6,9 @@ into (kv_indptr, kv_indices); every layer's kernels read that table. EXTEND batc
 chunks and single-token rows mixed) run the causal extend kernel; DECODE batches run the
 split-KV decode kernel. For CUDA graphs the table lives in fixed buffers, filled before each
 replay; padded rows attend to the padding slot alone.
+
+Sliding windows and soft caps (LAYER_FEATURES) are compiled into the kernels per layer: the
+table stays whole, and the kernels read only the keys inside each query's window.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from types import ModuleType
 
 import torch
 
-from radixrt.attention.base import AttentionLayer, BaseAttnBackend, indptr
+from radixrt.attention.base import LAYER_FEATURES, AttentionLayer, BaseAttnBackend, indptr
 from radixrt.forward_batch import ForwardBatch, ForwardMode
 from radixrt.kernels import build_kv_indices
 
@@ -65,6 +68,8 @@ class TritonAttnBackend(BaseAttnBackend):
     the moment the kernels were first imported. Any KV dtype the pool holds (float16,
     bfloat16, float32); q is cast to it.
     """
+
+    supports = frozenset(LAYER_FEATURES)
 
     def __init__(
         self,
@@ -124,6 +129,8 @@ class TritonAttnBackend(BaseAttnBackend):
             m.kv_indices,
             m.max_extend_len,
             layer.scaling,
+            layer.sliding_window,
+            layer.logit_softcap,
         )
         return out
 
@@ -151,6 +158,8 @@ class TritonAttnBackend(BaseAttnBackend):
             m.mid_o[:bs],
             m.mid_lse[:bs],
             layer.scaling,
+            layer.sliding_window,
+            layer.logit_softcap,
         )
         return out
 

@@ -1,6 +1,7 @@
 """CPU checks of the FlashInfer page table, at page size 1 and 4: the same slots per request as
 torch_native attends, and a plain-torch paged attention driven by that table (FlashInfer's
-semantics: page ids, last page length) reproduces torch_native's output."""
+semantics: page ids, last page length) reproduces torch_native's output; a sliding window's
+table is the whole one less the pages before the window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from radixrt.attention.base import AttentionLayer
 from radixrt.attention.flashinfer_metadata import (
     FlashInferMetadata,
+    PageTables,
     build_flashinfer_metadata,
     paged_kv,
 )
@@ -143,6 +145,26 @@ def test_paged_attention_on_metadata_matches_torch_native(
     want = native.forward(q, k, v, LAYER, fb)  # also stores k/v at out_loc
     got = _paged_attention(q.view(t, h, d), build_flashinfer_metadata(fb), fb)
     torch.testing.assert_close(got.reshape(t, h * d), want, rtol=1e-5, atol=1e-5)
+
+
+@PAGE_SIZES
+@pytest.mark.parametrize("window", [1, 5, 8, 100])
+def test_window_tables_drop_whole_pages_before_the_window(page_size: int, window: int) -> None:
+    """Request b keeps its slots from the start of the page holding its first new token's
+    first visible key, max(0, prefix - window + 1); a window that cuts nothing shares the
+    whole table."""
+    pools = _pools(page_size=page_size)
+    fb = pools.make_batch(*MIXED, TorchNativeAttnBackend("cpu"))
+    tables = PageTables(fb)
+    full, meta = tables.get(0), tables.get(window)
+    p = page_size
+    for b, q in enumerate(fb.extend_prefix_lens_cpu):
+        first = max(0, q - window + 1) // p * p
+        assert _slots(meta, b) == _slots(full, b)[first:]
+    assert meta.kv_last_page_len.tolist() == full.kv_last_page_len.tolist()
+    assert tables.get(window) is meta  # built once per batch
+    cuts = any(max(0, q - window + 1) >= p for q in fb.extend_prefix_lens_cpu)
+    assert (meta is full) == (not cuts)
 
 
 def test_paged_kv_views_pages_of_the_pool() -> None:

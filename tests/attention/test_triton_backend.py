@@ -1,6 +1,7 @@
 """The triton backend against torch_native on random inputs, run by Triton's interpreter on CPU
 (or compiled on CUDA when present): mixed batches with cached prefixes, GQA, several head dims,
-scattered slots, shared prefixes; and greedy tokens through the Engine equal torch_native's.
+scattered slots, shared prefixes, sliding windows and soft caps; and greedy tokens through the
+Engine equal torch_native's.
 
 The interpreter's tl.dot is wrong for bfloat16, so CPU runs cover float32 and float16 only;
 test_triton_gpu.py covers bfloat16 on CUDA.
@@ -8,6 +9,7 @@ test_triton_gpu.py covers bfloat16 on CUDA.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -58,12 +60,16 @@ def _run_both(
     extend_lens: list[int],
     dtype: torch.dtype,
     share_prefix: int = 0,
+    window: int = 0,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(triton output, triton output of a second layer on the same plan, torch_native output);
-    with share_prefix, every request's first share_prefix slots are request 0's."""
+    with share_prefix, every request's first share_prefix slots are request 0's; the layer has
+    the given sliding window and soft cap."""
     torch.manual_seed(0)
     h, hkv, d = geometry
-    layer = AttentionLayer(layer_id=1, num_heads=h, num_kv_heads=hkv, head_dim=d, scaling=d**-0.5)
+    layer = AttentionLayer(layer_id=1, num_heads=h, num_kv_heads=hkv, head_dim=d, scaling=d**-0.5,
+                           sliding_window=window, logit_softcap=softcap)  # fmt: skip
     pools = _pools(hkv, d, dtype)
     tri = TritonAttnBackend(DEVICE, num_heads=h, num_kv_heads=hkv, head_dim=d)
     native = TorchNativeAttnBackend(DEVICE)
@@ -103,12 +109,48 @@ def test_decode_over_a_shared_prefix() -> None:
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_graph_metadata_pads_rows_to_the_padding_slot() -> None:
+# name -> (geometry, batch, sliding window, soft cap). With window 8 the mixed batch holds a
+# prefill longer than the window (9 from 0), a decode row as long as it (8), an extend after a
+# prefix (12 + 5), a short row (4) and a chunk with p > 0 and e > w (40 + 37, two query blocks);
+# window 40 cuts the decode rows of 71 and 301 keys (several splits) and leaves 5, 18 and 2 whole.
+WINDOWED = {
+    "mixed-w8": ((4, 2, 16), "mixed", 8, 0.0),
+    "mixed-w1000": ((4, 2, 16), "mixed", 1000, 0.0),  # longer than every sequence
+    "prefill-w20-gqa8": ((8, 1, 32), "prefill", 20, 0.0),  # from 0, e = 70 > w
+    "decode-w40": ((6, 2, 24), "decode", 40, 0.0),
+    "mixed-cap": ((4, 2, 16), "mixed", 0, 2.0),
+    "decode-w40-cap": ((4, 2, 16), "decode", 40, 2.0),
+    "mixed-w8-cap": ((4, 4, 64), "mixed", 8, 2.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WINDOWED))
+def test_windows_and_soft_caps_match_torch_native(case: str) -> None:
+    geometry, batch, window, cap = WINDOWED[case]
+    got, again, want = _run_both(geometry, *BATCHES[batch], torch.float32, 0, window, cap)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(got, again)
+
+
+def test_window_and_soft_cap_float16() -> None:
+    got, _, want = _run_both((8, 2, 32), *BATCHES["mixed"], torch.float16, 0, 8, 2.0)
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+PLAIN = AttentionLayer(layer_id=0, num_heads=4, num_kv_heads=2, head_dim=16, scaling=0.25)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [PLAIN, dataclasses.replace(PLAIN, sliding_window=16, logit_softcap=2.0)],
+    ids=["full", "window16-cap"],
+)
+def test_graph_metadata_pads_rows_to_the_padding_slot(layer: AttentionLayer) -> None:
     """The CUDA-graph path's buffers, run eagerly: a decode batch of 3 planned into size 4,
-    forwarded through the static batch of the capture; real rows match torch_native."""
+    forwarded through the static batch of the capture; real rows match torch_native (a
+    windowed layer reads the same whole table, cut by the kernel)."""
     torch.manual_seed(0)
-    h, hkv, d, bs = 4, 2, 16, 4
-    layer = AttentionLayer(layer_id=0, num_heads=h, num_kv_heads=hkv, head_dim=d, scaling=0.25)
+    h, hkv, d, bs = layer.num_heads, layer.num_kv_heads, layer.head_dim, 4
     pools = _pools(hkv, d, torch.float32)
     tri = TritonAttnBackend(DEVICE, num_heads=h, num_kv_heads=hkv, head_dim=d)
     tri.init_cuda_graph_state(max_bs=bs, max_num_indices=bs * 512)

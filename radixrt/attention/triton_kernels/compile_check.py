@@ -23,13 +23,23 @@ ARCHS = (90, 80)
 _DTYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}
 _EXTEND_STRIDES = ("qt", "qh", "kt", "kh", "vt", "vh", "ot", "oh")
 _SPLIT_STRIDES = ("qb", "qh", "kt", "kh", "vt", "vh")
+# (KV dtype, head_dim, GQA group, sliding window, soft cap)
+_SHAPES = (
+    ("bf16", 128, 4, 0, 0.0),
+    ("fp16", 80, 1, 0, 0.0),
+    ("fp32", 64, 2, 0, 0.0),
+    ("bf16", 256, 2, 4096, 50.0),
+)
 
 
 def kernel_variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any], int]]:
     """(label, kernel, signature, constexprs, num_warps) covering the shapes served: 16- and
-    32-bit KV, head_dim 64/80/128, MHA and GQA groups up to 8."""
+    32-bit KV, head_dim 64/80/128/256, MHA and GQA groups up to 8, full attention and a
+    sliding window with a soft cap (Gemma 2's)."""
     out = []
-    for dt, d, group in (("bf16", 128, 4), ("fp16", 80, 1), ("fp32", 64, 2)):
+    for dt, d, group, window, cap in _SHAPES:
+        layer = dict(WINDOW=window, SOFTCAP=cap)
+        tag = f" w{window} cap{cap:g}" if window or cap else ""
         bd = max(16, triton.next_power_of_2(d))
         prec = ea.dot_precision_name(dt == "fp32")
         ptr = _DTYPES[dt]
@@ -43,8 +53,9 @@ def kernel_variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any], in
             BLOCK_M=ea.BLOCK_M,
             BLOCK_N=ea.BLOCK_N,
             DOT_PRECISION=prec,
+            **layer,
         )
-        out.append((f"extend {dt} d{d} g{group}", ea._extend_kernel, sig, consts, 8))
+        out.append((f"extend {dt} d{d} g{group}{tag}", ea._extend_kernel, sig, consts, 8))
 
         sig = {"Q": ptr, "K_buf": ptr, "V_buf": ptr, "Mid_O": "*fp32", "Mid_LSE": "*fp32"}
         sig |= {"kv_indptr": "*i32", "kv_indices": "*i32", "sm_scale": "fp32"}
@@ -58,15 +69,16 @@ def kernel_variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any], in
             BLOCK_N=da.BLOCK_N,
             NUM_SPLITS=8,
             DOT_PRECISION=prec,
+            **layer,
         )
-        out.append((f"decode split {dt} d{d} g{group}", da._decode_split_kernel, sig, consts, 4))
+        label = f"decode split {dt} d{d} g{group}{tag}"
+        out.append((label, da._decode_split_kernel, sig, consts, 4))
 
         sig = {"Mid_O": "*fp32", "Mid_LSE": "*fp32", "Out": ptr, "kv_indptr": "*i32"}
         sig |= {"stride_ob": "i32", "stride_oh": "i32"}
-        consts = dict(
-            NUM_HEADS=8 * group, HEAD_DIM=d, BLOCK_D=bd, BLOCK_N=da.BLOCK_N, NUM_SPLITS=6, BLOCK_S=8
-        )
-        out.append((f"decode merge {dt} d{d}", da._decode_merge_kernel, sig, consts, 4))
+        consts = dict(NUM_HEADS=8 * group, HEAD_DIM=d, BLOCK_D=bd, BLOCK_N=da.BLOCK_N,
+                      NUM_SPLITS=6, BLOCK_S=8, WINDOW=window)  # fmt: skip
+        out.append((f"decode merge {dt} d{d}{tag}", da._decode_merge_kernel, sig, consts, 4))
     return out
 
 

@@ -1,7 +1,11 @@
 """Decode attention, flash-decoding style: each request's slot list is cut into NUM_SPLITS
 pieces attended in parallel (stage 1), whose partial outputs are merged by their
 log-sum-exp (stage 2). A stage-1 program serves all query heads of one KV head (GQA), so each
-K/V row is read once per group."""
+K/V row is read once per group.
+
+With a sliding window w (a compile-time constant, as the soft cap) a request of n keys attends
+to its last min(n, w) only: the splits cut that range, so both stages agree on it and no key
+outside it is read."""
 
 from __future__ import annotations
 
@@ -9,9 +13,19 @@ import torch
 import triton
 import triton.language as tl
 
-from radixrt.attention.triton_kernels.extend_attention import dot_precision
+from radixrt.attention.triton_kernels.extend_attention import dot_precision, soft_cap
 
 BLOCK_N = 32  # KV slots per inner step; splits are whole multiples of it
+
+
+@triton.jit
+def _window(seq_len, WINDOW: tl.constexpr):
+    """(first key, number of keys) the last of seq_len positions attends to."""
+    if WINDOW > 0:
+        win_len = tl.minimum(seq_len, WINDOW)
+    else:
+        win_len = seq_len
+    return seq_len - win_len, win_len
 
 
 @triton.jit
@@ -38,14 +52,17 @@ def _decode_split_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    WINDOW: tl.constexpr,  # keys the query sees, itself included; 0: all
+    SOFTCAP: tl.constexpr,  # 0.0: no cap
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     s = tl.program_id(2)
     kv_start = tl.load(kv_indptr + b)
     seq_len = tl.load(kv_indptr + b + 1) - kv_start
-    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = s * split_len
+    win_lo, win_len = _window(seq_len, WINDOW)
+    split_len = tl.cdiv(tl.cdiv(win_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = win_lo + s * split_len
     hi = tl.minimum(lo + split_len, seq_len)
 
     offs_g = tl.arange(0, BLOCK_H)
@@ -66,6 +83,8 @@ def _decode_split_kernel(
         k_ptrs = K_buf + slots[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None]
         k = tl.load(k_ptrs, mask=mask_n[None, :] & mask_d[:, None], other=0.0)  # (BD, N)
         qk = tl.dot(q, k, input_precision=DOT_PRECISION) * sm_scale  # (BH, N) fp32
+        if SOFTCAP > 0:
+            qk = soft_cap(qk, SOFTCAP)
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: every visited block has a valid key
         alpha = tl.exp(m_i - m_new)
@@ -99,15 +118,17 @@ def _decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,  # NUM_SPLITS rounded up to a power of two
+    WINDOW: tl.constexpr,  # as stage 1's, so both cut the same splits
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
     seq_len = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
-    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    _, win_len = _window(seq_len, WINDOW)
+    split_len = tl.cdiv(tl.cdiv(win_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
     offs_s = tl.arange(0, BLOCK_S)
-    has_keys = (offs_s < NUM_SPLITS) & (offs_s * split_len < seq_len)  # split 0 always has
+    has_keys = (offs_s < NUM_SPLITS) & (offs_s * split_len < win_len)  # split 0 always has
     row = (b * NUM_HEADS + h) * NUM_SPLITS + offs_s  # (BS,)
     lse = tl.load(Mid_LSE + row, mask=has_keys, other=float("-inf"))
     o_ptrs = Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :]
@@ -128,9 +149,12 @@ def decode_attention_fwd(
     mid_o: torch.Tensor,
     mid_lse: torch.Tensor,
     sm_scale: float,
+    sliding_window: int = 0,
+    logit_softcap: float = 0.0,
 ) -> None:
     """Write into out (B, H, D) one query per request, q (B, H, D), attended over the pool rows
-    kv_indices[kv_indptr[b]:kv_indptr[b+1]] (at least one each).
+    kv_indices[kv_indptr[b]:kv_indptr[b+1]] (at least one each), or their last
+    `sliding_window` when that is > 0; `logit_softcap` > 0 caps the scaled scores.
 
     mid_o (>= B, H, S, D) and mid_lse (>= B, H, S) float32 are scratch, S = num KV splits;
     they are contiguous so a CUDA graph can keep one pair for every batch size. The grids
@@ -167,6 +191,8 @@ def decode_attention_fwd(
         BLOCK_N=BLOCK_N,
         NUM_SPLITS=num_splits,
         DOT_PRECISION=dot_precision(q.dtype),
+        WINDOW=sliding_window,
+        SOFTCAP=float(logit_softcap),
         num_warps=4,
     )
     _decode_merge_kernel[(batch_size, num_heads)](
@@ -182,5 +208,6 @@ def decode_attention_fwd(
         BLOCK_N=BLOCK_N,
         NUM_SPLITS=num_splits,
         BLOCK_S=triton.next_power_of_2(num_splits),
+        WINDOW=sliding_window,
         num_warps=4,
     )
