@@ -2,12 +2,14 @@
 engines a user would pick instead, on the same machine, in one run.
 
 Peers, each at its best: vLLM's CPU build (its own OpenAI server, prefix caching on, both
-cores), llama.cpp's own `llama-server` (continuous batching over `--parallel` slots, on the GGUF
-the default model ships), transformers (`generate`, one request at a time: it has no batching
-server of its own). radixrt runs in float32 and with `--quantization int8`. Every system is
-started fresh for every workload, gets one warm-up request that is not timed, then the same
-seeded requests through the same load generator (streamed /v1/completions, greedy, EOS
-ignored so that every request produces its full output). Workloads:
+cores, in bfloat16 where the CPU has AMX tiles for it and float32 elsewhere, its faster dtype
+on each: `--vllm-dtype` to choose), llama.cpp's own `llama-server` (continuous batching over
+`--parallel` slots, on the GGUF the default model ships), transformers (`generate`, one
+request at a time: it has no batching server of its own). radixrt runs in float32 and with
+`--quantization int8`. Every system is started fresh for every workload, gets one warm-up
+request that is not timed, then the same seeded requests through the same load generator
+(streamed /v1/completions, greedy, EOS ignored so that every request produces its full
+output). Workloads:
 
 - chat: 32 requests over 4 interleaved ~530-token system prompts, 8 clients, 32 output tokens;
 - unique: 16 unrelated ~330-token prompts, 16 clients, 64 output tokens;
@@ -123,7 +125,7 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
                 "--model",
                 folder,
                 "--dtype",
-                "float32",
+                args.vllm_dtype,
                 "--enable-prefix-caching",
                 "--max-model-len",
                 "4096",
@@ -235,6 +237,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     p.add_argument("--vllm-python", type=Path, default=PEERS_DIR / "vllm" / "bin" / "python")
     p.add_argument(
+        "--vllm-dtype",
+        choices=["bfloat16", "float32"],
+        default=None,
+        help="default: bfloat16 on a CPU with AMX (vLLM's fast path there), else float32",
+    )
+    p.add_argument(
         "--llama-server", type=Path, default=PEERS_DIR / "llama" / "bin" / "llama-cpp-server"
     )
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
@@ -251,6 +259,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         args.gguf = default_gguf_path()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     cpu = cpu_description()
+    if args.vllm_dtype is None:
+        args.vllm_dtype = "bfloat16" if "amx_tile" in cpu["isa_flags"] else "float32"
+    cpu["vllm_dtype"] = args.vllm_dtype
     print(json.dumps(cpu), flush=True)
     systems = make_peers(args)
     for name, peer in list(systems.items()):

@@ -44,7 +44,8 @@ def format_report(rows: list[dict], cpu: dict[str, Any]) -> str:
     rounds = len({r.get("round", 0) for r in rows})
     lines = [
         f"CPU: {cpu['cpu']} ({cpu['machine']}, {cpu['cores']} cores), ISA flags: "
-        f"{' '.join(cpu['isa_flags'])}; radixrt kernels: {cpu['radixrt_isa']}",
+        f"{' '.join(cpu['isa_flags'])}; radixrt kernels: {cpu['radixrt_isa']}"
+        + (f"; vLLM in {cpu['vllm_dtype']}" if cpu.get("vllm_dtype") else ""),
         *(
             [f"{rounds} rounds: medians; ratios are medians of per-round ratios (range)"]
             if rounds > 1
