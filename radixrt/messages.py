@@ -127,6 +127,10 @@ class ReadyMsg(msgspec.Struct, tag=True):
     vocab_size: int
     device: str
     dtype: str
+    # A window pool for sliding-window layers (cache/window_base.py): its slots and how many
+    # layers keep their K/V there; 0: none, every layer in the max_total_tokens pool.
+    window_pool_tokens: int = 0
+    num_window_layers: int = 0
 
 
 class TierInfoMsg(msgspec.Struct):

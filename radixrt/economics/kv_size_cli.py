@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=q.mem_fraction,
         help="of GPU memory for weights + KV, as the server's flag (default %(default)s)",
     )
+    p.add_argument(
+        "--window-kv-fraction",
+        type=float,
+        default=q.window_kv_fraction,
+        help="models with sliding-window layers: window pool slots per full pool slot, as the "
+        "server's flag (default %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
@@ -81,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch,
             page_size=args.page_size,
             mem_fraction=args.mem_fraction_static,
+            window_kv_fraction=args.window_kv_fraction,
         )
         memory = gpu_memory_bytes(args.gpu) if args.gpu else args.gpu_memory
         sizing = size_kv(facts, query, memory)

@@ -14,6 +14,18 @@ from radixrt.economics.data import PRESET_DIR, preset_names, read_data
 from radixrt.economics.gguf_header import read_gguf_header
 from radixrt.models.arch import ArchConfig
 
+# What a family's decoder layer holds beyond the Llama layer (radixrt/models/<family>.py):
+# its norms of hidden size (Llama's two: before attention and before the MLP), and its q/k
+# norms: "head" (head_dim weights each, shared by the heads) or "full" (over the whole q and k
+# projections). A test counts every family's parameters against transformers'.
+_HIDDEN_NORMS = {"Gemma2ForCausalLM": 4, "Gemma3ForCausalLM": 4}
+_QK_NORMS = {
+    "Qwen3ForCausalLM": "head",
+    "Qwen3MoeForCausalLM": "head",
+    "Gemma3ForCausalLM": "head",
+    "Olmo2ForCausalLM": "full",
+}
+
 # GGUF general.architecture -> the HF architecture whose config.json fields it maps onto.
 GGUF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -35,12 +47,20 @@ class ModelFacts:
     vocab_size: int
     num_params: int
     source: str
+    sliding_window: int = 0  # keys a window layer's query sees; 0: no window layers
+    num_window_layers: int = 0  # layers that see only the last `sliding_window` keys
+
+    @property
+    def num_full_layers(self) -> int:
+        """Layers that keep every token's K/V."""
+        return self.num_layers - self.num_window_layers
 
     @classmethod
     def from_arch(
         cls, arch: ArchConfig, name: str, source: str, num_params: int | None = None
     ) -> ModelFacts:
         """Facts of a parsed config; `num_params` None: counted from the shapes."""
+        num_window_layers = sum(1 for w in arch.layer_windows if w)
         return cls(
             name=name,
             num_layers=arch.num_hidden_layers,
@@ -51,6 +71,8 @@ class ModelFacts:
             vocab_size=arch.vocab_size,
             num_params=count_params(arch) if num_params is None else num_params,
             source=source,
+            sliding_window=arch.sliding_window if num_window_layers else 0,
+            num_window_layers=num_window_layers,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,22 +155,42 @@ def gguf_to_hf_config(md: dict[str, Any]) -> dict[str, Any]:
 
 
 def count_params(arch: ArchConfig) -> int:
-    """Parameters of a Llama-family decoder: embeddings, per-layer attention (with Qwen2's q/k/v
-    biases) and gated MLP, two norms per layer, the final norm, and lm_head unless tied."""
+    """Parameters of a decoder of any family radixrt runs: embeddings; per layer the attention
+    (with its biases and q/k norms), the MLP (dense, or every expert plus the router) and the
+    family's norms; the final norm; lm_head unless tied."""
     h = arch.hidden_size
-    q_dim = arch.num_attention_heads * arch.head_dim
-    kv_dim = arch.num_key_value_heads * arch.head_dim
-    attn = h * q_dim + 2 * h * kv_dim + q_dim * h
-    if arch.attention_bias:
-        attn += q_dim + 2 * kv_dim
-    if arch.o_proj_bias:
-        attn += h
-    mlp = 3 * h * arch.intermediate_size
-    if arch.mlp_bias:
-        mlp += 2 * arch.intermediate_size + h
-    layer = attn + mlp + 2 * h
+    per_layer = _attention_params(arch) + h * _HIDDEN_NORMS.get(arch.architecture, 2)
+    mlps = sum(_mlp_params(arch, i) for i in range(arch.num_hidden_layers))
     embed = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
-    return embed + arch.num_hidden_layers * layer + h
+    return embed + arch.num_hidden_layers * per_layer + mlps + h
+
+
+def _attention_params(arch: ArchConfig) -> int:
+    """q, k, v, o projections with their biases, and the q/k norms."""
+    h, d = arch.hidden_size, arch.head_dim
+    q_dim, kv_dim = arch.num_attention_heads * d, arch.num_key_value_heads * d
+    n = 2 * h * q_dim + 2 * h * kv_dim
+    if arch.attention_bias:
+        n += q_dim + 2 * kv_dim
+    if arch.o_proj_bias:
+        n += h
+    qk_norm = _QK_NORMS.get(arch.architecture)
+    if qk_norm == "head":
+        n += 2 * d
+    elif qk_norm == "full":
+        n += q_dim + kv_dim
+    return n
+
+
+def _mlp_params(arch: ArchConfig, layer_idx: int) -> int:
+    """Layer `layer_idx`'s gated MLP, or its experts (no biases) and their router."""
+    h, moe = arch.hidden_size, arch.moe
+    if moe is not None and moe.sparse_layers[layer_idx]:
+        return moe.num_experts * (3 * h * moe.intermediate_size + h)
+    n = 3 * h * arch.intermediate_size
+    if arch.mlp_bias:
+        n += 2 * arch.intermediate_size + h
+    return n
 
 
 def safetensors_num_params(path: Path) -> int:

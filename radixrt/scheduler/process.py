@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import msgspec
 import zmq
@@ -25,6 +26,9 @@ from radixrt.messages import (
     ToSchedulerMsg,
 )
 from radixrt.scheduler.loop import BaseTransport, SchedulerLoop
+
+if TYPE_CHECKING:
+    from radixrt.executor.model_runner import ModelRunner
 
 logger = logging.getLogger("radixrt")
 
@@ -133,20 +137,23 @@ def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.
         return 1
     runner = scheduler.runner
     runner.tp_group.on_rank_exit = _exit_at_once
-    send_sock.send(
-        encoder.encode(
-            ReadyMsg(
-                model_path=str(runner.model_path),
-                max_total_tokens=runner.max_total_tokens,
-                kv_pool_bytes=runner.token_to_kv_pool.size_bytes,
-                context_length=runner.context_len,
-                vocab_size=runner.arch.vocab_size,
-                device=str(runner.device),
-                dtype=str(runner.dtype).removeprefix("torch."),
-            )
-        )
-    )
+    send_sock.send(encoder.encode(ready_msg(runner)))
     return SchedulerLoop(scheduler, ZmqTransport(recv_sock, send_sock, args.parent_pid)).run()
+
+
+def ready_msg(runner: ModelRunner) -> ReadyMsg:
+    """What the HTTP process learns once the model and its KV pools are up."""
+    return ReadyMsg(
+        model_path=str(runner.model_path),
+        max_total_tokens=runner.max_total_tokens,
+        kv_pool_bytes=runner.token_to_kv_pool.size_bytes,
+        context_length=runner.context_len,
+        vocab_size=runner.arch.vocab_size,
+        device=str(runner.device),
+        dtype=str(runner.dtype).removeprefix("torch."),
+        window_pool_tokens=runner.allocator.window.capacity,
+        num_window_layers=len(runner.token_to_kv_pool.window_layers),
+    )
 
 
 if __name__ == "__main__":

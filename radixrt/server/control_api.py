@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.messages import ReadyMsg
 from radixrt.server.args import ServerArgs
 from radixrt.server.cache_handles import CacheRegistry
 from radixrt.server.caches_api import owner_of
@@ -66,7 +67,7 @@ def add_control_routes(
             }
         )
 
-    kv_sizing = _kv_sizing(tm.ready, args)
+    kv_sizing = pool_sizing(tm.ready, args.model.tp_size)
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
@@ -120,6 +121,24 @@ def add_control_routes(
         return Response(tm.metrics.render(info, registry, summary), media_type=CONTENT_TYPE)
 
 
+def pool_sizing(ready: ReadyMsg, tp_size: int) -> dict[str, Any]:
+    """The pool's figures by `radixrt kv-size`'s arithmetic (radixrt/economics), next to the
+    measured ones, its window pool included; {"error": ...} when the model folder cannot be
+    read for it."""
+    from pathlib import Path
+
+    from radixrt.economics.model_facts import facts_from_folder
+    from radixrt.economics.pool_figures import pool_figures
+
+    try:
+        facts = facts_from_folder(Path(ready.model_path), exact_params=False)
+        return pool_figures(facts, ready.dtype, ready.max_total_tokens, ready.kv_pool_bytes,
+                            ready.context_length, tp_size, ready.window_pool_tokens,
+                            ready.num_window_layers)  # fmt: skip
+    except (OSError, ValueError, KeyError) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def _flush_request(request: Request, body: bytes) -> FlushCacheRequest:
     """`{"disk": true}` as a JSON body or `?disk=true` (an empty body is no flag)."""
     req = decode_body(body, FlushCacheRequest) if body.strip() else FlushCacheRequest()
@@ -129,19 +148,3 @@ def _flush_request(request: Request, body: bytes) -> FlushCacheRequest:
             raise BadRequestError(f"disk takes true or false, got {flag[:20]!r}")
         req = FlushCacheRequest(req.disk or flag.lower() in ("true", "1"))
     return req
-
-
-def _kv_sizing(ready: Any, args: ServerArgs) -> dict[str, Any]:
-    """The pool's figures by `radixrt kv-size`'s arithmetic (radixrt/economics), next to the
-    measured ones; {"error": ...} when the model folder cannot be read for it."""
-    from pathlib import Path
-
-    from radixrt.economics.kv_size import pool_figures
-    from radixrt.economics.model_facts import facts_from_folder
-
-    try:
-        facts = facts_from_folder(Path(ready.model_path), exact_params=False)
-        return pool_figures(facts, ready.dtype, ready.max_total_tokens, ready.kv_pool_bytes,
-                            ready.context_length, args.model.tp_size)  # fmt: skip
-    except (OSError, ValueError, KeyError) as e:
-        return {"error": f"{type(e).__name__}: {e}"}

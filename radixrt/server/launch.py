@@ -18,6 +18,7 @@ from radixrt.server.scheduler_client import SchedulerClient, SchedulerStartError
 if TYPE_CHECKING:
     import uvicorn
 
+    from radixrt.messages import ReadyMsg
     from radixrt.server.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger("radixrt")
@@ -38,6 +39,18 @@ def run_server(args: ServerArgs) -> int:
     except ImportError:  # Windows: plain asyncio
         return asyncio.run(_serve(args))
     return uvloop.run(_serve(args))
+
+
+def kv_pool_text(ready: ReadyMsg) -> str:
+    """'KV pool 4096 tokens (0.09 GiB)', with the window pool where there is one."""
+    window = ""
+    if ready.window_pool_tokens:
+        window = (
+            f" + window pool {ready.window_pool_tokens} tokens for "
+            f"{ready.num_window_layers} sliding-window layers"
+        )
+    gib = ready.kv_pool_bytes / 2**30
+    return f"KV pool {ready.max_total_tokens} tokens{window} ({gib:.2f} GiB)"
 
 
 async def _serve(args: ServerArgs) -> int:
@@ -116,10 +129,9 @@ async def _serve(args: ServerArgs) -> int:
             server.should_exit = True
 
         tm.start(on_dead)
-        gib = ready.kv_pool_bytes / 2**30
         line = (
-            f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); KV pool "
-            f"{ready.max_total_tokens} tokens ({gib:.2f} GiB); http://{s.host}:{s.port}"
+            f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); "
+            f"{kv_pool_text(ready)}; http://{s.host}:{s.port}"
         )
         if len(clients) > 1:
             line += f"; {len(clients)} replicas, {args.router.router_policy} routing"

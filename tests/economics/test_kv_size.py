@@ -1,4 +1,5 @@
-"""KV sizing: the issue's Llama-3-70B figures, both units side by side, GQA, GPU fit, CLI."""
+"""KV sizing: the issue's Llama-3-70B figures, both units side by side, GQA, GPU fit, CLI;
+sliding-window models in one pool and with the server's window pool."""
 
 from __future__ import annotations
 
@@ -8,20 +9,26 @@ import sys
 
 import pytest
 
+from radixrt.economics.data import read_data
 from radixrt.economics.kv_size import (
     DEFAULT_MEM_FRACTION,
+    DEFAULT_WINDOW_KV_FRACTION,
     GB,
     GIB,
+    WINDOW_POOL_SLACK,
     KvQuery,
     format_kv_sizing,
     gpu_memory_bytes,
     kv_bytes_per_token,
     size_kv,
+    window_pool_slots,
 )
 from radixrt.economics.kv_size_cli import main, parse_memory
 from radixrt.economics.model_facts import facts_from_preset
+from radixrt.economics.pool_figures import pool_figures
 
 LLAMA_70B = facts_from_preset("llama-3-70b")
+GEMMA3 = facts_from_preset("gemma3-270m")  # 15 of 18 layers slide over 512 keys
 
 
 def test_llama_70b_one_long_request_is_42_9_gb_40_gib() -> None:
@@ -101,9 +108,16 @@ def test_defaults_agree_with_the_runtime() -> None:
 
     from radixrt.cache.memory_pool import TokenToKVPool
     from radixrt.config import CacheConfig
-    from radixrt.executor.kv_memory import CUDA_MEM_FRACTION
+    from radixrt.executor.kv_memory import (
+        CUDA_MEM_FRACTION,
+        WINDOW_KV_FRACTION,
+    )
+    from radixrt.executor.kv_memory import (
+        WINDOW_POOL_SLACK as SERVER_SLACK,
+    )
 
     assert DEFAULT_MEM_FRACTION == CUDA_MEM_FRACTION
+    assert DEFAULT_WINDOW_KV_FRACTION == WINDOW_KV_FRACTION and WINDOW_POOL_SLACK == SERVER_SLACK
     assert KvQuery().page_size == CacheConfig().page_size
     f = facts_from_preset("smollm2-135m")
     for dtype, torch_dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -165,6 +179,7 @@ def test_cli_defaults_are_the_dataclass_defaults() -> None:
         q.page_size,
     )
     assert args.mem_fraction_static == q.mem_fraction
+    assert args.window_kv_fraction == q.window_kv_fraction
     cost, s = cost_parser().parse_args([]), Scenario()
     for flag, field in (
         ("requests_per_day", "requests_per_day"),
@@ -195,3 +210,110 @@ def test_console_script_runs_both_commands(capsys: pytest.CaptureFixture[str]) -
         cli_main(["--help"])
     out = capsys.readouterr().out
     assert "kv-size" in out and "cost" in out
+
+
+def test_a_window_model_per_request_in_one_pool_and_with_the_window_pool() -> None:
+    s = size_kv(GEMMA3, KvQuery(dtype="fp32", context_len=8192))
+    per_layer = 2 * 1 * 256 * 4
+    assert s.bytes_per_token == 18 * per_layer
+    assert s.bytes_per_request == 8192 * 18 * per_layer  # every layer, every token
+    assert s.window_bytes_per_request == per_layer * (3 * 8192 + 15 * 512)
+    short = size_kv(GEMMA3, KvQuery(context_len=300))  # shorter than the window
+    assert short.window_bytes_per_request == short.bytes_per_request
+    text = format_kv_sizing(s)
+    assert "15 of 18 layers see the last 512 tokens" in text
+    assert "302.0 MB (288.0 MiB) in one pool; 66.1 MB (63.0 MiB) with a window pool" in text
+
+
+def test_gemma3_270m_8k_requests_on_8gb_in_one_pool_and_with_the_window_pool() -> None:
+    """The figures docs/sizing-and-cost.md quotes, and the arithmetic behind them."""
+    for dtype, one_pool, window_pool in (("fp32", 18, 32), ("bf16", 41, 71)):
+        s = size_kv(GEMMA3, KvQuery(dtype=dtype, context_len=8192), 8 * GB)
+        fit = s.fit
+        assert fit is not None and fit.window is not None
+        assert (fit.max_requests, fit.window.max_requests) == (one_pool, window_pool), dtype
+        per_layer = 2 * 256 * (4 if dtype == "fp32" else 2)
+        full = int(fit.kv_room_bytes // (per_layer * (3 + 0.5 * 15)))
+        window = max(int(full * 0.5), 512 + min(2048, full // 8))
+        assert (fit.window.full_slots, fit.window.window_slots) == (full, window)
+        assert fit.window.max_requests == min(full // 8192, window // 512)
+        text = format_kv_sizing(s)
+        assert f"fits:        {one_pool} requests of 8,192 tokens in one pool" in text
+        assert f"fits:        {window_pool} requests of 8,192 tokens with the window pool" in text
+    out = size_kv(GEMMA3, KvQuery(context_len=8192), 8 * GB).to_dict()
+    assert out["windows"]["num_window_layers"] == 15  # type: ignore[index]
+    assert out["gpu"]["window_pool"]["max_requests"] == 71  # type: ignore[index]
+    assert out["gpu"]["window_pool"]["window_kv_fraction"] == 0.5  # type: ignore[index]
+
+
+def test_one_pool_where_the_server_cannot_split() -> None:
+    paged = size_kv(GEMMA3, KvQuery(context_len=8192, page_size=16), 8 * GB)
+    assert paged.fit is not None and paged.fit.window is None
+    assert "window pool: none (pages of 16)" in format_kv_sizing(paged)
+    assert paged.to_dict()["gpu"]["window_pool"] is None  # type: ignore[index]
+    whole = size_kv(GEMMA3, KvQuery(context_len=8192, window_kv_fraction=1.0), 8 * GB)
+    assert whole.fit is not None and whole.fit.window is None
+    # W = 512 + F // 8 >= F below about 585 slots: too little room to split
+    room = 580 * 2 * 256 * 4 * 10.5
+    assert window_pool_slots(GEMMA3, "fp32", int(room), 0.5) is None
+    assert window_pool_slots(GEMMA3, "fp32", int(room * 2), 0.5) == (1160, 512 + 145)
+    memory = int((GEMMA3.num_params * 4 + 10**7) / 0.85)  # 10 MB of room: 465 slots
+    tight = size_kv(GEMMA3, KvQuery(dtype="fp32", context_len=64), memory)
+    assert tight.fit is not None and tight.fit.window is None
+    assert "too little room to split" in format_kv_sizing(tight)
+
+
+def test_models_without_windows_print_what_they_always_printed() -> None:
+    q = KvQuery(dtype="fp8", context_len=8192, batch_size=64, page_size=16)
+    s = size_kv(LLAMA_70B, q, gpu_memory_bytes("h200"))
+    text, out = format_kv_sizing(s), s.to_dict()
+    assert "fits:        42 requests of 8,192 tokens (not enough for --batch 64)" in text
+    assert "in total:    64 x 8,192 tokens: 85.9 GB (80.0 GiB)\n" in text
+    assert "window" not in text and "one pool" not in text
+    assert "windows" not in out and "window_pool" not in out["gpu"]  # type: ignore[operator]
+
+
+def test_the_window_split_is_the_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_kv_memory lays out the full and window slots window_pool_slots computes, in the
+    bytes pool_figures computes (to the padding rows), for budgets with and without slack."""
+    import torch
+
+    import radixrt.executor.kv_memory as kv_memory
+    from radixrt.config import CacheConfig
+    from radixrt.distributed.comm import NullComm
+    from radixrt.models.arch import ArchConfig
+
+    arch = ArchConfig.from_hf(read_data("presets/gemma3-270m.json")["config"])
+    per_token = kv_bytes_per_token(GEMMA3, "fp32")
+    for budget in (20 * 10**6, 60 * 10**6, 11 * 10**6):
+        monkeypatch.setattr(kv_memory, "kv_budget_bytes", lambda *a, b=budget: b)
+        mem = kv_memory.build_kv_memory(arch, 1, torch.float32, torch.device("cpu"),
+                                        CacheConfig(), 0, NullComm(), 4, 8192, True)  # fmt: skip
+        window = mem.allocator.window.capacity
+        split = window_pool_slots(GEMMA3, "fp32", budget, DEFAULT_WINDOW_KV_FRACTION)
+        if split is None:  # the server keeps one pool
+            assert window == 0, budget
+            continue
+        assert (mem.capacity, window) == split, budget
+        pool = mem.token_to_kv_pool
+        figures = pool_figures(GEMMA3, "float32", mem.capacity, pool.size_bytes, 8192, 1, window,
+                               len(pool.window_layers))  # fmt: skip
+        computed, measured = figures["pool_bytes_computed"], figures["pool_bytes_measured"]
+        assert computed <= measured <= computed + per_token, figures
+
+
+def test_pool_figures_with_a_window_pool() -> None:
+    per_layer = 2 * 256 * 2
+    one = pool_figures(GEMMA3, "bfloat16", 100_000, 0, 8192)
+    assert one["window_pool_tokens"] == 0 and "one_pool" not in one
+    assert one["requests_of_full_context"] == 12
+    two = pool_figures(GEMMA3, "bfloat16", 100_000, 0, 8192, 1, 50_000, 15)
+    computed = per_layer * (3 * 100_000 + 15 * 50_000)
+    assert two["pool_bytes_computed"] == computed and two["num_window_layers"] == 15
+    assert two["requests_of_full_context"] == min(100_000 // 8192, 50_000 // 512) == 12
+    assert two["one_pool"] == {
+        "pool_tokens": computed // (18 * per_layer),
+        "pool_bytes": computed // (18 * per_layer) * 18 * per_layer,
+        "requests_of_full_context": computed // (18 * per_layer) // 8192,
+    }
+    assert two["one_pool"]["requests_of_full_context"] == 7

@@ -11,6 +11,7 @@ import pytest
 from radixrt.economics.data import preset_names, read_data
 from radixrt.economics.gguf_header import read_gguf_header
 from radixrt.economics.model_facts import (
+    ModelFacts,
     count_params,
     facts_from_folder,
     facts_from_gguf,
@@ -21,7 +22,7 @@ from radixrt.models.arch import ArchConfig
 
 PRESETS = {
     "llama-3-8b", "llama-3-70b", "llama-3-405b", "qwen2-7b", "qwen2-72b", "mistral-7b",
-    "smollm2-135m", "smollm2-360m", "smollm2-1.7b",
+    "smollm2-135m", "smollm2-360m", "smollm2-1.7b", "gemma3-270m",
 }  # fmt: skip
 
 
@@ -40,6 +41,63 @@ def test_published_parameter_counts() -> None:
     assert billions["llama-3-8b"] == 8.03 and billions["llama-3-70b"] == 70.55
     assert billions["llama-3-405b"] == 405.85 and billions["qwen2-72b"] == 72.71
     assert facts_from_preset("smollm2-135m").num_params == 134_515_008
+    # Gemma 3 270M: 262,144 x 640 tied embeddings and 18 layers of 5.57 M
+    assert facts_from_preset("gemma3-270m").num_params == 262144 * 640 + 18 * 5_573_632 + 640
+
+
+def _tiny_configs() -> list[tuple[str, object]]:
+    """Every tiny family's transformers config, and variants with the biases it may carry."""
+    import transformers
+    from tiny_families import _COMMON, FAMILIES
+
+    variants = {
+        **FAMILIES,
+        "llama-biases": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
+        "granite-biases": ("GraniteConfig", {"attention_bias": True, "mlp_bias": True}),
+        "gemma3-bias": ("Gemma3TextConfig", {**FAMILIES["gemma3"][1], "attention_bias": True}),
+        "qwen3-moe-step": ("Qwen3MoeConfig", {**FAMILIES["qwen3-moe"][1],
+                                              "decoder_sparse_step": 2, "mlp_only_layers": []}),
+    }  # fmt: skip
+    return [
+        (name, getattr(transformers, cls)(**{**_COMMON, **overrides}))
+        for name, (cls, overrides) in variants.items()
+    ]
+
+
+def test_count_params_matches_transformers_for_every_family() -> None:
+    """count_params of each tiny family's config.json equals the parameters of transformers'
+    own model of it (tied embeddings counted once)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from radixrt.models.families import FAMILIES
+
+    seen = set()
+    for name, cfg in _tiny_configs():
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        config = json.loads(cfg.to_json_string())  # what save_pretrained writes
+        config["architectures"] = [type(model).__name__]
+        arch = ArchConfig.from_hf(config)
+        want = sum(p.numel() for p in model.parameters())
+        assert count_params(arch) == want, name
+        seen.add(arch.architecture)
+    assert seen == set(FAMILIES)
+
+
+def test_facts_carry_the_sliding_window_and_the_layers_that_slide() -> None:
+    gemma = facts_from_preset("gemma3-270m")
+    assert (gemma.sliding_window, gemma.num_window_layers, gemma.num_full_layers) == (512, 15, 3)
+    llama = facts_from_preset("llama-3-8b")
+    assert (llama.sliding_window, llama.num_window_layers, llama.num_full_layers) == (0, 0, 32)
+    base = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+            "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "sliding_window": 32}  # fmt: skip
+    qwen = ModelFacts.from_arch(ArchConfig.from_hf(base), "q", "test")
+    assert (qwen.sliding_window, qwen.num_window_layers) == (0, 0)  # use_sliding_window off
+    base |= {"use_sliding_window": True, "max_window_layers": 1}
+    qwen = ModelFacts.from_arch(ArchConfig.from_hf(base), "q", "test")
+    assert (qwen.sliding_window, qwen.num_window_layers) == (32, 3)
 
 
 def test_unknown_preset_lists_the_known_ones() -> None:

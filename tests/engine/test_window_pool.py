@@ -66,3 +66,29 @@ def test_one_pool_without_the_radix_cache_and_at_fraction_one(model) -> None:
         outs = engine.generate(input_ids=PROMPTS[:4], sampling_params=GREEDY)
         assert [o["output_ids"] for o in outs] == want[:4]
         assert_pool_whole(engine)
+
+
+def test_the_server_reports_the_window_pool(tmp_path: Path, smollm2_path: Path) -> None:
+    """ReadyMsg carries the window pool; /get_server_info's kv_sizing computes its bytes (to
+    the padding rows) and the requests of the full context it holds, and those of one pool of
+    the same bytes; the launch line names it."""
+    from radixrt.scheduler.process import ready_msg
+    from radixrt.server.control_api import pool_sizing
+    from radixrt.server.launch import kv_pool_text
+
+    path = make_family(tmp_path / "gemma3", "gemma3", smollm2_path)  # layers: window, window, full
+    with Engine(str(path), max_total_tokens=1200, context_length=256) as engine:
+        ready = ready_msg(engine.scheduler.runner)
+    assert ready.max_total_tokens == 1200
+    assert ready.window_pool_tokens == 600 and ready.num_window_layers == 2
+    sizing = pool_sizing(ready, 1)
+    per_layer = 2 * 2 * 16 * 4  # K and V x 2 KV heads x head dim 16 x float32
+    computed = per_layer * (1 * 1200 + 2 * 600)
+    assert sizing["pool_bytes_computed"] == computed
+    assert computed <= sizing["pool_bytes_measured"] <= computed + 3 * per_layer, sizing
+    assert sizing["requests_of_full_context"] == min(1200 // 256, 600 // WINDOW) == 4
+    assert sizing["one_pool"]["pool_tokens"] == computed // (3 * per_layer) == 800
+    assert sizing["one_pool"]["requests_of_full_context"] == 3
+    assert kv_pool_text(ready).startswith(
+        "KV pool 1200 tokens + window pool 600 tokens for 2 sliding-window layers ("
+    )

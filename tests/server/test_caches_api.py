@@ -172,3 +172,8 @@ def test_server_info_sizes_the_pool_with_kv_sizes_arithmetic(server: Any) -> Non
     assert sizing["bytes_per_token"] == 2 * 30 * 3 * 64 * 4 == sizing["bytes_per_token_per_rank"]
     computed, measured = sizing["pool_bytes_computed"], sizing["pool_bytes_measured"]
     assert computed <= measured <= computed + 2 * sizing["bytes_per_token"], sizing
+    # no sliding-window layers: no window pool, and no second way to count
+    assert sizing["window_pool_tokens"] == 0 == sizing["num_window_layers"]
+    context = server.get("/get_model_info").json()["context_length"]
+    assert sizing["requests_of_full_context"] == sizing["pool_tokens"] // context
+    assert "one_pool" not in sizing

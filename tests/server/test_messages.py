@@ -64,6 +64,7 @@ def test_messages_round_trip() -> None:
     for msg in [
         BatchTokenOutMsg([out], 1, 0),
         ReadyMsg("/m", 10, 100, 8, 50, "cpu", "float32"),
+        ReadyMsg("/m", 10, 100, 8, 50, "cpu", "float32", 6, 5),  # with a window pool
         InfoReplyMsg(1, 10, 5, 3, 2, 0, 0, 7, 3, 9, 0.4, 4, 0),
         FlushCacheReplyMsg(2, True),
         CacheSummaryReplyMsg(
