@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from pool_checks import assert_pool_whole
 
 from radixrt.models.loader import resolve_model_path
+
+__all__ = ["assert_pool_whole"]  # older tests import it from here
 
 _TOKENIZER_FILES = (
     "tokenizer.json",
@@ -94,11 +97,3 @@ def tiny_llama3_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Pat
         rope_scaling=scaling,
         rope_theta=500000.0,
     )
-
-
-def assert_pool_whole(engine) -> None:
-    """free + evictable + protected == capacity, with nothing running."""
-    sched = engine.scheduler
-    assert sched.is_idle, "requests still queued or running"
-    sched.kv.check_whole()
-    sched.kv.cache.check_integrity()

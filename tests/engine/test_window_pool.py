@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import assert_pool_whole
 from hf_reference import hf_greedy_nocache, load_hf
+from pool_checks import assert_pool_whole
 from tiny_families import WINDOW, make_family
 
 from radixrt import Engine
