@@ -72,22 +72,16 @@ def build_kv_memory(
     if fraction >= 1.0:
         window_layers = ()
     per_layer = TokenToKVPool.bytes_per_token(1, num_kv_heads, arch.head_dim, dtype)
-    num_full = arch.num_hidden_layers - len(window_layers)
-    per_token = per_layer * (num_full + fraction * len(window_layers))
-    capacity = cache.max_total_tokens or int(
-        kv_budget_bytes(device, cache, weight_bytes) // per_token
-    )
-    capacity = comm.min_int(capacity)  # every rank lays out the same slots
-    page = cache.page_size
-    capacity = capacity // page * page  # whole pages (the padding page comes on top)
-    if capacity < 2 * page:
-        raise ValueError(
-            f"no memory left for the KV cache after {weight_bytes / 2**30:.2f} GiB of "
-            "weights; raise mem_fraction_static or set max_total_tokens"
-        )
+    budget = None if cache.max_total_tokens else kv_budget_bytes(device, cache, weight_bytes)
+    num_window = len(window_layers)
+    split = per_layer * (arch.num_hidden_layers - (1 - fraction) * num_window)
+    capacity = _capacity(cache, budget, split, comm, weight_bytes)
     window = _window_slots(arch, capacity, fraction, window_layers, device)
-    if window is None:
+    if window is None and window_layers:  # the split would not be smaller: one pool
         window_layers = ()
+        whole = per_layer * arch.num_hidden_layers
+        capacity = _capacity(cache, budget, whole, comm, weight_bytes)
+    page = cache.page_size
     pool = TokenToKVPool(capacity, arch.num_hidden_layers, num_kv_heads, arch.head_dim, dtype,
                          device, page, window_layers, window)  # fmt: skip
     allocator = (
@@ -100,6 +94,23 @@ def build_kv_memory(
         ReqToTokenPool(max_running_requests + 1, context_len + 1, device),
         capacity,
     )
+
+
+def _capacity(
+    cache: CacheConfig, budget: int | None, per_slot: float, comm: BaseComm, weight_bytes: int
+) -> int:
+    """Full-pool slots: --max-total-tokens, or what `budget` bytes hold at `per_slot` bytes
+    each, the same on every rank, in whole pages; ValueError when not even two pages fit."""
+    capacity = cache.max_total_tokens or int(budget // per_slot)  # type: ignore[operator]
+    capacity = comm.min_int(capacity)  # every rank lays out the same slots
+    page = cache.page_size
+    capacity = capacity // page * page  # whole pages (the padding page comes on top)
+    if capacity < 2 * page:
+        raise ValueError(
+            f"no memory left for the KV cache after {weight_bytes / 2**30:.2f} GiB of "
+            "weights; raise mem_fraction_static or set max_total_tokens"
+        )
+    return capacity
 
 
 def window_fraction(cache: CacheConfig) -> float:
