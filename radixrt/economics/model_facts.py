@@ -31,6 +31,16 @@ GGUF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+}
+# GGUF `<arch>.*` keys -> config.json fields, where a header has them (the window; Gemma's
+# layers then alternate as the family's transformers config lays them out by default).
+_GGUF_OPTIONAL = {
+    "attention.sliding_window": "sliding_window",
+    "attn_logit_softcapping": "attn_logit_softcapping",
+    "final_logit_softcapping": "final_logit_softcapping",
 }
 
 
@@ -141,7 +151,13 @@ def gguf_to_hf_config(md: dict[str, Any]) -> dict[str, Any]:
     heads = key("attention.head_count")
     hidden = key("embedding_length")
     vocab = md.get(f"{arch}.vocab_size") or len(md.get("tokenizer.ggml.tokens") or [])
+    optional = {
+        field: md[f"{arch}.{k}"] for k, field in _GGUF_OPTIONAL.items() if f"{arch}.{k}" in md
+    }
+    if arch == "mistral" and "sliding_window" not in optional:
+        optional["sliding_window"] = None  # a GGUF without one has none
     return {
+        **optional,
         "architectures": [GGUF_ARCHITECTURES[arch]],
         "vocab_size": vocab,
         "hidden_size": hidden,

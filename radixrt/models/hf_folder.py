@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from radixrt.models.chat_defaults import CHAT_DEFAULTS
+
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -61,22 +63,38 @@ def load_generation_config(folder: Path) -> dict[str, Any]:
 
 
 def load_tokenizer(folder: Path) -> Any:
-    """Return the folder's fast tokenizer (transformers AutoTokenizer)."""
+    """Return the folder's fast tokenizer (transformers AutoTokenizer); where the checkpoint
+    has no chat template, its family's standard one (chat_defaults.py)."""
     from transformers import AutoTokenizer
 
     folder = Path(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {folder}")
-    return AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
+    default = _chat_default(folder)
+    if default is not None and not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = default[0]
+    return tokenizer
 
 
 def eos_token_ids(folder: Path, tokenizer: Any) -> list[int]:
-    """Return the union of config, generation config and tokenizer eos ids, first seen first."""
+    """Return the union of config, generation config and tokenizer eos ids, and the tokens
+    that end a turn in the family's chat format, first seen first."""
+    default = _chat_default(folder)
+    turn_ends = [tokenizer.convert_tokens_to_ids(t) for t in (default[1] if default else ())]
+    unk = getattr(tokenizer, "unk_token_id", None)
     return merge_token_ids(
         load_hf_config(folder).get("eos_token_id"),
         load_generation_config(folder).get("eos_token_id"),
         getattr(tokenizer, "eos_token_id", None),
+        [t for t in turn_ends if isinstance(t, int) and t != unk],
     )
+
+
+def _chat_default(folder: Path) -> tuple[str, tuple[str, ...]] | None:
+    config = Path(folder) / "config.json"
+    model_type = load_hf_config(folder).get("model_type") if config.is_file() else None
+    return CHAT_DEFAULTS.get(str(model_type))
 
 
 def merge_token_ids(*values: int | list[int] | None) -> list[int]:

