@@ -109,7 +109,9 @@ class CacheConfig:
     # JSON (KVEventsConfig): publish the tree's block events over ZMQ; None: off.
     kv_events_config: str | None = None
     # Models with sliding-window layers: their K/V goes to a pool of this many slots per slot
-    # of the full pool (cache/window_base.py); None: 0.5; 1: one pool for every layer.
+    # of the full pool (cache/window_base.py); 1: one pool for every layer; None: 0.5 when the
+    # pool is sized from memory, 1 with max_total_tokens. Below 1 a request longer than the
+    # window takes less memory, one shorter than it no less (it needs a window slot a token).
     window_kv_fraction: float | None = None
 
     @property

@@ -114,10 +114,14 @@ def _capacity(
 
 
 def window_fraction(cache: CacheConfig) -> float:
-    """Window pool slots per full pool slot: 1 (one pool) where the pool cannot split."""
+    """Window pool slots per full pool slot: 1 (one pool) where the pool cannot split, or
+    when --max-total-tokens asks for a number of tokens without --window-kv-fraction (a split
+    would hold fewer requests shorter than the window than the tokens asked for)."""
     if cache.page_size > 1 or cache.tiers_enabled:
         return 1.0
-    return cache.window_kv_fraction if cache.window_kv_fraction is not None else WINDOW_KV_FRACTION
+    if cache.window_kv_fraction is not None:
+        return cache.window_kv_fraction
+    return 1.0 if cache.max_total_tokens else WINDOW_KV_FRACTION
 
 
 def _window_slots(

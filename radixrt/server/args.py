@@ -122,7 +122,8 @@ _HELP = {
     "balance_rel_threshold": "...when also max load > this times min load",
     "max_tree_size": "cache_aware: items kept per replica's approximate radix tree",
     "window_kv_fraction": "models with sliding-window layers: their KV pool's slots per slot "
-    "of the full pool (None: 0.5; 1: one pool for every layer)",
+    "of the full pool (1: one pool for every layer; default 0.5 when the pool is sized from "
+    "memory, 1 with --max-total-tokens)",
 }
 
 

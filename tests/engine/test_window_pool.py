@@ -77,7 +77,9 @@ def test_the_server_reports_the_window_pool(tmp_path: Path, smollm2_path: Path) 
     from radixrt.server.launch import kv_pool_text
 
     path = make_family(tmp_path / "gemma3", "gemma3", smollm2_path)  # layers: window, window, full
-    with Engine(str(path), max_total_tokens=1200, context_length=256) as engine:
+    with Engine(
+        str(path), max_total_tokens=1200, context_length=256, window_kv_fraction=0.5
+    ) as engine:
         ready = ready_msg(engine.scheduler.runner)
     assert ready.max_total_tokens == 1200
     assert ready.window_pool_tokens == 600 and ready.num_window_layers == 2
