@@ -3,7 +3,8 @@
 //
 // One request: `e` new query rows at positions p .. p+e-1 (q rows `ldq` apart, heads of d
 // floats side by side); its keys and values for positions 0 .. p+e-1 are already in k_buf /
-// v_buf (slots, hkv, d) at slots[0 .. p+e-1]. Query row i attends keys 0 .. p+i.
+// v_buf (slots, hkv, d) at slots[0 .. p+e-1]. Query row i attends keys 0 .. p+i, or with a
+// sliding window w > 0 keys p+i-w+1 .. p+i (key blocks before a tile's window are skipped).
 //
 // Layout of the work: a tile is QB (two vectors' lanes) query rows of one query head, held
 // transposed (d x QB, two vector registers of lanes per element) so that scores and outputs
@@ -33,10 +34,11 @@ typedef struct {
   float* ot;
   vf m[2], l[2];
   int64_t rows, pos0;  // rows in use; position of row 0 (row i sees keys 0 .. pos0 + i)
+  int64_t window;      // > 0: row i sees keys pos0 + i - window + 1 .. pos0 + i only
 } tile_t;
 
 static void tile_init(tile_t* t, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
-                      int64_t d, float scale) {
+                      int64_t window, int64_t d, float scale) {
   for (int64_t j = 0; j < d; ++j)
     for (int64_t i = 0; i < QB; ++i) t->qt[j * QB + i] = i < rows ? q[i * ldq + j] * scale : 0.0f;
   for (int64_t j = 0; j < d * QB; ++j) t->ot[j] = 0.0f;
@@ -46,6 +48,7 @@ static void tile_init(tile_t* t, const float* q, int64_t ldq, int64_t rows, int6
   }
   t->rows = rows;
   t->pos0 = pos0;
+  t->window = window;
 }
 
 // sc[2t + h] = scores of key t for lanes of half h, keys 0 .. nk-1 (rows kr[t]).
@@ -87,21 +90,33 @@ static void scores(const float* qt, const float* const* kr, int64_t nk, int64_t 
 // Online softmax of one half (lanes VW*h .. VW*h + VW-1) over keys j0 .. j0+nk-1: sc becomes the
 // probabilities' numerators, the half's output columns are rescaled to the new max.
 static void softmax_half(tile_t* tl, int h, int64_t j0, int64_t nk, int64_t d, vf* sc) {
-  // Row i sees key j0 + t when j0 + t <= pos0 + i: every key is visible to every row unless
-  // the block reaches past pos0 + VW*h (a block on the diagonal); hidden scores become -inf.
-  const int diagonal = j0 + nk - 1 > tl->pos0 + VW * h;
+  // Lane i (row VW*h + i of the tile) sees key j0 + t when j0 + t <= pos0 + VW*h + i and, with
+  // a window, j0 + t > pos0 + VW*h + i - window. Every key is visible to every lane unless the
+  // block reaches past the half's first row (the diagonal) or starts before its last row's
+  // window; hidden scores become -inf.
+  const int64_t w = tl->window, first = tl->pos0 + VW * h;
+  const int diagonal = j0 + nk - 1 > first;
+  const int windowed = w > 0 && j0 <= first + VW - 1 - w;
   const vf lane = vadd(vlanes(), vset1((float)(VW * h)));
   vf mb = vset1(-INFINITY);
   for (int64_t t = 0; t < nk; ++t) {
     vf s = sc[2 * t + h];
     if (diagonal) {
       const vmask vis = vcmp_ge(lane, vset1((float)(j0 + t - tl->pos0)));
-      s = sc[2 * t + h] = vselect(vis, s, vset1(-INFINITY));
+      s = vselect(vis, s, vset1(-INFINITY));
     }
+    if (windowed) {  // lane i keeps the key while j0 + t - pos0 + w - 1 >= i
+      const vmask vis = vcmp_ge(vset1((float)(j0 + t - tl->pos0 + w - 1)), lane);
+      s = vselect(vis, s, vset1(-INFINITY));
+    }
+    sc[2 * t + h] = s;
     mb = vmax(mb, s);
   }
   const vf m_new = vmax(tl->m[h], mb);
-  const vf alpha = vexp(vsub(tl->m[h], m_new));  // m = -inf at first: ~0
+  // A lane that has seen no key yet (m_new = -inf; a window can hide a whole block from a
+  // lane) keeps its zeros: its rescale factor is 0, not exp(-inf + inf) = NaN.
+  const vmask seen = vcmp_neq(m_new, vset1(-INFINITY));
+  const vf alpha = vselect(seen, vexp(vsub(tl->m[h], m_new)), vzero());
   tl->m[h] = m_new;
   float* ot = tl->ot + VW * h;
   for (int64_t c = 0; c < d; ++c)
@@ -109,7 +124,7 @@ static void softmax_half(tile_t* tl, int h, int64_t j0, int64_t nk, int64_t d, v
   vf sum = vzero();
   for (int64_t t = 0; t < nk; ++t) {
     vf p = vexp(vsub(sc[2 * t + h], m_new));
-    if (diagonal)  // exp(-inf - m) is NaN where m is -inf too: hidden keys are exactly 0
+    if (diagonal || windowed)  // exp(-inf - m) is NaN where m is -inf too: hidden keys are 0
       p = vselect(vcmp_neq(sc[2 * t + h], vset1(-INFINITY)), p, vzero());
     sc[2 * t + h] = p;
     sum = vadd(sum, p);
@@ -157,12 +172,16 @@ static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
 static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const float* const* kr,
                        const float* const* vr, int64_t d, vf* sc) {
   scores(tl->qt, kr, nk, d, sc);
-  // The upper half's rows see more keys than the lower's; both see the block's first key
-  // unless it lies past the lower half (then the lower half has nothing new to add).
-  for (int h = 0; h < 2; ++h)
-    if (j0 <= tl->pos0 + VW * h + VW - 1) softmax_half(tl, h, j0, nk, d, sc);
+  // The upper half's rows see more keys than the lower's; a half sees some key of the block
+  // unless the block starts past its last row, or (with a window) ends before its first
+  // row's window (then the half has nothing new to add).
+  for (int h = 0; h < 2; ++h) {
+    const int64_t first = tl->pos0 + VW * h;
+    const int before = tl->window > 0 && j0 + nk - 1 <= first - tl->window;
+    if (j0 <= first + VW - 1 && !before) softmax_half(tl, h, j0, nk, d, sc);
     else
       for (int64_t t = 0; t < nk; ++t) sc[2 * t + h] = vzero();
+  }
   accumulate(tl->ot, vr, nk, d, sc);
 }
 
@@ -178,7 +197,7 @@ static void tile_finish(const tile_t* t, float* out, int64_t ldo, int64_t d) {
 int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
                             const float* v_buf, const int32_t* slots, int64_t p, int64_t e,
                             float* out, int64_t ldo, int64_t hq, int64_t hkv, int64_t d,
-                            float scale) {
+                            float scale, int64_t window) {
 #if defined(RT_SIMD)
   // A work item is one KV head's g query heads over one row block: its g tiles share every
   // K/V block read (from memory once, then from cache).
@@ -201,9 +220,12 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
       for (int64_t r = 0; r < g; ++r) {
         tiles[r].qt = buf + 2 * r * d * QB;
         tiles[r].ot = tiles[r].qt + d * QB;
-        tile_init(&tiles[r], q + r0 * ldq + (h * g + r) * d, ldq, rows, p + r0, d, scale);
+        tile_init(&tiles[r], q + r0 * ldq + (h * g + r) * d, ldq, rows, p + r0, window, d,
+                  scale);
       }
-      for (int64_t j0 = 0; j0 < len; j0 += KB) {
+      // With a window, keys before the block's first row's window are seen by no row.
+      const int64_t start = window > 0 && p + r0 - window + 1 > 0 ? p + r0 - window + 1 : 0;
+      for (int64_t j0 = start; j0 < len; j0 += KB) {
         const int64_t nk = len - j0 < KB ? len - j0 : KB;
         for (int64_t t = 0; t < nk; ++t) {
           kr[t] = k_buf + (int64_t)slots[j0 + t] * slot_len + h * d;
@@ -221,7 +243,7 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
   return failed ? -1 : 0;
 #else
   (void)q, (void)ldq, (void)k_buf, (void)v_buf, (void)slots, (void)p, (void)e, (void)out;
-  (void)ldo, (void)hq, (void)hkv, (void)d, (void)scale;
+  (void)ldo, (void)hq, (void)hkv, (void)d, (void)scale, (void)window;
   return -2;  // no vector path on this CPU: the caller uses torch
 #endif
 }

@@ -52,12 +52,13 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
-// and values at slots[0 .. p+e-1]; see extend_attention_f32.c. Returns 0, -1 when scratch
-// memory ran out, -2 when built without a vector ISA (callers then use torch).
+// and values at slots[0 .. p+e-1], each row over its last `window` keys when window > 0; see
+// extend_attention_f32.c. Returns 0, -1 when scratch memory ran out, -2 when built without a
+// vector ISA (callers then use torch).
 int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
                             const float* v_buf, const int32_t* slots, int64_t p, int64_t e,
                             float* out, int64_t ldo, int64_t hq, int64_t hkv, int64_t d,
-                            float scale);
+                            float scale, int64_t window);
 
 // The vector ISA this library was built for: "avx512", "avx2" or "portable" (simd.h).
 const char* rt_isa(void);

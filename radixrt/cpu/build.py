@@ -92,7 +92,7 @@ SIGNATURES: dict[str, list] = {
         _I,
         _F,
     ],
-    "rt_extend_attention_f32": [_P, _I, _P, _P, _P, _I, _I, _P, _I, _I, _I, _I, _F],
+    "rt_extend_attention_f32": [_P, _I, _P, _P, _P, _I, _I, _P, _I, _I, _I, _I, _F, _I],
     "rt_decode_layer_f32": [
         _P,
         _P,

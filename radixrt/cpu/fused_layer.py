@@ -29,8 +29,8 @@ class FusedDecodeLayer(nn.Module):
         super().__init__()
         self.layer = layer
         attn, mlp = layer.self_attn, layer.mlp
-        spec = attn.attn.layer  # AttentionLayer: this layer's heads and scaling
-        self.layer_id, self.scaling = spec.layer_id, spec.scaling
+        spec = attn.attn.layer  # AttentionLayer: this layer's heads, scaling and window
+        self.spec, self.layer_id, self.scaling = spec, spec.layer_id, spec.scaling
         self.hidden = attn.qkv_proj.in_features
         self.eps = float(layer.input_layernorm.variance_epsilon)
         self.dims = (spec.num_heads, spec.num_kv_heads, spec.head_dim, mlp.down_proj.in_features)
@@ -76,7 +76,10 @@ class FusedDecodeLayer(nn.Module):
         residual = torch.zeros_like(x) if residual is None else residual.contiguous()
         cos, sin = rope
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(self.layer_id)
-        table = fb.req_to_token_pool.req_to_token
+        # Which keys each request reads, and where its new K/V go: its window's, through the
+        # window pool where the layer's K/V live there (cpu/attention.py).
+        view = fb.attn_backend.decode_view(self.spec, fb)  # type: ignore[attr-defined]
+        table = view.table
         b = x.shape[0]
         scratch = torch.empty(b * self.scratch_per_row, dtype=torch.float32)
         ck.lib().rt_decode_layer_f32(
@@ -92,11 +95,11 @@ class FusedDecodeLayer(nn.Module):
             sin.data_ptr(),
             k_buf.data_ptr(),
             v_buf.data_ptr(),
-            fb.out_loc.data_ptr(),
+            view.out_loc.data_ptr(),
             table.data_ptr(),
             table.stride(0),
-            fb.req_pool_indices.data_ptr(),
-            fb.seq_lens.data_ptr(),
+            view.rows.data_ptr(),
+            view.seq_lens.data_ptr(),
             self.scaling,
             scratch.data_ptr(),
         )

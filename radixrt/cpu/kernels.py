@@ -227,11 +227,13 @@ def extend_attention(
     prefix_len: int,
     scale: float,
     out: torch.Tensor,
+    window: int = 0,
 ) -> None:
     """Causal attention of one request's new rows q (e, Hq*D) or (e, Hq, D), heads of each row
-    contiguous, at positions prefix_len ..
-    prefix_len+e-1 over the K/V at slots[:prefix_len+e] (int32, contiguous) of k_buf, v_buf
-    (S, Hkv, D), which already hold the new tokens; writes out (e, Hq*D) rows."""
+    contiguous, at positions prefix_len .. prefix_len+e-1 over the K/V at slots[:prefix_len+e]
+    (int32, contiguous) of k_buf, v_buf (S, Hkv, D), which already hold the new tokens; with
+    `window` > 0 row i sees only the keys prefix_len+i-window+1 .. prefix_len+i. Writes out
+    (e, Hq*D) rows."""
     e = q.shape[0]
     hkv, d = k_buf.shape[1], k_buf.shape[2]
     if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
@@ -251,6 +253,7 @@ def extend_attention(
         hkv,
         d,
         scale,
+        window,
     )
     if rc != 0:
         raise RuntimeError(f"rt_extend_attention_f32 failed ({rc})")
@@ -292,13 +295,17 @@ def extend_attention_ref(
     slots: torch.Tensor,
     prefix_len: int,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
-    """What `extend_attention` computes, with SDPA and an explicit causal mask."""
+    """What `extend_attention` computes, with SDPA and an explicit causal (windowed) mask."""
     e, d = q.shape[0], k_buf.shape[2]
     idx = slots[: prefix_len + e].long()
     kk, vv = k_buf[idx].transpose(0, 1), v_buf[idx].transpose(0, 1)  # (Hkv, L, D)
     qq = q.view(e, -1, d).transpose(0, 1)  # (Hq, e, D)
     keys = torch.arange(prefix_len + e)
-    mask = keys[None, :] <= (prefix_len + torch.arange(e))[:, None]
+    pos = (prefix_len + torch.arange(e))[:, None]
+    mask = keys[None, :] <= pos
+    if window:
+        mask &= keys[None, :] > pos - window
     o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale, enable_gqa=True)
     return o.transpose(0, 1).reshape(e, -1)

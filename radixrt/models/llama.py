@@ -37,13 +37,8 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Whether csrc/cpu/layer_f32.c computes exactly this layer (cpu/fused_layer.py): the
-        # plain Llama layer, without a window.
-        self.cpu_fusable = (
-            type(self) is LlamaDecoderLayer
-            and self_attn is None
-            and mlp is None
-            and not cfg.layer_windows[layer_id]
-        )
+        # plain Llama layer (a window is the backend's key view).
+        self.cpu_fusable = type(self) is LlamaDecoderLayer and self_attn is None and mlp is None
 
     def forward(
         self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, fb: ForwardBatch

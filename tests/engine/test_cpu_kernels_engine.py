@@ -51,3 +51,35 @@ def test_kernels_on_equal_off(fixture: str, request: pytest.FixtureRequest) -> N
         la = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
         lb = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
         assert la == pytest.approx(lb, abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma3"])
+@pytest.mark.parametrize("window_kv_fraction", [None, 0.2])
+def test_windowed_models_on_the_kernels_equal_torch(
+    name: str, window_kv_fraction: float | None, tmp_path: Path, smollm2_path: Path
+) -> None:
+    """Sliding windows on the kernels (decode through per-window key views, extends with the
+    window, Mistral's layers fused), with one pool and with a window pool, equal torch."""
+    from tiny_families import make_family
+
+    path = make_family(tmp_path, name, smollm2_path)
+    prompts = [SHARED_IDS[j][:60] + [600 + j] * (5 + 7 * j) for j in range(4)]
+    params = {**PARAMS, "max_new_tokens": 24}  # decode runs past the 16-key window
+    outs = {}
+    for mode in ("on", "off"):
+        with Engine(str(path), max_total_tokens=3000, chunked_prefill_size=24, cpu_kernels=mode,
+                    window_kv_fraction=window_kv_fraction) as e:  # fmt: skip
+            runner = e.scheduler.runner
+            want = "CpuAttnBackend" if mode == "on" else "TorchNativeAttnBackend"
+            assert type(runner.attn_backend).__name__ == want
+            fused = sum(type(m).__name__ == "FusedDecodeLayer" for m in runner.model.model.layers)
+            assert fused == (3 if mode == "on" and name == "mistral" else 0)
+            assert (runner.allocator.window.capacity > 0) == (window_kv_fraction is not None)
+            outs[mode] = e.generate(input_ids=prompts[:2], sampling_params=params)
+            outs[mode] += e.generate(input_ids=prompts[2:] + [prompts[0]], sampling_params=params)
+            assert_pool_whole(e)
+    for a, b in zip(outs["on"], outs["off"]):
+        assert a["output_ids"] == b["output_ids"]
+        la = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
+        lb = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
+        assert la == pytest.approx(lb, abs=1e-4)

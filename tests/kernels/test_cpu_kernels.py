@@ -277,3 +277,25 @@ def test_extend_attention_matches_sdpa(hq: int, hkv: int, d: int, prefix: int, n
     ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out)
     want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+# Windows of one key, shorter than a tile, across tile halves, longer than the keys; prefixes
+# before the first visible key (the kernel starts past them) and chunks longer than the window.
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(4, 1, 256), (6, 2, 20)])
+@pytest.mark.parametrize(
+    ("prefix", "new", "window"),
+    [(0, 70, 16), (40, 37, 8), (0, 5, 1), (100, 90, 64), (10, 3, 200), (0, 130, 33), (300, 1, 20)],
+)
+def test_extend_attention_with_a_window_matches_sdpa(
+    hq: int, hkv: int, d: int, prefix: int, new: int, window: int
+) -> None:
+    if not ck.has_extend_attention():
+        pytest.skip("the portable variant leaves extends to torch")
+    torch.manual_seed(6)
+    k_buf, v_buf = torch.randn(500, hkv, d), torch.randn(500, hkv, d)
+    slots = torch.randperm(500)[: prefix + new].int()
+    q = torch.randn(new, hq * d)
+    out = torch.full((new, hq * d), float("nan"))
+    ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out, window)
+    want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
