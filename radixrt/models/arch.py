@@ -1,17 +1,13 @@
 """ArchConfig: the shape of a checkpoint, read from its config.json by its family's reader
-(families.py)."""
+(families.py, config_reader.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixrt.models.families import (
-    SLIDING_ATTENTION,
-    FamilyOptions,
-    MoEConfig,
-    parse_config,
-)
+from radixrt.models.config_reader import SLIDING_ATTENTION, FamilyOptions, MoEConfig
+from radixrt.models.families import parse_config
 
 __all__ = ["ArchConfig", "FamilyOptions", "MoEConfig"]
 

@@ -23,7 +23,7 @@ from radixrt.layers.linear import lm_head, row_parallel_linear, vocab_embedding
 from radixrt.layers.norm import RMSNorm
 from radixrt.layers.rotary import QKVRotary, RotaryEmbedding, apply_rotary
 from radixrt.models.arch import ArchConfig
-from radixrt.models.families import SLIDING_ATTENTION
+from radixrt.models.config_reader import SLIDING_ATTENTION
 from radixrt.models.tp_partition import TPPartition
 from radixrt.models.weights import load_model_weights
 

@@ -13,8 +13,8 @@ from torch import nn
 from radixrt.distributed.comm import BaseComm
 from radixrt.layers.norm import GemmaRMSNorm
 from radixrt.models.arch import ArchConfig
+from radixrt.models.config_reader import GemmaOptions
 from radixrt.models.decoder import CausalLM, GatedMLP, Rope, SelfAttention
-from radixrt.models.families import GemmaOptions
 from radixrt.models.tp_partition import TPPartition
 
 if TYPE_CHECKING:

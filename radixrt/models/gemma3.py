@@ -8,8 +8,8 @@ from torch import nn
 from radixrt.distributed.comm import BaseComm
 from radixrt.layers.rotary import RotaryEmbedding
 from radixrt.models.arch import ArchConfig
+from radixrt.models.config_reader import SLIDING_ATTENTION
 from radixrt.models.decoder import make_rope
-from radixrt.models.families import SLIDING_ATTENTION
 from radixrt.models.gemma2 import Gemma2ForCausalLM, GemmaDecoderLayer, gemma_options
 from radixrt.models.tp_partition import TPPartition
 

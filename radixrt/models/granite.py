@@ -10,8 +10,8 @@ from torch import nn
 
 from radixrt.distributed.comm import BaseComm
 from radixrt.models.arch import ArchConfig
+from radixrt.models.config_reader import GraniteOptions
 from radixrt.models.decoder import CausalLM, Rope, SelfAttention
-from radixrt.models.families import GraniteOptions
 from radixrt.models.llama import LlamaDecoderLayer
 from radixrt.models.tp_partition import TPPartition
 
