@@ -1,6 +1,8 @@
 // y = x @ W^T (+ bias) for CPU, float32 activations, with W pre-packed into column panels of
-// float32 (rt_linear_f32) or of int8 with one float32 scale per output column (rt_linear_q8,
-// weight-only quantization: W[n, k] ~= Wq[n, k] * scale[n]).
+// float32 (rt_linear_f32), of bfloat16 (rt_linear_bf16: half the bytes, widened to float32 in
+// registers, so exact float32 arithmetic on bf16-rounded weights on every ISA) or of int8 with
+// one float32 scale per output column (rt_linear_q8, weight-only quantization:
+// W[n, k] ~= Wq[n, k] * scale[n]).
 //
 // Packed layout: W (N, K) row-major becomes Wp (P, K, NR), P = ceil(N / NR): panel p holds
 // output columns [p*NR, p*NR + NR) with the NR values of one k contiguous; columns past N are
@@ -16,6 +18,7 @@
 // K range of KC (all of K when the chunk has <= MR rows).
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rt_cpu.h"
 #include "simd.h"
@@ -70,7 +73,8 @@ void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
 
 // Per output column n: scale[n] = max_k |w[n, k]| / 127 (1 for an all-zero column), the
 // column's values round(w / scale) in [-127, 127], packed like rt_pack_f32; scale has
-// ceil(n / NR) * NR entries, zero past n.
+// ceil(n / NR) * NR entries, zero past n. (bfloat16 panels are laid out by the caller, the
+// same way: radixrt/cpu/kernels.py pack_weight_bf16.)
 void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale) {
   const int64_t panels = (n + NR - 1) / NR;
 #pragma omp parallel for schedule(static)
@@ -90,19 +94,33 @@ void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale) 
   }
 }
 
+// Panel element types (the WK argument of the tiles).
+#define WK_F32 0
+#define WK_Q8 1
+#define WK_BF16 2
+
+static inline float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 #if defined(RT_SIMD)
 #define NV (NR / VW)  // vectors per panel row: 2 (AVX-512) or 4 (AVX2)
 
 // Rows [0, R) x panel vectors [c0, c0 + C) of a tile over k in [k0, k1), R and C constants
 // so the accumulators stay in registers: R * C + C + 1 vector registers (AVX-512: 12 x 2,
 // 27 of 32; AVX2: 6 x 2 or 2 x 4, 15 or 13 of 16). xb: packed rows, element (k, i) at
-// xb[k * xs + i]. Q8 (a constant): wp is int8 panels with `scale` per column, else float32.
+// xb[k * xs + i]. WK (a constant) is the panels' element type: WK_F32, WK_BF16, or WK_Q8
+// (int8 with `scale` per column).
 // The tile's result is added to bias/zero when `first`, else to y. When pf > 0, prefetches
 // panel row kk + pf for kk = k0 + pf_phase, then every pf_every rows.
 static inline __attribute__((always_inline)) void tile(
     const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1, float* y, int64_t ldy,
     const int R, const int C, const int c0, const vmask* mask, const float* bias,
-    const float* scale, int first, const int Q8, int64_t pf, int pf_every, int pf_phase) {
+    const float* scale, int first, const int WK, int64_t pf, int pf_every, int pf_phase) {
+  const int Q8 = WK == WK_Q8;
   vf acc[MR][NV];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i)
@@ -114,20 +132,23 @@ static inline __attribute__((always_inline)) void tile(
                   : first              ? vload_mask(mask[c0 + c], bias + off)
                                        : vload_mask(mask[c0 + c], y + i * ldy + off);
     }
-  const int64_t row_bytes = Q8 ? NR : NR * (int64_t)sizeof(float);
-  const char* w = (const char*)wp + k0 * row_bytes + (int64_t)c0 * VW * (Q8 ? 1 : 4);
+  const int64_t esize = WK == WK_Q8 ? 1 : WK == WK_BF16 ? 2 : 4;
+  const int64_t row_bytes = NR * esize;
+  const char* w = (const char*)wp + k0 * row_bytes + (int64_t)c0 * VW * esize;
   const float* xk = xb + k0 * xs;
   int countdown = pf_phase + 1;
   for (int64_t kk = k0; kk < k1; ++kk, w += row_bytes, xk += xs) {
     if (pf && --countdown == 0) {  // pf float32 panel rows' bytes ahead: the row there
       countdown = pf_every;
       _mm_prefetch(w + pf * NR * 4, PF_HINT);
-      if (!Q8) _mm_prefetch(w + pf * NR * 4 + 64, PF_HINT);
+      if (WK == WK_F32) _mm_prefetch(w + pf * NR * 4 + 64, PF_HINT);
     }
     vf wv[NV];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c)
-      wv[c] = Q8 ? vload_i8((const int8_t*)w + c * VW) : vload((const float*)w + c * VW);
+      wv[c] = WK == WK_Q8     ? vload_i8((const int8_t*)w + c * VW)
+              : WK == WK_BF16 ? vload_bf16((const uint16_t*)w + c * VW)
+                              : vload((const float*)w + c * VW);
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       const vf xv = vset1(xk[i]);
@@ -150,16 +171,16 @@ static inline __attribute__((always_inline)) void tile(
     }
 }
 
-// One R-row sub-tile at panel vectors [c0, c0 + C), R chosen at run time (C and Q8 constants
-// at every call site: inlined, so each (R, C, Q8) is its own register-blocked loop).
+// One R-row sub-tile at panel vectors [c0, c0 + C), R chosen at run time (C and WK constants
+// at every call site: inlined, so each (R, C, WK) is its own register-blocked loop).
 static inline __attribute__((always_inline)) void subtile(
     const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1, float* y, int64_t ldy,
     int r, const int C, int c0, const vmask* mask, const float* bias, const float* scale,
-    int first, const int Q8, int64_t pf, int pf_every, int pf_phase) {
+    int first, const int WK, int64_t pf, int pf_every, int pf_phase) {
   switch (r) {
 #define CASE(R)                                                                            \
   case R:                                                                                  \
-    tile(xb, xs, wp, k0, k1, y, ldy, R, C, c0, mask, bias, scale, first, Q8, pf, pf_every, \
+    tile(xb, xs, wp, k0, k1, y, ldy, R, C, c0, mask, bias, scale, first, WK, pf, pf_every, \
          pf_phase);                                                                        \
     break;
     CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
@@ -175,16 +196,16 @@ static inline __attribute__((always_inline)) void subtile(
 // to 6 rows, each over the panel's two halves in turn (one prefetch stream, the first's).
 static inline __attribute__((always_inline)) void tile_q(
     const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1, float* y, int64_t ldy,
-    int mr, int ncols, const float* bias, const float* scale, int first, const int Q8,
+    int mr, int ncols, const float* bias, const float* scale, int first, const int WK,
     int64_t pf, int pf_every, int pf_phase) {
   vmask mask[NV];
   for (int c = 0; c < NV; ++c) mask[c] = vmask_first(ncols - c * VW);
 #if NV == 2
-  subtile(xb, xs, wp, k0, k1, y, ldy, mr, 2, 0, mask, bias, scale, first, Q8, pf, pf_every,
+  subtile(xb, xs, wp, k0, k1, y, ldy, mr, 2, 0, mask, bias, scale, first, WK, pf, pf_every,
           pf_phase);
 #else
   if (mr <= 2) {
-    subtile(xb, xs, wp, k0, k1, y, ldy, mr, 4, 0, mask, bias, scale, first, Q8, pf, pf_every,
+    subtile(xb, xs, wp, k0, k1, y, ldy, mr, 4, 0, mask, bias, scale, first, WK, pf, pf_every,
             pf_phase);
     return;
   }
@@ -193,7 +214,7 @@ static inline __attribute__((always_inline)) void tile_q(
     const int rows = (mr - i0) / (groups - g);  // near-equal groups: 8 rows are 4 + 4
     for (int c0 = 0; c0 < NV; c0 += 2)
       subtile(xb + i0, xs, wp, k0, k1, y + i0 * ldy, ldy, rows, 2, c0, mask, bias, scale, first,
-              Q8, g == 0 && c0 == 0 ? pf : 0, pf_every, pf_phase);
+              WK, g == 0 && c0 == 0 ? pf : 0, pf_every, pf_phase);
     i0 += rows;
   }
 #endif
@@ -202,13 +223,22 @@ static inline __attribute__((always_inline)) void tile_q(
 static void tile_f32(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
                      float* y, int64_t ldy, int mr, int ncols, const float* bias,
                      const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
-  tile_q(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, 0, pf, pf_every, pf_phase);
+  tile_q(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_F32, pf, pf_every,
+         pf_phase);
 }
 
 static void tile_q8(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
                     float* y, int64_t ldy, int mr, int ncols, const float* bias,
                     const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
-  tile_q(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, 1, pf, pf_every, pf_phase);
+  tile_q(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_Q8, pf, pf_every,
+         pf_phase);
+}
+
+static void tile_bf16(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
+                      float* y, int64_t ldy, int mr, int ncols, const float* bias,
+                      const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
+  tile_q(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_BF16, pf, pf_every,
+         pf_phase);
 }
 
 #else  // portable C: the same blocking, left to the compiler's vectoriser
@@ -216,14 +246,17 @@ static void tile_q8(const float* xb, int64_t xs, const void* wp, int64_t k0, int
 static inline void tile_portable(const float* xb, int64_t xs, const void* wp, int64_t k0,
                                  int64_t k1, float* y, int64_t ldy, int mr, int ncols,
                                  const float* bias, const float* scale, int first,
-                                 const int Q8) {
+                                 const int WK) {
+  const int Q8 = WK == WK_Q8;
   float acc[MR][NR];
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = 0.0f;
   for (int64_t kk = k0; kk < k1; ++kk) {
     float w[NR];
     for (int j = 0; j < NR; ++j)
-      w[j] = Q8 ? (float)((const int8_t*)wp)[kk * NR + j] : ((const float*)wp)[kk * NR + j];
+      w[j] = WK == WK_Q8     ? (float)((const int8_t*)wp)[kk * NR + j]
+             : WK == WK_BF16 ? bf16_to_f32(((const uint16_t*)wp)[kk * NR + j])
+                             : ((const float*)wp)[kk * NR + j];
     for (int i = 0; i < mr; ++i) {
       const float xv = xb[kk * xs + i];
       for (int j = 0; j < NR; ++j) acc[i][j] += w[j] * xv;
@@ -240,14 +273,21 @@ static void tile_f32(const float* xb, int64_t xs, const void* wp, int64_t k0, in
                      float* y, int64_t ldy, int mr, int ncols, const float* bias,
                      const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
   (void)pf, (void)pf_every, (void)pf_phase;
-  tile_portable(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, 0);
+  tile_portable(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_F32);
 }
 
 static void tile_q8(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
                     float* y, int64_t ldy, int mr, int ncols, const float* bias,
                     const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
   (void)pf, (void)pf_every, (void)pf_phase;
-  tile_portable(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, 1);
+  tile_portable(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_Q8);
+}
+
+static void tile_bf16(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
+                      float* y, int64_t ldy, int mr, int ncols, const float* bias,
+                      const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
+  (void)pf, (void)pf_every, (void)pf_phase;
+  tile_portable(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_BF16);
 }
 
 #endif
@@ -288,7 +328,7 @@ typedef void (*tile_fn)(const float* xb, int64_t xs, const void* wp, int64_t k0,
                         float* y, int64_t ldy, int mr, int ncols, const float* bias,
                         const float* scale, int first, int64_t pf, int pf_every, int pf_phase);
 
-// The work split shared by both weight types; esize: bytes per packed weight.
+// The work split shared by every weight type; esize: bytes per packed weight.
 static void linear(const float* x, int64_t ldx, int64_t m, int64_t k, const void* wp,
                    int64_t esize, const float* scale, int64_t n, const float* bias, float* y,
                    int64_t ldy, tile_fn tile_any) {
@@ -340,4 +380,9 @@ void rt_linear_f32(const float* x, int64_t ldx, int64_t m, int64_t k, const floa
 void rt_linear_q8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
                   const float* scale, int64_t n, const float* bias, float* y, int64_t ldy) {
   linear(x, ldx, m, k, wp, 1, scale, n, bias, y, ldy, tile_q8);
+}
+
+void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
+                    int64_t n, const float* bias, float* y, int64_t ldy) {
+  linear(x, ldx, m, k, wp, 2, 0, n, bias, y, ldy, tile_bf16);
 }

@@ -10,14 +10,18 @@
 //
 // x and residual (b, hidden) contiguous are updated in place: on return x is the MLP output
 // and residual the layer's new residual stream, as LlamaDecoderLayer.forward returns them.
-// Each linear's weight is float32 panels (its s_* NULL) or int8 panels with scales s_*.
+// Each linear's weight is float32 panels (its s_* NULL), int8 panels with scales s_*, or,
+// when bf16_weights is nonzero, bfloat16 panels (every linear of the layer; s_* NULL).
 #include <stdint.h>
 
 #include "rt_cpu.h"
 
 static void lin(const float* x, int64_t ldx, int64_t m, int64_t k, const void* w,
-                const float* s, int64_t n, const float* bias, float* y, int64_t ldy) {
-  if (s)
+                const float* s, int64_t n, const float* bias, float* y, int64_t ldy,
+                int64_t bf16) {
+  if (bf16)
+    rt_linear_bf16(x, ldx, m, k, (const uint16_t*)w, n, bias, y, ldy);
+  else if (s)
     rt_linear_q8(x, ldx, m, k, (const int8_t*)w, s, n, bias, y, ldy);
   else
     rt_linear_f32(x, ldx, m, k, (const float*)w, n, bias, y, ldy);
@@ -32,7 +36,8 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* cos, const float* sin, float* k_buf, float* v_buf,
                          const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
                          const int64_t* rows, const int64_t* seq_lens, float scale,
-                         float* scratch) {
+                         float* scratch, int64_t bf16_weights) {
+  const int64_t bf = bf16_weights;
   const int64_t width = (hq + 2 * hkv) * d;
   // scratch: qkv (b, width) | attn (b, hq*d) | gate_up (b, 2*inter) | act (b, inter)
   float* qkv = scratch;
@@ -41,14 +46,14 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   float* act = gate_up + b * 2 * inter;
 
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln1, b, hidden, eps);
-  lin(x, hidden, b, hidden, w_qkv, s_qkv, width, b_qkv, qkv, width);
+  lin(x, hidden, b, hidden, w_qkv, s_qkv, width, b_qkv, qkv, width, bf);
   rt_rotary_f32(qkv, width, hq, qkv + hq * d, width, hkv, cos, sin, d, b, d);
   rt_decode_attention_f32(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
                           out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq,
                           hkv, d, scale);
-  lin(attn, hq * d, b, hq * d, w_o, s_o, hidden, b_o, x, hidden);
+  lin(attn, hq * d, b, hq * d, w_o, s_o, hidden, b_o, x, hidden, bf);
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln2, b, hidden, eps);
-  lin(x, hidden, b, hidden, w_gu, s_gu, 2 * inter, b_gu, gate_up, 2 * inter);
+  lin(x, hidden, b, hidden, w_gu, s_gu, 2 * inter, b_gu, gate_up, 2 * inter, bf);
   rt_silu_mul_f32(gate_up, 2 * inter, act, inter, b, inter);
-  lin(act, inter, b, inter, w_down, s_down, hidden, b_down, x, hidden);
+  lin(act, inter, b, inter, w_down, s_down, hidden, b_down, x, hidden, bf);
 }

@@ -18,6 +18,11 @@ void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale);
 void rt_linear_q8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
                   const float* scale, int64_t n, const float* bias, float* y, int64_t ldy);
 
+// y (m, n) = x (m, k) @ w^T + bias with w as bfloat16 panels: wp (ceil(n/32), k, 32) raw
+// bf16 bits laid out as rt_pack_f32 lays out float32 ones; arithmetic in float32.
+void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
+                    int64_t n, const float* bias, float* y, int64_t ldy);
+
 // Per row of x (t, h): with residual, residual += x and x = rmsnorm(residual) * w; without,
 // x = rmsnorm(x) * w. In place.
 void rt_rmsnorm_f32(float* x, int64_t ldx, float* residual, int64_t ldr, const float* w,
@@ -39,8 +44,9 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
                              float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
                              int64_t d, float scale);
 // A whole decoder layer for one new token per request; see layer_f32.c. Each linear is its
-// packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels). scratch
-// holds b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d).
+// packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels, or
+// bfloat16 panels for every linear when bf16_weights is nonzero). scratch holds
+// b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d).
 void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* ln1, const float* ln2, float eps, const void* w_qkv,
                          const float* b_qkv, const float* s_qkv, const void* w_o,
@@ -50,7 +56,8 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          int64_t d, int64_t inter, const float* cos, const float* sin,
                          float* k_buf, float* v_buf, const int64_t* out_loc,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
-                         const int64_t* seq_lens, float scale, float* scratch);
+                         const int64_t* seq_lens, float scale, float* scratch,
+                         int64_t bf16_weights);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1], each row over its last `window` keys when window > 0; see
 // extend_attention_f32.c. Returns 0, -1 when scratch memory ran out, -2 when built without a

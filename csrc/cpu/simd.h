@@ -51,6 +51,11 @@ static inline vf vload_mask(vmask m, const float* p) { return _mm512_maskz_loadu
 static inline vf vload_i8(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
 }
+// VW bfloat16 values at p (raw bits), as float32 lanes: each widened exactly (bits << 16).
+static inline vf vload_bf16(const uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
 static inline void vstore_mask(float* p, vmask m, vf v) { _mm512_mask_storeu_ps(p, m, v); }
 static inline vmask vcmp_ge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 static inline vmask vcmp_neq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_OQ); }
@@ -121,6 +126,10 @@ static inline vmask vmask_first(int64_t n) {
 }
 static inline vf vload_i8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+static inline vf vload_bf16(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 // Masked-off lanes are neither read nor written (no fault past the end of a buffer).
 static inline vf vload_mask(vmask m, const float* p) {

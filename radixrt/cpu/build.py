@@ -68,6 +68,7 @@ SIGNATURES: dict[str, list] = {
     "rt_linear_f32": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
     "rt_pack_q8": [_P, _I, _I, _P, _P],
     "rt_linear_q8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I],
+    "rt_linear_bf16": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
     "rt_rmsnorm_f32": [_P, _I, _P, _I, _P, _I, _I, _F],
     "rt_rotary_f32": [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I],
     "rt_silu_mul_f32": [_P, _I, _P, _I, _I, _I],
@@ -112,6 +113,7 @@ SIGNATURES: dict[str, list] = {
         _P,
         _F,
         _P,
+        _I,
     ],
 }
 # Every other function returns void.

@@ -44,6 +44,8 @@ class FusedDecodeLayer(nn.Module):
             for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
             for p in (_ptr(lin.packed), _ptr(lin.bias), _ptr(lin.scale))
         )
+        # 1: every linear holds bfloat16 panels (`can_fuse` admits one weight type per layer)
+        self.bf16_weights = int(attn.qkv_proj.weights == "bfloat16")
         hq, hkv, d, inter = self.dims
         self.scratch_per_row = (hq + 2 * hkv) * d + hq * d + 3 * inter
 
@@ -55,6 +57,7 @@ class FusedDecodeLayer(nn.Module):
         linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
         return (
             all(type(m) is PackedLinear and m.small for m in linears)
+            and len({m.weights for m in linears}) == 1
             and type(layer.input_layernorm) is CpuRMSNorm
             and type(layer.post_attention_layernorm) is CpuRMSNorm
             and layer.input_layernorm.variance_epsilon
@@ -102,6 +105,7 @@ class FusedDecodeLayer(nn.Module):
             view.seq_lens.data_ptr(),
             self.scaling,
             scratch.data_ptr(),
+            self.bf16_weights,
         )
         return x, residual
 

@@ -1,6 +1,7 @@
 """float32 CPU kernels (csrc/cpu) behind torch-tensor functions, with their torch references.
 
-Every function here expects CPU float32 tensors whose rows are contiguous (stride(-1) == 1);
+Every function here expects CPU float32 activations whose rows are contiguous (stride(-1) == 1;
+a linear layer's packed weight may also be bfloat16 or int8);
 callers check `available()` once and keep to that layout. Each `*_ref` function is the torch
 definition the kernel is tested against (tests/kernels/test_cpu_kernels.py).
 """
@@ -25,6 +26,7 @@ __all__ = [
     "isa",
     "linear",
     "pack_weight",
+    "pack_weight_bf16",
     "pack_weight_int8",
     "unpack_weight",
     "rmsnorm_",
@@ -65,6 +67,17 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def pack_weight_bf16(w: torch.Tensor) -> torch.Tensor:
+    """(ceil(N/32), K, 32) bfloat16 panels of a weight w (N, K), rounded to nearest even as
+    `w.bfloat16()` rounds; the layout of pack_weight, columns past N zero (see gemm.c)."""
+    w = w.detach().to(torch.bfloat16)
+    n, k = w.shape
+    panels = (n + PANEL - 1) // PANEL
+    padded = torch.zeros(panels * PANEL, k, dtype=torch.bfloat16)
+    padded[:n] = w
+    return padded.view(panels, PANEL, k).transpose(1, 2).contiguous()
+
+
 def pack_weight_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Weight-only int8 of a float weight w (N, K): the packed int8 values (ceil(N/32), K, 32)
     and one float32 scale per output column (ceil(N/32) * 32,), max |w[n]| / 127, so that
@@ -79,7 +92,8 @@ def pack_weight_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def unpack_weight(packed: torch.Tensor, n: int, scale: torch.Tensor | None = None) -> torch.Tensor:
-    """The (n, K) float32 weight a packed one stands for (int8 values times their scales)."""
+    """The (n, K) float32 weight a packed one stands for (int8 values times their scales;
+    bfloat16 values widened)."""
     w = packed.permute(0, 2, 1).reshape(-1, packed.shape[1])[:n].to(torch.float32)
     return w if scale is None else w * scale[:n, None]
 
@@ -91,8 +105,8 @@ def linear(
     bias: torch.Tensor | None = None,
     scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x (M, K) @ W^T + bias -> (M, n), W (n, K) given as pack_weight(W), or as
-    pack_weight_int8(W) (int8 `packed` with its `scale`)."""
+    """x (M, K) @ W^T + bias -> (M, n), W (n, K) given as pack_weight(W), pack_weight_bf16(W)
+    or pack_weight_int8(W) (int8 `packed` with its `scale`); float32 arithmetic throughout."""
     _rows(x, "x")
     m, k = x.shape
     y = torch.empty(m, n, dtype=torch.float32)
@@ -104,6 +118,11 @@ def linear(
             x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), scale.data_ptr(), n, bias_ptr,
             y.data_ptr(), n,
         )  # fmt: skip
+        return y
+    if packed.dtype == torch.bfloat16:
+        lib().rt_linear_bf16(
+            x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n
+        )
         return y
     lib().rt_linear_f32(
         x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n

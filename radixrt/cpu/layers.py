@@ -1,4 +1,5 @@
-"""float32 CPU versions of the model's layers, running radixrt's C kernels (csrc/cpu).
+"""float32 CPU versions of the model's layers, running radixrt's C kernels (csrc/cpu); linear
+layers may hold their weights as float32, bfloat16 or int8.
 
 `use_cpu_kernels(model, plan)` swaps, after the weights are loaded, every nn.Linear, RMSNorm,
 GatedActivation("silu") and QKVRotary whose op the plan (guard.py) runs on the kernels for the
@@ -20,43 +21,70 @@ from radixrt.layers.activation import GatedActivation
 from radixrt.layers.norm import RMSNorm
 from radixrt.layers.rotary import QKVRotary
 
+# The packed weight types of PackedLinear (`weights`).
+WEIGHT_TYPES = ("float32", "bfloat16", "int8")
+
 
 class PackedLinear(nn.Module):
-    """y = x W^T + b with W (out, in) stored packed for the C GEMM: float32 panels
-    (pack_weight), or with `int8` weight-only int8 panels and one scale per output column
-    (pack_weight_int8; always the kernel, whatever the sizes).
+    """y = x W^T + b with W (out, in) stored packed for the C GEMM, in float32 activations.
+    `weights` is the packed panels' type: "float32" (pack_weight), "bfloat16"
+    (pack_weight_bf16: half the bytes, widened in registers) or "int8" (pack_weight_int8:
+    weight-only int8 with one scale per output column; always the kernel, whatever the sizes).
 
     `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
-    the other size runs F.linear on the original float weight, which is kept only then (else
-    the packed copy is the only one: loading is over when this is made)."""
+    the other size runs torch on an (out, in) copy of the weight, kept only then (else the
+    packed copy is the only one: loading is over when this is made). With bfloat16 weights
+    that copy is bfloat16 too and torch's matmul takes x rounded to bfloat16 (AMX tiles or
+    avx512_bf16 where the CPU has them), its float32 accumulation widened back; with neither
+    size on the kernel no panels are kept at all."""
 
     def __init__(
-        self, linear: nn.Linear, small: bool = True, large: bool = True, int8: bool = False
+        self,
+        linear: nn.Linear,
+        small: bool = True,
+        large: bool = True,
+        weights: str = "float32",
     ) -> None:
         super().__init__()
+        if weights not in WEIGHT_TYPES:
+            raise ValueError(f"weights must be one of {WEIGHT_TYPES}, got {weights!r}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.small, self.large = (True, True) if int8 else (small, large)
-        scale = None
-        if int8:
+        self.weights = weights
+        self.small, self.large = (True, True) if weights == "int8" else (small, large)
+        packed = scale = None
+        if weights == "int8":
             packed, scale = ck.pack_weight_int8(linear.weight)
-        else:
+        elif weights == "bfloat16" and (self.small or self.large):
+            packed = ck.pack_weight_bf16(linear.weight)
+        elif weights == "float32":
             packed = ck.pack_weight(linear.weight)
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scale", scale, persistent=False)
         bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.register_buffer("bias", bias, persistent=False)
-        weight = None if self.small and self.large else linear.weight.detach()
+        weight = None
+        if not (self.small and self.large):
+            weight = linear.weight.detach()
+            weight = weight.to(torch.bfloat16) if weights == "bfloat16" else weight.float()
         self.register_buffer("weight", weight, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self.weight is not None and (x2.shape[0] <= DECODE_ROWS) != self.small:
-            return F.linear(x, self.weight, self.bias)
+        if not (self.small if x2.shape[0] <= DECODE_ROWS else self.large):
+            return self._torch(x)
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
         y = ck.linear(x2, self.packed, self.out_features, self.bias, self.scale)
         return y.view(*lead, self.out_features)
+
+    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        assert w is not None
+        if w.dtype == torch.float32:
+            return F.linear(x, w, self.bias)
+        y = F.linear(x.to(w.dtype), w).float()
+        return y if self.bias is None else y.add_(self.bias)
 
 
 class CpuRMSNorm(nn.Module):
@@ -102,13 +130,13 @@ class CpuQKVRotary(nn.Module):
         return q, k, v
 
 
-def _swap(module: nn.Module, plan: KernelPlan, int8: bool) -> nn.Module | None:
+def _swap(module: nn.Module, plan: KernelPlan, weights: str) -> nn.Module | None:
     kind = type(module)
-    if kind is nn.Linear and int8:
-        return PackedLinear(module, int8=True)  # type: ignore[arg-type]
     if kind is nn.Linear:
         small, large = plan.uses("linear_decode"), plan.uses("linear_prefill")
-        return PackedLinear(module, small, large) if small or large else None  # type: ignore[arg-type]
+        if weights == "float32" and not (small or large):
+            return None  # torch's own layer, as loaded
+        return PackedLinear(module, small, large, weights)  # type: ignore[arg-type]
     if kind is RMSNorm and plan.uses("rmsnorm"):
         return CpuRMSNorm(module)  # type: ignore[arg-type]
     if kind is GatedActivation and module.name == "silu" and plan.uses("silu_mul"):  # type: ignore[attr-defined]
@@ -118,16 +146,19 @@ def _swap(module: nn.Module, plan: KernelPlan, int8: bool) -> nn.Module | None:
     return None
 
 
-def use_cpu_kernels(model: nn.Module, plan: KernelPlan | None = None, int8: bool = False) -> int:
+def use_cpu_kernels(
+    model: nn.Module, plan: KernelPlan | None = None, weights: str = "float32"
+) -> int:
     """Swap the model's layers for their kernel versions in place as `plan` says (None: every
-    kernel); with `int8` every nn.Linear becomes weight-only int8 (quantized here, from the
-    loaded float weights). Returns how many were swapped. The model must be float32 on the CPU
-    with its weights loaded."""
+    kernel); with `weights` "int8" or "bfloat16" every nn.Linear is converted here, from the
+    loaded float32 weights (int8: weight-only, always on the kernel; bfloat16: on the kernel
+    or on torch's bfloat16 matmul per size, as the plan says). Returns how many were swapped.
+    The model must be float32 on the CPU with its weights loaded."""
     plan = plan or KernelPlan(ck.isa(), frozenset(OPS))
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            new = _swap(child, plan, int8)
+            new = _swap(child, plan, weights)
             if new is not None:
                 swaps.append((parent, name, new))
     for parent, name, new in swaps:

@@ -52,13 +52,26 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
-def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) -> KernelPlan:
+def bf16_on_kernels(config: ModelConfig) -> bool:
+    """Whether `dtype bfloat16` on the CPU means bfloat16 linear weights on radixrt's kernels
+    (activations, norms, attention and KV in float32; the model loads in float32 and its
+    linear layers are converted by `init_cpu_kernels`) rather than a whole bfloat16 model on
+    torch ops, which is what remains with the kernels off or unavailable."""
+    from radixrt.cpu import kernels as ck
+
+    return config.dtype == "bfloat16" and config.cpu_kernels != "off" and ck.available()
+
+
+def init_cpu_kernels(
+    model: nn.Module, config: ModelConfig, dtype: torch.dtype, bf16_weights: bool = False
+) -> KernelPlan:
     """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/cpu/layers.py) as
     config.cpu_kernels plans them (radixrt/cpu/guard.py); returns the plan (`KernelPlan()`,
     all torch, for other dtypes, "off", or a library that does not build). With
     config.quantization "int8" every linear layer is quantized and runs the int8 kernel
-    (ValueError where the kernels cannot run). Logs one line: the ISA and which ops run on
-    which path."""
+    (ValueError where the kernels cannot run); with `bf16_weights` (see `bf16_on_kernels`)
+    every linear layer holds bfloat16 weights, on the kernel or on torch's bfloat16 matmul
+    per size as the plan says. Logs one line: the ISA and which ops run on which path."""
     from radixrt.cpu import kernels as ck
     from radixrt.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
     from radixrt.cpu.layers import use_cpu_kernels
@@ -76,10 +89,14 @@ def init_cpu_kernels(model: nn.Module, config: ModelConfig, dtype: torch.dtype) 
         logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
         return KernelPlan()
     fixed = LINEAR_OPS if int8 else frozenset()
-    plan = plan_for(config.cpu_kernels, Shapes.of(model), fixed=fixed)
-    swapped = use_cpu_kernels(model, plan, int8=int8)
+    weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
+    plan = plan_for(config.cpu_kernels, Shapes.of(model, bf16_weights), fixed=fixed)
+    swapped = use_cpu_kernels(model, plan, weights)
     logger.info(
-        "%s%s; %d modules swapped", plan.summary(), ", linear layers int8" if int8 else "", swapped
+        "%s%s; %d modules swapped",
+        plan.summary(),
+        "" if weights == "float32" else f", linear layers {weights}",
+        swapped,
     )
     return plan
 

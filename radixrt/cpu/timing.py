@@ -41,12 +41,14 @@ class Shapes:
     mlps: tuple[int, ...]
     heads: tuple[tuple[int, int, int], ...]
     weights: dict[tuple[int, int], torch.Tensor]  # one (out, in) weight per linear shape
+    bf16_weights: bool = False  # the linear layers will hold bfloat16 weights
 
     def key(self) -> list:
-        return [list(self.linears), list(self.norms), list(self.mlps), list(self.heads)]
+        key = [list(self.linears), list(self.norms), list(self.mlps), list(self.heads)]
+        return key + ["bf16 weights"] if self.bf16_weights else key
 
     @staticmethod
-    def of(model: nn.Module) -> Shapes:
+    def of(model: nn.Module, bf16_weights: bool = False) -> Shapes:
         linears: dict[tuple[int, int, bool], int] = {}
         weights: dict[tuple[int, int], torch.Tensor] = {}
         norms, mlps, heads = set(), set(), set()
@@ -70,6 +72,7 @@ class Shapes:
             tuple(sorted(mlps)),
             tuple(sorted(heads)),
             weights,
+            bf16_weights,
         )
 
 
@@ -103,16 +106,26 @@ def _race(pairs: list[Pair]) -> tuple[float, float]:
     )
 
 
-def _linear_pair(w: torch.Tensor, m: int, count: int) -> Pair:
+def _linear_pair(w: torch.Tensor, m: int, count: int, bf16: bool) -> Pair:
+    """The kernel on packed panels against F.linear, both in the model's weight type (with
+    bfloat16 weights torch multiplies x rounded to bfloat16, as PackedLinear's torch path)."""
     n, k = w.shape
-    packed, x = ck.pack_weight(w), torch.randn(m, k)
+    x = torch.randn(m, k)
+    if bf16:
+        packed, wb = ck.pack_weight_bf16(w), w.to(torch.bfloat16)
+
+        def ref() -> torch.Tensor:
+            return F.linear(x.to(wb.dtype), wb).float()
+
+        return (lambda: ck.linear(x, packed, n), ref, count)
+    packed = ck.pack_weight(w)
     return (lambda: ck.linear(x, packed, n), lambda: F.linear(x, w), count)
 
 
 def _linears(shapes: Shapes, rows: tuple[int, ...], heads: bool) -> list[Pair]:
     """Each linear shape at each row count, weighted by how many layers have it."""
     return [
-        _linear_pair(shapes.weights[(k, n)], m, count)
+        _linear_pair(shapes.weights[(k, n)], m, count, shapes.bf16_weights)
         for k, n, count, is_head in shapes.linears
         if heads or not is_head
         for m in rows

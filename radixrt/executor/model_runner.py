@@ -14,6 +14,7 @@ from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
 from radixrt.cpu.guard import KernelPlan
 from radixrt.cpu.runtime import (
+    bf16_on_kernels,
     fuse_cpu_decode_layers,
     init_cpu_kernels,
     keep_freed_memory,
@@ -52,16 +53,20 @@ def resolve_device(name: str, rank: int | None = None) -> torch.device:
 
 
 def _decode_read_bytes(model: nn.Module) -> int:
-    """The weight bytes a decode step reads once the linear layers are packed (int8): every
-    packed linear's buffers and every parameter but the embedding tables (looked up by row)."""
+    """The weight bytes a decode step reads once the linear layers are packed (int8 or
+    bfloat16): what each packed linear runs decode-sized calls on (its panels and scales, or
+    its torch copy) and its bias, and every parameter but the embedding tables (looked up by
+    row)."""
     from radixrt.cpu.layers import PackedLinear
 
     embedding = {id(p) for m in model.modules() if "Embedding" in type(m).__name__
                  for p in m.parameters()}  # fmt: skip
     params = sum(p.nbytes for p in model.parameters() if id(p) not in embedding)
-    packed = sum(
-        b.nbytes for m in model.modules() if isinstance(m, PackedLinear) for b in m.buffers()
-    )
+    packed = 0
+    for m in model.modules():
+        if isinstance(m, PackedLinear):
+            read = (m.packed, m.scale, m.bias) if m.small else (m.weight, m.bias)
+            packed += sum(t.nbytes for t in read if t is not None)
     return params + packed
 
 
@@ -123,7 +128,10 @@ class ModelRunner:
         name = self.model_config.dtype
         if name == "auto":
             name = "bfloat16" if self.device.type == "cuda" else "float32"
-        self.dtype = _DTYPES[name]
+        # bfloat16 on the CPU kernels: bfloat16 linear weights, float32 everything else (the
+        # model loads in float32 and the kernels' swap converts its linear layers).
+        self.bf16_weights = self.device.type == "cpu" and bf16_on_kernels(self.model_config)
+        self.dtype = torch.float32 if self.bf16_weights else _DTYPES[name]
 
     def _init_model(self, max_running_requests: int) -> None:
         t0 = time.perf_counter()
@@ -193,8 +201,10 @@ class ModelRunner:
             )
         if self.device.type == "cpu":
             keep_freed_memory()
-            self.cpu_kernels = init_cpu_kernels(self.model, self.model_config, self.dtype)
-        if self.model_config.quantization:
+            self.cpu_kernels = init_cpu_kernels(
+                self.model, self.model_config, self.dtype, self.bf16_weights
+            )
+        if self.model_config.quantization or self.bf16_weights:
             self.weight_bytes = _decode_read_bytes(self.model)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:

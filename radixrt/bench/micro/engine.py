@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sched, _ = build_scheduler(
         ModelConfig(
             args.model_path,
-            dtype="float32",
+            dtype=args.dtype,
             device="cpu",
             tp_size=args.tp,
             cpu_kernels=args.cpu_kernels,
@@ -87,7 +87,7 @@ def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
     num_params, weight_bytes = sched.runner.num_params, sched.runner.weight_bytes
     plan = sched.runner.cpu_kernels
     vocab = sched.runner.arch.vocab_size
-    hf = None if args.skip_hf else load_hf_model(sched.runner.model_path)
+    hf = None if args.skip_hf else load_hf_model(sched.runner.model_path, sched.runner.dtype)
 
     warm_up(sched, hf, vocab)
     rows = Rows(sched, hf, vocab, num_params, weight_bytes, args)
@@ -106,6 +106,7 @@ def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
         "tp_size": args.tp,
         "cpu_kernels": {"isa": plan.isa, "kernels": sorted(plan.kernels)},
         "quantization": args.quantization,
+        "dtype": args.dtype,
         "repeats": args.repeats,
         "rounds": args.rounds,
         "decode_prompt_len": args.decode_prompt_len,
@@ -157,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=QUANTIZATIONS,
         default=None,
         help="int8: weight-only int8 linear layers (the roofline counts their bytes)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the model's dtype in both engines (and the roofline's matmul)",
     )
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     add_roofline_args(p)

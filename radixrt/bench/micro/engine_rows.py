@@ -155,11 +155,13 @@ class Rows:
         self.sched, self.hf, self.vocab, self.args = sched, hf, vocab, args
         self.num_params, self.weight_bytes = num_params, weight_bytes
         self.arch, self.tp = sched.runner.arch, args.tp
-        self.best_probe = Roofline(0.0, 0.0, 0.0)  # over every row, for the summary line
+        self.dtype = sched.runner.dtype  # the roofline's matmul runs in the model's dtype
+        # over every row, for the summary line
+        self.best_probe = Roofline(0.0, 0.0, 0.0, str(self.dtype).removeprefix("torch."))
 
     def _probe(self, roof: Roofline | None) -> Roofline:
         a = self.args
-        probe = measure_roofline(a.copy_mib, a.matmul_n, PROBE_REPEATS)
+        probe = measure_roofline(a.copy_mib, a.matmul_n, PROBE_REPEATS, self.dtype)
         self.best_probe = self.best_probe.best(probe)
         return probe if roof is None else roof.best(probe)
 

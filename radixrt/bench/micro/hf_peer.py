@@ -1,6 +1,7 @@
 """The peer: Hugging Face transformers `generate` on the same weights and workloads.
 
-Greedy, float32, KV cache on (transformers' default dynamic cache), batches padded on the left.
+Greedy, float32 (or the benchmark's --dtype), KV cache on (transformers' default dynamic
+cache), batches padded on the left.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ class HFRun:
     output_ids: list[list[int]]  # per prompt, the new tokens
 
 
-def load_hf_model(path: str | Path) -> Any:
-    """AutoModelForCausalLM in float32, eval mode."""
+def load_hf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
+    """AutoModelForCausalLM in `dtype` (float32 unless told), eval mode."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # generation-config notices would break up the tables
     hf_logging.disable_progress_bar()
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
 
 
 @torch.inference_mode()

@@ -23,7 +23,8 @@ class Roofline:
 
     copy_gbs: float  # (bytes read + bytes written) / s of a large tensor copy
     read_gbs: float  # bytes / s of a large tensor sum (read only), for reference
-    matmul_gflops: float  # float32, torch's thread count
+    matmul_gflops: float  # in `dtype`, torch's thread count
+    dtype: str = "float32"  # the matmul's dtype (the benchmark's model dtype)
 
     def prefill_tok_s(self, num_params: int) -> float:
         """Prefill bound: matmul rate / (2 * params) tokens/s (attention FLOPs not counted)."""
@@ -42,6 +43,7 @@ class Roofline:
             max(self.copy_gbs, other.copy_gbs),
             max(self.read_gbs, other.read_gbs),
             max(self.matmul_gflops, other.matmul_gflops),
+            self.dtype,
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -49,11 +51,15 @@ class Roofline:
 
 
 def measure_roofline(
-    copy_mib: int = COPY_MIB, matmul_n: int = MATMUL_N, repeats: int = REPEATS
+    copy_mib: int = COPY_MIB,
+    matmul_n: int = MATMUL_N,
+    repeats: int = REPEATS,
+    dtype: torch.dtype = torch.float32,
 ) -> Roofline:
-    """Measure bandwidth and matmul rate back to back (best of `repeats` each)."""
+    """Measure bandwidth and matmul rate (in `dtype`) back to back (best of `repeats` each)."""
     copy_gbs, read_gbs = measure_bandwidth(copy_mib, repeats)
-    return Roofline(copy_gbs, read_gbs, measure_matmul_gflops(matmul_n, repeats))
+    gflops = measure_matmul_gflops(matmul_n, repeats, dtype)
+    return Roofline(copy_gbs, read_gbs, gflops, str(dtype).removeprefix("torch."))
 
 
 def measure_bandwidth(copy_mib: int = COPY_MIB, repeats: int = REPEATS) -> tuple[float, float]:
@@ -68,12 +74,14 @@ def measure_bandwidth(copy_mib: int = COPY_MIB, repeats: int = REPEATS) -> tuple
     return 2 * nbytes / copy_s / 1e9, nbytes / read_s / 1e9
 
 
-def measure_matmul_gflops(n: int = MATMUL_N, repeats: int = REPEATS) -> float:
-    """float32 GFLOP/s of an (n, n) @ (n, n) product."""
+def measure_matmul_gflops(
+    n: int = MATMUL_N, repeats: int = REPEATS, dtype: torch.dtype = torch.float32
+) -> float:
+    """GFLOP/s of an (n, n) @ (n, n) product in `dtype`."""
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen)
-    b = torch.randn(n, n, generator=gen)
-    out = torch.empty(n, n)
+    a = torch.randn(n, n, generator=gen).to(dtype)
+    b = torch.randn(n, n, generator=gen).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b, out=out)
     return 2 * n**3 / _best(lambda: torch.mm(a, b, out=out), repeats) / 1e9
 
@@ -150,7 +158,7 @@ def format_roofline(
     """One or two lines: the rates, and the model's rooflines when its size is given."""
     line = (
         f"roofline: copy {r.copy_gbs:.1f} GB/s (read-only {r.read_gbs:.1f} GB/s), "
-        f"float32 matmul {r.matmul_gflops:.1f} GFLOP/s"
+        f"{r.dtype} matmul {r.matmul_gflops:.1f} GFLOP/s"
     )
     if num_params is None or weight_bytes is None:
         return line

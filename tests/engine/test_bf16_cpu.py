@@ -1,0 +1,131 @@
+"""`dtype="bfloat16"` on the CPU with radixrt's kernels: every linear layer holds bfloat16
+weights (packed for the kernel, or for torch's bfloat16 matmul per size as the guard plans),
+activations, norms, attention and the KV cache stay float32. With every linear on the kernel
+the model computes exactly in float32 on bf16-rounded weights, so it equals transformers in
+float32 on those rounded weights (prompt logprobs, greedy tokens and their logprobs); the
+guard's own choice (torch's bfloat16 matmul multiplies activations rounded to bfloat16) stays
+close; the default model's perplexity stays within 1% of float32's. Without the kernels
+bfloat16 is a whole bfloat16 model on torch ops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hf_reference import hf_greedy_nocache, load_hf
+from pool_checks import assert_pool_whole
+
+from radixrt import Engine
+from radixrt.bench.micro.perplexity import TEXT, perplexity
+from radixrt.cpu import kernels as ck
+from radixrt.cpu.layers import PackedLinear
+
+pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
+
+TOL = 2e-3  # nats: float32 arithmetic on the same rounded weights, another summation order
+NEW = 8
+THIRD_START = 30
+PROMPTS = [
+    [300 + (i * 7919) % 30000 for i in range(40)],
+    [500 + (i * 104729) % 30000 for i in range(23)],
+]
+
+
+THIRD = PROMPTS[0][:30] + [77, 78]
+
+
+def _hf_rounded(path: Path):
+    """transformers in float32 with every linear weight rounded to bfloat16 (a tied LM head
+    gets its own rounded copy: the embedding table stays float32, as in radixrt)."""
+    hf = load_hf(path)
+    for m in hf.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.weight = torch.nn.Parameter(m.weight.detach().bfloat16().float())
+    return hf
+
+
+@torch.inference_mode()
+def _hf_prompt_logprobs(hf, ids: list[int]) -> list[float]:
+    lp = torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), -1)
+    return [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
+
+
+def _generate(path: Path, cpu_kernels: str) -> tuple[list[dict], int]:
+    params = {"temperature": 0, "max_new_tokens": NEW, "ignore_eos": True,
+              "return_logprob": True, "logprob_start_len": 0}  # fmt: skip
+    with Engine(str(path), max_total_tokens=2048, dtype="bfloat16", cpu_kernels=cpu_kernels,
+                chunked_prefill_size=16) as e:  # fmt: skip
+        runner = e.scheduler.runner
+        assert runner.dtype == torch.float32 and runner.bf16_weights
+        assert runner.token_to_kv_pool.get_kv_buffer(0)[0].dtype == torch.float32
+        linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
+        assert linears and all(m.weights == "bfloat16" for m in linears)
+        assert not any(type(m) is torch.nn.Linear for m in runner.model.modules())
+        for m in linears:  # what each size runs on: bfloat16 panels or a bfloat16 copy
+            panels = m.packed is not None and m.packed.dtype == torch.bfloat16
+            copy = m.weight is not None and m.weight.dtype == torch.bfloat16
+            assert panels == (m.small or m.large) and copy != (m.small and m.large)
+        if cpu_kernels == "on":
+            assert all(type(m).__name__ == "FusedDecodeLayer" for m in runner.model.model.layers)
+        outs = e.generate(input_ids=PROMPTS, sampling_params=params)
+        # a cached prefix: the prompt logprobs from position 30 on
+        later = {**params, "logprob_start_len": THIRD_START}
+        outs.append(e.generate(input_ids=THIRD, sampling_params=later))
+        assert outs[-1]["meta_info"]["cached_tokens"] >= 16
+        assert_pool_whole(e)
+        return outs, runner.weight_bytes
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_path", "tiny_qwen2_path"])
+def test_bf16_weights_on_the_kernels_equal_transformers_on_rounded_weights(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    path = request.getfixturevalue(fixture)
+    hf = _hf_rounded(path)
+    outs, _ = _generate(path, "on")
+    for out, ids, start in zip(outs, [*PROMPTS, THIRD], [1, 1, THIRD_START]):
+        got = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"]][-(len(ids) - start) :]
+        assert got == pytest.approx(_hf_prompt_logprobs(hf, ids)[start - 1 :], abs=TOL)
+        tokens, logprobs = hf_greedy_nocache(hf, ids, NEW)
+        assert out["output_ids"] == tokens
+        got = [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(logprobs, abs=TOL)
+
+
+def test_bf16_weights_as_the_guard_plans_stay_close(tiny_llama_path: Path) -> None:
+    """auto: on an AMX machine prefill-sized linears run torch's bfloat16 matmul, which rounds
+    the activations too; the logprobs move by bf16's precision, no more."""
+    hf = _hf_rounded(tiny_llama_path)
+    outs, bf16_bytes = _generate(tiny_llama_path, "auto")
+    for out, ids in zip(outs[:2], PROMPTS):
+        got = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"]][1:]
+        want = _hf_prompt_logprobs(hf, ids)
+        assert max(abs(a - b) for a, b in zip(got, want)) < 0.15
+    with Engine(str(tiny_llama_path), max_total_tokens=2048) as e:
+        assert bf16_bytes < 0.6 * e.scheduler.runner.weight_bytes
+
+
+def test_bf16_without_kernels_is_a_bfloat16_torch_model(tiny_llama_path: Path) -> None:
+    with Engine(str(tiny_llama_path), max_total_tokens=1024, dtype="bfloat16",
+                cpu_kernels="off") as e:  # fmt: skip
+        runner = e.scheduler.runner
+        assert runner.dtype == torch.bfloat16 and not runner.bf16_weights
+        assert next(runner.model.parameters()).dtype == torch.bfloat16
+        out = e.generate(input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 4})
+        assert len(out["output_ids"]) == 4
+        assert_pool_whole(e)
+
+
+def test_bf16_perplexity_within_one_percent_of_float32(smollm2_path: Path) -> None:
+    text = TEXT.read_text()
+    with Engine(str(smollm2_path), max_total_tokens=2048) as e:
+        ppl_float, n = perplexity(e, text)
+    with Engine(str(smollm2_path), max_total_tokens=2048, dtype="bfloat16") as e:
+        ppl_bf16, n16 = perplexity(e, text)
+        assert e.generate(
+            "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+            {"max_new_tokens": 12, "temperature": 0},
+        )["text"].startswith("The capital of France is Paris")
+    assert n == n16 > 300
+    assert ppl_bf16 <= ppl_float * 1.01, (ppl_bf16, ppl_float)
