@@ -234,12 +234,14 @@ static void tile_q8(const float* xb, int64_t xs, const void* wp, int64_t k0, int
          pf_phase);
 }
 
+#if !defined(RT_AMX)  // (the amx variant runs bfloat16 weights on its tiles)
 static void tile_bf16(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
                       float* y, int64_t ldy, int mr, int ncols, const float* bias,
                       const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
   tile_q(xb, xs, wp, k0, k1, y, ldy, mr, ncols, bias, scale, first, WK_BF16, pf, pf_every,
          pf_phase);
 }
+#endif
 
 #else  // portable C: the same blocking, left to the compiler's vectoriser
 
@@ -382,7 +384,34 @@ void rt_linear_q8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_
   linear(x, ldx, m, k, wp, 1, scale, n, bias, y, ldy, tile_q8);
 }
 
+#if !defined(RT_AMX)  // the amx variant has its own layout and kernel (gemm_amx.c)
+int64_t rt_bf16_packed_size(int64_t n, int64_t k) { return (n + NR - 1) / NR * NR * k; }
+
+// bfloat16 panels: the layout of rt_pack_f32, each value rounded to nearest even.
+void rt_pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* wp) {
+  const int64_t panels = (n + NR - 1) / NR;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < NR; ++j) {
+        const int64_t col = p * NR + j;
+        const float v = col < n ? w[col * k + kk] : 0.0f;
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        bits += 0x7fffu + ((bits >> 16) & 1u);  // nearest even (the weights are finite)
+        wp[(p * k + kk) * NR + j] = (uint16_t)(bits >> 16);
+      }
+}
+
+void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
+  for (int64_t col = 0; col < n; ++col)
+    for (int64_t kk = 0; kk < k; ++kk) w[col * k + kk] = bf16_to_f32(wp[((col / NR) * k + kk) * NR + col % NR]);
+}
+
+int rt_amx_ready(void) { return -1; }  // no tiles in this variant
+
 void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                     int64_t n, const float* bias, float* y, int64_t ldy) {
   linear(x, ldx, m, k, wp, 2, 0, n, bias, y, ldy, tile_bf16);
 }
+#endif

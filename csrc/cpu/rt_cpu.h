@@ -18,8 +18,17 @@ void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale);
 void rt_linear_q8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
                   const float* scale, int64_t n, const float* bias, float* y, int64_t ldy);
 
-// y (m, n) = x (m, k) @ w^T + bias with w as bfloat16 panels: wp (ceil(n/32), k, 32) raw
-// bf16 bits laid out as rt_pack_f32 lays out float32 ones; arithmetic in float32.
+// bfloat16 weights: wp holds rt_bf16_packed_size(n, k) raw bf16 values <- w (n, k) rounded to
+// nearest even, in the variant's layout: panels as rt_pack_f32's (gemm.c), or AMX tiles in
+// the amx variant (gemm_amx.c). rt_unpack_bf16 writes the (n, k) float32 values back.
+int64_t rt_bf16_packed_size(int64_t n, int64_t k);
+void rt_pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* wp);
+void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w);
+// 0 when this thread's process may use AMX tile data (asked of the kernel once; the amx
+// variant), else nonzero.
+int rt_amx_ready(void);
+// y (m, n) = x (m, k) @ w^T + bias, wp from rt_pack_bf16: float32 arithmetic on the bf16
+// weights (panels), or x rounded to bf16 and float32 accumulation (AMX).
 void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                     int64_t n, const float* bias, float* y, int64_t ldy);
 

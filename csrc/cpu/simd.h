@@ -1,7 +1,8 @@
 // One vector vocabulary for the CPU kernels (internal header): the kernels are written once
 // against `vf` (VW float32 lanes) and the operations below, and each library variant is built
 // with its ISA's flags (radixrt/cpu/build.py):
-//   AVX-512F (+DQ/BW/VL): VW = 16, masks are __mmask16;
+//   AVX-512F (+DQ/BW/VL): VW = 16, masks are __mmask16 (the "amx" variant is this one plus
+//                         AMX-BF16 tiles for bfloat16 linear layers, gemm_amx.c);
 //   AVX2 + FMA:           VW = 8, masks are __m256 lanes of all ones or zeros;
 //   neither (GCC/Clang):  VW = 4 generic vectors with the arithmetic only (RT_VEC, not
 //                         RT_SIMD): the decode attention uses them, other kernels their C loops.
@@ -16,7 +17,12 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define RT_SIMD 1
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__)
+#define RT_AMX 1  // the "amx" variant: AVX-512 plus AMX tiles for bfloat16 weights (gemm_amx.c)
+#define RT_ISA "amx"
+#else
 #define RT_ISA "avx512"
+#endif
 #define VW 16
 typedef __m512 vf;
 typedef __mmask16 vmask;

@@ -1,9 +1,10 @@
 """Build radixrt's CPU kernels (csrc/cpu/*.c) into shared libraries with the system C compiler
 and load the one for this CPU with ctypes.
 
-The kernels are written once against csrc/cpu/simd.h and built per ISA variant: "avx512"
-(AVX-512F/DQ/BW/VL), "avx2" (AVX2 + FMA) and "portable" (no vector intrinsics; the only one
-off x86). A process uses the best variant its CPU runs (`supported_isas()[0]`), or the one
+The kernels are written once against csrc/cpu/simd.h and built per ISA variant: "amx"
+(AVX-512 plus AMX-BF16 tiles for bfloat16 linear layers; Xeons since Sapphire Rapids),
+"avx512" (AVX-512F/DQ/BW/VL), "avx2" (AVX2 + FMA) and "portable" (no vector intrinsics; the
+only one off x86). A process uses the best variant its CPU runs (`supported_isas()[0]`), or the one
 $RADIXRT_CPU_ISA names (tests force each variant the CPU supports). A variant that does not
 build falls back to the next one.
 
@@ -36,6 +37,7 @@ logger = logging.getLogger("radixrt")
 CPU_SRC_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
 CPU_SOURCES = (
     "gemm.c",
+    "gemm_amx.c",
     "ops_f32.c",
     "attention_f32.c",
     "attention_shared.c",
@@ -44,15 +46,19 @@ CPU_SOURCES = (
 )
 CPU_HEADERS = ("rt_cpu.h", "simd.h", "attention_rows.h", "attention_heads.h")
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-ISAS = ("avx512", "avx2", "portable")  # best first
+ISAS = ("amx", "avx512", "avx2", "portable")  # best first
+_AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
 # Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.
 ISA_CFLAGS = {
-    "avx512": ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"),
+    "amx": (*_AVX512, "-mavx512bf16", "-mamx-tile", "-mamx-bf16"),
+    "avx512": _AVX512,
     "avx2": ("-mavx2", "-mfma", "-mf16c"),
     "portable": (),
 }
+_AVX512_FLAGS = frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma", "f16c"})
 ISA_CPU_FLAGS = {
-    "avx512": frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma", "f16c"}),
+    "amx": _AVX512_FLAGS | {"avx512_bf16", "amx_tile", "amx_bf16"},
+    "avx512": _AVX512_FLAGS,
     "avx2": frozenset({"avx2", "fma", "f16c"}),
     "portable": frozenset(),
 }
@@ -69,6 +75,10 @@ SIGNATURES: dict[str, list] = {
     "rt_pack_q8": [_P, _I, _I, _P, _P],
     "rt_linear_q8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "rt_linear_bf16": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
+    "rt_bf16_packed_size": [_I, _I],
+    "rt_pack_bf16": [_P, _I, _I, _P],
+    "rt_unpack_bf16": [_P, _I, _I, _P],
+    "rt_amx_ready": [],
     "rt_rmsnorm_f32": [_P, _I, _P, _I, _P, _I, _I, _F],
     "rt_rotary_f32": [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I],
     "rt_silu_mul_f32": [_P, _I, _P, _I, _I, _I],
@@ -117,7 +127,12 @@ SIGNATURES: dict[str, list] = {
     ],
 }
 # Every other function returns void.
-RESTYPES = {"rt_extend_attention_f32": ctypes.c_int, "rt_isa": ctypes.c_char_p}
+RESTYPES = {
+    "rt_extend_attention_f32": ctypes.c_int,
+    "rt_isa": ctypes.c_char_p,
+    "rt_bf16_packed_size": ctypes.c_int64,
+    "rt_amx_ready": ctypes.c_int,
+}
 
 
 def compiler() -> str | None:
@@ -276,7 +291,10 @@ def load_isa(isa: str) -> ctypes.CDLL | None:
                     time.perf_counter() - t0,
                     path,
                 )
-            return load_library(path)
+            lib = load_library(path)
+            if candidate == "amx" and lib.rt_amx_ready() != 0:
+                raise RuntimeError("the OS does not grant this process AMX tile data")
+            return lib
         except Exception as e:  # a failed build must never stop the runtime: torch remains
             _build_error = f"{type(e).__name__}: {e}"
             logger.warning("radixrt CPU kernels (%s) unavailable: %s", candidate, e)

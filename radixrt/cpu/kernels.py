@@ -27,6 +27,7 @@ __all__ = [
     "linear",
     "pack_weight",
     "pack_weight_bf16",
+    "unpack_weight_bf16",
     "pack_weight_int8",
     "unpack_weight",
     "rmsnorm_",
@@ -68,14 +69,23 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
 
 
 def pack_weight_bf16(w: torch.Tensor) -> torch.Tensor:
-    """(ceil(N/32), K, 32) bfloat16 panels of a weight w (N, K), rounded to nearest even as
-    `w.bfloat16()` rounds; the layout of pack_weight, columns past N zero (see gemm.c)."""
-    w = w.detach().to(torch.bfloat16)
+    """A weight w (N, K) rounded to bfloat16 (nearest even, as `w.bfloat16()` rounds) and
+    packed, 1-D, in the loaded variant's layout: panels as pack_weight's, or AMX tiles (the
+    "amx" variant; see gemm.c and gemm_amx.c). Use it only with the library that packed it."""
+    w = w.detach().to(torch.float32).contiguous()
     n, k = w.shape
-    panels = (n + PANEL - 1) // PANEL
-    padded = torch.zeros(panels * PANEL, k, dtype=torch.bfloat16)
-    padded[:n] = w
-    return padded.view(panels, PANEL, k).transpose(1, 2).contiguous()
+    out = torch.empty(lib().rt_bf16_packed_size(n, k), dtype=torch.bfloat16)
+    lib().rt_pack_bf16(w.data_ptr(), n, k, out.data_ptr())
+    return out
+
+
+def unpack_weight_bf16(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """The (n, k) float32 values of a pack_weight_bf16 weight."""
+    if packed.dtype != torch.bfloat16 or packed.numel() != lib().rt_bf16_packed_size(n, k):
+        raise ValueError(f"not a bfloat16 weight of ({n}, {k}) packed by this library")
+    w = torch.empty(n, k, dtype=torch.float32)
+    lib().rt_unpack_bf16(packed.data_ptr(), n, k, w.data_ptr())
+    return w
 
 
 def pack_weight_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,8 +102,7 @@ def pack_weight_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def unpack_weight(packed: torch.Tensor, n: int, scale: torch.Tensor | None = None) -> torch.Tensor:
-    """The (n, K) float32 weight a packed one stands for (int8 values times their scales;
-    bfloat16 values widened)."""
+    """The (n, K) float32 weight a packed one stands for (int8 values times their scales)."""
     w = packed.permute(0, 2, 1).reshape(-1, packed.shape[1])[:n].to(torch.float32)
     return w if scale is None else w * scale[:n, None]
 
@@ -120,6 +129,8 @@ def linear(
         )  # fmt: skip
         return y
     if packed.dtype == torch.bfloat16:
+        if packed.numel() != lib().rt_bf16_packed_size(n, k):
+            raise ValueError(f"not a bfloat16 weight of ({n}, {k}) packed by this library")
         lib().rt_linear_bf16(
             x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n
         )
@@ -228,7 +239,7 @@ def decode_attention(
 
 
 def isa() -> str:
-    """The vector ISA of the loaded library: "avx512", "avx2" or "portable"."""
+    """The vector ISA of the loaded library: "amx", "avx512", "avx2" or "portable"."""
     return lib().rt_isa().decode()
 
 

@@ -57,20 +57,22 @@ def test_int8_linear_matches_its_dequantized_weight(m: int, n: int, k: int) -> N
         ck.linear(x, packed, n, b)
 
 
-@pytest.mark.parametrize("m", [1, 5, 12, 13, 100, 200])
-@pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (31, 8)])
+@pytest.mark.parametrize("m", [1, 5, 12, 13, 16, 17, 33, 100, 200])
+@pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (31, 8), (40, 600)])
 def test_bf16_linear_is_float32_arithmetic_on_rounded_weights(m: int, n: int, k: int) -> None:
-    """bfloat16 panels hold w rounded as torch rounds it; the product is float32 arithmetic on
-    those values (float64 reference: only the summation order differs)."""
+    """bfloat16 weights hold w rounded as torch rounds it; the product is float32 arithmetic
+    on those values (float64 reference: only the summation order differs); AMX rounds x to
+    bfloat16 as well."""
     torch.manual_seed(m * 1000 + n + 7)
     w, b = torch.randn(n, k), torch.randn(n)
     packed = ck.pack_weight_bf16(w)
-    assert packed.dtype == torch.bfloat16 and packed.shape == ((n + 31) // 32, k, 32)
-    assert torch.equal(ck.unpack_weight(packed, n), w.bfloat16().float())
-    assert torch.equal(packed.permute(0, 2, 1).reshape(-1, k)[n:].float(), torch.zeros(-n % 32, k))
+    assert packed.dtype == torch.bfloat16
+    assert torch.equal(ck.unpack_weight_bf16(packed, n, k), w.bfloat16().float())
     x = torch.randn(m, k + 7)[:, 3 : 3 + k]
     got = ck.linear(x, packed, n, b)
-    want = F.linear(x.double(), w.bfloat16().double(), b.double()).float()
+    # AMX multiplies x rounded to bfloat16 too (float32 sums); the panels widen w only.
+    xr = x.bfloat16() if ck.isa() == "amx" else x
+    want = F.linear(xr.double(), w.bfloat16().double(), b.double()).float()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5 * k**0.5)
 
 

@@ -87,7 +87,10 @@ def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
     num_params, weight_bytes = sched.runner.num_params, sched.runner.weight_bytes
     plan = sched.runner.cpu_kernels
     vocab = sched.runner.arch.vocab_size
-    hf = None if args.skip_hf else load_hf_model(sched.runner.model_path, sched.runner.dtype)
+    import torch
+
+    hf_dtype = getattr(torch, args.dtype)
+    hf = None if args.skip_hf else load_hf_model(sched.runner.model_path, hf_dtype)
 
     warm_up(sched, hf, vocab)
     rows = Rows(sched, hf, vocab, num_params, weight_bytes, args)

@@ -155,7 +155,11 @@ class Rows:
         self.sched, self.hf, self.vocab, self.args = sched, hf, vocab, args
         self.num_params, self.weight_bytes = num_params, weight_bytes
         self.arch, self.tp = sched.runner.arch, args.tp
-        self.dtype = sched.runner.dtype  # the roofline's matmul runs in the model's dtype
+        # the roofline's matmul runs in the benchmark's dtype (with bfloat16 on radixrt's CPU
+        # kernels the runner's activations stay float32; its linear weights are bfloat16)
+        import torch
+
+        self.dtype = getattr(torch, args.dtype)
         # over every row, for the summary line
         self.best_probe = Roofline(0.0, 0.0, 0.0, str(self.dtype).removeprefix("torch."))
 

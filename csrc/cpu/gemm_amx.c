@@ -1,0 +1,180 @@
+// y = x @ W^T (+ bias) with W in bfloat16 on AMX tiles (the "amx" library variant: Xeons since
+// Sapphire Rapids); x and y float32. In the other variants rt_pack_bf16 / rt_linear_bf16 are
+// gemm.c's (bfloat16 panels widened in registers); the layout differs, so a packed weight is
+// only ever used with the library that packed it.
+//
+// Packed layout: W (N, K) becomes P = ceil(N/32) panels of 32 output columns; K is padded with
+// zeros to KP = ceil(K/32) * 32. Panel p, k block b (32 k's) is 2 B tiles of 16 rows x 64
+// bytes, one per 16 columns: row r of half h holds, for each of its 16 columns c, the pair
+// (W[p*32 + h*16 + c, b*32 + 2r], W[..., b*32 + 2r + 1]) (the pairs TDPBF16PS multiplies), so
+// element (p, b, h, r, c, e) is at ((((p*KB + b)*2 + h)*16 + r)*16 + c)*2 + e; 2 KiB per block.
+// Columns past N are zero.
+//
+// x is rounded to bfloat16 (nearest even) into a per-thread buffer of rows padded to 16 (the
+// A tiles); TDPBF16PS accumulates in float32. Each thread takes whole panels: for every 32 rows
+// (two A tiles) it keeps a 32 x 32 block of y in four C tiles over all k blocks, then adds the
+// bias and writes the valid rows and columns. A call of at most 16 rows (decode) uses one A
+// tile and streams each weight byte once, prefetching PF_BLOCKS blocks ahead.
+#define _GNU_SOURCE  // syscall() under -std=c11
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_cpu.h"
+#include "simd.h"
+
+#if defined(RT_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define PF_BLOCKS 4
+
+static inline uint16_t round_bf16(float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // nearest even (the weights are finite)
+  return (uint16_t)(bits >> 16);
+}
+
+int64_t rt_bf16_packed_size(int64_t n, int64_t k) {
+  return (n + 31) / 32 * ((k + 31) / 32) * 1024;
+}
+
+void rt_pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* wp) {
+  const int64_t kb = (k + 31) / 32, panels = (n + 31) / 32;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t b = 0; b < kb; ++b)
+      for (int h = 0; h < 2; ++h)
+        for (int r = 0; r < 16; ++r)
+          for (int c = 0; c < 16; ++c)
+            for (int e = 0; e < 2; ++e) {
+              const int64_t col = p * 32 + h * 16 + c, kk = b * 32 + 2 * r + e;
+              const float v = col < n && kk < k ? w[col * k + kk] : 0.0f;
+              wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e] = round_bf16(v);
+            }
+}
+
+void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
+  const int64_t kb = (k + 31) / 32;
+  for (int64_t col = 0; col < n; ++col)
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t p = col / 32, h = (col % 32) / 16, c = col % 16, b = kk / 32;
+      const int64_t r = (kk % 32) / 2, e = kk % 2;
+      const uint32_t bits = (uint32_t)wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e]
+                            << 16;
+      memcpy(w + col * k + kk, &bits, sizeof(float));
+    }
+}
+
+int rt_amx_ready(void) {
+  return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+}
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+// Tiles 0-3: C (16 rows x 16 float32); 4, 5: A (16 rows x 32 bf16); 6, 7: B (16 x 64 bytes).
+static void configure_tiles(void) {
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+// The calling thread's bf16 row buffer, grown as needed and kept (owned by the thread).
+static uint16_t* bf16_rows(size_t elems) {
+  static _Thread_local uint16_t* buf = 0;
+  static _Thread_local size_t cap = 0;
+  if (elems > cap) {
+    free(buf);
+    cap = elems + elems / 4;
+    buf = (uint16_t*)aligned_alloc(64, (cap * 2 + 63) / 64 * 64);
+    if (!buf) cap = 0;
+  }
+  return buf;
+}
+
+// xb (mp, kp) <- x (m, k) rounded to bf16, rows past m and columns past k zero.
+static void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb,
+                       int64_t mp, int64_t kp) {
+#pragma omp parallel for schedule(static) if (m * k > 65536)
+  for (int64_t i = 0; i < mp; ++i)
+    for (int64_t j = 0; j < kp; j += 16) {
+      const vmask live = vmask_first(i < m ? k - j : 0);
+      const vf v = vload_mask(live, x + i * ldx + j);
+      _mm256_storeu_si256((__m256i*)(xb + i * kp + j), (__m256i)_mm512_cvtneps_pbh(v));
+    }
+}
+
+// y rows [r0, r0 + 16) of panel p from a 16 x 32 float32 block, bias added.
+static void write_block(const float* blk, float* y, int64_t ldy, int64_t r0, int64_t m,
+                        int64_t col, int64_t n, const float* bias) {
+  const vmask lo = vmask_first(n - col), hi = vmask_first(n - col - 16);
+  const vf b0 = bias ? vload_mask(lo, bias + col) : vzero();
+  const vf b1 = bias ? vload_mask(hi, bias + col + 16) : vzero();
+  for (int64_t i = 0; i < 16 && r0 + i < m; ++i) {
+    vstore_mask(y + (r0 + i) * ldy + col, lo, vadd(vload(blk + i * 32), b0));
+    vstore_mask(y + (r0 + i) * ldy + col + 16, hi, vadd(vload(blk + i * 32 + 16), b1));
+  }
+}
+
+void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
+                    int64_t n, const float* bias, float* y, int64_t ldy) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t kb = (k + 31) / 32, kp = kb * 32, panels = (n + 31) / 32;
+  const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
+  uint16_t* xb = bf16_rows((size_t)(mp * kp));
+  if (!xb) return;  // (no memory for 16 rows of x: the caller's y is left as it was)
+  round_rows(x, ldx, m, k, xb, mp, kp);
+#pragma omp parallel if (panels > 1 && m * n * k > 32768)
+  {
+    configure_tiles();
+    float blk[16 * 32] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < panels; ++p) {
+      const uint16_t* pw = wp + p * kb * 1024;
+      for (int64_t r = 0; r < blocks; r += 2) {
+        const int two = r + 1 < blocks;
+        const uint16_t* a0 = xb + r * 16 * kp;
+        _tile_zero(0);
+        _tile_zero(1);
+        if (two) {
+          _tile_zero(2);
+          _tile_zero(3);
+        }
+        for (int64_t b = 0; b < kb; ++b) {
+          if (blocks == 1 && b + PF_BLOCKS < kb)  // decode: one pass over the weights
+            for (int line = 0; line < 32; ++line)
+              _mm_prefetch((const char*)(pw + (b + PF_BLOCKS) * 1024) + line * 64, _MM_HINT_T0);
+          _tile_loadd(6, pw + b * 1024, 64);
+          _tile_loadd(7, pw + b * 1024 + 512, 64);
+          _tile_loadd(4, a0 + b * 32, kp * 2);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          if (two) {
+            _tile_loadd(5, a0 + 16 * kp + b * 32, kp * 2);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        _tile_stored(0, blk, 128);
+        _tile_stored(1, blk + 16, 128);
+        write_block(blk, y, ldy, r * 16, m, p * 32, n, bias);
+        if (two) {
+          _tile_stored(2, blk, 128);
+          _tile_stored(3, blk + 16, 128);
+          write_block(blk, y, ldy, (r + 1) * 16, m, p * 32, n, bias);
+        }
+      }
+    }
+    _tile_release();
+  }
+}
+#endif
