@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -9,9 +10,15 @@ import pytest
 import torch
 from pool_checks import assert_pool_whole
 
+from radixrt.cpu.runtime import AUTO_DTYPE_ENV
 from radixrt.models.loader import resolve_model_path
 
 __all__ = ["assert_pool_whole"]  # older tests import it from here
+
+# float32 is the reference the tests compare with transformers in: `dtype auto` on the CPU
+# stays float32 here (and in every server a test starts) on every machine; tests of
+# bfloat16 ask for it by name.
+os.environ[AUTO_DTYPE_ENV] = "float32"
 
 _TOKENIZER_FILES = (
     "tokenizer.json",

@@ -13,7 +13,9 @@ class ModelConfig:
     """Which model, on which device, in which dtype."""
 
     model_path: str | None = None  # None: the bundled SmolLM2-135M-Instruct
-    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    # auto: bfloat16 on CUDA; on the CPU bfloat16 linear weights where radixrt's kernels run
+    # them on AMX tiles, else float32 (radixrt/cpu/runtime.py bf16_on_kernels)
+    dtype: str = "auto"
     device: str = "auto"  # auto: cuda when available
     context_length: int | None = None  # None: the model's max_position_embeddings
     attention_backend: str | None = None  # None: the best available for the device

@@ -141,3 +141,24 @@ def test_bf16_perplexity_within_one_percent_of_float32(smollm2_path: Path) -> No
         )["text"].startswith("The capital of France is Paris")
     assert n == n16 > 300
     assert ppl_bf16 <= ppl_float * 1.01, (ppl_bf16, ppl_float)
+
+
+def test_auto_dtype_on_the_cpu(tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: bfloat16 weights where the kernels have AMX tiles, float32 elsewhere and under
+    the pin (the test suite's); a bad pin is named."""
+    from radixrt.config import ModelConfig
+    from radixrt.cpu.runtime import AUTO_DTYPE_ENV, bf16_on_kernels
+
+    monkeypatch.delenv(AUTO_DTYPE_ENV)
+    assert bf16_on_kernels(ModelConfig()) == (ck.isa() == "amx")
+    assert not bf16_on_kernels(ModelConfig(cpu_kernels="off"))
+    assert not bf16_on_kernels(ModelConfig(quantization="int8"))
+    monkeypatch.setenv(AUTO_DTYPE_ENV, "bfloat16")
+    with Engine(str(tiny_llama_path), max_total_tokens=512) as e:
+        assert e.scheduler.runner.bf16_weights and e.scheduler.runner.dtype == torch.float32
+    monkeypatch.setenv(AUTO_DTYPE_ENV, "float32")
+    assert not bf16_on_kernels(ModelConfig())
+    assert bf16_on_kernels(ModelConfig(dtype="bfloat16"))
+    monkeypatch.setenv(AUTO_DTYPE_ENV, "fp8")
+    with pytest.raises(ValueError, match="RADIXRT_CPU_AUTO_DTYPE must be"):
+        bf16_on_kernels(ModelConfig())
