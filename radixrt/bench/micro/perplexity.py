@@ -1,5 +1,5 @@
-"""Perplexity of a model on a fixed text, float32 against weight-only int8 (or any set of
-`--quantization` choices), on the CPU kernels.
+"""Perplexity of a model on a fixed text, float32 against bfloat16 weights and weight-only int8
+on the CPU kernels (or any set of `--settings`, e.g. bfloat16-torch: a whole bfloat16 model).
 
     python -m radixrt.bench.micro.perplexity [--model-path DIR] [--text FILE]
 
@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Any
 
 TEXT = Path(__file__).resolve().parents[2] / "testing" / "perplexity.txt"
+# Engine settings by name: float32 ("none"), bfloat16 linear weights on the kernels (AMX tiles
+# where the CPU has them), a whole bfloat16 model on torch ops, weight-only int8.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "none": {"dtype": "float32"},
+    "bfloat16": {"dtype": "bfloat16"},
+    "bfloat16-torch": {"dtype": "bfloat16", "cpu_kernels": "off"},
+    "int8": {"dtype": "float32", "quantization": "int8"},
+}
 
 
 def perplexity(engine: Any, text: str) -> tuple[float, int]:
@@ -34,15 +42,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model-path", default=None)
     p.add_argument("--text", type=Path, default=TEXT)
-    p.add_argument("--quantization", nargs="+", default=["none", "int8"])
+    p.add_argument(
+        "--settings",
+        "--quantization",
+        nargs="+",
+        default=["none", "bfloat16", "int8"],
+        choices=list(SETTINGS),
+        help="none: float32; the first is the ratios' reference",
+    )
     args = p.parse_args(argv)
     text = args.text.read_text()
     results: dict[str, float] = {}
-    for q in args.quantization:
-        with Engine(args.model_path, quantization=None if q == "none" else q) as e:
-            results[q], n = perplexity(e, text)
-        ratio = results[q] / results[args.quantization[0]]
-        print(f"{q:>6}: perplexity {results[q]:.3f} over {n} tokens ({ratio:.4f}x)", flush=True)
+    for name in args.settings:
+        with Engine(args.model_path, **SETTINGS[name]) as e:
+            results[name], n = perplexity(e, text)
+        ratio = results[name] / results[args.settings[0]]
+        print(f"{name:>14}: perplexity {results[name]:.3f} over {n} tokens ({ratio:.4f}x)",
+              flush=True)  # fmt: skip
     return results
 
 
