@@ -107,10 +107,12 @@ def init_cpu_kernels(
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
     plan = plan_for(config.cpu_kernels, Shapes.of(model, bf16_weights), fixed=fixed)
     swapped = use_cpu_kernels(model, plan, weights)
+    on_tiles = weights == "bfloat16" and plan.isa == "amx"
     logger.info(
-        "%s%s; %d modules swapped",
+        "%s; activations float32, linear weights %s%s; %d modules swapped",
         plan.summary(),
-        "" if weights == "float32" else f", linear layers {weights}",
+        weights,
+        " (AMX tiles where on the kernels)" if on_tiles else "",
         swapped,
     )
     return plan
