@@ -11,9 +11,10 @@
 // Columns past N are zero.
 //
 // x is rounded to bfloat16 (nearest even) into a per-thread buffer of rows padded to 16 (the
-// A tiles); TDPBF16PS accumulates in float32. Each thread takes whole panels: for every 32 rows
-// (two A tiles) it keeps a 32 x 32 block of y in four C tiles over all k blocks, then adds the
-// bias and writes the valid rows and columns. A call of at most 16 rows (decode) uses one A
+// A tiles); TDPBF16PS accumulates in float32. Threads take (chunk of 128 rows, panel) pairs,
+// chunk-major so a chunk's rows stay in L2 across the panels: for every 32 rows (two A tiles)
+// a 32 x 32 block of y stays in four C tiles over all k blocks, then the bias is added and
+// the valid rows and columns written. A call of at most 16 rows (decode) uses one A
 // tile and streams each weight byte once, prefetching PF_BLOCKS blocks ahead.
 #define _GNU_SOURCE  // syscall() under -std=c11
 #include <stdint.h>
@@ -30,6 +31,9 @@
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 #define PF_BLOCKS 4
+#ifndef CHUNK_BLOCKS
+#define CHUNK_BLOCKS 8  // 16-row blocks of x per work item (128 rows: 147 KB at K 576)
+#endif
 
 static inline uint16_t round_bf16(float v) {
   uint32_t bits;
@@ -130,18 +134,21 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   if (m <= 0 || n <= 0) return;
   const int64_t kb = (k + 31) / 32, kp = kb * 32, panels = (n + 31) / 32;
   const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
+  const int64_t chunks = (blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
   uint16_t* xb = bf16_rows((size_t)(mp * kp));
   if (!xb) return;  // (no memory for 16 rows of x: the caller's y is left as it was)
   round_rows(x, ldx, m, k, xb, mp, kp);
-#pragma omp parallel if (panels > 1 && m * n * k > 32768)
+#pragma omp parallel if (chunks * panels > 1 && m * n * k > 32768)
   {
     configure_tiles();
     float blk[16 * 32] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < panels; ++p) {
+    for (int64_t t = 0; t < chunks * panels; ++t) {
+      const int64_t p = t % panels, c = t / panels;  // chunk-major: a chunk's rows stay in L2
       const uint16_t* pw = wp + p * kb * 1024;
-      for (int64_t r = 0; r < blocks; r += 2) {
-        const int two = r + 1 < blocks;
+      const int64_t r_end = (c + 1) * CHUNK_BLOCKS < blocks ? (c + 1) * CHUNK_BLOCKS : blocks;
+      for (int64_t r = c * CHUNK_BLOCKS; r < r_end; r += 2) {
+        const int two = r + 1 < r_end;
         const uint16_t* a0 = xb + r * 16 * kp;
         _tile_zero(0);
         _tile_zero(1);
