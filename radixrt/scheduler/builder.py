@@ -117,7 +117,7 @@ def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:
         size = int(cache_config.disk_cache_size * 1e9)
         try:
             tiers.append(DiskTier(cache_config.cache_dir, spec, size))
-        except OSError as e:
+        except (OSError, ValueError) as e:  # not ours, open to others, a bad key file
             raise ValueError(f"--cache-dir {cache_config.cache_dir!r} is not usable: {e}") from e
     logger.info("KV tiers below the pool: %s (blocks of %d tokens, %.1f MB each; model %s)",
                 ", ".join(f"{t.name} {t.capacity_bytes / 1e9:g} GB" for t in tiers), block,

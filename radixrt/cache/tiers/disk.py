@@ -6,7 +6,9 @@ several processes (`--dp` replicas, a restarted server) share the blocks of the 
 
 Index: at start the folder is listed (names, sizes and times only: no file is read), which
 takes milliseconds for thousands of files; a block another process wrote later is found by
-its name on first lookup. Each file is checked in full when it is read (`decode`).
+its name on first lookup. Each file is checked in full when it is read (`decode`: its MAC
+under the folder's key, then what it holds); the folder and its key are checked at start
+(disk_folder.py), and a link, a FIFO or an oversized file under a block's name is a miss.
 
 Writes run on one writer thread: `put` queues the block (it stays readable from memory until
 its file is in place) and returns; the writer writes `<name>.<pid>.<n>.tmp` and renames it, so
@@ -28,7 +30,16 @@ import numpy as np
 import torch
 
 from radixrt.cache.tiers.base import BaseKVTier, Block
-from radixrt.cache.tiers.disk_folder import block_file, scan_folder, subdirs, unlink
+from radixrt.cache.tiers.disk_folder import (
+    block_file,
+    block_key,
+    check_private,
+    read_block_file,
+    regular_size,
+    scan_folder,
+    subdirs,
+    unlink,
+)
 from radixrt.cache.tiers.disk_format import (
     BlockFileError,
     BlockMismatch,
@@ -37,6 +48,7 @@ from radixrt.cache.tiers.disk_format import (
     encode,
     file_size,
     header_bytes,
+    max_file_size,
 )
 
 logger = logging.getLogger("radixrt")
@@ -55,8 +67,13 @@ class DiskTier(BaseKVTier):
         block_bytes = int(np.prod(spec.shape)) * torch.empty((), dtype=spec.dtype).element_size()
         super().__init__(block_bytes, capacity_bytes)
         self.spec = spec
-        self.root = Path(cache_dir) / spec.fingerprint[:16]
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = Path(cache_dir)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_private(folder)  # ValueError naming the folder: refused at start
+        self.root = folder / spec.fingerprint[:16]
+        self.root.mkdir(exist_ok=True, mode=0o700)
+        check_private(self.root)
+        self._key = block_key(folder)  # every file's MAC (disk_format.py)
         self._lock = threading.Lock()  # guards _index, _pending, _bytes (writer thread too)
         self._index: OrderedDict[bytes, int] = OrderedDict()  # key -> file bytes; LRU order
         self._pending: dict[bytes, Block] = {}  # queued, not yet renamed into place
@@ -85,9 +102,8 @@ class DiskTier(BaseKVTier):
         with self._lock:
             if key in self._index:
                 return True
-        try:  # written by another process since the scan?
-            size = self._file(key).stat().st_size
-        except OSError:
+        size = regular_size(self._file(key))  # written by another process since the scan?
+        if size is None:
             return False
         with self._lock:
             if key not in self._index:
@@ -102,7 +118,8 @@ class DiskTier(BaseKVTier):
             if block.key in self._index:
                 self._index.move_to_end(block.key)
                 return []
-            if self._pending_bytes + size > MAX_PENDING_BYTES or size > self.capacity_bytes:
+            too_big = size > min(self.capacity_bytes, max_file_size(self.spec, block.index))
+            if self._pending_bytes + size > MAX_PENDING_BYTES or too_big:
                 self.counters.write_errors += 1
                 return []
             self._make_room(size)
@@ -127,12 +144,8 @@ class DiskTier(BaseKVTier):
             return pending.data if ok else None
         file = self._file(key)
         try:
-            with open(file, "rb") as f:
-                raw = bytearray(os.fstat(f.fileno()).st_size)
-                got = f.readinto(raw)
-            if got != len(raw):
-                raise BlockFileError(f"short read: {got} of {len(raw)} bytes")
-            return decode(raw, self.spec, extra_key, index, path)
+            raw = read_block_file(file, max_file_size(self.spec, index))
+            return decode(raw, self.spec, extra_key, index, path, self._key)
         except FileNotFoundError:  # deleted by another process's LRU or a flush
             self._forget(key)
             return None
@@ -206,7 +219,7 @@ class DiskTier(BaseKVTier):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 for part in encode(self.spec, block.extra_key, block.index, block.path,
-                                   block.data):  # fmt: skip
+                                   block.data, self._key):  # fmt: skip
                     f.write(part)
             os.replace(tmp, file)
         except OSError as e:
