@@ -163,6 +163,7 @@ class SchedulerLoop:
             found = sched.update_pin(msg.pin_id, msg.expire_at)
             self.transport.send(PinUpdateReplyMsg(msg.reply_id, found))
         elif isinstance(msg, StopMsg):
+            logger.info("stop requested: scheduler stopping")
             self._stopping = True
 
     def _add(self, msg: GenerateReqMsg, touched: dict[str, Req]) -> None:

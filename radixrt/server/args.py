@@ -70,6 +70,8 @@ _HELP = {
     "cache_dir": "directory for KV blocks on disk, kept across restarts and shared by "
     "processes serving the same model; None: off",
     "disk_cache_size": "GB of block files in --cache-dir at most (least recently used deleted)",
+    "disk_drain_timeout_s": "on a clean stop, seconds the disk tier may take to write the "
+    "blocks still queued (the rest are dropped, and the counts logged)",
     "tier_block_size": "tokens per block in the host and disk tiers (a multiple of --page-size)",
     "kv_events_config": "JSON: publish the tree's block events over ZMQ as vLLM does, e.g. "
     '{"endpoint": "tcp://127.0.0.1:5557", "replay_endpoint": "tcp://127.0.0.1:5558", '

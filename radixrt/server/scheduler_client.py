@@ -8,6 +8,7 @@ back on an asyncio PULL socket.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -24,6 +25,7 @@ from radixrt.messages import (
     FromSchedulerMsg,
     ReadyMsg,
     SchedulerArgsMsg,
+    StopMsg,
     ToSchedulerMsg,
 )
 from radixrt.server.args import ServerArgs
@@ -31,6 +33,7 @@ from radixrt.server.args import ServerArgs
 logger = logging.getLogger("radixrt")
 
 _POLL_S = 0.2
+STOP_GRACE_S = 5.0  # for the step under way to end, then for SIGTERM to work
 
 
 class SchedulerStartError(RuntimeError):
@@ -124,15 +127,27 @@ class SchedulerClient:
             await asyncio.sleep(_POLL_S)
         return rc
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Terminate the scheduler (kill it after `timeout_s`) and close the sockets."""
+    def request_stop(self) -> None:
+        """Ask the scheduler for a clean stop (StopMsg: it ends its loop after the current step
+        and its disk tier writes what is queued); `stop` waits for it."""
+        if self.returncode is None and self.proc is not None and not self._send_sock.closed:
+            with contextlib.suppress(zmq.ZMQError):
+                self.send(StopMsg())
+
+    def stop(self) -> None:
+        """Stop the scheduler cleanly (`request_stop`), SIGTERM it if it has not exited within
+        its disk drain bound plus a grace, SIGKILL it a grace later; close the sockets."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.request_stop()
+            drain_s = self.args.cache.disk_drain_timeout_s if self.args.cache.cache_dir else 0.0
+            for end, wait_s in ((self.proc.terminate, drain_s + STOP_GRACE_S),
+                                (self.proc.kill, STOP_GRACE_S)):  # fmt: skip
+                try:
+                    self.proc.wait(wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    end()
+            self.proc.wait()
         self._send_sock.close(0)
         self._recv_sock.close(0)
         # Both contexts end here, not in a garbage collector's finalizer (where a context

@@ -249,6 +249,8 @@ def test_config_refuses_what_cannot_work() -> None:
         ({"cache_dir": "kv", "page_size": 16, "tier_block_size": 24}, "multiple of page_size"),
         ({"cache_dir": "kv", "disable_radix_cache": True}, "radix cache"),
         ({"write_through_min_tokens": -1}, "write_through_min_tokens"),
+        ({"disk_drain_timeout_s": -1.0}, "disk_drain_timeout_s"),
+        ({"disk_drain_timeout_s": float("inf")}, "disk_drain_timeout_s"),
     ):
         with pytest.raises(ValueError, match=match):
             CacheConfig(**bad)
