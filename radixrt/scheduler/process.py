@@ -41,11 +41,11 @@ class ZmqTransport(BaseTransport):
     """The scheduler process's side of the HTTP process's two ipc sockets (typed msgpack)."""
 
     def __init__(self, recv_sock: zmq.Socket, send_sock: zmq.Socket, parent_pid: int,
-                 stop: threading.Event) -> None:  # fmt: skip
+                 stop: threading.Event | None = None) -> None:  # fmt: skip
         self.recv_sock = recv_sock
         self.send_sock = send_sock
         self.parent_pid = parent_pid
-        self.stop = stop  # set by SIGTERM (the main thread's handler)
+        self.stop = stop or threading.Event()  # set by SIGTERM (the main thread's handler)
         self._decoder = msgspec.msgpack.Decoder(ToSchedulerMsg)
         self._encoder = msgspec.msgpack.Encoder()
 
