@@ -13,12 +13,15 @@ from radixrt.core import SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    ControlErrorMsg,
     FinishMsg,
     GenerateReqMsg,
     ReadyMsg,
     ReqOutMsg,
+    ToSchedulerMsg,
 )
 from radixrt.server.metrics import NoMetrics
+from radixrt.server.scheduler_queries import SchedulerQueryError
 from radixrt.server.tokenizer_manager import QueueFullError, TokenizerManager
 
 
@@ -139,5 +142,21 @@ def test_a_bad_output_fails_only_its_request() -> None:
         assert good.result()["meta_info"]["finish_reason"] == {"type": "length"}
         assert not tm.states and not tm.groups
         assert AbortReqMsg(bad.out.rid) in client.sent
+
+    run(go)
+
+
+def test_a_question_the_scheduler_could_not_answer_raises_for_its_asker() -> None:
+    async def go() -> None:
+        client = FakeClient()
+        client._decoder = msgspec.msgpack.Decoder(ToSchedulerMsg)
+        tm = make_tm(client)
+        flush = asyncio.ensure_future(tm.flush_cache(disk=True))
+        await asyncio.sleep(0)
+        (asked,) = client.sent
+        tm.resolve(ControlErrorMsg(asked.reply_id, "PermissionError: denied"))
+        with pytest.raises(SchedulerQueryError, match="PermissionError: denied"):
+            await flush
+        assert tm.dead_reason is None  # the scheduler lives on
 
     run(go)
