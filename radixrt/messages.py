@@ -276,6 +276,7 @@ class SchedulerArgsMsg(msgspec.Struct):
     out_addr: str  # the scheduler PUSHes outputs here
     parent_pid: int  # the scheduler exits when this process goes
     log_level: str = "info"
+    heartbeat_path: str = ""  # the loop's heartbeat file (scheduler/heartbeat.py); "": none
 
 
 def finish_to_msg(reason: FinishReason | None) -> FinishMsg | None:

@@ -61,6 +61,10 @@ class BaseTransport(ABC):
         """True once the loop should end (its clients are gone)."""
         return False
 
+    def beat(self) -> None:  # noqa: B027 (optional: a transport in one process needs none)
+        """Called at the top of every loop iteration: tells the clients the loop still runs
+        (scheduler/heartbeat.py); nothing by default."""
+
 
 class ThreadTransport(BaseTransport):
     """In one process: an inbox queue, and outputs handed to `deliver` on the loop's thread
@@ -107,6 +111,7 @@ class SchedulerLoop:
     def _run(self) -> int:
         sched = self.scheduler
         while not self._stopping and not self.transport.is_stopped():
+            self.transport.beat()
             touched: dict[str, Req] = {}
             for msg in self.transport.recv(IDLE_WAIT_S if sched.is_idle else None):
                 self._handle(msg, touched)

@@ -29,6 +29,7 @@ from radixrt.messages import (
     SchedulerArgsMsg,
     ToSchedulerMsg,
 )
+from radixrt.scheduler.heartbeat import HeartbeatWriter
 from radixrt.scheduler.loop import BaseTransport, SchedulerLoop
 
 if TYPE_CHECKING:
@@ -41,11 +42,13 @@ class ZmqTransport(BaseTransport):
     """The scheduler process's side of the HTTP process's two ipc sockets (typed msgpack)."""
 
     def __init__(self, recv_sock: zmq.Socket, send_sock: zmq.Socket, parent_pid: int,
-                 stop: threading.Event | None = None) -> None:  # fmt: skip
+                 stop: threading.Event | None = None,
+                 heartbeat: HeartbeatWriter | None = None) -> None:  # fmt: skip
         self.recv_sock = recv_sock
         self.send_sock = send_sock
         self.parent_pid = parent_pid
         self.stop = stop or threading.Event()  # set by SIGTERM (the main thread's handler)
+        self.heartbeat = heartbeat  # the HTTP process reads it to tell a wedged loop
         self._decoder = msgspec.msgpack.Decoder(ToSchedulerMsg)
         self._encoder = msgspec.msgpack.Encoder()
 
@@ -72,6 +75,10 @@ class ZmqTransport(BaseTransport):
         except Exception:
             return False
         return True
+
+    def beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
 
     def is_stopped(self) -> bool:
         if self.stop.is_set():
@@ -156,7 +163,8 @@ def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.
         return 1
     runner = scheduler.runner
     runner.tp_group.on_rank_exit = _exit_at_once
-    transport = ZmqTransport(recv_sock, send_sock, args.parent_pid, stop)
+    heartbeat = HeartbeatWriter(args.heartbeat_path) if args.heartbeat_path else None
+    transport = ZmqTransport(recv_sock, send_sock, args.parent_pid, stop, heartbeat)
     looping.set()
     send_sock.send(encoder.encode(ready_msg(runner)))
     return SchedulerLoop(scheduler, transport).run()

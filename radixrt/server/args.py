@@ -102,6 +102,9 @@ _HELP = {
     "(without it, a length-bounding backend only allows tokens that can finish in time)",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
+    "scheduler_stall_timeout_s": "seconds without a heartbeat from the scheduler loop after "
+    "which it is taken as wedged: /health and the requests waiting on it answer 503 until it "
+    "runs again",
     "dp_size": "data-parallel replicas: scheduler processes, each with its own model and cache",
     "max_request_bytes": "request bodies larger than this are refused with 413",
     "max_prompts_per_request": "prompts in one /generate or /v1/completions request",

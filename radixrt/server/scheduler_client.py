@@ -1,8 +1,9 @@
 """SchedulerClient: starts the scheduler process and carries typed messages to and from it.
 
-The HTTP process binds two ipc sockets in a private temp folder; the scheduler connects to
-both. Requests go out on a PUSH socket that never blocks (no high-water mark); outputs come
-back on an asyncio PULL socket.
+The HTTP process binds two ipc sockets in a private temp folder, beside the file the
+scheduler loop beats into (scheduler/heartbeat.py); the scheduler connects to both sockets.
+Requests go out on a PUSH socket that never blocks (no high-water mark); outputs come back on
+an asyncio PULL socket.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -28,6 +30,7 @@ from radixrt.messages import (
     StopMsg,
     ToSchedulerMsg,
 )
+from radixrt.scheduler.heartbeat import HeartbeatReader, create_heartbeat
 from radixrt.server.args import ServerArgs
 
 logger = logging.getLogger("radixrt")
@@ -49,6 +52,9 @@ class SchedulerClient:
         self._ipc_dir = tempfile.mkdtemp(prefix="radixrt-")
         self._in_addr = f"ipc://{self._ipc_dir}/in"
         self._out_addr = f"ipc://{self._ipc_dir}/out"
+        self._heartbeat_path = Path(self._ipc_dir) / "heartbeat"
+        create_heartbeat(self._heartbeat_path)
+        self._heartbeat = HeartbeatReader(self._heartbeat_path)
         self._ctx = zmq.Context()
         self._send_sock = self._ctx.socket(zmq.PUSH)
         self._send_sock.setsockopt(zmq.SNDHWM, 0)
@@ -74,6 +80,7 @@ class SchedulerClient:
             self._out_addr,
             os.getpid(),
             a.server.log_level,
+            str(self._heartbeat_path),
         )
         cmd = [
             sys.executable,
@@ -111,6 +118,10 @@ class SchedulerClient:
     async def recv(self) -> FromSchedulerMsg:
         raw = await self._recv_sock.recv(copy=False)
         return self._decoder.decode(raw.buffer)
+
+    def last_beat(self) -> float:
+        """When the scheduler loop last ran an iteration (time.monotonic(); 0.0: not yet)."""
+        return self._heartbeat.last_beat()
 
     @property
     def pid(self) -> int | None:
@@ -154,4 +165,5 @@ class SchedulerClient:
         # still holding a socket would block the collecting thread).
         self._ctx.term()
         self._actx.term()
+        self._heartbeat.close()
         shutil.rmtree(self._ipc_dir, ignore_errors=True)
