@@ -165,5 +165,4 @@ class SchedulerClient:
         # still holding a socket would block the collecting thread).
         self._ctx.term()
         self._actx.term()
-        self._heartbeat.close()
         shutil.rmtree(self._ipc_dir, ignore_errors=True)

@@ -86,6 +86,7 @@ class TokenizerManager(SchedulerQueries):
         self.groups: dict[GroupKey, list[ReqState]] = {}  # unfinished states per client id
         self.num_running = 0  # as last reported by the scheduler
         self._tasks: list[asyncio.Task[None]] = []
+        self._stall_task: asyncio.Task[None] | None = None
         self._on_dead: Callable[[str], None] = lambda reason: None
         self.stall = StallWatch(client.last_beat, config.scheduler_stall_timeout_s)
         # Tokenizing and chat templating run here, one at a time (the fast tokenizer is not
@@ -95,10 +96,11 @@ class TokenizerManager(SchedulerQueries):
     def start(self, on_dead: Callable[[str], None]) -> None:
         """Start the output loop and the watchdog; `on_dead` runs once if the scheduler dies."""
         self._on_dead = on_dead
+        self._stall_task = asyncio.create_task(self.stall.run(self._fail_stalled))
         self._tasks = [
             asyncio.create_task(self._recv_loop()),
             asyncio.create_task(self._watch()),
-            asyncio.create_task(self.stall.run(self._fail_stalled)),
+            self._stall_task,
         ]
 
     async def close(self) -> None:
@@ -326,6 +328,8 @@ class TokenizerManager(SchedulerQueries):
             return
         logger.error("%s; failing %d requests and shutting down", reason, len(self.states))
         self.dead_reason = reason
+        if self._stall_task is not None:
+            self._stall_task.cancel()  # a dead scheduler is not a wedged one
         for state in self.states.values():
             state.error = reason
             state.event.set()
