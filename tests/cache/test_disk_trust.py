@@ -66,7 +66,16 @@ def test_a_sparse_huge_file_is_refused_before_allocating_it(tmp_path, caplog) ->
         f.truncate(1 << 40)  # 1 TiB, sparse: reading it whole would raise MemoryError
     _refused(tier, blk, caplog)
     assert not file.exists()
+    other = _block(PATH, 2)
+    tier.put(other)
+    tier.flush()
+    with open(file, "wb") as f:  # back, under another process's name: never indexed, and
+        f.truncate(1 << 40)  # never makes room for itself by deleting the real blocks
+    assert not tier.contains(blk.key) and tier.contains(other.key)
     tier.close()
+    again = _disk(tmp_path, 8)
+    assert again.num_blocks == 1 and again.contains(other.key) and not again.contains(blk.key)
+    again.close()
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o702], ids=oct)

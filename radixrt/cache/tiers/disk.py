@@ -84,8 +84,9 @@ class DiskTier(BaseKVTier):
         self.drain_timeout_s = drain_timeout_s
         t0 = time.perf_counter()
         for key, size in scan_folder(self.root):  # oldest first
-            self._index[key] = size
-            self._bytes += size
+            if size <= capacity_bytes:  # larger: no block file, never to push the others out
+                self._index[key] = size
+                self._bytes += size
         self._make_room(0)
         self.index_s = time.perf_counter() - t0
         if self._index:
@@ -100,7 +101,7 @@ class DiskTier(BaseKVTier):
             if key in self._index:
                 return True
         size = regular_size(self._file(key))  # written by another process since the scan?
-        if size is None:
+        if size is None or size > self.capacity_bytes:
             return False
         with self._lock:
             if key not in self._index:
