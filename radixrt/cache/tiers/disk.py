@@ -4,11 +4,10 @@ Layout: `<cache_dir>/<fingerprint[:16]>/<hash[:2]>/<hash>.kv`, one file per bloc
 (disk_format.py), so another model (or the same one updated) never reads these files, and
 several processes (`--dp` replicas, a restarted server) share the blocks of the same model.
 
-Index: at start the folder is listed (names, sizes and times only: no file is read), which
-takes milliseconds for thousands of files; a block another process wrote later is found by
-its name on first lookup. Each file is checked in full when it is read (`decode`: its MAC
-under the folder's key, then what it holds); the folder and its key are checked at start
-(disk_folder.py), and a link, a FIFO or an oversized file under a block's name is a miss.
+Index: at start the folder is listed (names, sizes and times only: milliseconds for thousands
+of files); a block another process wrote later is found by its name on first lookup. A file is
+checked in full when read (`decode`: its MAC under the folder's key, then what it holds); the
+folder and key are checked at start (disk_folder.py); a link, FIFO or oversized file is a miss.
 
 Writes run on one writer thread (disk_writer.py): `put` queues the block (it stays readable
 from memory until its file is in place) and returns; the writer writes `<name>.<pid>.<n>.tmp`
