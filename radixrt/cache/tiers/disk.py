@@ -57,9 +57,8 @@ MAX_PENDING_BYTES = 1 << 30  # queued for the writer; past it new blocks are not
 
 
 class DiskTier(BaseKVTier):
-    """Up to `capacity_bytes` of block files under `cache_dir`, least recently used deleted
-    first; `spec` names the model (fingerprint), dtype and block shape every file must have;
-    `close` writes what is still queued for up to `drain_timeout_s`."""
+    """Up to `capacity_bytes` of block files under `cache_dir`, LRU first out; `spec` names the
+    model (fingerprint), dtype and block shape of every file; `close` drains for a bound."""
 
     name = "disk"
 
