@@ -238,6 +238,14 @@ class CacheSummaryReplyMsg(msgspec.Struct, tag=True):
     misses: list[MissMsg]  # newest first
 
 
+class ControlErrorMsg(msgspec.Struct, tag=True):
+    """A control question (flush, info, explain, summary, pin) raised in the scheduler: the
+    answer to `reply_id`; the scheduler goes on."""
+
+    reply_id: int
+    message: str
+
+
 class FatalErrorMsg(msgspec.Struct, tag=True):
     """The scheduler loop failed; the process exits right after sending this."""
 
@@ -252,6 +260,7 @@ FromSchedulerMsg = (
     | ExplainReplyMsg
     | CacheSummaryReplyMsg
     | PinUpdateReplyMsg
+    | ControlErrorMsg
     | FatalErrorMsg
 )
 
@@ -267,6 +276,7 @@ class SchedulerArgsMsg(msgspec.Struct):
     out_addr: str  # the scheduler PUSHes outputs here
     parent_pid: int  # the scheduler exits when this process goes
     log_level: str = "info"
+    heartbeat_path: str = ""  # the loop's heartbeat file (scheduler/heartbeat.py); "": none
 
 
 def finish_to_msg(reason: FinishReason | None) -> FinishMsg | None:

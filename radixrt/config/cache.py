@@ -106,6 +106,9 @@ class CacheConfig:
     disk_cache_size: float = 10.0
     tier_block_size: int = 64
     write_through_min_tokens: int = 1024
+    # On a clean stop (SIGTERM, the server's shutdown, Engine.shutdown), how long the disk
+    # tier may take to write the blocks still queued; the rest are dropped (and logged).
+    disk_drain_timeout_s: float = 10.0
     # JSON (KVEventsConfig): publish the tree's block events over ZMQ; None: off.
     kv_events_config: str | None = None
     # Models with sliding-window layers: their K/V goes to a pool of this many slots per slot
@@ -152,6 +155,9 @@ class CacheConfig:
                 f"tier_block_size must be a positive multiple of page_size {self.page_size}, "
                 f"got {self.tier_block_size}"
             )
+        drain = self.disk_drain_timeout_s
+        if not 0 <= drain < float("inf"):
+            raise ValueError(f"disk_drain_timeout_s must be a finite number >= 0, got {drain}")
         if self.write_through_min_tokens < 0:
             raise ValueError(
                 f"write_through_min_tokens must be >= 0, got {self.write_through_min_tokens}"

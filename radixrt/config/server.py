@@ -26,6 +26,11 @@ class ServerConfig:
     enable_metrics: bool = False  # serve Prometheus text at /metrics
     served_model_name: str | None = None  # None: the model file or folder name
     drain_timeout_s: float = 30.0  # on SIGTERM, how long running requests may take to finish
+    # The scheduler loop beats once an iteration (radixrt/scheduler/heartbeat.py); silent this
+    # long, it is taken as wedged: /health answers 503, the requests and questions waiting on
+    # it fail with 503, new ones are refused with 503, until it beats again. Longer than the
+    # slowest step (a first CUDA step that compiles kernels counts).
+    scheduler_stall_timeout_s: float = 60.0
     dp_size: int = 1  # data-parallel replicas: scheduler processes behind this one server
     # Bounds on the work one HTTP request may ask for (docs/reliability.md); each refusal is a
     # 400 or 413 naming its flag.
@@ -76,6 +81,9 @@ class ServerConfig:
             raise ValueError(f"cache_min_tokens must be >= 0, got {self.cache_min_tokens}")
         if not self.cache_ttl_scale > 0:
             raise ValueError(f"cache_ttl_scale must be > 0, got {self.cache_ttl_scale}")
+        stall = self.scheduler_stall_timeout_s
+        if not 0 < stall < float("inf"):
+            raise ValueError(f"scheduler_stall_timeout_s must be a finite number > 0, got {stall}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if self.dp_size < 1:

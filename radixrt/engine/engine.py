@@ -20,6 +20,7 @@ from radixrt.engine.output import RequestOutput
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    ControlErrorMsg,
     ExplainReplyMsg,
     ExplainReqMsg,
     FatalErrorMsg,
@@ -239,6 +240,8 @@ class Engine:
         reply = box.get()
         if isinstance(reply, BaseException):
             raise RuntimeError("the engine's scheduler failed") from reply
+        if isinstance(reply, ControlErrorMsg):  # the question failed; the scheduler lives on
+            raise RuntimeError(f"the scheduler could not answer: {reply.message}")
         return reply
 
     # ---- the scheduler thread ------------------------------------------------------------
@@ -267,7 +270,7 @@ class Engine:
                 if out is not None:  # else: its caller stopped reading (aborted)
                     out.state.apply(out_msg)
                     out.updates.put(out.state.is_finished)
-        elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg)):
+        elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg, ControlErrorMsg)):
             box = self._replies.pop(msg.reply_id, None)
             if box is not None:
                 box.put(msg)

@@ -1,8 +1,9 @@
 """WorkerPool: the standalone router's view of its worker servers: health, load, routing.
 
 A worker leaves the rotation after `health_failure_threshold` failed /health checks in a row,
-or at once when a request cannot reach it; it comes back after one good check. Its load is
-the number of requests the router has in flight on it.
+at once when its /health answers 503 (its scheduler died or is wedged: the worker says it
+cannot serve) or when a request cannot reach it; it comes back after one good check. Its load
+is the number of requests the router has in flight on it.
 """
 
 from __future__ import annotations
@@ -109,17 +110,31 @@ class WorkerPool:
     async def _check(self, worker: Worker) -> None:
         try:
             r = await self.client.get(worker.url + "/health", timeout=_HEALTH_TIMEOUT_S)
-            ok = r.status_code == 200
+            status: int | None = r.status_code
         except httpx.HTTPError:
-            ok = False
-        if ok:
+            status = None
+        if status == 200:
             if not worker.healthy:
                 logger.info("worker %s healthy again", worker.url)
             worker.healthy, worker.failures = True, 0
             return
         worker.failures += 1
-        if worker.healthy and worker.failures >= self.config.health_failure_threshold:
+        if not worker.healthy:
+            return
+        if status == 503:  # the worker itself says it cannot serve: no second check
+            logger.warning("worker %s answers /health with 503 (%s); out of rotation",
+                           worker.url, _message(r))  # fmt: skip
+            worker.healthy = False
+        elif worker.failures >= self.config.health_failure_threshold:
             logger.warning(
                 "worker %s failed %d health checks; out of rotation", worker.url, worker.failures
             )
             worker.healthy = False
+
+
+def _message(r: httpx.Response) -> str:
+    """The error message of a worker's answer, or its start."""
+    try:
+        return str(r.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return r.text[:200]

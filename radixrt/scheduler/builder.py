@@ -116,8 +116,9 @@ def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:
         spec = BlockSpec(fingerprint, block, pool.dtype, shape)
         size = int(cache_config.disk_cache_size * 1e9)
         try:
-            tiers.append(DiskTier(cache_config.cache_dir, spec, size))
-        except OSError as e:
+            drain_s = cache_config.disk_drain_timeout_s
+            tiers.append(DiskTier(cache_config.cache_dir, spec, size, drain_s))
+        except (OSError, ValueError) as e:  # not ours, open to others, a bad key file
             raise ValueError(f"--cache-dir {cache_config.cache_dir!r} is not usable: {e}") from e
     logger.info("KV tiers below the pool: %s (blocks of %d tokens, %.1f MB each; model %s)",
                 ", ".join(f"{t.name} {t.capacity_bytes / 1e9:g} GB" for t in tiers), block,

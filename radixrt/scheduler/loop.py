@@ -3,14 +3,15 @@ transport to its clients: ZMQ sockets in the server's scheduler process (schedul
 a pair of thread queues under the in-process Engine (`ThreadTransport`).
 
 A request that raises while being queued or aborted is finished with an error and the loop
-goes on; an exception inside `step()` is fatal: it is reported as FatalErrorMsg and `run`
-returns 1. Outputs are incremental: each request's ReqOutMsg holds what it gained since the
-last one it was in.
+goes on; so does a control question that raises (flush, info, explain, summary, pin): its
+asker gets ControlErrorMsg. An exception inside `step()` is fatal: it is reported as
+FatalErrorMsg and `run` returns 1 (the pool check after each step catches a control question
+that left the pool broken). Outputs are incremental: each request's ReqOutMsg holds what it
+gained since the last one it was in.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import time
@@ -22,27 +23,16 @@ from radixrt.core import FinishReason, Req, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
-    CacheSummaryReplyMsg,
-    CacheSummaryReqMsg,
-    ExplainReplyMsg,
-    ExplainReqMsg,
+    ControlErrorMsg,
     FatalErrorMsg,
-    FlushCacheReplyMsg,
-    FlushCacheReqMsg,
     FromSchedulerMsg,
     GenerateReqMsg,
-    GetInfoReqMsg,
-    InfoReplyMsg,
-    MissMsg,
-    PinUpdateReplyMsg,
-    PinUpdateReqMsg,
     ReqOutMsg,
     StopMsg,
-    SubtreeMsg,
     ToSchedulerMsg,
     finish_to_msg,
 )
-from radixrt.scheduler.misses import Miss
+from radixrt.scheduler.control import CONTROL_MSGS, answer
 from radixrt.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger("radixrt")
@@ -70,6 +60,10 @@ class BaseTransport(ABC):
     def is_stopped(self) -> bool:
         """True once the loop should end (its clients are gone)."""
         return False
+
+    def beat(self) -> None:  # noqa: B027 (optional: a transport in one process needs none)
+        """Called at the top of every loop iteration: tells the clients the loop still runs
+        (scheduler/heartbeat.py); nothing by default."""
 
 
 class ThreadTransport(BaseTransport):
@@ -117,6 +111,7 @@ class SchedulerLoop:
     def _run(self) -> int:
         sched = self.scheduler
         while not self._stopping and not self.transport.is_stopped():
+            self.transport.beat()
             touched: dict[str, Req] = {}
             for msg in self.transport.recv(IDLE_WAIT_S if sched.is_idle else None):
                 self._handle(msg, touched)
@@ -146,23 +141,15 @@ class SchedulerLoop:
                 return
             if req is not None:
                 touched[req.rid] = req
-        elif isinstance(msg, FlushCacheReqMsg):
-            cleared = sched.flush_cache(msg.disk)
-            self.transport.send(
-                FlushCacheReplyMsg(msg.reply_id, cleared is not None, cleared or [])
-            )
-        elif isinstance(msg, GetInfoReqMsg):
-            info = sched.info()
-            self.transport.send(InfoReplyMsg(reply_id=msg.reply_id, **info))
-        elif isinstance(msg, ExplainReqMsg):
-            why = sched.explain(msg.input_ids, msg.extra_key, msg.own_prefix)
-            self.transport.send(ExplainReplyMsg(msg.reply_id, **dataclasses.asdict(why)))
-        elif isinstance(msg, CacheSummaryReqMsg):
-            self.transport.send(_summary_reply(msg, sched))
-        elif isinstance(msg, PinUpdateReqMsg):
-            found = sched.update_pin(msg.pin_id, msg.expire_at)
-            self.transport.send(PinUpdateReplyMsg(msg.reply_id, found))
+        elif isinstance(msg, CONTROL_MSGS):
+            try:
+                reply = answer(msg, sched)
+            except Exception as e:
+                logger.exception("%s failed; the scheduler goes on", type(msg).__name__)
+                reply = ControlErrorMsg(msg.reply_id, f"{type(e).__name__}: {e}")
+            self.transport.send(reply)
         elif isinstance(msg, StopMsg):
+            logger.info("stop requested: scheduler stopping")
             self._stopping = True
 
     def _add(self, msg: GenerateReqMsg, touched: dict[str, Req]) -> None:
@@ -235,26 +222,3 @@ class SchedulerLoop:
 
 def _top(pairs: list[tuple[float, int]]) -> list[tuple[float, int]]:
     return [(float(lp), int(t)) for lp, t in pairs]
-
-
-def _summary_reply(msg: CacheSummaryReqMsg, sched: Scheduler) -> CacheSummaryReplyMsg:
-    tree, misses = sched.tree_summary(msg.max_rows), sched.misses
-    return CacheSummaryReplyMsg(
-        msg.reply_id,
-        tree.num_nodes,
-        tree.walked_nodes,
-        tree.truncated,
-        [SubtreeMsg(**dataclasses.asdict(row)) for row in tree.subtrees],
-        misses.num_misses,
-        dict(misses.by_cause),
-        [_miss_msg(m) for m in misses.recent],
-    )
-
-
-def _miss_msg(m: Miss) -> MissMsg:
-    w = m.why
-    return MissMsg(
-        m.at, m.extra_key, m.prompt_tokens, m.cached_tokens, w.cause, w.matched_tokens,
-        w.divergence, list(w.cached_next), w.evicted_at, w.other_namespace_tokens,
-        m.context_start, m.context_ids,
-    )  # fmt: skip

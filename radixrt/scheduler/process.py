@@ -2,7 +2,10 @@
 behind two ZMQ sockets.
 
 Started by the HTTP process as `python -m radixrt.scheduler.process '<SchedulerArgsMsg JSON>'`;
-it exits with the loop's status (1 after a failed step), or 0 when its parent goes.
+it exits with the loop's status (1 after a failed step), or 0 when its parent goes. A StopMsg
+or SIGTERM (its parent's death sends one too) is a clean stop: the loop ends after its step and
+the scheduler closes (the disk tier drains its queued writes, bounded); SIGTERM while the model
+still loads exits at once, with nothing to save.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -25,6 +29,7 @@ from radixrt.messages import (
     SchedulerArgsMsg,
     ToSchedulerMsg,
 )
+from radixrt.scheduler.heartbeat import HeartbeatWriter
 from radixrt.scheduler.loop import BaseTransport, SchedulerLoop
 
 if TYPE_CHECKING:
@@ -36,10 +41,14 @@ logger = logging.getLogger("radixrt")
 class ZmqTransport(BaseTransport):
     """The scheduler process's side of the HTTP process's two ipc sockets (typed msgpack)."""
 
-    def __init__(self, recv_sock: zmq.Socket, send_sock: zmq.Socket, parent_pid: int) -> None:
+    def __init__(self, recv_sock: zmq.Socket, send_sock: zmq.Socket, parent_pid: int,
+                 stop: threading.Event | None = None,
+                 heartbeat: HeartbeatWriter | None = None) -> None:  # fmt: skip
         self.recv_sock = recv_sock
         self.send_sock = send_sock
         self.parent_pid = parent_pid
+        self.stop = stop or threading.Event()  # set by SIGTERM (the main thread's handler)
+        self.heartbeat = heartbeat  # the HTTP process reads it to tell a wedged loop
         self._decoder = msgspec.msgpack.Decoder(ToSchedulerMsg)
         self._encoder = msgspec.msgpack.Encoder()
 
@@ -67,7 +76,14 @@ class ZmqTransport(BaseTransport):
             return False
         return True
 
+    def beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
+
     def is_stopped(self) -> bool:
+        if self.stop.is_set():
+            logger.info("SIGTERM: scheduler stopping")
+            return True
         if os.getppid() != self.parent_pid:
             logger.info("parent process exited; scheduler stopping")
             return True
@@ -100,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     args = msgspec.json.decode(argv[0], type=SchedulerArgsMsg)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s scheduler: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the HTTP process's to handle
+    stop, looping = threading.Event(), threading.Event()
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if not looping.is_set():  # still loading: nothing to drain
+            os._exit(128 + signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     _exit_with_parent()
     if os.getppid() != args.parent_pid:  # the parent went before the death signal was set
         return 0
@@ -115,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     # called from the main thread were measured slower when other processes compete.
     status: list[int] = []
     thread = threading.Thread(
-        target=lambda: status.append(_load_and_run(args, recv_sock, send_sock)),
+        target=lambda: status.append(_load_and_run(args, recv_sock, send_sock, stop, looping)),
         name="scheduler-loop",
     )
     thread.start()
@@ -123,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     return status[0] if status else 1
 
 
-def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.Socket) -> int:
-    """Build the scheduler, announce ReadyMsg (FatalErrorMsg if it cannot), run the loop."""
+def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.Socket,
+                  stop: threading.Event, looping: threading.Event) -> int:  # fmt: skip
+    """Build the scheduler, announce ReadyMsg (FatalErrorMsg if it cannot), run the loop until
+    `stop` is set (SIGTERM) or a StopMsg comes; `looping` is set once the loop runs."""
     encoder = msgspec.msgpack.Encoder()
     try:
         from radixrt.scheduler.builder import build_scheduler
@@ -137,8 +163,11 @@ def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.
         return 1
     runner = scheduler.runner
     runner.tp_group.on_rank_exit = _exit_at_once
+    heartbeat = HeartbeatWriter(args.heartbeat_path) if args.heartbeat_path else None
+    transport = ZmqTransport(recv_sock, send_sock, args.parent_pid, stop, heartbeat)
+    looping.set()
     send_sock.send(encoder.encode(ready_msg(runner)))
-    return SchedulerLoop(scheduler, ZmqTransport(recv_sock, send_sock, args.parent_pid)).run()
+    return SchedulerLoop(scheduler, transport).run()
 
 
 def ready_msg(runner: ModelRunner) -> ReadyMsg:

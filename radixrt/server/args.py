@@ -72,6 +72,8 @@ _HELP = {
     "cache_dir": "directory for KV blocks on disk, kept across restarts and shared by "
     "processes serving the same model; None: off",
     "disk_cache_size": "GB of block files in --cache-dir at most (least recently used deleted)",
+    "disk_drain_timeout_s": "on a clean stop, seconds the disk tier may take to write the "
+    "blocks still queued (the rest are dropped, and the counts logged)",
     "tier_block_size": "tokens per block in the host and disk tiers (a multiple of --page-size)",
     "kv_events_config": "JSON: publish the tree's block events over ZMQ as vLLM does, e.g. "
     '{"endpoint": "tcp://127.0.0.1:5557", "replay_endpoint": "tcp://127.0.0.1:5558", '
@@ -102,6 +104,9 @@ _HELP = {
     "(without it, a length-bounding backend only allows tokens that can finish in time)",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
+    "scheduler_stall_timeout_s": "seconds without a heartbeat from the scheduler loop after "
+    "which it is taken as wedged: /health and the requests waiting on it answer 503 until it "
+    "runs again",
     "dp_size": "data-parallel replicas: scheduler processes, each with its own model and cache",
     "max_request_bytes": "request bodies larger than this are refused with 413",
     "max_prompts_per_request": "prompts in one /generate or /v1/completions request",

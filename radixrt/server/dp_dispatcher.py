@@ -67,6 +67,11 @@ class DataParallelManager:
         return next((m.dead_reason for m in self.managers if m.dead_reason is not None), None)
 
     @property
+    def stall_reason(self) -> str | None:
+        """The first wedged replica's reason (its requests fail; the others serve on)."""
+        return next((r for m in self.managers if (r := m.stall_reason) is not None), None)
+
+    @property
     def num_queued(self) -> int:
         return sum(m.num_queued for m in self.managers)
 

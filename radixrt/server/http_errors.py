@@ -17,6 +17,7 @@ from radixrt.grammar.base import GrammarBusyError
 from radixrt.server.cache_handles import HandleNotFoundError, HandleRefusedError
 from radixrt.server.http_common import ClientGoneError, RequestFailedError
 from radixrt.server.protocol import BadRequestError
+from radixrt.server.scheduler_queries import SchedulerQueryError
 from radixrt.server.tenancy import TooManyRequestsError
 from radixrt.server.tokenizer_manager import RefusedError, SchedulerDeadError
 from radixrt.web.middleware import (
@@ -40,6 +41,7 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (HandleRefusedError, 409),
     (TooManyRequestsError, 429),
     (SchedulerDeadError, 503),
+    (SchedulerQueryError, 500),
     (ValueError, 400),
 )
 

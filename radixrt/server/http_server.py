@@ -107,8 +107,10 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
-        if tm.dead_reason is not None:
-            return error_response(tm.dead_reason, 503)
+        """200 while the scheduler lives and its loop beats; 503 with the reason otherwise."""
+        reason = tm.dead_reason or tm.stall_reason
+        if reason is not None:
+            return error_response(reason, 503)
         return json_response({"status": "ok"})
 
     @app.post("/generate")

@@ -1,7 +1,8 @@
 """Start-up and shut-down of the server: scheduler process first, then uvicorn on uvloop.
 
 Exit status: 0 after a normal stop, 1 when the scheduler fails to start or dies. SIGTERM and
-SIGINT let running requests finish for up to `drain_timeout_s`, then stop the scheduler.
+SIGINT let running requests finish for up to `drain_timeout_s`, then stop the scheduler
+cleanly (StopMsg: its disk tier writes what is queued, for up to `disk_drain_timeout_s`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ async def _serve(args: ServerArgs) -> int:
         async def on_shutdown() -> None:
             await tm.close()
             log.close()
+            for client in clients:  # every replica drains its disk writes at the same time
+                client.request_stop()
             for client in clients:
                 client.stop()  # before uvicorn re-raises a captured SIGTERM
 

@@ -7,8 +7,11 @@ token and to the end, and `prefix_hashes`: a chain over the prompt's whole block
 tokens, h[i] = sha256(h[i-1] + tokens of block i) cut to 16 hex digits, h[-1] = the
 deployment's salt. Two prompts share their first k blocks exactly when their first k hashes
 are equal; the salt (FILE.salt, made once, kept across restarts) keeps the hashes from being a
-dictionary of common prompts. The file is rotated by size (FILE.1, FILE.2, ... up to
-`keep`). Written on the event loop's thread, a line at a time.
+dictionary of common prompts; a salt file that is empty or too short is refused at start.
+The file is rotated by size (FILE.1, FILE.2, ... up to `keep`); a rotation that fails is
+logged and retried a minute later, and lines keep going to the open file meanwhile. A partial
+last line (a crash mid-write) is closed with a newline at start, so the next record is whole.
+Written on the event loop's thread, a line at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from radixrt.output.state import ReqOutput
 logger = logging.getLogger("radixrt")
 
 BLOCK = 128  # tokens per hashed block
+SALT_BYTES = 16  # made this long; a shorter salt file is refused
+ROTATE_RETRY_S = 60.0  # after a failed rotation, the next try
 
 
 def prefix_hashes(ids: list[int], salt: bytes, block: int = BLOCK) -> list[str]:
@@ -49,7 +54,8 @@ class RequestLog:
         self.max_bytes = max_bytes
         self.keep = keep
         self.salt = _salt(self.path.with_name(self.path.name + ".salt"))
-        self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file: IO[str] = _open_appending(self.path)
+        self._rotate_after = 0.0  # monotonic; later after a failed rotation
 
     def observe_first_token(self, seconds: float) -> None:
         pass
@@ -93,17 +99,26 @@ class RequestLog:
     def _write(self, rec: dict[str, Any]) -> None:
         self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
         self._file.flush()
-        if self._file.tell() >= self.max_bytes:
-            self._rotate()
+        if self._file.tell() >= self.max_bytes and time.monotonic() >= self._rotate_after:
+            try:
+                self._rotate()
+            except OSError as e:  # the open file stays: no line is lost
+                self._rotate_after = time.monotonic() + ROTATE_RETRY_S
+                logger.warning("could not rotate the request log %s (%s); still writing to "
+                               "the open file, next try in %.0f s", self.path, e,
+                               ROTATE_RETRY_S)  # fmt: skip
 
     def _rotate(self) -> None:
-        self._file.close()
+        """FILE.i -> FILE.i+1, FILE -> FILE.1, a new FILE; the open file is closed only once
+        the new one is open (until then, lines still go to it, whatever its name)."""
         for i in range(self.keep - 1, 0, -1):
             older = self.path.with_name(f"{self.path.name}.{i}")
             if older.exists():
                 os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
         os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        new = _open_appending(self.path)
+        self._file.close()
+        self._file = new
 
 
 class NoRequestLog:
@@ -130,11 +145,47 @@ def open_request_log(config: Any) -> RequestLog | NoRequestLog:
 
 
 def _salt(path: Path) -> bytes:
-    """The deployment's salt: read from `path`, made there (owner-only) the first time."""
-    if path.exists():
-        return bytes.fromhex(path.read_text().strip())
-    salt = secrets.token_bytes(16)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(salt.hex())
+    """The deployment's salt: read from `path`, made there (owner-only, written whole before
+    it takes the name) the first time; ValueError if the file holds no usable salt."""
+    if not os.path.lexists(path):
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_bytes(SALT_BYTES).hex())
+        try:
+            os.link(tmp, path)  # never replaces a salt made meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    text = path.read_text().strip()
+    try:
+        salt = bytes.fromhex(text)
+    except ValueError:
+        salt = b""
+    if len(salt) < SALT_BYTES:
+        raise ValueError(
+            f"the salt file {path} holds no salt of at least {SALT_BYTES} bytes in hex "
+            f"({len(text)} characters); remove it to make a new one (the prefix hashes of "
+            f"earlier logs then no longer match new ones)"
+        )
     return salt
+
+
+def _open_appending(path: Path) -> IO[str]:
+    """`path` opened for appending; a partial last line (a crash mid-write) is closed first."""
+    partial = False
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                partial = f.read(1) != b"\n"
+    except FileNotFoundError:
+        pass
+    out = open(path, "a", encoding="utf-8")  # noqa: SIM115
+    if partial:
+        out.write("\n")
+        out.flush()
+        logger.warning("request log %s ended in a partial line (a crash mid-write?); closed it",
+                       path)  # fmt: skip
+    return out

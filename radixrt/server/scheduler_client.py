@@ -1,19 +1,22 @@
 """SchedulerClient: starts the scheduler process and carries typed messages to and from it.
 
-The HTTP process binds two ipc sockets in a private temp folder; the scheduler connects to
-both. Requests go out on a PUSH socket that never blocks (no high-water mark); outputs come
-back on an asyncio PULL socket.
+The HTTP process binds two ipc sockets in a private temp folder, beside the file the
+scheduler loop beats into (scheduler/heartbeat.py); the scheduler connects to both sockets.
+Requests go out on a PUSH socket that never blocks (no high-water mark); outputs come back on
+an asyncio PULL socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -24,13 +27,16 @@ from radixrt.messages import (
     FromSchedulerMsg,
     ReadyMsg,
     SchedulerArgsMsg,
+    StopMsg,
     ToSchedulerMsg,
 )
+from radixrt.scheduler.heartbeat import HeartbeatReader, create_heartbeat
 from radixrt.server.args import ServerArgs
 
 logger = logging.getLogger("radixrt")
 
 _POLL_S = 0.2
+STOP_GRACE_S = 5.0  # for the step under way to end, then for SIGTERM to work
 
 
 class SchedulerStartError(RuntimeError):
@@ -46,6 +52,9 @@ class SchedulerClient:
         self._ipc_dir = tempfile.mkdtemp(prefix="radixrt-")
         self._in_addr = f"ipc://{self._ipc_dir}/in"
         self._out_addr = f"ipc://{self._ipc_dir}/out"
+        self._heartbeat_path = Path(self._ipc_dir) / "heartbeat"
+        create_heartbeat(self._heartbeat_path)
+        self._heartbeat = HeartbeatReader(self._heartbeat_path)
         self._ctx = zmq.Context()
         self._send_sock = self._ctx.socket(zmq.PUSH)
         self._send_sock.setsockopt(zmq.SNDHWM, 0)
@@ -71,6 +80,7 @@ class SchedulerClient:
             self._out_addr,
             os.getpid(),
             a.server.log_level,
+            str(self._heartbeat_path),
         )
         cmd = [
             sys.executable,
@@ -109,6 +119,10 @@ class SchedulerClient:
         raw = await self._recv_sock.recv(copy=False)
         return self._decoder.decode(raw.buffer)
 
+    def last_beat(self) -> float:
+        """When the scheduler loop last ran an iteration (time.monotonic(); 0.0: not yet)."""
+        return self._heartbeat.last_beat()
+
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
@@ -124,15 +138,27 @@ class SchedulerClient:
             await asyncio.sleep(_POLL_S)
         return rc
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Terminate the scheduler (kill it after `timeout_s`) and close the sockets."""
+    def request_stop(self) -> None:
+        """Ask the scheduler for a clean stop (StopMsg: it ends its loop after the current step
+        and its disk tier writes what is queued); `stop` waits for it."""
+        if self.returncode is None and self.proc is not None and not self._send_sock.closed:
+            with contextlib.suppress(zmq.ZMQError):
+                self.send(StopMsg())
+
+    def stop(self) -> None:
+        """Stop the scheduler cleanly (`request_stop`), SIGTERM it if it has not exited within
+        its disk drain bound plus a grace, SIGKILL it a grace later; close the sockets."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.request_stop()
+            drain_s = self.args.cache.disk_drain_timeout_s if self.args.cache.cache_dir else 0.0
+            for end, wait_s in ((self.proc.terminate, drain_s + STOP_GRACE_S),
+                                (self.proc.kill, STOP_GRACE_S)):  # fmt: skip
+                try:
+                    self.proc.wait(wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    end()
+            self.proc.wait()
         self._send_sock.close(0)
         self._recv_sock.close(0)
         # Both contexts end here, not in a garbage collector's finalizer (where a context

@@ -13,6 +13,7 @@ from typing import Any
 from radixrt.messages import (
     CacheSummaryReplyMsg,
     CacheSummaryReqMsg,
+    ControlErrorMsg,
     ExplainReplyMsg,
     ExplainReqMsg,
     FlushCacheReplyMsg,
@@ -32,7 +33,12 @@ REPLIES = (
     ExplainReplyMsg,
     CacheSummaryReplyMsg,
     PinUpdateReplyMsg,
+    ControlErrorMsg,
 )
+
+
+class SchedulerQueryError(RuntimeError):
+    """The scheduler could not answer a question (it raised, and lives on): a 500."""
 
 
 class SchedulerQueries:
@@ -67,9 +73,14 @@ class SchedulerQueries:
         return await self._ask(lambda rid: CacheSummaryReqMsg(rid, max_rows))
 
     def resolve(self, msg: Any) -> None:
-        """Hand a reply (one of REPLIES) to the question waiting for it, if any still is."""
+        """Hand a reply (one of REPLIES) to the question waiting for it, if any still is; a
+        ControlErrorMsg raises SchedulerQueryError in the asker."""
         future = self._replies.get(msg.reply_id)
-        if future is not None and not future.done():
+        if future is None or future.done():
+            return
+        if isinstance(msg, ControlErrorMsg):
+            future.set_exception(SchedulerQueryError(f"the scheduler failed: {msg.message}"))
+        else:
             future.set_result(msg)
 
     def fail_all(self, reason: str) -> None:

@@ -2,7 +2,9 @@
 
 It sends GenerateReqMsg / AbortReqMsg to the scheduler, applies each BatchTokenOutMsg to the
 `ReqOutput` of each request (output ids, logprobs, finish reason), and wakes the handler that
-waits on it. When the scheduler process dies every request in flight fails at once.
+waits on it. When the scheduler process dies every request in flight fails at once; while its
+loop is wedged (no heartbeat for --scheduler-stall-timeout-s, stall_watch.py) the requests
+and questions waiting on it fail with 503 and new ones are refused, until it runs again.
 
 Request ids: the scheduler only ever sees ids made here (uuid4). What a client calls its
 request (its own `rid`, or the made id it is told in `meta_info.id`) is scoped to that client
@@ -45,6 +47,7 @@ from radixrt.server.req_state import (
 )
 from radixrt.server.scheduler_client import SchedulerClient
 from radixrt.server.scheduler_queries import REPLIES, SchedulerQueries
+from radixrt.server.stall_watch import StallWatch
 
 __all__ = [
     "QueueFullError",
@@ -83,7 +86,9 @@ class TokenizerManager(SchedulerQueries):
         self.groups: dict[GroupKey, list[ReqState]] = {}  # unfinished states per client id
         self.num_running = 0  # as last reported by the scheduler
         self._tasks: list[asyncio.Task[None]] = []
+        self._stall_task: asyncio.Task[None] | None = None
         self._on_dead: Callable[[str], None] = lambda reason: None
+        self.stall = StallWatch(client.last_beat, config.scheduler_stall_timeout_s)
         # Tokenizing and chat templating run here, one at a time (the fast tokenizer is not
         # safe to call concurrently), so the event loop keeps answering while they run.
         self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="radixrt-tokenize")
@@ -91,7 +96,12 @@ class TokenizerManager(SchedulerQueries):
     def start(self, on_dead: Callable[[str], None]) -> None:
         """Start the output loop and the watchdog; `on_dead` runs once if the scheduler dies."""
         self._on_dead = on_dead
-        self._tasks = [asyncio.create_task(self._recv_loop()), asyncio.create_task(self._watch())]
+        self._stall_task = asyncio.create_task(self.stall.run(self._fail_stalled))
+        self._tasks = [
+            asyncio.create_task(self._recv_loop()),
+            asyncio.create_task(self._watch()),
+            self._stall_task,
+        ]
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -102,6 +112,11 @@ class TokenizerManager(SchedulerQueries):
     async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) on the tokenizer thread (tokenize, template, validate a body)."""
         return await asyncio.get_running_loop().run_in_executor(self._tokenizer_pool, fn, *args)
+
+    @property
+    def stall_reason(self) -> str | None:
+        """Why the scheduler counts as wedged now (no heartbeat); None while it runs."""
+        return self.stall.reason
 
     @property
     def num_queued(self) -> int:
@@ -128,8 +143,8 @@ class TokenizerManager(SchedulerQueries):
         flight), else ids are made here. Every message is encoded before anything is
         registered, and a failure while sending unregisters them all: a request that raises
         here leaves nothing behind. `session` only matters to a dispatcher over replicas."""
-        if self.dead_reason is not None:
-            raise SchedulerUnavailableError(self.dead_reason)
+        if (reason := self.dead_reason or self.stall_reason) is not None:
+            raise SchedulerUnavailableError(reason)
         num_new = sum(p.n for p in params)
         limit = self.config.max_queued_requests
         if num_new > limit:
@@ -298,11 +313,23 @@ class TokenizerManager(SchedulerQueries):
             if not group:
                 del self.groups[state.group]
 
+    def _fail_stalled(self, reason: str) -> None:
+        """The scheduler is wedged: fail (503) and abort every request and question waiting
+        on it; the aborts reach it if it ever runs again, and free what the requests hold."""
+        states = list(self.states.values())
+        for state in states:
+            state.error = reason
+            state.event.set()
+        self.abort(states)
+        self.fail_all(reason)
+
     def _die(self, reason: str) -> None:
         if self.dead_reason is not None:
             return
         logger.error("%s; failing %d requests and shutting down", reason, len(self.states))
         self.dead_reason = reason
+        if self._stall_task is not None:
+            self._stall_task.cancel()  # a dead scheduler is not a wedged one
         for state in self.states.values():
             state.error = reason
             state.event.set()

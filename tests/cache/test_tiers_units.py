@@ -26,6 +26,7 @@ from radixrt.cache.tiers.host import HostTier
 B = 4
 SHAPE = (2, 2, B, 1, 3)  # (layers, K/V, B, kv heads, head dim)
 SPEC = BlockSpec("ab" * 32, B, torch.float32, SHAPE)
+KEY = bytes(range(32))  # a MAC key
 
 
 def _block(path: list[int], index: int, ns: str | None = None, fill: float | None = None):
@@ -58,41 +59,41 @@ def test_hashes_chain_namespaces_and_ownership() -> None:
 
 def test_format_round_trip_and_every_check() -> None:
     blk = _block(PATH, 2)
-    raw = b"".join(bytes(p) for p in encode(SPEC, None, 2, blk.path, blk.data))
-    assert torch.equal(decode(bytearray(raw), SPEC, None, 2, blk.path), blk.data)
+    raw = b"".join(bytes(p) for p in encode(SPEC, None, 2, blk.path, blk.data, KEY))
+    assert torch.equal(decode(bytearray(raw), SPEC, None, 2, blk.path, KEY), blk.data)
     bad = {
         "truncated": raw[:-9],
         "extended": raw + b"\x00",
         "empty": b"",
         "magic": b"X" + raw[1:],
     }
-    for pos in (10, 40, len(raw) - 60, len(raw) - 20, len(raw) - 2):  # header..payload, crc
+    for pos in (10, 40, len(raw) - 60, len(raw) - 20, len(raw) - 2):  # header..payload, MAC
         flipped = bytearray(raw)
         flipped[pos] ^= 1
         bad[f"flip@{pos}"] = bytes(flipped)
     for name, data in bad.items():  # damage: BlockFileError, never a mere mismatch
         with pytest.raises(BlockFileError) as info:
-            decode(data, SPEC, None, 2, blk.path)
+            decode(data, SPEC, None, 2, blk.path, KEY)
             pytest.fail(name)
         assert not isinstance(info.value, BlockMismatch), name
     # Whole files of another block: BlockMismatch (kept on disk, not served).
     with pytest.raises(BlockMismatch, match="another block"):
-        decode(raw, SPEC, "tenant", 2, blk.path)
+        decode(raw, SPEC, "tenant", 2, blk.path, KEY)
     with pytest.raises(BlockMismatch, match="another block"):
-        decode(raw, BlockSpec("cd" * 32, B, torch.float32, SHAPE), None, 2, blk.path)
+        decode(raw, BlockSpec("cd" * 32, B, torch.float32, SHAPE), None, 2, blk.path, KEY)
     with pytest.raises(BlockMismatch, match="another block"):
-        decode(raw, SPEC, None, 1, blk.path)
+        decode(raw, SPEC, None, 1, blk.path, KEY)
     other = blk.path.copy()
     other[3] += 1  # a colliding hash over other tokens is refused by the stored path
     with pytest.raises(BlockMismatch, match="token path"):
-        decode(raw, SPEC, None, 2, other)
+        decode(raw, SPEC, None, 2, other, KEY)
     with pytest.raises(BlockFileError, match="another layout"):
-        decode(raw, BlockSpec("ab" * 32, B, torch.float16, SHAPE), None, 2, blk.path)
+        decode(raw, BlockSpec("ab" * 32, B, torch.float16, SHAPE), None, 2, blk.path, KEY)
 
 
 def _disk(tmp_path, blocks: int) -> DiskTier:
     probe = _block(PATH, 5)
-    size = len(b"".join(bytes(p) for p in encode(SPEC, None, 5, probe.path, probe.data)))
+    size = len(b"".join(bytes(p) for p in encode(SPEC, None, 5, probe.path, probe.data, KEY)))
     return DiskTier(tmp_path, SPEC, blocks * size)
 
 
@@ -131,7 +132,7 @@ def test_disk_pending_blocks_are_readable_and_writes_are_atomic(tmp_path) -> Non
     assert tier.contains(blk.key) and tier.counters.corrupt_blocks == 0
     tier.close()
     names = [p.name for p in tmp_path.rglob("*") if p.is_file()]
-    assert names == [blk.key.hex() + ".kv"]  # no temporary left behind
+    assert sorted(names) == sorted([blk.key.hex() + ".kv", "block.key"])  # no temporary left
     assert oct(next(tmp_path.rglob("*.kv")).stat().st_mode & 0o777) == "0o600"
 
 
@@ -248,6 +249,8 @@ def test_config_refuses_what_cannot_work() -> None:
         ({"cache_dir": "kv", "page_size": 16, "tier_block_size": 24}, "multiple of page_size"),
         ({"cache_dir": "kv", "disable_radix_cache": True}, "radix cache"),
         ({"write_through_min_tokens": -1}, "write_through_min_tokens"),
+        ({"disk_drain_timeout_s": -1.0}, "disk_drain_timeout_s"),
+        ({"disk_drain_timeout_s": float("inf")}, "disk_drain_timeout_s"),
     ):
         with pytest.raises(ValueError, match=match):
             CacheConfig(**bad)

@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 from radixrt.cli import main as cli_main
+from radixrt.config import ServerConfig
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.output.state import ReqOutput
-from radixrt.server.request_log import BLOCK, RequestLog, prefix_hashes
+from radixrt.server.request_log import BLOCK, RequestLog, open_request_log, prefix_hashes
 
 from .server_proc import start_server
 
@@ -46,6 +47,54 @@ def test_rotation_and_the_salt_survive_a_restart(tmp_path: Path) -> None:
     assert rec["tenant"] == "a" and rec["prompt_tokens"] == 300 and rec["output_tokens"] == 2
     assert rec["pins"] == [{"offset": 256, "ttl_s": 300.0, "sliding": True, "handle": False}]
     assert len(rec["prefix_hashes"]) == 2
+
+
+def _req() -> ReqOutput:
+    req = ReqOutput("r", list(range(300)), SamplingParams(), 0.0, "", "/generate")
+    req.output_ids = [1]
+    return req
+
+
+@pytest.mark.parametrize("text", ["", "\n", "abc", "00ff"])
+def test_a_salt_file_without_a_salt_is_refused(tmp_path: Path, text: str) -> None:
+    (tmp_path / "log.jsonl.salt").write_text(text)
+    config = ServerConfig(request_log=str(tmp_path / "log.jsonl"))
+    with pytest.raises(ValueError, match="log.jsonl.salt holds no salt of at least 16 bytes"):
+        open_request_log(config)
+
+
+def test_a_partial_last_line_is_closed_before_the_next_record(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"whole": 1}\n{"torn": "caf\xc3')  # a crash mid-write, mid-character
+    with caplog.at_level("WARNING", logger="radixrt"):
+        log = RequestLog(str(path), max_bytes=10**6)
+    log.observe_finished(_req(), 0.5)
+    log.close()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[:2] == [b'{"whole": 1}', b'{"torn": "caf\xc3'] and lines[3] == b""
+    assert json.loads(lines[2])["prompt_tokens"] == 300
+    assert "partial line" in caplog.text
+
+
+def test_a_failed_rotation_keeps_logging_to_the_open_file(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "log.jsonl"
+    (tmp_path / "log.jsonl.2").write_text("older\n")
+    (tmp_path / "log.jsonl.3").mkdir()  # FILE.2 cannot take this name: the rotation fails
+    (tmp_path / "log.jsonl.3" / "x").write_text("")
+    log = RequestLog(str(path), max_bytes=300)
+    with caplog.at_level("WARNING", logger="radixrt"):
+        for _ in range(4):
+            log.observe_finished(_req(), 0.5)
+    assert len(path.read_text().splitlines()) == 4  # every line kept
+    warnings = [r for r in caplog.records if "could not rotate" in r.getMessage()]
+    assert len(warnings) == 1  # retried a minute later, not at every line
+    (tmp_path / "log.jsonl.3" / "x").unlink()
+    (tmp_path / "log.jsonl.3").rmdir()
+    log._rotate_after = 0.0  # a minute later
+    log.observe_finished(_req(), 0.5)
+    log.close()
+    assert len((tmp_path / "log.jsonl.1").read_text().splitlines()) == 5
+    assert (tmp_path / "log.jsonl.3").read_text() == "older\n" and path.read_text() == ""
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ scoped to their caller, and one request's bad output fails only that request."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import msgspec
 import pytest
@@ -13,13 +14,21 @@ from radixrt.core import SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
+    ControlErrorMsg,
     FinishMsg,
     GenerateReqMsg,
     ReadyMsg,
     ReqOutMsg,
+    ToSchedulerMsg,
 )
 from radixrt.server.metrics import NoMetrics
-from radixrt.server.tokenizer_manager import QueueFullError, TokenizerManager
+from radixrt.server.scheduler_queries import SchedulerQueryError
+from radixrt.server.tokenizer_manager import (
+    QueueFullError,
+    SchedulerDeadError,
+    SchedulerUnavailableError,
+    TokenizerManager,
+)
 
 
 class FakeClient:
@@ -28,6 +37,7 @@ class FakeClient:
     def __init__(self, fail_after: int | None = None) -> None:
         self.sent: list[object] = []
         self.fail_after = fail_after
+        self.beat = time.monotonic()  # when the fake scheduler loop last ran
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(GenerateReqMsg | AbortReqMsg)
 
@@ -43,19 +53,22 @@ class FakeClient:
     def send(self, msg: object) -> None:
         self.send_encoded(self.encode(msg))
 
+    def last_beat(self) -> float:
+        return self.beat
+
 
 class FakeTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(chr(97 + i % 26) for i in ids)
 
 
-def make_tm(client: FakeClient, max_queued: int = 8) -> TokenizerManager:
+def make_tm(client: FakeClient, max_queued: int = 8, stall_s: float = 60.0) -> TokenizerManager:
     ready = ReadyMsg("m", 1000, 0, 512, 100, "cpu", "float32")
     return TokenizerManager(
         client,
         FakeTokenizer(),
         ready,  # type: ignore[arg-type]
-        ServerConfig(max_queued_requests=max_queued),
+        ServerConfig(max_queued_requests=max_queued, scheduler_stall_timeout_s=stall_s),
         NoMetrics(),
     )
 
@@ -141,3 +154,44 @@ def test_a_bad_output_fails_only_its_request() -> None:
         assert AbortReqMsg(bad.out.rid) in client.sent
 
     run(go)
+
+
+def test_a_question_the_scheduler_could_not_answer_raises_for_its_asker() -> None:
+    async def go() -> None:
+        client = FakeClient()
+        client._decoder = msgspec.msgpack.Decoder(ToSchedulerMsg)
+        tm = make_tm(client)
+        flush = asyncio.ensure_future(tm.flush_cache(disk=True))
+        await asyncio.sleep(0)
+        (asked,) = client.sent
+        tm.resolve(ControlErrorMsg(asked.reply_id, "PermissionError: denied"))
+        with pytest.raises(SchedulerQueryError, match="PermissionError: denied"):
+            await flush
+        assert tm.dead_reason is None  # the scheduler lives on
+
+    run(go)
+
+
+def test_a_wedged_scheduler_fails_what_waits_and_refuses_until_it_beats_again(caplog) -> None:
+    async def go() -> None:
+        client = FakeClient()
+        tm = make_tm(client, stall_s=0.2)
+        (state,) = tm.submit([[1, 2]], [params()], None)
+        assert tm.stall_reason is None
+        await asyncio.sleep(0.3)  # no beat meanwhile: the loop is wedged
+        reason = tm.stall_reason
+        assert reason is not None and "--scheduler-stall-timeout-s 0.2" in reason
+        tm._fail_stalled(reason)
+        with pytest.raises(SchedulerDeadError, match="not made progress"):
+            state.result()
+        assert state.event.is_set() and not tm.states and not tm.groups
+        assert AbortReqMsg(state.out.rid) in client.sent  # frees its slots if it ever runs
+        with pytest.raises(SchedulerUnavailableError, match="not made progress"):
+            tm.submit([[3]], [params()], None)
+        client.beat = time.monotonic()
+        assert tm.stall_reason is None and tm.dead_reason is None
+        tm.submit([[3]], [params()], None)
+
+    with caplog.at_level("WARNING", logger="radixrt"):
+        run(go)
+    assert "has not run for" in caplog.text and "runs again after a stall" in caplog.text

@@ -175,13 +175,15 @@ def index_time(model: str | None, gb: float, folder: Path, block: int = 64) -> d
     shape = (cfg["num_hidden_layers"], 2, block, heads, head_dim)
     spec = BlockSpec("00" * 32, block, torch.float32, shape)
     root = folder / spec.fingerprint[:16]
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)  # the tier refuses a folder others
+    folder.chmod(0o700)  # may write (whatever the umask made)
     rng = random.Random(0)
     files, total = 0, 0
     while total < gb * 1e9:
         index = files % 128
         size = file_size(spec, index, len(header_bytes(spec, None, index)))
         path = block_file(root, rng.randbytes(32))
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True, mode=0o700)
         with open(path, "wb") as f:
             f.truncate(size)
         files, total = files + 1, total + size

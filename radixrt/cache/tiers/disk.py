@@ -4,21 +4,23 @@ Layout: `<cache_dir>/<fingerprint[:16]>/<hash[:2]>/<hash>.kv`, one file per bloc
 (disk_format.py), so another model (or the same one updated) never reads these files, and
 several processes (`--dp` replicas, a restarted server) share the blocks of the same model.
 
-Index: at start the folder is listed (names, sizes and times only: no file is read), which
-takes milliseconds for thousands of files; a block another process wrote later is found by
-its name on first lookup. Each file is checked in full when it is read (`decode`).
+Index: at start the folder is listed (names, sizes and times only: milliseconds for thousands
+of files); a block another process wrote later is found by its name on first lookup. A file is
+checked in full when read (`decode`: its MAC under the folder's key, then what it holds); the
+folder and key are checked at start (disk_folder.py); a link, FIFO or oversized file is a miss.
 
-Writes run on one writer thread: `put` queues the block (it stays readable from memory until
-its file is in place) and returns; the writer writes `<name>.<pid>.<n>.tmp` and renames it, so
-a crash (`kill -9` included) leaves whole files or stray `.tmp` files, which the next start
-removes once they are an hour old. The LRU bound counts this process's view of the folder.
+Writes run on one writer thread (disk_writer.py): `put` queues the block (it stays readable
+from memory until its file is in place) and returns; the writer writes `<name>.<pid>.<n>.tmp`
+and renames it, so a crash (`kill -9` included) leaves whole files or stray `.tmp` files, which
+the next start removes once they are an hour old. A clean stop (`close`) drains the queue for
+up to `drain_timeout_s`; what is not written by then is dropped from the index, and the counts
+are logged. The LRU bound counts this process's view of the folder.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -28,56 +30,67 @@ import numpy as np
 import torch
 
 from radixrt.cache.tiers.base import BaseKVTier, Block
-from radixrt.cache.tiers.disk_folder import block_file, scan_folder, subdirs, unlink
+from radixrt.cache.tiers.disk_folder import (
+    block_file,
+    block_key,
+    check_private,
+    read_block_file,
+    regular_size,
+    scan_folder,
+    subdirs,
+    unlink,
+)
 from radixrt.cache.tiers.disk_format import (
     BlockFileError,
     BlockMismatch,
     BlockSpec,
     decode,
-    encode,
     file_size,
     header_bytes,
+    max_file_size,
 )
+from radixrt.cache.tiers.disk_writer import DiskWriter
 
 logger = logging.getLogger("radixrt")
 
 MAX_PENDING_BYTES = 1 << 30  # queued for the writer; past it new blocks are not kept
-WARN_EVERY_S = 60.0  # write failures are logged at most this often (a full disk fails them all)
 
 
 class DiskTier(BaseKVTier):
-    """Up to `capacity_bytes` of block files under `cache_dir`, least recently used deleted
-    first; `spec` names the model (fingerprint), dtype and block shape every file must have."""
+    """Up to `capacity_bytes` of block files under `cache_dir`, LRU first out; `spec` names the
+    model (fingerprint), dtype and block shape of every file; `close` drains for a bound."""
 
     name = "disk"
 
-    def __init__(self, cache_dir: str | Path, spec: BlockSpec, capacity_bytes: int) -> None:
+    def __init__(self, cache_dir: str | Path, spec: BlockSpec, capacity_bytes: int,
+                 drain_timeout_s: float = 10.0) -> None:  # fmt: skip
         block_bytes = int(np.prod(spec.shape)) * torch.empty((), dtype=spec.dtype).element_size()
         super().__init__(block_bytes, capacity_bytes)
         self.spec = spec
-        self.root = Path(cache_dir) / spec.fingerprint[:16]
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = Path(cache_dir)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_private(folder)  # ValueError naming the folder: refused at start
+        self.root = folder / spec.fingerprint[:16]
+        self.root.mkdir(exist_ok=True, mode=0o700)
+        check_private(self.root)
+        self._key = block_key(folder)  # every file's MAC (disk_format.py)
         self._lock = threading.Lock()  # guards _index, _pending, _bytes (writer thread too)
         self._index: OrderedDict[bytes, int] = OrderedDict()  # key -> file bytes; LRU order
         self._pending: dict[bytes, Block] = {}  # queued, not yet renamed into place
         self._pending_bytes = 0
         self._bytes = 0
-        self._tmp_seq = 0
-        self._warned_at = -WARN_EVERY_S  # writer thread only: when a failure was last logged
-        self._unlogged_errors = 0
+        self.drain_timeout_s = drain_timeout_s
         t0 = time.perf_counter()
         for key, size in scan_folder(self.root):  # oldest first
-            self._index[key] = size
-            self._bytes += size
+            if size <= capacity_bytes:  # larger: no block file, never to push the others out
+                self._index[key] = size
+                self._bytes += size
         self._make_room(0)
         self.index_s = time.perf_counter() - t0
         if self._index:
             logger.info("disk KV cache %s: %d blocks (%.2f GB) indexed in %.3f s", self.root,
                         len(self._index), self._bytes / 1e9, self.index_s)  # fmt: skip
-        self._queue: queue.Queue[Block | None] = queue.Queue()
-        self._writer = threading.Thread(target=self._write_loop, name="radixrt-disk-tier",
-                                        daemon=True)  # fmt: skip
-        self._writer.start()
+        self._writer = DiskWriter(spec, self._key, self._file, self._is_pending, self._written)
 
     # ---- BaseKVTier ----------------------------------------------------------------------
 
@@ -85,9 +98,8 @@ class DiskTier(BaseKVTier):
         with self._lock:
             if key in self._index:
                 return True
-        try:  # written by another process since the scan?
-            size = self._file(key).stat().st_size
-        except OSError:
+        size = regular_size(self._file(key))  # written by another process since the scan?
+        if size is None or size > self.capacity_bytes:
             return False
         with self._lock:
             if key not in self._index:
@@ -102,7 +114,8 @@ class DiskTier(BaseKVTier):
             if block.key in self._index:
                 self._index.move_to_end(block.key)
                 return []
-            if self._pending_bytes + size > MAX_PENDING_BYTES or size > self.capacity_bytes:
+            too_big = size > min(self.capacity_bytes, max_file_size(self.spec, block.index))
+            if self._pending_bytes + size > MAX_PENDING_BYTES or too_big:
                 self.counters.write_errors += 1
                 return []
             self._make_room(size)
@@ -110,7 +123,7 @@ class DiskTier(BaseKVTier):
             self._bytes += size
             self._pending[block.key] = block
             self._pending_bytes += size
-        self._queue.put(block)
+        self._writer.put(block)
         self.counters.stored_blocks += 1
         return []
 
@@ -127,12 +140,8 @@ class DiskTier(BaseKVTier):
             return pending.data if ok else None
         file = self._file(key)
         try:
-            with open(file, "rb") as f:
-                raw = bytearray(os.fstat(f.fileno()).st_size)
-                got = f.readinto(raw)
-            if got != len(raw):
-                raise BlockFileError(f"short read: {got} of {len(raw)} bytes")
-            return decode(raw, self.spec, extra_key, index, path)
+            raw = read_block_file(file, max_file_size(self.spec, index))
+            return decode(raw, self.spec, extra_key, index, path, self._key)
         except FileNotFoundError:  # deleted by another process's LRU or a flush
             self._forget(key)
             return None
@@ -166,13 +175,30 @@ class DiskTier(BaseKVTier):
         return self._bytes
 
     def close(self) -> None:
-        """Write what is queued, then stop the writer."""
-        self._queue.put(None)
-        self._writer.join(timeout=60)
+        """Write what is queued for up to `drain_timeout_s`, then stop the writer; a block not
+        written by then leaves the index (never announced) and the counts are logged."""
+        with self._lock:
+            queued = len(self._pending)
+        written = self._writer.num_written
+        self._writer.close(self.drain_timeout_s)
+        with self._lock:
+            lost = list(self._pending)
+            for key in lost:
+                self._forget_locked(key)
+            self._pending.clear()
+            self._pending_bytes = 0
+        written = self._writer.num_written - written
+        self.counters.dropped_blocks += len(lost)
+        if lost:
+            logger.warning("disk KV cache: %d of %d queued block(s) written at shutdown, %d "
+                           "dropped (not written within %g s)", written, queued, len(lost),
+                           self.drain_timeout_s)  # fmt: skip
+        elif queued:
+            logger.info("disk KV cache: %d queued block(s) written at shutdown", queued)
 
     def flush(self) -> None:
-        """Wait until every queued block is in its file (tests, shutdown)."""
-        self._queue.join()
+        """Wait until every queued block is in its file (tests)."""
+        self._writer.flush()
 
     # ---- files ---------------------------------------------------------------------------
 
@@ -183,57 +209,25 @@ class DiskTier(BaseKVTier):
         header = header_bytes(self.spec, block.extra_key, block.index)
         return file_size(self.spec, block.index, len(header))
 
-    def _write_loop(self) -> None:
-        while True:
-            block = self._queue.get()
-            try:
-                if block is None:
-                    return
-                self._write(block)
-            finally:
-                self._queue.task_done()
-
-    def _write(self, block: Block) -> None:
+    def _is_pending(self, block: Block) -> bool:
+        """Whether the writer should still write `block` (not dropped while queued)."""
         with self._lock:
-            if self._pending.get(block.key) is not block:
-                return  # dropped by the LRU or a flush while queued
-        file = self._file(block.key)
-        self._tmp_seq += 1
-        tmp = file.with_name(f"{file.name}.{os.getpid()}.{self._tmp_seq}.tmp")
-        try:
-            # parents: the folder may have been removed under a running server (to clear it)
-            file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                for part in encode(self.spec, block.extra_key, block.index, block.path,
-                                   block.data):  # fmt: skip
-                    f.write(part)
-            os.replace(tmp, file)
-        except OSError as e:
-            self._warn_write_error(file, e)
-            unlink(tmp)
-            self.counters.write_errors += 1
-            with self._lock:
+            return self._pending.get(block.key) is block
+
+    def _written(self, block: Block, ok: bool) -> bool:
+        """The writer is done with `block` (ok: its file is in place); whether to keep it."""
+        with self._lock:
+            if not ok:
+                self.counters.write_errors += 1
                 if self._pending.pop(block.key, None) is not None:
                     self._pending_bytes -= self._index.get(block.key, 0)
                 self._forget_locked(block.key)
-            return
-        with self._lock:
+                return False
             if self._pending.get(block.key) is block:
                 del self._pending[block.key]
                 self._pending_bytes -= self._index[block.key]
-                return
-        unlink(file)  # dropped while being written
-
-    def _warn_write_error(self, file: Path, e: OSError) -> None:
-        now = time.monotonic()
-        self._unlogged_errors += 1
-        if now - self._warned_at < WARN_EVERY_S:
-            return
-        logger.warning("could not write KV block file %s: %s (%d block(s) not written since "
-                       "the last warning; the blocks stay on the device and are recomputed "
-                       "once evicted)", file, e, self._unlogged_errors)  # fmt: skip
-        self._warned_at, self._unlogged_errors = now, 0
+                return True
+        return False  # dropped while being written
 
     def _make_room(self, size: int) -> None:
         """Delete least recently used files until `size` more bytes fit (lock held)."""

@@ -1,32 +1,38 @@
 """The file of one KV block on disk, and its checks.
 
-    magic      8 bytes   b"RXKVBLK1"
-    hlen       4 bytes   little-endian uint32: the header's length
+    magic      8 bytes   b"RXKVBLK2"
+    hlen       4 bytes   little-endian uint32: the header's length (at most MAX_HEADER_BYTES)
     header     hlen      JSON: fingerprint (hex), namespace, block index, block size, dtype,
                          K/V shape (num_layers, 2, B, num_kv_heads, head_dim), path length
     path       4 * n     the token path from the namespace's root to the block's end, uint32 LE
     payload    ...       the block's K/V, C order, the pool's dtype
-    crc        4 bytes   zlib.crc32 of everything above
+    mac        32 bytes  keyed BLAKE2b of everything above, under the cache folder's key
 
-A file is written under a temporary name in its final folder and renamed into place, so a
-reader sees a whole file or none. `decode` refuses (BlockFileError) a file of the wrong length,
-a bad checksum, another fingerprint, namespace, block, dtype or shape, or another token path:
-the path is compared token for token, so a hash collision can never serve another prefix.
+The MAC's key is a secret file in the cache folder (disk_folder.py: `block_key`), readable by
+its owner only, so a file is served only if a process holding the key wrote it: a checksum
+anyone who can write a file can recompute, a MAC they cannot. A file is written under a
+temporary name in its final folder and renamed into place, so a reader sees a whole file or
+none. `decode` refuses (BlockFileError) a file of the wrong length, a bad MAC, another
+fingerprint, namespace, block, dtype or shape, or another token path: the path is compared
+token for token, so a hash collision can never serve another prefix.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
-import zlib
 from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 import torch
 
-MAGIC = b"RXKVBLK1"
+MAGIC = b"RXKVBLK2"
+MAC_BYTES = 32
+KEY_BYTES = 32  # the cache folder's secret
+MAX_HEADER_BYTES = 16 * 2**10  # a longer header (a huge namespace) is neither written nor read
 _HLEN = struct.Struct("<I")
-_CRC = struct.Struct("<I")
 
 
 class BlockFileError(ValueError):
@@ -63,18 +69,18 @@ class BlockSpec:
 
 
 def encode(spec: BlockSpec, namespace: str | None, index: int, path: np.ndarray,
-           data: torch.Tensor) -> list[bytes | memoryview]:  # fmt: skip
+           data: torch.Tensor, key: bytes) -> list[bytes | memoryview]:  # fmt: skip
     """The file's parts in order (write them one after another); `path` is the token path to
-    the block's end, `data` its K/V (CPU, `spec.shape`)."""
+    the block's end, `data` its K/V (CPU, `spec.shape`), `key` the folder's MAC key."""
     end = (index + 1) * spec.block_size
     hbytes = header_bytes(spec, namespace, index)
     tokens = np.ascontiguousarray(path[:end], dtype="<u4").tobytes()
     payload = data.contiguous().view(torch.uint8).numpy().data.cast("B")
     parts: list[bytes | memoryview] = [MAGIC, _HLEN.pack(len(hbytes)), hbytes, tokens, payload]
-    crc = 0
+    mac = _mac(key)
     for part in parts:
-        crc = zlib.crc32(part, crc)
-    parts.append(_CRC.pack(crc))
+        mac.update(part)
+    parts.append(mac.digest())
     return parts
 
 
@@ -88,19 +94,31 @@ def header_bytes(spec: BlockSpec, namespace: str | None, index: int) -> bytes:
 def file_size(spec: BlockSpec, index: int, header_len: int) -> int:
     """Bytes of a block file whose header is `header_len` bytes long."""
     payload = int(np.prod(spec.shape)) * torch.empty((), dtype=spec.dtype).element_size()
-    return len(MAGIC) + _HLEN.size + header_len + 4 * (index + 1) * spec.block_size + payload + 4
+    return (len(MAGIC) + _HLEN.size + header_len + 4 * (index + 1) * spec.block_size + payload
+            + MAC_BYTES)  # fmt: skip
+
+
+def max_file_size(spec: BlockSpec, index: int) -> int:
+    """The most bytes a file of block `index` can have (its header at the longest allowed);
+    a larger file is refused before anything is read or allocated."""
+    return file_size(spec, index, MAX_HEADER_BYTES)
 
 
 def decode(raw: bytes | bytearray | memoryview, spec: BlockSpec, namespace: str | None,
-           index: int, path: np.ndarray) -> torch.Tensor:  # fmt: skip
-    """The block's K/V from the file's bytes, after every check (BlockFileError otherwise)."""
+           index: int, path: np.ndarray, key: bytes) -> torch.Tensor:  # fmt: skip
+    """The block's K/V from the file's bytes, after every check (BlockFileError otherwise);
+    `key` is the folder's MAC key."""
     view = memoryview(raw)
-    if len(view) < len(MAGIC) + _HLEN.size + _CRC.size or bytes(view[:8]) != MAGIC:
+    if len(view) < len(MAGIC) + _HLEN.size + MAC_BYTES or bytes(view[:8]) != MAGIC:
         raise BlockFileError("not a block file (bad magic or too short)")
-    (crc,) = _CRC.unpack_from(view, len(view) - _CRC.size)
-    if zlib.crc32(view[: len(view) - _CRC.size]) != crc:
-        raise BlockFileError("checksum mismatch (corrupted or truncated)")
+    body = view[: len(view) - MAC_BYTES]
+    mac = _mac(key)
+    mac.update(body)
+    if not hmac.compare_digest(mac.digest(), bytes(view[len(body) :])):
+        raise BlockFileError("MAC mismatch (corrupted, truncated, or not written with this key)")
     (hlen,) = _HLEN.unpack_from(view, 8)
+    if hlen > MAX_HEADER_BYTES:
+        raise BlockFileError(f"a header of {hlen} bytes (at most {MAX_HEADER_BYTES})")
     start = 8 + _HLEN.size
     try:
         header = msgspec.json.decode(view[start : start + hlen], type=BlockHeader)
@@ -120,6 +138,12 @@ def decode(raw: bytes | bytearray | memoryview, spec: BlockSpec, namespace: str 
     tokens = np.frombuffer(view[pos : pos + 4 * end], dtype="<u4")
     if not np.array_equal(tokens, path[:end]):
         raise BlockMismatch("another token path (hash collision): not served")
-    payload = view[pos + 4 * end : len(view) - _CRC.size]
+    payload = view[pos + 4 * end : len(body)]
     flat = torch.frombuffer(payload, dtype=torch.uint8) if len(payload) else torch.empty(0)
     return flat.view(spec.dtype).view(spec.shape)
+
+
+def _mac(key: bytes) -> hashlib.blake2b:
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"a block MAC key has {KEY_BYTES} bytes, got {len(key)}")
+    return hashlib.blake2b(key=key, digest_size=MAC_BYTES, person=b"radixrt-kvblock")
