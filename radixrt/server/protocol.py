@@ -3,7 +3,7 @@ decoding, sampling parameters, prompt fit, chat rendering and client-chosen ids.
 
 Anything a client can get wrong is caught here and becomes a 400 (BadRequestError): the
 scheduler only ever sees prompts that fit and sampling parameters that validated. Each
-dialect's bodies live beside it (generate_protocol.py, openai_protocol.py, anthropic/, gemini/).
+dialect's bodies and their parse live in its folder (api/*/protocol.py).
 """
 
 from __future__ import annotations
