@@ -1,6 +1,11 @@
 """/generate's answers: a result `{text, output_ids, meta_info}` per request (the Engine's
-shape), whole or as server-sent events, each event the request's whole result so far. With
-several requests each event names its request (`index`)."""
+shape), whole or as server-sent events.
+
+A stream's event for request i holds its whole `text` so far, but only what is new since its
+previous event in `output_ids`, `meta_info.output_token_logprobs` and
+`meta_info.output_top_logprobs` (the prompt's logprobs come in its last event), so a stream
+sends bytes in proportion to its tokens; the counts in `meta_info` are totals. With several
+requests each event names its request (`index`)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ class GenerateRender(BaseRender):
 
     def __init__(self, is_single: bool) -> None:
         self.is_single = is_single  # one prompt given bare: one object, not a list
+        self._texts: list[str] = []  # each request's text sent so far
         self._is_many = False
 
     def response(self, done: Finished) -> Any:
@@ -30,11 +36,13 @@ class GenerateRender(BaseRender):
         return results[0] if self.is_single and len(results) == 1 else results
 
     def head(self, states: list[ReqState]) -> tuple[bytes, ...]:
+        self._texts = [""] * len(states)
         self._is_many = len(states) > 1
         return ()
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
-        event = state.result()
+        self._texts[index] += delta.text
+        event = result_of(state, delta, self._texts[index])
         if self._is_many:
             event["index"] = index
         yield sse_event(event)
