@@ -17,7 +17,9 @@ import msgspec
 from radixrt.config import ServerConfig
 from radixrt.core import (
     SAMPLING_ALIASES,  # max_tokens -> max_new_tokens, ...
+    FitLimits,
     SamplingParams,
+    check_fit,
 )
 from radixrt.messages import ReadyMsg
 
@@ -49,6 +51,10 @@ class Limits:
         if chars is None:
             chars = ready.context_length * max(map(len, tokenizer.get_vocab()), default=1)
         return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size, chars, config)
+
+    @property
+    def fit(self) -> FitLimits:
+        return FitLimits(self.context_length, self.max_total_tokens, self.vocab_size)
 
     def check_prompt_count(self, num: int) -> None:
         if num > self.server.max_prompts_per_request:
@@ -114,33 +120,18 @@ def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
 def fit_to_context(
     ids: list[int], sp: SamplingParams, limits: Limits, explicit_max: bool
 ) -> SamplingParams:
-    """Check the prompt against the model and pool; clamp a default max_new_tokens to fit."""
-    n = len(ids)
-    if n == 0:
-        raise BadRequestError("the prompt is empty")
-    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
-    if bad is not None:
-        raise BadRequestError(
-            f"input_ids: token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
-        )
+    """Check the prompt against the model and pool (core's check_fit, the scheduler's rules)
+    and the server's stop-string bounds; clamp a default max_new_tokens to fit."""
     check_stop_strings(sp, limits)
-    if (why := sp.check_against(n, limits.vocab_size)) is not None:
+    if (why := check_fit(ids, sp, limits.fit)) is not None:
         raise BadRequestError(why)
-    ctx = limits.context_length
-    if n >= ctx:
-        raise BadRequestError(f"the prompt has {n} tokens; the context length is {ctx}")
-    if n + 1 > limits.max_total_tokens:
-        raise BadRequestError(
-            f"the prompt has {n} tokens but the KV pool holds only {limits.max_total_tokens}"
-        )
-    # A request must fit the pool on its own too, or it could never be scheduled again after
-    # a retraction.
-    room = min(ctx, limits.max_total_tokens)
+    n, room = len(ids), limits.fit.room
     if n + sp.max_new_tokens > room:
         if explicit_max:
             raise BadRequestError(
                 f"the prompt has {n} tokens and max_new_tokens is {sp.max_new_tokens}: more "
-                f"than fits (context length {ctx}, KV pool {limits.max_total_tokens} tokens)"
+                f"than fits (context length {limits.context_length}, KV pool "
+                f"{limits.max_total_tokens} tokens)"
             )
         sp.max_new_tokens = room - n
         sp.min_new_tokens = min(sp.min_new_tokens, sp.max_new_tokens)
