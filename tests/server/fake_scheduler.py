@@ -79,7 +79,7 @@ class FakeScheduler:
 
     async def _run(self, msg: GenerateReqMsg) -> None:
         sp = msg.sampling_params
-        num = sp.get("max_new_tokens", 128)
+        num = sp.max_new_tokens
         for k in range(num):
             await asyncio.sleep(0)
             finish = FinishMsg("length") if k == num - 1 else None
@@ -93,8 +93,8 @@ class FakeScheduler:
         self.running.pop(msg.rid, None)
 
     def _put(self, rid: str, ids: list[int], finish: FinishMsg | None, sp: Any = None) -> None:
-        logprobs = ids and sp and sp.get("return_logprob")
-        tops = [[(-0.5, t)] * sp.get("top_logprobs_num", 0) for t in ids] if logprobs else []
+        logprobs = ids and sp is not None and sp.return_logprob
+        tops = [[(-0.5, t)] * sp.top_logprobs_num for t in ids] if logprobs else []
         out = ReqOutMsg(rid, ids, [-0.5] * len(ids) if logprobs else [], tops, finish, 0)
         self.outputs.put_nowait(BatchTokenOutMsg([out], len(self.running), 0))
 
