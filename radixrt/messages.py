@@ -7,12 +7,10 @@ request gained since the previous one; the HTTP side accumulates them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
-from radixrt.core import FinishKind, FinishReason, PinOutcome, PinSpec
+from radixrt.core import FinishKind, FinishReason, PinOutcome, PinSpec, SamplingParams
 
 TopLogprobs = list[tuple[float, int]]  # [(logprob, token id), ...] best first
 
@@ -23,7 +21,7 @@ TopLogprobs = list[tuple[float, int]]  # [(logprob, token id), ...] best first
 class GenerateReqMsg(msgspec.Struct, tag=True):
     rid: str
     input_ids: list[int]
-    sampling_params: dict[str, Any]  # SamplingParams.to_dict(), already validated, n == 1
+    sampling_params: SamplingParams  # validated at the edge (from_dict), n == 1
     extra_key: str | None = None
     pins: list[PinSpec] = []  # prefixes to pin once it finishes (radixrt/cache/pins.py)
 

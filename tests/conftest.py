@@ -80,6 +80,17 @@ def tiny_llama_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_long_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """The tiny Llama with 2048 positions (long outputs)."""
+    return _make_tiny(
+        tmp_path_factory.mktemp("tiny_llama_long"),
+        smollm2_path,
+        "llama",
+        max_position_embeddings=2048,
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen2_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
     return _make_tiny(
         tmp_path_factory.mktemp("tiny_qwen2"), smollm2_path, "qwen2", tie_word_embeddings=True

@@ -72,3 +72,17 @@ def test_engine_options_route_to_configs() -> None:
 def test_import_radixrt_does_not_import_torch() -> None:
     code = "import sys, radixrt; radixrt.SamplingParams(); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_check_fit_is_the_one_set_of_fit_rules() -> None:
+    from radixrt.core import FitLimits, check_fit
+
+    limits = FitLimits(context_len=8, capacity=6, vocab_size=100)
+    sp = SamplingParams()
+    assert check_fit([1, 2], sp, limits) is None and limits.room == 6
+    assert check_fit([], sp, limits) == "the prompt is empty"
+    assert "outside the vocabulary [0, 100)" in check_fit([1, 100], sp, limits)
+    assert "context length is 8" in check_fit([1] * 8, sp, FitLimits(8, 64, 100))
+    assert "KV pool holds only 6" in check_fit([1] * 6, sp, limits)
+    assert "top_k" in check_fit([1], SamplingParams(top_k=101), limits)
+    assert check_fit([1], SamplingParams(max_new_tokens=10**6), limits) is None  # ends early

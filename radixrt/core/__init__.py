@@ -7,6 +7,7 @@ noun lives in its own module; callers import them from `radixrt.core`.
 from __future__ import annotations
 
 from radixrt.core.finish import FinishKind, FinishReason
+from radixrt.core.fit import FitLimits, check_fit
 from radixrt.core.pins import PinOutcome, PinSpec
 from radixrt.core.req import Batch, Req
 from radixrt.core.sampling import (
@@ -25,10 +26,12 @@ __all__ = [
     "TEMPERATURE_RANGE",
     "SAMPLING_ALIASES",
     "Batch",
+    "FitLimits",
     "FinishKind",
     "FinishReason",
     "PinOutcome",
     "PinSpec",
     "Req",
     "SamplingParams",
+    "check_fit",
 ]

@@ -1,25 +1,40 @@
-"""SamplingParams: how one request samples and when it stops, parsed from JSON-like dicts
-and validated here (the server, the Engine and the language all build them)."""
+"""SamplingParams: how one request samples and when it stops. Built once at the edge (the
+server's dialects, the Engine) from a JSON-like dict by `from_dict`, which checks every field's
+type and value; frozen after that, and sent to the scheduler typed (GenerateReqMsg), so
+nothing downstream parses or converts it again."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
-# Fields accepted by SamplingParams.from_dict besides the dataclass fields (aliases).
+import msgspec
+
+from radixrt.core.sampling_checks import (
+    INT64_MAX,
+    INT64_MIN,
+    REPETITION_PENALTY_RANGE,
+    TEMPERATURE_RANGE,
+    check_kind,
+    field_kinds,
+    normalized,
+    value_checks,
+)
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "REPETITION_PENALTY_RANGE",
+    "SAMPLING_ALIASES",
+    "TEMPERATURE_RANGE",
+    "SamplingParams",
+]
+
+# Fields accepted by SamplingParams.from_dict besides the struct's fields (aliases).
 SAMPLING_ALIASES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# Float ranges the float32 sampler handles without overflow or underflow (README.md).
-TEMPERATURE_RANGE = (0.0, 100.0)  # 0 is greedy
-REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
-
-@dataclass(slots=True)
-class SamplingParams:
-    """How one request samples and when it stops; validated by `validate()`."""
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How one request samples and when it stops; `from_dict` validates, `replace` derives."""
 
     max_new_tokens: int = 128
     min_new_tokens: int = 0
@@ -31,8 +46,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
     ignore_eos: bool = False
     n: int = 1
     skip_special_tokens: bool = True
@@ -52,42 +67,31 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
-        """Build from a dict (unknown keys raise ValueError), copy a SamplingParams, or defaults."""
+        """Build from a dict (unknown keys, values of the wrong type or out of range raise
+        ValueError naming the field), take a SamplingParams as it is, or the defaults."""
         if d is None:
             return cls()
         if isinstance(d, SamplingParams):
-            return dataclasses.replace(d, stop=list(d.stop), stop_token_ids=list(d.stop_token_ids))
+            return d
         if not isinstance(d, dict):
             raise ValueError(f"sampling_params must be a dict, got {type(d).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
+        kinds = field_kinds(cls)
         kwargs: dict[str, Any] = {}
         for key, value in d.items():
             key = SAMPLING_ALIASES.get(key, key)
-            if key not in names:
+            if key not in kinds:
                 raise ValueError(f"unknown sampling parameter {key!r}")
             kwargs[key] = value
+        kwargs = normalized(kwargs)
+        for key, value in kwargs.items():
+            check_kind(key, kinds[key], value)
         params = cls(**kwargs)
-        params.normalize()
         params.validate()
         return params
 
-    def normalize(self) -> None:
-        """Coerce convenience forms: a single stop string, a json_schema given as a dict."""
-        if self.stop is None:
-            self.stop = []
-        elif isinstance(self.stop, str):
-            self.stop = [self.stop]
-        if self.stop_token_ids is None:
-            self.stop_token_ids = []
-        if self.json_schema is not None and not isinstance(self.json_schema, str):
-            import json
-
-            try:
-                self.json_schema = json.dumps(self.json_schema)
-            except (TypeError, ValueError, RecursionError) as e:
-                raise ValueError(f"invalid sampling parameter json_schema: {e}") from None
-        if self.top_k == 0:
-            self.top_k = -1
+    def replace(self, **changes: Any) -> SamplingParams:
+        """A copy with `changes` (trusted: the caller keeps them valid)."""
+        return msgspec.structs.replace(self, **changes)
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field.
@@ -97,7 +101,7 @@ class SamplingParams:
         Bounds that depend on the model (top_k, stop_token_ids within the vocabulary) or the
         prompt (logprob_start_len) are checked where those are known: `check_against`.
         """
-        for name, ok, why in self._checks():
+        for name, ok, why in value_checks(self):
             if not ok:
                 raise ValueError(
                     f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}"
@@ -109,84 +113,6 @@ class SamplingParams:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"invalid sampling parameter {name}: must be a string")
-
-    def _checks(self) -> list[tuple[str, bool, str]]:
-        lo_t, hi_t = TEMPERATURE_RANGE
-        lo_r, hi_r = REPETITION_PENALTY_RANGE
-        return [
-            (
-                "max_new_tokens",
-                _is_int(self.max_new_tokens, 0),
-                f"must be an integer in [0, {INT64_MAX}]",
-            ),
-            (
-                "min_new_tokens",
-                _is_int(self.min_new_tokens, 0) and self.min_new_tokens <= self.max_new_tokens,
-                "must be an integer in [0, max_new_tokens]",
-            ),
-            (
-                "temperature",
-                _is_num(self.temperature) and lo_t <= self.temperature <= hi_t,
-                f"must be in [{lo_t:g}, {hi_t:g}]",
-            ),
-            ("top_p", _is_num(self.top_p) and 0 < self.top_p <= 1, "must be in (0, 1]"),
-            (
-                "top_k",
-                _is_int(self.top_k, -1) and self.top_k != 0,
-                f"must be -1 or 0 (off), or an integer in [1, {INT64_MAX}]",
-            ),
-            ("min_p", _is_num(self.min_p) and 0 <= self.min_p <= 1, "must be in [0, 1]"),
-            (
-                "repetition_penalty",
-                _is_num(self.repetition_penalty) and lo_r <= self.repetition_penalty <= hi_r,
-                f"must be in [{lo_r:g}, {hi_r:g}]",
-            ),
-            (
-                "frequency_penalty",
-                _is_num(self.frequency_penalty) and -2 <= self.frequency_penalty <= 2,
-                "must be in [-2, 2]",
-            ),
-            (
-                "presence_penalty",
-                _is_num(self.presence_penalty) and -2 <= self.presence_penalty <= 2,
-                "must be in [-2, 2]",
-            ),
-            (
-                "seed",
-                self.seed is None or _is_int(self.seed, INT64_MIN),
-                f"must be an integer in [{INT64_MIN}, {INT64_MAX}]",
-            ),
-            (
-                "stop",
-                isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
-                "must be a non-empty string or a list of them",
-            ),
-            (
-                "stop_token_ids",
-                isinstance(self.stop_token_ids, list)
-                and all(_is_int(t, 0) for t in self.stop_token_ids),
-                f"must be a list of token ids (integers in [0, {INT64_MAX}])",
-            ),
-            ("ignore_eos", isinstance(self.ignore_eos, bool), "must be a boolean"),
-            ("n", _is_int(self.n, 1), f"must be an integer in [1, {INT64_MAX}]"),
-            (
-                "skip_special_tokens",
-                isinstance(self.skip_special_tokens, bool),
-                "must be a boolean",
-            ),
-            ("return_logprob", isinstance(self.return_logprob, bool), "must be a boolean"),
-            ("end_on_exit", isinstance(self.end_on_exit, bool), "must be a boolean"),
-            (
-                "top_logprobs_num",
-                _is_int(self.top_logprobs_num, 0),
-                f"must be an integer in [0, {INT64_MAX}]",
-            ),
-            (
-                "logprob_start_len",
-                _is_int(self.logprob_start_len, -1),
-                f"must be an integer in [-1, {INT64_MAX}]",
-            ),
-        ]
 
     def check_against(self, prompt_len: int, vocab_size: int) -> str | None:
         """Why these parameters cannot run on this prompt and model (a message naming the
@@ -215,25 +141,13 @@ class SamplingParams:
     def for_sample(self, i: int) -> SamplingParams:
         """The parameters of sample i of n: n == 1, and a seed of its own (seed + i, wrapped
         into int64) when seeded. The one place the n fan-out derives per-sample params."""
-        sub = SamplingParams.from_dict(self)
-        sub.n = 1
-        if self.seed is not None:
-            sub.seed = (self.seed + i - INT64_MIN) % 2**64 + INT64_MIN
-        return sub
+        if self.seed is None:
+            return self.replace(n=1)
+        return self.replace(n=1, seed=(self.seed + i - INT64_MIN) % 2**64 + INT64_MIN)
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _is_num(x: object) -> bool:
-    """A finite int or float (not a bool)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _is_int(x: object, low: int) -> bool:
-    """An int (not a bool) in [low, INT64_MAX]."""
-    return type(x) is int and low <= x <= INT64_MAX
+        return msgspec.structs.asdict(self)

@@ -185,9 +185,7 @@ class Engine:
                 out = RequestOutput(state, self.tokenizer)
                 self._outputs[state.rid] = out
                 outs.append(out)
-                self._transport.put(
-                    GenerateReqMsg(state.rid, state.input_ids, sub.to_dict(), extra_key)
-                )
+                self._transport.put(GenerateReqMsg(state.rid, state.input_ids, sub, extra_key))
         if self._error is not None:  # the loop died meanwhile: nobody will answer these
             for out in outs:
                 self._outputs.pop(out.state.rid, None)

@@ -32,14 +32,20 @@ class IncrementalDetokenizer:
 
     def update(self, ids: list[int]) -> str:
         """Consume the whole output so far; return the text safe to show."""
+        end = self.visible_len(ids)  # grows `text` first
+        return self.text[:end]
+
+    def visible_len(self, ids: list[int]) -> int:
+        """Consume the whole output so far; return how many characters of `text` are safe to
+        show (a stream slices only its new ones: O(new ids), not O(output))."""
         new = self._stream.step(ids)
         if new:
             self.text += new
             self._matcher.feed(new)
         match = self._matcher.match
         if match is not None:
-            return self.text[: match.start]
-        return self.text[: len(self.text) - self._matcher.hold_len]
+            return match.start
+        return len(self.text) - self._matcher.hold_len
 
     def finish(self, ids: list[int], matched_stop: str | None) -> str:
         """The final text: all of ids decoded, cut before `matched_stop` if that ended it."""

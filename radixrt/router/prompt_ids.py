@@ -1,6 +1,6 @@
 """The token ids a worker will compute for a request body, as the router's `--kv-events` mode
 needs them to match the workers' KV events: the workers' own tokenizer and chat template,
-applied as the workers apply them (server/generate_protocol.py, server/openai_protocol.py).
+applied as the workers apply them (server/api/native/protocol.py, server/api/openai/protocol.py).
 
 Best effort by design: a body the workers would refuse, or a dialect not covered here, gives
 no ids, and the request is routed by load. Ids that drift from the worker's somewhere still

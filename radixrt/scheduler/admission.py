@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from radixrt.core import Req
+from radixrt.core import FitLimits, Req, check_fit
 
 
 def reject_reason(req: Req, context_len: int, capacity: int, vocab_size: int) -> str | None:
     """Why `req` can never run (a message for the client), or None when it can."""
-    if req.prompt_len == 0:
-        return "the prompt is empty"
-    if req.prompt_len >= context_len:
-        return f"the prompt has {req.prompt_len} tokens; the context length is {context_len}"
-    if req.prompt_len + 1 > capacity:  # capacity is whole pages: no rounding needed
-        return f"the prompt has {req.prompt_len} tokens but the KV pool holds only {capacity}"
-    if any(not 0 <= t < vocab_size for t in req.input_ids):
-        return f"input_ids must be in [0, {vocab_size})"
-    return req.sampling_params.check_against(req.prompt_len, vocab_size)
+    limits = FitLimits(context_len, capacity, vocab_size)
+    return check_fit(req.input_ids, req.sampling_params, limits)
 
 
 def shares_uncached_prefix(req: Req, admitted: list[Req], min_len: int = 32) -> bool:

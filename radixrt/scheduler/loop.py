@@ -154,7 +154,7 @@ class SchedulerLoop:
 
     def _add(self, msg: GenerateReqMsg, touched: dict[str, Req]) -> None:
         try:
-            req = Req(msg.rid, msg.input_ids, SamplingParams.from_dict(msg.sampling_params),
+            req = Req(msg.rid, msg.input_ids, msg.sampling_params,
                       extra_key=msg.extra_key, arrival_time=time.monotonic(),
                       pins=list(msg.pins))  # fmt: skip
             self.scheduler.add_request(req)

@@ -1,7 +1,8 @@
 """Named cache handles: a prompt prefix computed once, pinned in the radix tree for a TTL
 (radixrt/cache/pins.py), and named by an id that later requests put in front of their own
-prompt. The native /v1/caches endpoints (caches_api.py) and Gemini's cachedContents are views
-of these.
+prompt. The native /v1/caches endpoints (api/caches/) and Gemini's cachedContents (api/gemini/)
+are views of these; a handle is made by a request through the serving pipeline that
+computes its prefix and pins it (`HandleRender` registers it when that finished).
 
 Ownership: the registry lives in the HTTP process and holds each handle's tokens and times; the
 scheduler holds its pin (id `pin_id`). The two expire on the same wall clock. A pin dropped
@@ -14,11 +15,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixrt.core import PinSpec, SamplingParams
-from radixrt.server.http_common import raise_if_failed, wait_finished
+from starlette.requests import Request
+
+from radixrt.core import PinOutcome, PinSpec
+from radixrt.server.render import BaseRender, Finished
+from radixrt.web.middleware import identity_of
 
 MAX_TTL_S = 30 * 86400.0
 MAX_HANDLES_PER_OWNER = 1024
@@ -76,9 +81,8 @@ class CacheRegistry:
     def scaled(self, ttl_s: float) -> float:
         return ttl_s * self.ttl_scale
 
-    async def create(
+    def new_handle(
         self,
-        request: Any,
         owner: str,
         namespace: str | None,
         input_ids: list[int],
@@ -86,32 +90,26 @@ class CacheRegistry:
         name: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> CacheHandle:
-        """Compute `input_ids` (a request with no output), pin them until `expire_time` and
-        register the handle; HandleRefusedError (nothing registered) when the pin is refused."""
+        """A handle for `input_ids`, not yet registered: the serving pipeline computes and pins
+        its prefix (`HandleRender` then adds it). HandleRefusedError when `owner` holds too
+        many."""
         self._expire()
         if sum(1 for o, _ in self._handles if o == owner) >= MAX_HANDLES_PER_OWNER:
             raise HandleRefusedError(
                 f"this tenant holds {MAX_HANDLES_PER_OWNER} caches; delete some first"
             )
         now = time.time()
-        handle = CacheHandle(uuid.uuid4().hex[:24], owner, namespace, list(input_ids), now, now,
-                             expire_time, name, dict(meta or {}))  # fmt: skip
-        states = self.tm.submit(
-            [handle.input_ids],
-            [SamplingParams(max_new_tokens=0)],
-            None,
-            namespace,
-            caller="cache:" + owner,
-            pins=[handle.pin_spec(now)],
-            endpoint=request.url.path,
-        )
-        await wait_finished(request, self.tm, states)
-        raise_if_failed(states)
-        outcome = states[0].out.pins[0] if states[0].out.pins else None
+        return CacheHandle(uuid.uuid4().hex[:24], owner, namespace, list(input_ids), now, now,
+                           expire_time, name, dict(meta or {}))  # fmt: skip
+
+    def add(self, handle: CacheHandle, outcomes: list[PinOutcome]) -> CacheHandle:
+        """Register `handle` once its prefill request finished with `outcomes` (its pins' own);
+        HandleRefusedError, with the scheduler's reason, when its prefix was not pinned."""
+        outcome = outcomes[0] if outcomes else None
         if outcome is None or not outcome.pinned:
             reason = outcome.reason if outcome is not None else "the request did not finish"
             raise HandleRefusedError(f"the cache could not be pinned: {reason}")
-        self._handles[(owner, handle.id)] = handle
+        self._handles[(handle.owner, handle.id)] = handle
         return handle
 
     def get(self, owner: str, handle_id: str) -> CacheHandle:
@@ -162,3 +160,25 @@ def expire_time_for(ttl_s: float, registry: CacheRegistry, what: str = "ttl") ->
     if not 0 < ttl_s <= MAX_TTL_S:
         raise ValueError(f"{what} must be in (0, {MAX_TTL_S:.0f}] seconds, got {ttl_s}")
     return time.time() + registry.scaled(ttl_s)
+
+
+def owner_of(request: Request) -> str:
+    """Whose handles a request sees: its tenant's ("" without tenants)."""
+    return identity_of(request).tenant or ""
+
+
+class HandleRender(BaseRender):
+    """The answer to a handle's prefill request: the handle, registered, as `show` renders it."""
+
+    def __init__(
+        self,
+        registry: CacheRegistry,
+        handle: CacheHandle,
+        show: Callable[[CacheHandle], dict[str, Any]],
+    ) -> None:
+        self.registry = registry
+        self.handle = handle
+        self.show = show
+
+    def response(self, done: Finished) -> dict[str, Any]:
+        return self.show(self.registry.add(self.handle, done.states[0].out.pins))

@@ -15,11 +15,11 @@ from starlette.responses import Response
 
 from radixrt.grammar.base import GrammarBusyError
 from radixrt.server.cache_handles import HandleNotFoundError, HandleRefusedError
-from radixrt.server.http_common import ClientGoneError, RequestFailedError
 from radixrt.server.protocol import BadRequestError
 from radixrt.server.scheduler_queries import SchedulerQueryError
 from radixrt.server.tenancy import TooManyRequestsError
 from radixrt.server.tokenizer_manager import RefusedError, SchedulerDeadError
+from radixrt.server.wait import ClientGoneError, RequestFailedError
 from radixrt.web.middleware import (
     NOT_STARTED_HEADER,
     BodyTooLargeError,

@@ -4,8 +4,6 @@ real request shapes."""
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from typing import Any
 
 import msgspec
@@ -20,16 +18,16 @@ _REF = "#/components/schemas/{name}"
 def sampling_params_struct() -> type[msgspec.Struct]:
     """A struct with SamplingParams' fields and aliases (documentation only: the server
     validates sampling dicts with SamplingParams.from_dict)."""
-    hints = typing.get_type_hints(SamplingParams)
     fields: list[tuple[str, Any, Any]] = []
+    hints: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
-    for f in dataclasses.fields(SamplingParams):
-        kind = hints[f.name]
+    for f in msgspec.structs.fields(SamplingParams):
+        kind = hints[f.name] = f.type
         if f.name == "json_schema":
             kind = str | dict[str, Any] | None  # an object is accepted and serialized
         if f.name == "stop":
             kind = str | list[str] | None
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
         defaults[f.name] = default
         fields.append((f.name, kind, default))
     for alias, target in SAMPLING_ALIASES.items():

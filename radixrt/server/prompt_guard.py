@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,16 +98,6 @@ class PromptGuard:
         self._turns.move_to_end(key)
         while len(self._turns) > MAX_SESSIONS:
             self._turns.popitem(last=False)
-
-    async def record_after(
-        self, events: AsyncIterator[bytes], turn: Turn, state: Any
-    ) -> AsyncIterator[bytes]:
-        """`events` (a streamed turn), then the finished turn (`state`: its ReqState) is
-        recorded."""
-        async for event in events:
-            yield event
-        if state.out.is_finished:
-            self.record(*turn, state.out.output_ids)
 
     def _side(self, ids: list[int], at: int) -> str:
         before = self._tokenizer.decode(ids[max(0, at - CONTEXT_TOKENS) : at])[-CONTEXT_CHARS:]

@@ -3,12 +3,11 @@ decoding, sampling parameters, prompt fit, chat rendering and client-chosen ids.
 
 Anything a client can get wrong is caught here and becomes a 400 (BadRequestError): the
 scheduler only ever sees prompts that fit and sampling parameters that validated. Each
-dialect's bodies live beside it (generate_protocol.py, openai_protocol.py, anthropic/, gemini/).
+dialect's bodies and their parse live in its folder (api/*/protocol.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +15,9 @@ import msgspec
 
 from radixrt.config import ServerConfig
 from radixrt.core import (
-    SAMPLING_ALIASES,  # max_tokens -> max_new_tokens, ...
+    FitLimits,
     SamplingParams,
+    check_fit,
 )
 from radixrt.messages import ReadyMsg
 
@@ -49,6 +49,10 @@ class Limits:
         if chars is None:
             chars = ready.context_length * max(map(len, tokenizer.get_vocab()), default=1)
         return cls(ready.context_length, ready.max_total_tokens, ready.vocab_size, chars, config)
+
+    @property
+    def fit(self) -> FitLimits:
+        return FitLimits(self.context_length, self.max_total_tokens, self.vocab_size)
 
     def check_prompt_count(self, num: int) -> None:
         if num > self.server.max_prompts_per_request:
@@ -90,13 +94,7 @@ def decode_body(body: bytes, cls: type[Any]) -> Any:
 
 
 def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
-    """Validate a sampling dict (core checks plus field types and the server's bounds)."""
-    kinds = {f.name: str(f.type).replace(" ", "") for f in dataclasses.fields(SamplingParams)}
-    for key, value in d.items():
-        name = SAMPLING_ALIASES.get(key, key)
-        # Unknown names are from_dict's to refuse; json_schema may be an object (normalized).
-        if name in kinds and name != "json_schema":
-            _check_type(name, kinds[name], value)
+    """Validate a sampling dict (core's checks of every field, plus the server's bounds)."""
     try:
         sp = SamplingParams.from_dict(d)
     except (ValueError, TypeError) as e:
@@ -114,36 +112,21 @@ def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
 def fit_to_context(
     ids: list[int], sp: SamplingParams, limits: Limits, explicit_max: bool
 ) -> SamplingParams:
-    """Check the prompt against the model and pool; clamp a default max_new_tokens to fit."""
-    n = len(ids)
-    if n == 0:
-        raise BadRequestError("the prompt is empty")
-    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
-    if bad is not None:
-        raise BadRequestError(
-            f"input_ids: token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
-        )
+    """Check the prompt against the model and pool (core's check_fit, the scheduler's rules)
+    and the server's stop-string bounds; clamp a default max_new_tokens to fit."""
     check_stop_strings(sp, limits)
-    if (why := sp.check_against(n, limits.vocab_size)) is not None:
+    if (why := check_fit(ids, sp, limits.fit)) is not None:
         raise BadRequestError(why)
-    ctx = limits.context_length
-    if n >= ctx:
-        raise BadRequestError(f"the prompt has {n} tokens; the context length is {ctx}")
-    if n + 1 > limits.max_total_tokens:
-        raise BadRequestError(
-            f"the prompt has {n} tokens but the KV pool holds only {limits.max_total_tokens}"
-        )
-    # A request must fit the pool on its own too, or it could never be scheduled again after
-    # a retraction.
-    room = min(ctx, limits.max_total_tokens)
+    n, room = len(ids), limits.fit.room
     if n + sp.max_new_tokens > room:
         if explicit_max:
             raise BadRequestError(
                 f"the prompt has {n} tokens and max_new_tokens is {sp.max_new_tokens}: more "
-                f"than fits (context length {ctx}, KV pool {limits.max_total_tokens} tokens)"
+                f"than fits (context length {limits.context_length}, KV pool "
+                f"{limits.max_total_tokens} tokens)"
             )
-        sp.max_new_tokens = room - n
-        sp.min_new_tokens = min(sp.min_new_tokens, sp.max_new_tokens)
+        most = room - n
+        sp = sp.replace(max_new_tokens=most, min_new_tokens=min(sp.min_new_tokens, most))
     return sp
 
 
@@ -197,20 +180,3 @@ def check_token_ids(ids: Any, name: str) -> list[int]:
     if not isinstance(ids, list) or not all(type(t) is int for t in ids):
         raise BadRequestError(f"{name} must be a list of integers or a list of such lists")
     return ids
-
-
-def _check_type(name: str, kind: str, value: Any) -> None:
-    if value is None and kind.endswith("|None"):
-        return
-    base = kind.removesuffix("|None")
-    ok = {
-        "bool": lambda v: isinstance(v, bool),
-        "int": lambda v: type(v) is int,
-        "float": lambda v: type(v) in (int, float),
-        "str": lambda v: isinstance(v, str),
-    }.get(base, lambda v: True)(value)
-    if not ok:
-        raise BadRequestError(
-            f"invalid sampling parameter {name}={value!r}: must be of type "
-            f"{kind.replace('|', ' | ')}"
-        )

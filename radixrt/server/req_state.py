@@ -4,9 +4,10 @@ errors that refuse or fail it."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from radixrt.output.delta import DeltaCursor, OutputDelta
 from radixrt.output.detokenizer import IncrementalDetokenizer
 from radixrt.output.result import build_result
 from radixrt.output.state import ReqOutput
@@ -42,10 +43,21 @@ class ReqState:
     group: GroupKey  # the client's name for the prompt this sample belongs to
     visible_id: str  # meta_info.id: the group id, with "-i" for sample i when n > 1
     error: str | None = None  # the scheduler died
-    # OpenAI text logprobs: (tokens, characters) of the output already offset-counted.
-    text_offset: tuple[int, int] = (0, 0)
+    cursor: DeltaCursor = field(init=False)  # what the HTTP call has taken of the output
+
+    def __post_init__(self) -> None:
+        self.cursor = DeltaCursor(self.out, self.detok)
+
+    def take_delta(self) -> OutputDelta | None:
+        """What is new since the last take (DeltaCursor.take)."""
+        return self.cursor.take()
+
+    def take_text_delta(self) -> OutputDelta | None:
+        """What is new once its text is (DeltaCursor.take_text)."""
+        return self.cursor.take_text()
 
     def result(self) -> dict[str, Any]:
+        """{text, output_ids, meta_info} as of now (the Engine's shape)."""
         if self.error is not None:
             raise SchedulerDeadError(self.error)
         result = build_result(self.out, self.detok)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ class Tenancy:
     max_tokens_per_tenant: int | None = None
     # Each caller's own figures (GET /v1/usage), fed by the TokenizerManagers as an observer.
     usage: TenantUsage = field(default_factory=TenantUsage)
+    # caller -> [requests, tokens] admitted and not yet submitted (admit's blocks in progress)
+    _held: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_config(cls, server: ServerConfig) -> Tenancy:
@@ -87,29 +90,43 @@ class Tenancy:
         check_id(salt, "cache_salt")
         return identity_of(request).namespace(salt, self.shared_prefix_cache)
 
-    def admit(self, tm: Any, request: Request, num: int, tokens: int = 0) -> None:
+    @contextlib.contextmanager
+    def admit(self, tm: Any, request: Request, num: int, tokens: int = 0) -> Iterator[None]:
         """Refuse `num` more requests holding up to `tokens` (work_of) of this tenant when
-        they would pass its share (`tm`: the TokenizerManager or the --dp dispatcher)."""
+        they would pass its share (`tm`: the TokenizerManager or the --dp dispatcher); else
+        hold them against the share until the block ends, by which time they are submitted
+        (and counted by `tm`) or refused, so calls waiting in between cannot pass it too."""
         if identity_of(request).tenant is None:
+            yield
             return
         caller = caller_of(request)
+        held = self._held.setdefault(caller, [0, 0])
         most = self.max_tokens_per_tenant
         if most is not None:
-            held = tm.tokens_in_flight(caller)
-            if held + tokens > most:
+            in_flight = tm.tokens_in_flight(caller) + held[1]
+            if in_flight + tokens > most:
                 raise TooManyRequestsError(
-                    f"this tenant's requests in flight hold up to {held} tokens (prompt plus "
-                    f"max_tokens) and this one asks for {tokens}; the limit is {most} "
+                    f"this tenant's requests in flight hold up to {in_flight} tokens (prompt "
+                    f"plus max_tokens) and this one asks for {tokens}; the limit is {most} "
                     "(--max-tokens-per-tenant)"
                 )
         limit = self.max_requests_per_tenant
         if limit is not None:
-            in_flight = tm.num_in_flight(caller)
+            in_flight = tm.num_in_flight(caller) + held[0]
             if in_flight + num > limit:
                 raise TooManyRequestsError(
                     f"this tenant has {in_flight} requests in flight; the limit is {limit} "
                     "(--max-requests-per-tenant)"
                 )
+        held[0] += num
+        held[1] += tokens
+        try:
+            yield
+        finally:
+            held[0] -= num
+            held[1] -= tokens
+            if held == [0, 0]:
+                del self._held[caller]
 
     def usage_of(self, tm: Any, request: Request) -> dict[str, Any]:
         """The caller's own figures: in flight against its limits, and since start."""

@@ -176,9 +176,7 @@ class TokenizerManager(SchedulerQueries):
                 groups[key].append(ReqState(out, detok, event, key, visible))
                 encoded.append(
                     self._encode(
-                        GenerateReqMsg(
-                            out.rid, out.input_ids, sub.to_dict(), extra_key, list(pins or ())
-                        )
+                        GenerateReqMsg(out.rid, out.input_ids, sub, extra_key, list(pins or ()))
                     )
                 )
         states = [state for group in groups.values() for state in group]

@@ -42,11 +42,13 @@ def sse_event(obj: Any) -> bytes:
     return b"data: " + _encoder.encode(obj) + b"\n\n"
 
 
-def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
+def sse_response(
+    events: AsyncIterator[bytes], media_type: str = "text/event-stream"
+) -> StreamingResponse:
     """Stream `events`, an async generator; it is closed however the response ends
     (finished, client gone, cancelled), so its `finally` always runs, on any Starlette
-    version (the server's `request_events` aborts its requests there)."""
-    return _ClosingStreamingResponse(events, media_type="text/event-stream")
+    version (the server's serving pipeline aborts its requests there)."""
+    return _ClosingStreamingResponse(events, media_type=media_type)
 
 
 class _ClosingStreamingResponse(StreamingResponse):

@@ -11,14 +11,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from radixrt.server.anthropic.protocol import (
+from radixrt.server.api.anthropic.prompt import prepare_messages, token_offsets
+from radixrt.server.api.anthropic.protocol import (
     Breakpoint,
     MessagesRequest,
     check_request,
     pin_specs,
     usage,
 )
-from radixrt.server.anthropic.render import prepare_messages, token_offsets
 from radixrt.server.protocol import BadRequestError, Limits
 
 EPHEMERAL = {"type": "ephemeral"}

@@ -15,7 +15,7 @@ from schemathesis import GenerationMode
 
 from radixrt.core import SamplingParams
 
-SAMPLING_FIELDS = [*SamplingParams.__dataclass_fields__, "max_tokens", "min_tokens"]
+SAMPLING_FIELDS = [*SamplingParams.__struct_fields__, "max_tokens", "min_tokens"]
 HOSTILE_NUMBERS = [
     10**23,
     -(10**23),

@@ -16,8 +16,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from radixrt.server.cache_handles import CacheHandle, CacheRegistry
-from radixrt.server.gemini.protocol import (
+from radixrt.server.api.gemini.protocol import (
     Content,
     FunctionDeclaration,
     GenerateContentRequest,
@@ -32,6 +31,7 @@ from radixrt.server.gemini.protocol import (
     render_tools,
     sampling_dict,
 )
+from radixrt.server.cache_handles import CacheHandle, CacheRegistry
 from radixrt.server.protocol import BadRequestError, Limits, render_chat
 from radixrt.web.keys import hash_key
 

@@ -11,7 +11,7 @@ import msgspec
 import zmq
 
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
-from radixrt.core import FinishKind, FinishReason, Req
+from radixrt.core import FinishKind, FinishReason, Req, SamplingParams
 from radixrt.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
@@ -43,7 +43,7 @@ def test_messages_round_trip() -> None:
     enc = msgspec.msgpack.Encoder()
     to_sched = msgspec.msgpack.Decoder(ToSchedulerMsg)
     for msg in [
-        GenerateReqMsg("a", [1, 2], {"temperature": 0.0, "stop": ["x"]}, "ns"),
+        GenerateReqMsg("a", [1, 2], SamplingParams(temperature=0.0, stop=["x"]), "ns"),
         AbortReqMsg("a"),
         FlushCacheReqMsg(3),
         GetInfoReqMsg(4),
@@ -178,10 +178,13 @@ def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> Non
     from_sched.bind("inproc://out")
     sched_out.connect("inproc://out")
     enc = msgspec.msgpack.Encoder()
+    # Sampling parameters come typed: a message whose parameters do not decode is dropped.
+    untyped = {"type": "GenerateReqMsg", "rid": "invalid", "input_ids": [1],
+               "sampling_params": {"temperature": "hot"}}  # fmt: skip
     for msg in [
-        GenerateReqMsg("good", [1, 2], {"max_new_tokens": 2}),
-        GenerateReqMsg("raises", [666], {}),
-        GenerateReqMsg("invalid", [1], {"temperature": -1}),
+        GenerateReqMsg("good", [1, 2], SamplingParams(max_new_tokens=2)),
+        GenerateReqMsg("raises", [666], SamplingParams()),
+        untyped,
         GetInfoReqMsg(9),
     ]:
         to_sched.send(enc.encode(msg))
@@ -200,9 +203,9 @@ def test_scheduler_loop_survives_bad_requests_and_reports_a_failed_step() -> Non
         good = [o for o in outs if o.rid == "good"]
         assert [t for o in good for t in o.new_ids] == [7, 7]  # incremental: one new id each
         assert good[-1].finish == FinishMsg("length")
-        for rid in ("raises", "invalid"):
-            (bad,) = [o for o in outs if o.rid == rid]
-            assert bad.finish.type == "abort" and "bad request" in bad.finish.message
+        (bad,) = [o for o in outs if o.rid == "raises"]
+        assert bad.finish.type == "abort" and "bad request" in bad.finish.message
+        assert not [o for o in outs if o.rid == "invalid"]
         assert any(isinstance(m, InfoReplyMsg) and m.reply_id == 9 for m in msgs)
         assert isinstance(msgs[-1], FatalErrorMsg) and "step exploded" in msgs[-1].message
     finally:

@@ -85,8 +85,7 @@ def test_a_value_msgpack_cannot_carry_is_a_value_error_and_leaves_nothing() -> N
     async def go() -> None:
         client = FakeClient()
         tm = make_tm(client)
-        sp = params()
-        sp.seed = 10**23  # past validation: what a bug upstream could let through
+        sp = params().replace(seed=10**23)  # past validation: what a bug upstream could let through
         with pytest.raises(ValueError, match="cannot be sent"):
             tm.submit([[1, 2]], [sp], None)
         assert not tm.states and not tm.groups and not client.sent

@@ -10,6 +10,9 @@ from radixrt.lang.backends.http import HttpClient
 from radixrt.lang.chat_template import ChatTemplate
 from radixrt.lang.errors import BackendError
 
+# meta_info lists that a /generate stream event holds only the new entries of
+INCREMENTAL_META = ("output_token_logprobs", "output_top_logprobs")
+
 
 class RuntimeEndpoint(BaseBackend):
     """A radixrt server at `url` (e.g. "http://127.0.0.1:30000"); `api_key` if it needs one."""
@@ -47,9 +50,21 @@ class RuntimeEndpoint(BaseBackend):
         return check_results(out)
 
     def generate_stream(self, prompt: str, params: dict[str, Any]) -> Iterator[Result]:
-        return self.http.post_events(
+        """Cumulative results, as the Engine's: the server's events carry only the new tokens
+        and logprobs (their text is whole), gathered here."""
+        events = self.http.post_events(
             "/generate", self._body(text=prompt, sampling_params=params, stream=True)
         )
+        ids: list[int] = []
+        gathered: dict[str, list[Any]] = {}
+        for event in events:
+            ids.extend(event.get("output_ids") or ())
+            meta = dict(event.get("meta_info") or {})
+            for key in INCREMENTAL_META:
+                if key in meta:
+                    gathered.setdefault(key, []).extend(meta[key])
+                    meta[key] = list(gathered[key])
+            yield {**event, "output_ids": list(ids), "meta_info": meta}
 
     def get_model_info(self) -> dict[str, Any]:
         if self._model_info is None:

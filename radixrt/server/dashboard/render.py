@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
-from radixrt.server.cache_api import render_explanation
 from radixrt.server.dashboard.recorder import BUCKET_S, DashboardRecorder
+from radixrt.server.explain import render_explanation
 
 TEXT_CHARS = 60  # decoded characters shown of each subtree's first tokens
 _NS_SEP = "\x1f"  # between a namespace's tenant and its salt (radixrt/web/keys.py)

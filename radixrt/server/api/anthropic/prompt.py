@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixrt.core import SamplingParams
-from radixrt.server.anthropic.protocol import (
+from radixrt.server.api.anthropic.protocol import (
     Breakpoint,
     CacheControl,
     ContentBlock,

@@ -1,6 +1,6 @@
-"""Waiting on a request's states for the native and OpenAI endpoints: until they finish, fail,
-or the client goes away (then they are aborted). The HTTP pieces that know nothing of the
-runtime are in radixrt/web/."""
+"""Waiting on one HTTP call's request states (the serving pipeline's, serving.py): until they
+finish, fail, or the client goes away (then they are aborted). The HTTP pieces that know
+nothing of the runtime are in radixrt/web/."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from starlette.requests import Request
 from starlette.types import Receive
 
 from radixrt.server.tokenizer_manager import ReqState, SchedulerDeadError, TokenizerManager
-from radixrt.web.responses import SSE_DONE, error_body, sse_event
 
 
 class ClientGoneError(Exception):
@@ -49,7 +48,7 @@ async def updates(states: list[ReqState]) -> AsyncIterator[None]:
     """Yield after each batch of new output for `states`, and once more when all are done.
 
     When the client disconnects, starlette cancels the streaming response mid-wait; the
-    generator's `finally` (closed by `sse_response`) then aborts the unfinished requests.
+    pipeline's stream (closed by `sse_response`) then aborts the unfinished requests.
     """
     event = states[0].event
     while True:
@@ -59,24 +58,6 @@ async def updates(states: list[ReqState]) -> AsyncIterator[None]:
         yield
         if all(s.out.is_finished for s in states):
             return
-
-
-async def request_events(
-    tm: TokenizerManager, states: list[ReqState], events: AsyncIterator[bytes]
-) -> AsyncIterator[bytes]:
-    """The SSE stream of one HTTP request: `events`, then [DONE]. A failure ends it with an
-    error event (503 when the scheduler died, the request's own status otherwise); however
-    it ends (finished, failed, the client gone), its unfinished requests are aborted."""
-    try:
-        async for event in events:
-            yield event
-    except SchedulerDeadError as e:
-        yield sse_event(error_body(str(e), 503))
-    except RequestFailedError as e:
-        yield sse_event(error_body(str(e), e.status_code))
-    finally:
-        tm.abort(states)  # a no-op for the finished ones
-    yield SSE_DONE
 
 
 def raise_if_failed(states: list[ReqState]) -> None:

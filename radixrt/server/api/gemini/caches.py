@@ -1,6 +1,7 @@
 """Gemini's `/v1beta/cachedContents` (create, get, list, patch, delete) over the cache handles
 (cache_handles.py), and the lookup of a handle a generateContent request names. A cached
-content's handle holds its model, messages and rendered text in `meta`."""
+content's handle holds its model, messages and rendered text in `meta`; it is made by a
+request through the serving pipeline that computes and pins its prefix."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from radixrt.server.cache_handles import CacheHandle, CacheRegistry, expire_time_for
-from radixrt.server.caches_api import owner_of
-from radixrt.server.gemini.protocol import (
+from radixrt.server.api.context import ApiContext
+from radixrt.server.api.gemini.protocol import (
     CreateCachedContentRequest,
     UpdateCachedContentRequest,
     cache_prefix,
@@ -25,8 +25,15 @@ from radixrt.server.gemini.protocol import (
     parse_duration,
     parse_time,
 )
-from radixrt.server.protocol import BadRequestError, Limits, check_id, decode_body
-from radixrt.server.tenancy import Tenancy
+from radixrt.server.cache_handles import (
+    CacheHandle,
+    CacheRegistry,
+    HandleRender,
+    expire_time_for,
+    owner_of,
+)
+from radixrt.server.protocol import BadRequestError, check_id, decode_body
+from radixrt.server.serving import ServeRequest
 from radixrt.web.responses import json_response
 
 DEFAULT_TTL_S = 3600.0
@@ -35,21 +42,21 @@ CACHE_PREFIX = "cachedContents/"
 _UPDATABLE = {"ttl", "expireTime"}
 
 
-def add_cached_contents_routes(
-    app: FastAPI, tm: Any, limits: Limits, tenancy: Tenancy, registry: CacheRegistry
-) -> None:
+def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
+    tm, registry = ctx.tm, ctx.registry
+
     @app.post("/v1beta/cachedContents")
     async def create(request: Request) -> Response:
         body = await tm.run_tokenizer(decode_body, await request.body(), CreateCachedContentRequest)
         check_id(body.display_name, "displayName")
         expire = _expire_time(registry, body.ttl, body.expire_time, DEFAULT_TTL_S)
-        ids, meta = await tm.run_tokenizer(cache_prefix, body, tm.tokenizer, limits)
-        namespace = tenancy.namespace(request, None, None)
-        owner = owner_of(request)
-        handle = await registry.create(
-            request, owner, namespace, ids, expire, name=body.display_name, meta=meta
+        ids, meta = await tm.run_tokenizer(cache_prefix, body, tm.tokenizer, ctx.limits)
+        namespace = ctx.tenancy.namespace(request, None, None)
+        handle = registry.new_handle(
+            owner_of(request), namespace, ids, expire, name=body.display_name, meta=meta
         )
-        return json_response(render(handle))
+        render = HandleRender(registry, handle, render_handle)
+        return await ctx.pipeline.serve(request, ServeRequest.prefill(handle), render)
 
     @app.get("/v1beta/cachedContents")
     async def list_caches(request: Request) -> Response:
@@ -60,14 +67,14 @@ def add_cached_contents_routes(
         if token:
             after = _decode_page_token(token)
             handles = [h for h in handles if (h.create_time, h.id) > after]
-        page: dict[str, Any] = {"cachedContents": [render(h) for h in handles[:size]]}
+        page: dict[str, Any] = {"cachedContents": [render_handle(h) for h in handles[:size]]}
         if len(handles) > size:
             page["nextPageToken"] = _page_token(handles[size - 1])
         return json_response(page)
 
     @app.get("/v1beta/cachedContents/{cache_id}")
     async def get(request: Request, cache_id: str) -> Response:
-        return json_response(render(registry.get(owner_of(request), cache_id)))
+        return json_response(render_handle(registry.get(owner_of(request), cache_id)))
 
     @app.patch("/v1beta/cachedContents/{cache_id}")
     async def update(request: Request, cache_id: str) -> Response:
@@ -83,7 +90,9 @@ def add_cached_contents_routes(
         if body.ttl is None and body.expire_time is None:
             raise BadRequestError("give ttl or expireTime")
         expire = _expire_time(registry, body.ttl, body.expire_time, None)
-        return json_response(render(await registry.update(owner_of(request), cache_id, expire)))
+        return json_response(
+            render_handle(await registry.update(owner_of(request), cache_id, expire))
+        )
 
     @app.delete("/v1beta/cachedContents/{cache_id}")
     async def delete(request: Request, cache_id: str) -> Response:
@@ -106,7 +115,7 @@ def cached_content(registry: CacheRegistry, request: Request, name: str, model: 
     return handle
 
 
-def render(handle: CacheHandle) -> dict[str, Any]:
+def render_handle(handle: CacheHandle) -> dict[str, Any]:
     """A CachedContent, plus `tokenHours` (its storage so far; the SDK drops unknown fields)."""
     resource = {
         "name": CACHE_PREFIX + handle.id,

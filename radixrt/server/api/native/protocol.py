@@ -1,5 +1,5 @@
 """The body of /generate (text or token ids, one prompt or a list) and its preparation into
-validated prompts and sampling parameters (the checks themselves: protocol.py)."""
+validated prompts and sampling parameters (the checks themselves: server/protocol.py)."""
 
 from __future__ import annotations
 

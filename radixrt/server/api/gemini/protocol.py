@@ -204,7 +204,7 @@ def prepare_content(
     explicit_max = config.max_output_tokens is not None
     sp = to_sampling_params(sampling_dict(config))
     if not explicit_max:
-        sp.max_new_tokens = limits.context_length  # until EOS; clamped to fit
+        sp = sp.replace(max_new_tokens=limits.context_length)  # until EOS; clamped to fit
     return PreparedContent(ids, fit_to_context(ids, sp, limits, explicit_max), starts)
 
 

@@ -198,7 +198,7 @@ def _prepare(
     for ids in prompts:
         sp = to_sampling_params(d)
         if explicit_max is None and "max_new_tokens" not in d:
-            sp.max_new_tokens = limits.context_length  # until EOS; clamped to fit below
+            sp = sp.replace(max_new_tokens=limits.context_length)  # until EOS; clamped below
         params.append(fit_to_context(ids, sp, limits, explicit_max is not None))
     if rid is not None and len(prompts) > 1:
         raise BadRequestError("rid takes a single prompt")

@@ -1,0 +1,30 @@
+"""What every dialect's routes are built with (`add_routes(app, ctx)`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from radixrt.server.args import ServerArgs
+from radixrt.server.cache_handles import CacheRegistry
+from radixrt.server.protocol import Limits
+from radixrt.server.serving import ServingPipeline
+from radixrt.server.tenancy import Tenancy
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """`tm`: the TokenizerManager or the --dp dispatcher (tokenizer thread, queries);
+    `pipeline`: the only way a dialect submits requests."""
+
+    tm: Any
+    args: ServerArgs
+    limits: Limits
+    tenancy: Tenancy
+    registry: CacheRegistry  # named, pinned prefixes (/v1/caches, Gemini's cachedContents)
+    pipeline: ServingPipeline
+    model_name: str
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.tm.tokenizer

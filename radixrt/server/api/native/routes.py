@@ -1,0 +1,41 @@
+"""POST /generate: parse a body (text or token ids, a cache handle's prefix in front) into a
+ServeRequest and serve it through the pipeline with GenerateRender."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from radixrt.server.api.context import ApiContext
+from radixrt.server.api.native.protocol import GenerateRequest, prepare_generate
+from radixrt.server.api.native.render import GenerateRender
+from radixrt.server.cache_handles import owner_of
+from radixrt.server.protocol import decode_body
+from radixrt.server.serving import ServeRequest
+
+BODIES = {"/generate": GenerateRequest}  # for the OpenAPI document
+
+
+def add_routes(app: FastAPI, ctx: ApiContext) -> None:
+    tm = ctx.tm
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        body = await tm.run_tokenizer(decode_body, await request.body(), GenerateRequest)
+        handle = None
+        if body.cache_id is not None:
+            handle = ctx.registry.get(owner_of(request), body.cache_id)
+        prefix = handle.input_ids if handle is not None else None
+        prepared = await tm.run_tokenizer(prepare_generate, body, tm.tokenizer, ctx.limits, prefix)
+        req = ServeRequest(
+            prepared.prompts,
+            prepared.params,
+            stream=body.stream,
+            rids=prepared.rids,
+            cache_salt=body.cache_salt,
+            extra_key=body.extra_key,
+            handle=handle,
+            explain=body.explain_cache,
+        )
+        return await ctx.pipeline.serve(request, req, GenerateRender(prepared.is_single))

@@ -1,0 +1,82 @@
+"""OpenAI-compatible endpoints: /v1/completions, /v1/chat/completions (JSON or SSE deltas)
+and /v1/models, in the shapes the official `openai` client parses."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from radixrt.server.api.context import ApiContext
+from radixrt.server.api.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    chat_messages,
+    prepare_chat,
+    prepare_completion,
+    retention_pins,
+)
+from radixrt.server.api.openai.render import CompletionRender, TokenStrings
+from radixrt.server.protocol import Limits, PreparedRequest, decode_body
+from radixrt.server.serving import ServeRequest
+from radixrt.web.middleware import identity_of
+from radixrt.web.responses import json_response
+
+BODIES = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}
+
+
+def add_routes(app: FastAPI, ctx: ApiContext) -> None:
+    tm, created = ctx.tm, int(time.time())
+    strings = TokenStrings(ctx.tokenizer)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        model = {"id": ctx.model_name, "object": "model", "created": created,
+                 "owned_by": "radixrt", "max_model_len": ctx.limits.context_length}  # fmt: skip
+        return json_response({"object": "list", "data": [model]})
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await serve(request, False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await serve(request, True)
+
+    async def serve(request: Request, is_chat: bool) -> Response:
+        raw = await request.body()
+        body, prepared = await tm.run_tokenizer(_parse, raw, is_chat, tm.tokenizer, ctx.limits)
+        pins = retention_pins(
+            body.prompt_cache_retention,
+            prepared.prompts,
+            ctx.args.server.cache_ttl_scale,
+            identity_of(request).tenant,
+        )
+        req = ServeRequest(
+            prepared.prompts,
+            prepared.params,
+            stream=body.stream,
+            rids=prepared.rids,
+            cache_salt=body.cache_salt,
+            pins=pins or [],
+            session=body.prompt_cache_key or body.user,
+            explain=body.explain_cache,
+            messages=chat_messages(body) if is_chat else None,
+        )
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage)
+        return await ctx.pipeline.serve(request, req, render)
+
+
+def _parse(
+    raw: bytes, is_chat: bool, tokenizer: Any, limits: Limits
+) -> tuple[Any, PreparedRequest]:
+    """Decode, template and tokenize a body (on the tokenizer thread)."""
+    if is_chat:
+        chat = decode_body(raw, ChatCompletionRequest)
+        return chat, prepare_chat(chat, tokenizer, limits)
+    body = decode_body(raw, CompletionRequest)
+    return body, prepare_completion(body, tokenizer, limits)

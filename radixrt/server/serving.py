@@ -1,0 +1,155 @@
+"""The serving pipeline, written once for every API dialect (api/*/).
+
+A dialect is a parse (its body -> a `ServeRequest`: tokenized prompts, validated sampling
+parameters, cache directives, session) and a render (render.py: typed output deltas -> its
+wire format). Between the two, in this order and only here:
+
+1. namespace: the tenant's prefix-cache namespace with the request's salt (tenancy.py); a
+   cache handle the prompt starts with must be of the same namespace, and is pinned again;
+2. grammar: a constrained request's grammar is checked in a worker (grammar_check.py);
+3. admission: the tenant's share is checked and held until the submit (Tenancy.admit);
+4. explain (asked for, whole answers only) and the prompt guard (a chat turn with a session);
+5. submit, then wait for the whole answer or stream the deltas; a client that goes away
+   aborts its requests (unary: DisconnectWatcher; stream: the generator's `finally`), and a
+   failure mid-stream ends it with the render's error event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from radixrt.core import PinSpec, SamplingParams
+from radixrt.output.delta import OutputDelta
+from radixrt.server.cache_handles import CacheHandle
+from radixrt.server.explain import explain_prompts
+from radixrt.server.grammar_check import GrammarChecker
+from radixrt.server.prompt_guard import PromptGuard, Turn
+from radixrt.server.protocol import BadRequestError
+from radixrt.server.render import BaseRender, Explained, Finished
+from radixrt.server.req_state import ReqState, SchedulerDeadError
+from radixrt.server.tenancy import Tenancy, work_of
+from radixrt.server.wait import ClientGoneError, RequestFailedError, updates, wait_finished
+from radixrt.web.middleware import SESSION_HEADER, caller_of
+from radixrt.web.responses import json_response, sse_response
+
+
+@dataclass(slots=True)
+class ServeRequest:
+    """One HTTP call as its dialect parsed it; everything validated (protocol.py's checks)."""
+
+    prompts: list[list[int]]  # token ids; a cache handle's prefix already in front
+    params: list[SamplingParams]  # one per prompt, fitted to the context (n samples each)
+    stream: bool = False
+    rids: list[str] | None = None  # the client's names for its prompts
+    cache_salt: str | None = None  # the namespace within the tenant's (or extra_key, older)
+    extra_key: str | None = None
+    handle: CacheHandle | None = None  # a cache handle every prompt starts with: pinned again
+    pins: list[PinSpec] = field(default_factory=list)  # prefixes to pin once each finishes
+    session: str | None = None  # a session key from the body (X-Session-Id wins)
+    explain: bool = False  # explain each prompt's cache miss (whole answers only)
+    messages: list[dict[str, str]] | None = None  # a chat turn's messages, for the guard
+    caller: str | None = None  # whom it runs as (usage, logs); None: the HTTP caller
+
+    @classmethod
+    def prefill(cls, handle: CacheHandle, cache_salt: str | None = None) -> ServeRequest:
+        """The request that computes a new cache handle's prefix and pins it (no output)."""
+        params = [SamplingParams(max_new_tokens=0)]
+        caller = "cache:" + handle.owner
+        return cls([handle.input_ids], params, cache_salt=cache_salt, handle=handle, caller=caller)
+
+
+class ServingPipeline:
+    """Runs ServeRequests. `tm`: the TokenizerManager or the --dp dispatcher."""
+
+    def __init__(self, tm: Any, tenancy: Tenancy, grammar: GrammarChecker) -> None:
+        self.tm = tm
+        self.tenancy = tenancy
+        self.grammar = grammar
+        self.guard = PromptGuard(tm.tokenizer, tm.metrics)
+
+    async def serve(self, request: Request, req: ServeRequest, render: BaseRender) -> Response:
+        """Submit `req` and answer with `render`: whole, or streamed when `req.stream`."""
+        states, explained, turn = await self._submit(request, req)
+        if req.stream:
+            return sse_response(self._stream(states, render, turn), render.media_type)
+        try:
+            await wait_finished(request, self.tm, states)
+        except ClientGoneError:
+            return Response(status_code=499)
+        if turn is not None:
+            self.guard.record(*turn, states[0].out.output_ids)
+        outputs = [_whole(state) for state in states]
+        answer = render.response(Finished(states, outputs, explained))
+        return answer if isinstance(answer, Response) else json_response(answer)
+
+    async def _submit(
+        self, request: Request, req: ServeRequest
+    ) -> tuple[list[ReqState], Explained | None, Turn | None]:
+        namespace = self.tenancy.namespace(request, req.cache_salt, req.extra_key)
+        pins = list(req.pins)
+        if req.handle is not None:
+            if namespace != req.handle.namespace:
+                raise BadRequestError("cache_salt differs from the one the cache was made with")
+            pins.insert(0, req.handle.pin_spec())  # pinned again if a flush dropped it
+        await self.grammar.check(req.params)
+        session = request.headers.get(SESSION_HEADER) or req.session
+        caller = caller_of(request)
+        with self.tenancy.admit(self.tm, request, *work_of(req.prompts, req.params)):
+            explained = None
+            if req.explain and not req.stream:
+                explained = await explain_prompts(
+                    self.tm, self.tenancy, request, req.prompts, namespace
+                )
+            turn: Turn | None = None  # a chat turn the prompt guard follows
+            if req.messages is not None and session and len(req.prompts) == 1:
+                turn = ((caller, session), req.messages, req.prompts[0])
+                self.guard.check(*turn)
+            states = self.tm.submit(
+                req.prompts,
+                req.params,
+                req.rids,
+                namespace,
+                session=session,
+                caller=caller if req.caller is None else req.caller,
+                endpoint=request.url.path,
+                pins=pins or None,
+            )
+        return states, explained, turn
+
+    async def _stream(
+        self, states: list[ReqState], render: BaseRender, turn: Turn | None
+    ) -> AsyncIterator[bytes]:
+        """The stream of one call; however it ends, its unfinished requests are aborted."""
+        try:
+            for event in render.head(states):
+                yield event
+            async for _ in updates(states):
+                for i, state in enumerate(states):
+                    delta = state.take_delta() if render.every_token else state.take_text_delta()
+                    if delta is not None:
+                        for event in render.delta(i, state, delta):
+                            yield event
+            for event in render.tail(states):
+                yield event
+        except SchedulerDeadError as e:
+            yield render.error(str(e), 503)
+        except RequestFailedError as e:
+            yield render.error(str(e), e.status_code)
+        finally:
+            self.tm.abort(states)  # a no-op for the finished ones
+        if turn is not None and states[0].out.is_finished:
+            self.guard.record(*turn, states[0].out.output_ids)
+        for event in render.close():
+            yield event
+
+
+def _whole(state: ReqState) -> OutputDelta:
+    """A finished request's whole output as one delta."""
+    delta = state.take_delta()
+    assert delta is not None and delta.is_last, "taken before its request finished"
+    return delta

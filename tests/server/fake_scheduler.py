@@ -1,0 +1,116 @@
+"""An in-process app over a TokenizerManager whose scheduler is a stand-in: each request's
+output is its prompt's ids again, cycled, one token per step, up to max_new_tokens (logprobs
+when asked: -0.5 for the token and its top alternatives); a prompt starting with "!" fails
+with a 500 of its own after its first token. No model, no KV pool: a test ends
+by checking that nothing is left in flight on either side."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI
+
+from radixrt.config import ModelConfig, SchedulerConfig, ServerConfig
+from radixrt.config.cache import CacheConfig
+from radixrt.messages import (
+    AbortReqMsg,
+    BatchTokenOutMsg,
+    FinishMsg,
+    GenerateReqMsg,
+    ReadyMsg,
+    ReqOutMsg,
+)
+from radixrt.server.api.context import ApiContext
+from radixrt.server.args import ServerArgs
+from radixrt.server.cache_handles import CacheRegistry
+from radixrt.server.grammar_check import GrammarChecker
+from radixrt.server.http_errors import add_error_handlers
+from radixrt.server.metrics import NoMetrics
+from radixrt.server.protocol import Limits
+from radixrt.server.serving import ServingPipeline
+from radixrt.server.tenancy import Tenancy
+from radixrt.server.tokenizer_manager import TokenizerManager
+
+READY = ReadyMsg("fake", 4096, 0, 1024, 0x110000, "cpu", "float32")
+
+
+class CharTokenizer:
+    """One token per character: its code point."""
+
+    chat_template = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(map(chr, ids))
+
+
+class FakeScheduler:
+    """The SchedulerClient interface, answered in-process."""
+
+    def __init__(self) -> None:
+        self.outputs: asyncio.Queue[BatchTokenOutMsg] = asyncio.Queue()
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self._decoder = msgspec.msgpack.Decoder(GenerateReqMsg | AbortReqMsg)
+
+    def encode(self, msg: Any) -> bytes:
+        return msgspec.msgpack.encode(msg)
+
+    def send(self, msg: Any) -> None:
+        self.send_encoded(self.encode(msg))
+
+    def send_encoded(self, buf: bytes) -> None:
+        msg = self._decoder.decode(buf)
+        if isinstance(msg, GenerateReqMsg):
+            self.running[msg.rid] = asyncio.create_task(self._run(msg))
+        elif (task := self.running.pop(msg.rid, None)) is not None:
+            task.cancel()
+            self._put(msg.rid, [], FinishMsg("abort", message="aborted"))
+
+    async def recv(self) -> BatchTokenOutMsg:
+        return await self.outputs.get()
+
+    async def wait_exit(self) -> int:
+        await asyncio.Event().wait()  # never exits
+        return 0
+
+    async def _run(self, msg: GenerateReqMsg) -> None:
+        sp = msg.sampling_params
+        num = sp.max_new_tokens
+        for k in range(num):
+            await asyncio.sleep(0)
+            finish = FinishMsg("length") if k == num - 1 else None
+            if k == 1 and msg.input_ids[0] == ord("!"):
+                finish = FinishMsg("abort", message="boom", status_code=500)
+            self._put(msg.rid, [msg.input_ids[k % len(msg.input_ids)]], finish, sp)
+            if finish is not None:
+                break
+        if num == 0:
+            self._put(msg.rid, [], FinishMsg("length"))
+        self.running.pop(msg.rid, None)
+
+    def _put(self, rid: str, ids: list[int], finish: FinishMsg | None, sp: Any = None) -> None:
+        logprobs = ids and sp is not None and sp.return_logprob
+        tops = [[(-0.5, t)] * sp.top_logprobs_num for t in ids] if logprobs else []
+        out = ReqOutMsg(rid, ids, [-0.5] * len(ids) if logprobs else [], tops, finish, 0)
+        self.outputs.put_nowait(BatchTokenOutMsg([out], len(self.running), 0))
+
+
+def make_app(tenancy: Tenancy | None = None) -> tuple[FastAPI, ApiContext, FakeScheduler]:
+    """An app with the error handlers and nothing else; call on the running event loop."""
+    scheduler, tokenizer = FakeScheduler(), CharTokenizer()
+    config = ServerConfig()
+    tm = TokenizerManager(scheduler, tokenizer, READY, config, NoMetrics())  # type: ignore[arg-type]
+    tm.start(lambda reason: None)
+    tenancy = tenancy or Tenancy(None)
+    grammar = GrammarChecker(SchedulerConfig(), tokenizer, READY)
+    args = ServerArgs(ModelConfig("fake"), CacheConfig(), SchedulerConfig(), config)
+    limits = Limits(READY.context_length, READY.max_total_tokens, READY.vocab_size, 10**6, config)
+    pipeline = ServingPipeline(tm, tenancy, grammar)
+    ctx = ApiContext(tm, args, limits, tenancy, CacheRegistry(tm), pipeline, "fake")
+    app = FastAPI()
+    add_error_handlers(app)
+    return app, ctx, scheduler
