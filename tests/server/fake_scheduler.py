@@ -7,6 +7,7 @@ by checking that nothing is left in flight on either side."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import msgspec
@@ -76,6 +77,9 @@ class FakeScheduler:
     async def wait_exit(self) -> int:
         await asyncio.Event().wait()  # never exits
         return 0
+
+    def last_beat(self) -> float:
+        return time.monotonic()  # always beating: the stall watch never fires
 
     async def _run(self, msg: GenerateReqMsg) -> None:
         sp = msg.sampling_params
