@@ -99,13 +99,6 @@ void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale) 
 #define WK_Q8 1
 #define WK_BF16 2
 
-static inline float bf16_to_f32(uint16_t h) {
-  const uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 #if defined(RT_SIMD)
 #define NV (NR / VW)  // vectors per panel row: 2 (AVX-512) or 4 (AVX2)
 
@@ -257,7 +250,7 @@ static inline void tile_portable(const float* xb, int64_t xs, const void* wp, in
     float w[NR];
     for (int j = 0; j < NR; ++j)
       w[j] = WK == WK_Q8     ? (float)((const int8_t*)wp)[kk * NR + j]
-             : WK == WK_BF16 ? bf16_to_f32(((const uint16_t*)wp)[kk * NR + j])
+             : WK == WK_BF16 ? rt_bf16_to_f32(((const uint16_t*)wp)[kk * NR + j])
                              : ((const float*)wp)[kk * NR + j];
     for (int i = 0; i < mr; ++i) {
       const float xv = xb[kk * xs + i];
@@ -312,15 +305,16 @@ static void pack_rows(const float* x, int64_t ldx, int64_t m, int64_t k, float* 
   }
 }
 
-// The packed-rows buffer of the calling thread, grown as needed and kept: a fresh buffer
-// per call would be fresh pages, and page faults, on every step. Owned by the thread.
-static float* row_buffer(size_t floats) {
-  static _Thread_local float* buf = 0;
+// The calling thread's buffer for a GEMM's packed or rounded rows (this file's and
+// gemm_amx.c's), grown as needed and kept: a fresh buffer per call would be fresh pages, and
+// page faults, on every step. Owned by the thread; one GEMM uses it at a time.
+void* rt_row_scratch(size_t bytes) {
+  static _Thread_local void* buf = 0;
   static _Thread_local size_t cap = 0;
-  if (floats > cap) {
+  if (bytes > cap) {
     free(buf);
-    cap = floats + floats / 4;
-    buf = (float*)aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64);
+    cap = bytes + bytes / 4;
+    buf = aligned_alloc(64, (cap + 63) / 64 * 64);
     if (!buf) cap = 0;
   }
   return buf;
@@ -338,7 +332,7 @@ static void linear(const float* x, int64_t ldx, int64_t m, int64_t k, const void
   // One row is used in place (element (k, 0) at x[k]); more rows are packed into xp.
   float* xp = 0;
   if (m > 1) {
-    xp = row_buffer((size_t)((m + MR - 1) / MR) * (size_t)(k * MR));
+    xp = (float*)rt_row_scratch((size_t)((m + MR - 1) / MR) * (size_t)(k * MR) * sizeof(float));
     if (!xp) {  // no memory for the packed rows: one row at a time, unpacked
       for (int64_t r = 0; r < m; ++r)
         linear(x + r * ldx, ldx, 1, k, wp, esize, scale, n, bias, y + r * ldy, ldy, tile_any);
@@ -395,17 +389,13 @@ void rt_pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* wp) {
     for (int64_t kk = 0; kk < k; ++kk)
       for (int64_t j = 0; j < NR; ++j) {
         const int64_t col = p * NR + j;
-        const float v = col < n ? w[col * k + kk] : 0.0f;
-        uint32_t bits;
-        memcpy(&bits, &v, sizeof bits);
-        bits += 0x7fffu + ((bits >> 16) & 1u);  // nearest even (the weights are finite)
-        wp[(p * k + kk) * NR + j] = (uint16_t)(bits >> 16);
+        wp[(p * k + kk) * NR + j] = rt_round_bf16(col < n ? w[col * k + kk] : 0.0f);
       }
 }
 
 void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
   for (int64_t col = 0; col < n; ++col)
-    for (int64_t kk = 0; kk < k; ++kk) w[col * k + kk] = bf16_to_f32(wp[((col / NR) * k + kk) * NR + col % NR]);
+    for (int64_t kk = 0; kk < k; ++kk) w[col * k + kk] = rt_bf16_to_f32(wp[((col / NR) * k + kk) * NR + col % NR]);
 }
 
 int rt_amx_ready(void) { return -1; }  // no tiles in this variant

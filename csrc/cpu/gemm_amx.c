@@ -35,13 +35,6 @@
 #define CHUNK_BLOCKS 8  // 16-row blocks of x per work item (128 rows: 147 KB at K 576)
 #endif
 
-static inline uint16_t round_bf16(float v) {
-  uint32_t bits;
-  memcpy(&bits, &v, sizeof bits);
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // nearest even (the weights are finite)
-  return (uint16_t)(bits >> 16);
-}
-
 int64_t rt_bf16_packed_size(int64_t n, int64_t k) {
   return (n + 31) / 32 * ((k + 31) / 32) * 1024;
 }
@@ -57,7 +50,7 @@ void rt_pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* wp) {
             for (int e = 0; e < 2; ++e) {
               const int64_t col = p * 32 + h * 16 + c, kk = b * 32 + 2 * r + e;
               const float v = col < n && kk < k ? w[col * k + kk] : 0.0f;
-              wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e] = round_bf16(v);
+              wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e] = rt_round_bf16(v);
             }
 }
 
@@ -67,9 +60,7 @@ void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
     for (int64_t kk = 0; kk < k; ++kk) {
       const int64_t p = col / 32, h = (col % 32) / 16, c = col % 16, b = kk / 32;
       const int64_t r = (kk % 32) / 2, e = kk % 2;
-      const uint32_t bits = (uint32_t)wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e]
-                            << 16;
-      memcpy(w + col * k + kk, &bits, sizeof(float));
+      w[col * k + kk] = rt_bf16_to_f32(wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e]);
     }
 }
 
@@ -90,19 +81,6 @@ static void configure_tiles(void) {
   cfg.palette = 1;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   _tile_loadconfig(&cfg);
-}
-
-// The calling thread's bf16 row buffer, grown as needed and kept (owned by the thread).
-static uint16_t* bf16_rows(size_t elems) {
-  static _Thread_local uint16_t* buf = 0;
-  static _Thread_local size_t cap = 0;
-  if (elems > cap) {
-    free(buf);
-    cap = elems + elems / 4;
-    buf = (uint16_t*)aligned_alloc(64, (cap * 2 + 63) / 64 * 64);
-    if (!buf) cap = 0;
-  }
-  return buf;
 }
 
 // xb (mp, kp) <- x (m, k) rounded to bf16, rows past m and columns past k zero.
@@ -135,7 +113,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   const int64_t kb = (k + 31) / 32, kp = kb * 32, panels = (n + 31) / 32;
   const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
   const int64_t chunks = (blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
-  uint16_t* xb = bf16_rows((size_t)(mp * kp));
+  uint16_t* xb = (uint16_t*)rt_row_scratch((size_t)(mp * kp) * sizeof(uint16_t));
   if (!xb) return;  // (no memory for 16 rows of x: the caller's y is left as it was)
   round_rows(x, ldx, m, k, xb, mp, kp);
 #pragma omp parallel if (chunks * panels > 1 && m * n * k > 32768)

