@@ -17,6 +17,7 @@ from radixrt.config.choices import (
     LOG_LEVELS,
     QUANTIZATIONS,
     SCHEDULE_POLICIES,
+    TOOL_CALL_FORMATS,
 )
 from radixrt.config.model import ModelConfig
 from radixrt.config.router import RouterConfig, RouterServerConfig
@@ -29,6 +30,7 @@ __all__ = [
     "DTYPES",
     "ENGINE_CONFIGS",
     "GRAMMAR_BACKEND_NAMES",
+    "TOOL_CALL_FORMATS",
     "LOG_LEVELS",
     "QUANTIZATIONS",
     "SCHEDULE_POLICIES",

@@ -13,3 +13,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
 # default.
 GRAMMAR_BACKEND_NAMES = ("auto", "llguidance", "outlines")
+# How the model writes tool calls (radixrt/server/tools/formats.py; a test keeps the two
+# equal); auto: the format the chat template shows, Hermes when it shows none.
+TOOL_CALL_FORMATS = ("auto", "hermes", "llama3_json", "mistral")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixrt.config.choices import LOG_LEVELS
+from radixrt.config.choices import LOG_LEVELS, TOOL_CALL_FORMATS
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class ServerConfig:
     max_stop_string_len: int = 256  # characters per stop string
     max_grammar_bytes: int = 128 * 2**10  # a regex, JSON schema or EBNF grammar, UTF-8
     max_pending_grammars: int = 64  # grammar checks queued or compiling; more get 503
+    tool_call_format: str = "auto"  # TOOL_CALL_FORMATS
     # The caching APIs (/v1/caches, Anthropic cache_control, Gemini cachedContents): the
     # shortest prefix a breakpoint pins (shorter: not pinned, no error), and a factor on
     # every TTL they are given (tests shorten time with it).
@@ -59,6 +60,11 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65536), got {self.port}")
         if self.max_queued_requests < 0:
             raise ValueError(f"max_queued_requests must be >= 0, got {self.max_queued_requests}")
+        if self.tool_call_format not in TOOL_CALL_FORMATS:
+            raise ValueError(
+                f"tool_call_format must be one of {TOOL_CALL_FORMATS}, "
+                f"got {self.tool_call_format!r}"
+            )
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
         if self.api_key is not None and not self.api_key:

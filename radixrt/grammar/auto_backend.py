@@ -19,7 +19,6 @@ answers in about a millisecond; outlines is compiled only for a spec llguidance 
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from typing import Any
@@ -28,21 +27,12 @@ from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, Grammar
 from radixrt.grammar.llguidance_backend import LLGuidanceBackend
 from radixrt.grammar.outlines_backend import OutlinesBackend
 from radixrt.grammar.regex_size import dfa_states
+from radixrt.grammar.schema_regex import outlines_enforces
 from radixrt.grammar.token_automaton import TokenAutomaton
 
 MAX_COUNTED = 64
 MAX_DFA_STATES = 512  # characters' states; outlines' byte-level automaton has up to ~2.5x
 _COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
-
-# JSON-schema keywords whose every constraint the outlines regex enforces, and keywords that
-# constrain nothing. A schema using any other keyword anywhere goes to llguidance.
-_ENFORCED = frozenset(
-    {"type", "properties", "required", "additionalProperties", "items", "enum", "const"}
-    | {"anyOf", "$ref", "$defs", "definitions", "minLength", "maxLength", "minItems", "maxItems"}
-)
-_ANNOTATIONS = frozenset(
-    {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated"}
-)
 
 
 class AutoBackend(BaseGrammarBackend):
@@ -66,7 +56,7 @@ class AutoBackend(BaseGrammarBackend):
     def compile(self, spec: GrammarSpec) -> Any:
         """A TokenAutomaton (outlines) or an LLMatcher (llguidance); the latter's error when
         neither compiles the spec."""
-        if spec.kind != "ebnf" and _outlines_enforces(spec):
+        if spec.kind != "ebnf" and outlines_enforces(spec):
             try:
                 regex = OutlinesBackend.regex_of(spec)
                 if _is_small(regex):
@@ -98,34 +88,3 @@ def counted_size(regex: str) -> int:
     """The sum of the counts of `regex`'s counted repetitions (the upper bound of `{m,n}`,
     m for `{m}` and `{m,}`)."""
     return sum(int(hi) if hi else int(lo) for lo, hi in _COUNTED.findall(regex))
-
-
-def _outlines_enforces(spec: GrammarSpec) -> bool:
-    if spec.kind == "regex":
-        return True
-    try:
-        return _only_enforced(json.loads(spec.text))
-    except (ValueError, RecursionError):
-        return False
-
-
-def _only_enforced(schema: Any) -> bool:
-    """Whether every keyword of `schema` and of its subschemas is in _ENFORCED or
-    _ANNOTATIONS (True and False, the trivial schemas, are)."""
-    if isinstance(schema, bool):
-        return True
-    if not isinstance(schema, dict):
-        return False
-    if any(k not in _ENFORCED and k not in _ANNOTATIONS for k in schema):
-        return False
-    subs: list[Any] = []
-    for key in ("properties", "$defs", "definitions"):
-        if isinstance(schema.get(key), dict):
-            subs += schema[key].values()
-    for key in ("items", "additionalProperties"):
-        if key in schema:
-            subs.append(schema[key])
-    any_of = schema.get("anyOf", [])
-    if not isinstance(any_of, list):
-        return False
-    return all(_only_enforced(s) for s in [*any_of, *subs])

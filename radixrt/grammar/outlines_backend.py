@@ -22,11 +22,10 @@ from radixrt.grammar.base import (
     GrammarError,
     GrammarSpec,
 )
+from radixrt.grammar.schema_regex import schema_regex
 from radixrt.grammar.token_automaton import TokenAutomaton
 
 _SENTINEL = b"\x00"  # follows every regex; its token id is vocab_size (never sampled)
-# JSON whitespace between tokens: at most one space, so a schema's output length stays bounded.
-_JSON_WHITESPACE = r"[ ]?"
 
 
 class OutlinesMatcher(BaseGrammarMatcher):
@@ -83,10 +82,7 @@ class OutlinesBackend(BaseGrammarBackend):
             raise GrammarError("the outlines grammar backend does not support ebnf grammars")
         if spec.kind == "regex":
             return spec.text
-        try:
-            return outlines_core.json_schema.build_regex_from_schema(spec.text, _JSON_WHITESPACE)
-        except (ValueError, TypeError) as e:
-            raise GrammarError(f"invalid {spec.kind}: {e}") from None
+        return schema_regex(spec.text)
 
     def compile_regex(self, spec: GrammarSpec, regex: str) -> TokenAutomaton:
         try:

@@ -4,7 +4,16 @@ Never imports torch or the runtime: it talks to a server over HTTP, or to an in-
 Engine through a duck-typed adapter.
 """
 
-from radixrt.lang.api import assistant, gen, gen_int, gen_string, select, system, user
+from radixrt.lang.api import (
+    assistant,
+    gen,
+    gen_int,
+    gen_string,
+    select,
+    system,
+    tool_call,
+    user,
+)
 from radixrt.lang.backends import BaseBackend, OpenAICompatible, RuntimeEndpoint
 from radixrt.lang.choices import (
     greedy_token_selection,
@@ -16,6 +25,7 @@ from radixrt.lang.ir import SamplingParams
 from radixrt.lang.program import Program, function, get_default_backend, set_default_backend
 from radixrt.lang.stable import stable_json
 from radixrt.lang.state import ProgramState, ProgramStateGroup
+from radixrt.lang.tools import run_call, tool_spec
 
 __all__ = [
     "BackendError",
@@ -41,6 +51,9 @@ __all__ = [
     "stable_json",
     "system",
     "token_length_normalized",
+    "tool_call",
+    "run_call",
+    "tool_spec",
     "unconditional_likelihood_normalized",
     "user",
 ]

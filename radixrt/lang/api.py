@@ -7,6 +7,7 @@ from typing import Any
 from radixrt.lang import choices as choice_methods
 from radixrt.lang import ir, typed
 from radixrt.lang.choices import BaseChoiceMethod
+from radixrt.lang.tools import Tool, call_schema, tool_spec
 
 _METHODS = {
     m.name: m
@@ -32,10 +33,12 @@ def gen(
     stop_token_ids, temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty,
     repetition_penalty, seed, ignore_eos, return_logprob, top_logprobs_num, regex,
     json_schema. `dtype` (int, float, bool, str) constrains the output to that type and
-    stores the parsed value; `choices` makes this a `select`.
+    stores the parsed value; `choices` makes this a `select`; `tools` a `tool_call`.
     """
     if choices is not None:
         return select(name, choices, choices_method=choices_method)
+    if "tools" in params:
+        return tool_call(name, params.pop("tools"), **params)
     sp = ir.SamplingParams.from_kwargs(params)
     if dtype is not None:
         typed.regex_for(dtype)  # validates the dtype
@@ -44,6 +47,21 @@ def gen(
         if dtype is not str and sp.max_new_tokens is None:
             sp.max_new_tokens = typed.TYPED_MAX_NEW_TOKENS
     return ir.Gen(name, sp, dtype)
+
+
+def tool_call(name: str | None = None, tools: list[Tool] | None = None, **params: Any) -> ir.Expr:
+    """Generate a call of one of `tools` (dicts, OpenAI-style tools or Python functions):
+    the text is the call as JSON, the variable holds {"name", "arguments"}, the arguments
+    valid against the tool's schema by construction (the backend must enforce json_schema).
+    Run it with `run_call(state[name], tools)`."""
+    if not tools:
+        raise ValueError("tool_call needs tools")
+    sp = ir.SamplingParams.from_kwargs(params)
+    if sp.regex is not None or sp.json_schema is not None:
+        raise ValueError("a tool_call's grammar comes from its tools: no regex or json_schema")
+    specs = [tool_spec(t) for t in tools]
+    call_schema(specs)  # validates the names now, not at run time
+    return ir.Gen(name, sp, None, specs)
 
 
 def gen_int(name: str | None = None, **params: Any) -> ir.Expr:

@@ -21,6 +21,7 @@ from radixrt.lang.backends.base import BaseBackend
 from radixrt.lang.errors import NotSupportedError, OutputParseError, ProgramError
 from radixrt.lang.exec_types import Call, OpenRole, Snapshot, Span, sets_of
 from radixrt.lang.scoring import score_choices
+from radixrt.lang.tools import call_schema, parse_call
 
 
 class StateExecutor:
@@ -201,6 +202,9 @@ class StateExecutor:
 
     def _gen(self, node: ir.Gen) -> None:
         params = node.params.merged(self.defaults)
+        if node.tools is not None:
+            self._gen_tool_call(node, params)
+            return
         if node.dtype is bool and self.backend.can_score and params.regex is None:
             self._select(ir.Select(node.name, typed.BOOL_CHOICES, _default_method()), bool)
             return
@@ -220,6 +224,18 @@ class StateExecutor:
             text, meta = self._call_gen(node.name, params)
             _check_structured(params, text, meta)
             self._finish_gen(node.name, text, text, meta)
+
+    def _gen_tool_call(self, node: ir.Gen, params: ir.SamplingParams) -> None:
+        assert node.tools is not None
+        if not self.backend.supports_regex:
+            raise NotSupportedError(
+                f"tool_call is not supported by this backend ({self.backend!r}) yet: it does "
+                "not enforce json_schema"
+            )
+        schema = json.dumps(call_schema(node.tools))  # name first, then the arguments
+        raw, meta = self._call_gen(node.name, params.replace(json_schema=schema), stream=False)
+        value = parse_call(raw, {t["name"] for t in node.tools})
+        self._finish_gen(node.name, raw, value, meta)
 
     def _gen_typed(self, node: ir.Gen, params: ir.SamplingParams) -> None:
         assert node.dtype is not None

@@ -109,6 +109,7 @@ class Gen(Expr):
     name: str | None
     params: SamplingParams
     dtype: type | None = None
+    tools: list[dict[str, Any]] | None = None  # a forced call of one (lang/tools.py specs)
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from radixrt.config import (
     LOG_LEVELS,
     QUANTIZATIONS,
     SCHEDULE_POLICIES,
+    TOOL_CALL_FORMATS,
     CacheConfig,
     ModelConfig,
     RouterConfig,
@@ -43,6 +44,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "log_level": LOG_LEVELS,
     "router_policy": tuple(ROUTING_POLICIES),
     "grammar_backend": tuple(GRAMMAR_BACKENDS),
+    "tool_call_format": TOOL_CALL_FORMATS,
 }
 _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
@@ -117,6 +119,9 @@ _HELP = {
     "max_stop_string_len": "characters per stop string",
     "max_grammar_bytes": "bytes of a regex, JSON schema or EBNF grammar",
     "max_pending_grammars": "grammar compiles queued or running; more are refused with 503",
+    "tool_call_format": "how the model writes tool calls (the prompt's tool list, the parser "
+    "of calls, the grammar of forced calls); auto: the format its chat template shows, "
+    "hermes when it shows none",
     "cache_min_tokens": "caching APIs: shortest prefix a cache breakpoint pins (shorter ones "
     "are not pinned, without error)",
     "cache_ttl_scale": "caching APIs: factor on every TTL given (for tests)",

@@ -32,6 +32,7 @@ from radixrt.server.protocol import Limits
 from radixrt.server.serving import ServingPipeline
 from radixrt.server.tenancy import Tenancy
 from radixrt.server.tokenizer_manager import TokenizerManager
+from radixrt.server.tools import format_for
 from radixrt.web.middleware import BodyLimitMiddleware
 
 # Each dialect's routes module: add_routes(app, ctx), and BODIES for the OpenAPI document.
@@ -74,6 +75,7 @@ def create_app(
         CacheRegistry(tm, args.server.cache_ttl_scale),  # named, pinned prefixes
         ServingPipeline(tm, tenancy, grammar),
         served_model_name(args),
+        format_for(args.server.tool_call_format, tm.tokenizer),
     )
     app.state.model_name = ctx.model_name
     app.state.max_request_bytes = args.server.max_request_bytes

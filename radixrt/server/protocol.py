@@ -8,6 +8,7 @@ dialect's bodies and their parse live in its folder (api/*/protocol.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,30 +132,33 @@ def fit_to_context(
 
 
 def render_chat(
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     tokenizer: Any,
     limits: Limits,
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """A conversation through the tokenizer's chat template, checked against the server's
-    bounds before (message count, characters) and after (the rendered text); every chat
-    dialect renders through here."""
+    """A conversation through the tokenizer's chat template (with `tools` when the template
+    takes them), checked against the server's bounds before (message count, characters) and
+    after (the rendered text); every chat dialect renders through here."""
     most = limits.server.max_chat_messages
     if len(messages) > most:
         raise BadRequestError(f"{len(messages)} messages; at most {most} (--max-chat-messages)")
     if getattr(tokenizer, "chat_template", None) is None:
         raise BadRequestError("this model's tokenizer has no chat template")
-    limits.check_length(
-        sum(len(m["content"]) + len(m["role"]) for m in messages), "the conversation"
-    )
+    size = sum(len(str(m.get("content") or "")) + len(m["role"]) for m in messages)
+    if tools is not None or any("tool_calls" in m for m in messages):
+        size += len(json.dumps([tools, [m.get("tool_calls") for m in messages]], default=str))
+    limits.check_length(size, "the conversation")
+    extra = {} if tools is None else {"tools": tools}
     try:
         text = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
     except Exception as e:  # jinja raises for conversations its template refuses
         raise BadRequestError(f"the chat template rejected the messages: {e}") from None
     limits.check_text(text, "the rendered conversation")
-    return text
+    return text  # type: ignore[no-any-return]
 
 
 def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:

@@ -20,6 +20,7 @@ from radixrt.server.api.anthropic.protocol import (
     usage,
 )
 from radixrt.server.protocol import BadRequestError, Limits
+from radixrt.server.tools.formats import HERMES
 
 EPHEMERAL = {"type": "ephemeral"}
 HOUR = {"type": "ephemeral", "ttl": "1h"}
@@ -94,16 +95,21 @@ def test_breakpoint_limits_and_automatic_caching() -> None:
 def test_breakpoint_offsets_are_the_shared_prefix(tokenizer: Any) -> None:
     system = [{"type": "text", "text": text("sys", 60), "cache_control": EPHEMERAL}]
     tools = [{"name": "get_weather", "input_schema": {"type": "object"}, "cache_control": HOUR}]
-    a = prepare_messages(body(system=system, tools=tools), tokenizer, LIMITS, True)
+    a = prepare_messages(body(system=system, tools=tools), tokenizer, LIMITS, True, HERMES)
     other = [{"role": "user", "content": "Something else entirely, with more words."}]
-    b = prepare_messages(body(system=system, tools=tools, messages=other), tokenizer, LIMITS, True)
+    b = prepare_messages(
+        body(system=system, tools=tools, messages=other), tokenizer, LIMITS, True, HERMES
+    )
     assert [bp.ttl for bp in a.breakpoints] == ["1h", "5m"]
     assert a.breakpoints == b.breakpoints
     end = a.breakpoints[-1].offset
     assert a.input_ids[:end] == b.input_ids[:end] and a.input_ids != b.input_ids
     assert tokenizer.decode(a.input_ids[:end]).endswith(system[0]["text"])
-    assert tokenizer.decode(a.input_ids[: a.breakpoints[0].offset]).endswith('"object"}')
-    assert len(prepare_messages(body(system=system), tokenizer, LIMITS, False).breakpoints) == 1
+    assert tokenizer.decode(a.input_ids[: a.breakpoints[0].offset]).endswith('"function"}')
+    assert (
+        len(prepare_messages(body(system=system), tokenizer, LIMITS, False, HERMES).breakpoints)
+        == 1
+    )
 
 
 def test_a_token_across_the_end_is_left_out(tokenizer: Any) -> None:
@@ -122,10 +128,11 @@ def test_prefill_tools_as_text_and_refusals(tokenizer: Any) -> None:
         {"role": "user", "content": [result]},
         {"role": "assistant", "content": "The answer is"},
     ]
-    prompt = prepare_messages(body(messages=turns), tokenizer, LIMITS, True)
+    prompt = prepare_messages(body(messages=turns), tokenizer, LIMITS, True, HERMES)
     rendered = tokenizer.decode(prompt.input_ids)
-    assert '<tool_use id="t1" name="add">{"a": 2, "b": 2}</tool_use>' in rendered
-    assert '<tool_result tool_use_id="t1">4</tool_result>' in rendered
+    # As the model writes a call (its input's order kept), and a result in the format's tags.
+    assert '<tool_call>\n{"name":"add","arguments":{"b":2,"a":2}}\n</tool_call>' in rendered
+    assert "<tool_response>\n4\n</tool_response>" in rendered
     assert rendered.endswith("<|im_start|>assistant\nThe answer is")  # a prefill, continued
     hi = {"role": "user", "content": "Hi"}
     refused = {
@@ -134,6 +141,6 @@ def test_prefill_tools_as_text_and_refusals(tokenizer: Any) -> None:
     }
     for why, messages in refused.items():
         with pytest.raises(BadRequestError, match=why):
-            prepare_messages(body(messages=messages), tokenizer, LIMITS, True)
+            prepare_messages(body(messages=messages), tokenizer, LIMITS, True, HERMES)
     with pytest.raises(BadRequestError, match="tool_choice"):
-        check_request(body(tool_choice={"type": "any"}))
+        check_request(body(tool_choice={"type": "some"}))

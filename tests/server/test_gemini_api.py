@@ -24,15 +24,16 @@ from radixrt.server.api.gemini.protocol import (
     Part,
     Tool,
     conversation,
+    declarations,
     format_time,
     parse_duration,
     parse_time,
     prepare_content,
-    render_tools,
     sampling_dict,
 )
 from radixrt.server.cache_handles import CacheHandle, CacheRegistry
 from radixrt.server.protocol import BadRequestError, Limits, render_chat
+from radixrt.server.tools.formats import HERMES
 from radixrt.web.keys import hash_key
 
 from .server_proc import start_server
@@ -72,16 +73,18 @@ def test_durations_and_times_parse_and_format() -> None:
 def test_tools_render_deterministically_into_the_system_message() -> None:
     a = FunctionDeclaration("f", "does f", {"type": "OBJECT", "properties": {"x": {"type": "S"}}})
     b = FunctionDeclaration("f", "does f", {"properties": {"x": {"type": "S"}}, "type": "OBJECT"})
-    assert render_tools([Tool([a])]) == render_tools([Tool([b])])
-    assert render_tools([Tool([])]) == ""
+    tools_a, tools_b = declarations([Tool([a])]), declarations([Tool([b])])
+    assert tools_a[0].parameters == {"type": "object", "properties": {"x": {"type": "s"}}}
+    assert HERMES.tools_text(tools_a) == HERMES.tools_text(tools_b)
+    assert declarations([Tool([])]) == []
     system = Content([Part("Be "), Part("brief.")], role="user")
     msgs = conversation(
-        [Content([Part("hi")]), Content([Part("yo")], "model")], system, [Tool([a])]
+        [Content([Part("hi")]), Content([Part("yo")], "model")], system, tools_a, HERMES
     )
     assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
-    assert msgs[0]["content"].startswith("Be brief.\n\n") and '"name":"f"' in msgs[0]["content"]
+    assert msgs[0]["content"].startswith("Be brief.\n\n") and '"name": "f"' in msgs[0]["content"]
     with pytest.raises(BadRequestError, match="role"):
-        conversation([Content([Part("x")], "system")], None, [])
+        conversation([Content([Part("x")], "system")], None, [], HERMES)
 
 
 def test_generation_config_maps_to_sampling_params() -> None:
@@ -115,20 +118,20 @@ def test_a_prompt_on_a_cache_starts_with_its_exact_tokens(smollm2_path: Path) ->
     from radixrt.models.loader import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
-    cached = conversation([Content([Part(FACTS)])], Content([Part(SYSTEM)]), [])
+    cached = conversation([Content([Part(FACTS)])], Content([Part(SYSTEM)]), [], HERMES)
     text = render_chat(cached, tok, LIMITS, add_generation_prompt=False)
     ids = tok.encode(text, add_special_tokens=False)
     handle = CacheHandle(
         "h", "", None, ids, 0.0, 0.0, 1e12, meta={"messages": cached, "text": text}
     )
     body = GenerateContentRequest([Content([Part("Which river?")])])
-    prep = prepare_content(body, handle, tok, LIMITS)
+    prep = prepare_content(body, handle, tok, LIMITS, HERMES)
     assert prep.starts_with_handle and prep.input_ids[: len(ids)] == ids
     assert tok.decode(prep.input_ids).endswith("Which river?<|im_end|>\n<|im_start|>assistant\n")
     assert prep.params.max_new_tokens == LIMITS.context_length - len(prep.input_ids)
     body.system_instruction = Content([Part("other")])
     with pytest.raises(BadRequestError, match="systemInstruction"):
-        prepare_content(body, handle, tok, LIMITS)
+        prepare_content(body, handle, tok, LIMITS, HERMES)
 
 
 def test_registry_token_hours_count_live_expired_and_deleted_handles() -> None:

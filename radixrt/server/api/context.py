@@ -10,6 +10,8 @@ from radixrt.server.cache_handles import CacheRegistry
 from radixrt.server.protocol import Limits
 from radixrt.server.serving import ServingPipeline
 from radixrt.server.tenancy import Tenancy
+from radixrt.server.tools import CallFormat
+from radixrt.server.tools.formats import HERMES
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class ApiContext:
     registry: CacheRegistry  # named, pinned prefixes (/v1/caches, Gemini's cachedContents)
     pipeline: ServingPipeline
     model_name: str
+    tool_format: CallFormat = HERMES  # how this model writes tool calls (--tool-call-format)
 
     @property
     def tokenizer(self) -> Any:

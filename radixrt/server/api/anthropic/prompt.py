@@ -9,7 +9,6 @@ to a breakpoint share the prompt text, and so the tokens, up to it.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -21,11 +20,11 @@ from radixrt.server.api.anthropic.protocol import (
     CacheControl,
     ContentBlock,
     MessagesRequest,
-    Tool,
     check_request,
     content_blocks,
     sampling_dict,
     system_blocks,
+    tool_plan,
 )
 from radixrt.server.protocol import (
     BadRequestError,
@@ -34,51 +33,62 @@ from radixrt.server.protocol import (
     render_chat,
     to_sampling_params,
 )
+from radixrt.server.tools import CallFormat, ToolCall, ToolPlan
+from radixrt.server.tools.formats import tool_line
+from radixrt.server.tools.grammar import compact_json
 
 SEP = "\n\n"  # between the blocks of one turn, and between merged turns of one role
-TOOLS_HEADER = (
-    "# Tools\n\nYou can call these tools. To call one, answer with "
-    '<tool_use name="NAME">{JSON input}</tool_use>.'
-)
 
 
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
     input_ids: list[int]
     breakpoints: list[Breakpoint]  # in prefix order
+    plan: ToolPlan
     params: SamplingParams | None = None  # None: only counted (count_tokens)
 
 
 def prepare_messages(
-    req: MessagesRequest, tokenizer: Any, limits: Limits, generate: bool
+    req: MessagesRequest, tokenizer: Any, limits: Limits, generate: bool, fmt: CallFormat
 ) -> RenderedPrompt:
     """Check, render and tokenize a body; with `generate`, its sampling parameters too."""
     most = limits.server.max_chat_messages
     if len(req.messages) > most:
         raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
     req = check_request(req)
-    prompt = render_prompt(req, tokenizer, limits)
+    plan = tool_plan(req, fmt)
+    prompt = render_prompt(req, plan, tokenizer, limits)
     if not generate:
         return prompt
-    sp = fit_to_context(prompt.input_ids, to_sampling_params(sampling_dict(req)), limits, True)
-    return RenderedPrompt(prompt.input_ids, prompt.breakpoints, sp)
+    d = sampling_dict(req)
+    d.update(plan.sampling_dict(tokenizer, d))
+    sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
+    return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp)
 
 
-def render_prompt(req: MessagesRequest, tokenizer: Any, limits: Limits) -> RenderedPrompt:
+def render_prompt(
+    req: MessagesRequest, plan: ToolPlan, tokenizer: Any, limits: Limits
+) -> RenderedPrompt:
     """Template the request (add_generation_prompt; a last assistant turn is a prefill the
-    answer continues) and place its breakpoints (controls already checked)."""
+    answer continues) and place its breakpoints (controls already checked). The tools are
+    written in the model's call format at the front of the system turn, one line each."""
     marks = _Marks()
     turns: list[dict[str, str]] = []
+    fmt = plan.fmt
     tools = req.tools or []
-    system = [TOOLS_HEADER] if tools else []  # part of the first tool's prefix
-    system += [marks.after(_tool_text(t), t.cache_control) for t in tools]
-    system += [marks.after(_block_text(b, "system"), b.cache_control) for b in system_blocks(req)]
+    system = [fmt.tools_head] if tools else []  # part of the first tool's prefix
+    system += [marks.after(tool_line(s), t.cache_control) for s, t in zip(plan.tools, tools)]
+    system += [fmt.tools_tail] if tools and fmt.tools_tail else []
+    system = ["\n".join(system)] if system else []
+    system += [
+        marks.after(_block_text(b, "system", fmt), b.cache_control) for b in system_blocks(req)
+    ]
     if system:
         turns.append({"role": "system", "content": SEP.join(system)})
     for i, m in enumerate(req.messages):
         where = f"messages.{i}"
         text = SEP.join(
-            marks.after(_block_text(b, f"{where}.content.{j}"), b.cache_control)
+            marks.after(_block_text(b, f"{where}.content.{j}", fmt), b.cache_control)
             for j, b in enumerate(content_blocks(m.content))
         )
         if turns and turns[-1]["role"] == m.role:  # consecutive turns of a role are one
@@ -91,7 +101,8 @@ def render_prompt(req: MessagesRequest, tokenizer: Any, limits: Limits) -> Rende
     text, char_ends = marks.cut(render_chat(turns, tokenizer, limits) + prefill)
     limits.check_text(text, "the rendered conversation")  # with the prefill
     ids, offsets = token_offsets(tokenizer, text, char_ends)
-    return RenderedPrompt(ids, [Breakpoint(o, t) for o, t in zip(offsets, marks.ttls, strict=True)])
+    points = [Breakpoint(o, t) for o, t in zip(offsets, marks.ttls, strict=True)]
+    return RenderedPrompt(ids, points, plan)
 
 
 def token_offsets(tokenizer: Any, text: str, char_ends: list[int]) -> tuple[list[int], list[int]]:
@@ -150,19 +161,9 @@ class _Marks:
         return "".join(parts), ends
 
 
-def _tool_text(tool: Tool) -> str:
-    if tool.type not in (None, "custom"):
-        raise BadRequestError(f"tools: server tools ({tool.type!r}) are not supported")
-    lines = [f"## {tool.name}"]
-    if tool.description:
-        lines.append(tool.description)
-    if tool.input_schema is not None:
-        lines.append("Input schema: " + _json(tool.input_schema))
-    return "\n".join(lines)
-
-
-def _block_text(block: ContentBlock, where: str) -> str:
-    """A block as text: text as is, tool_use and tool_result as tags around their JSON/text."""
+def _block_text(block: ContentBlock, where: str, fmt: CallFormat) -> str:
+    """A block as text: text as is, tool_use as the model writes a call, tool_result as the
+    format's result text."""
     if block.type == "text":
         if block.text is None:
             raise BadRequestError(f"{where}.text: Field required")
@@ -172,7 +173,7 @@ def _block_text(block: ContentBlock, where: str) -> str:
     if block.type == "tool_use":
         if block.id is None or block.name is None:
             raise BadRequestError(f"{where}: a tool_use block needs id and name")
-        return f'<tool_use id="{block.id}" name="{block.name}">{_json(block.input)}</tool_use>'
+        return fmt.call_text([ToolCall(block.id, block.name, compact_json(block.input or {}))])
     if block.type == "tool_result":
         if block.tool_use_id is None:
             raise BadRequestError(f"{where}.tool_use_id: Field required")
@@ -183,16 +184,10 @@ def _block_text(block: ContentBlock, where: str) -> str:
                 raise BadRequestError(f"{where}.content.{k}: mark the tool_result, not its blocks")
             if b.type != "text":
                 raise BadRequestError(f"{where}.content.{k}: only text is supported in tool_result")
-            parts.append(_block_text(b, f"{where}.content.{k}"))
-        error = ' is_error="true"' if block.is_error else ""
+            parts.append(_block_text(b, f"{where}.content.{k}", fmt))
         body = SEP.join(parts)
-        return f'<tool_result tool_use_id="{block.tool_use_id}"{error}>{body}</tool_result>'
+        return fmt.results_text([f"Error: {body}" if block.is_error else body])
     raise BadRequestError(f"{where}: content blocks of type {block.type!r} are not supported")
-
-
-def _json(value: Any) -> str:
-    """Deterministic: the same value renders to the same text (and tokens) every time."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
 
 
 def _common_len(a: list[int], b: list[int]) -> int:

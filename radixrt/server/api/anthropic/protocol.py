@@ -12,8 +12,10 @@ import msgspec
 
 from radixrt.core import PinSpec
 from radixrt.server.protocol import BadRequestError
+from radixrt.server.tools import CallFormat, ToolChoice, ToolPlan, ToolSpec
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
+CHOICE_MODES = {"auto": "auto", "any": "required", "tool": "named", "none": "none"}
 MAX_CACHE_BREAKPOINTS = 4
 
 
@@ -53,9 +55,12 @@ class Tool(msgspec.Struct, kw_only=True):
 
 
 class Choice(msgspec.Struct, kw_only=True):
-    """tool_choice, and thinking: only what needs no forcing or hidden reasoning is taken."""
+    """tool_choice (auto, any, tool with `name`, none), and thinking (only disabled)."""
 
     type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+    budget_tokens: int | None = None  # thinking: refused unless disabled
 
 
 class OutputConfig(msgspec.Struct, kw_only=True):
@@ -104,10 +109,9 @@ def check_request(req: MessagesRequest) -> MessagesRequest:
             raise BadRequestError(f"{name}: not supported by this server")
     if req.thinking is not None and req.thinking.type != "disabled":
         raise BadRequestError(f"thinking: type {req.thinking.type!r} is not supported")
-    if req.tool_choice is not None and req.tool_choice.type not in ("auto", "none"):
+    if req.tool_choice is not None and req.tool_choice.type not in CHOICE_MODES:
         raise BadRequestError(
-            f"tool_choice: type {req.tool_choice.type!r} is not supported (tools are rendered "
-            "as text; a call cannot be forced)"
+            f"tool_choice.type: {req.tool_choice.type!r} is not one of {sorted(CHOICE_MODES)}"
         )
     if req.output_config is not None and req.output_config.format is not None:
         raise BadRequestError("output_config.format: structured outputs are not supported here")
@@ -138,6 +142,25 @@ def cache_controls(req: MessagesRequest) -> list[CacheControl]:
     for m in req.messages:
         blocks += content_blocks(m.content)
     return [b.cache_control for b in blocks if b.cache_control is not None]
+
+
+def tool_plan(req: MessagesRequest, fmt: CallFormat) -> ToolPlan:
+    """The request's tools and tool_choice in the one internal form."""
+    specs = []
+    for i, t in enumerate(req.tools or ()):
+        if t.type not in (None, "custom"):
+            raise BadRequestError(f"tools.{i}: server tools ({t.type!r}) are not supported")
+        if t.input_schema is None:
+            raise BadRequestError(f"tools.{i}.input_schema: Field required")
+        specs.append(ToolSpec(t.name, t.description or "", t.input_schema))
+    c = req.tool_choice
+    if c is None:
+        return ToolPlan(fmt, tuple(specs))
+    if c.type == "tool" and c.name is None:
+        raise BadRequestError("tool_choice.name: Field required")
+    parallel = not c.disable_parallel_tool_use
+    choice = ToolChoice(CHOICE_MODES[c.type], name=c.name, parallel=parallel)  # type: ignore[arg-type]
+    return ToolPlan(fmt, tuple(specs), choice)
 
 
 def system_blocks(req: MessagesRequest) -> list[ContentBlock]:

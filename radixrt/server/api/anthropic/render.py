@@ -7,14 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 from starlette.responses import Response
 
 from radixrt.core import FinishKind, PinSpec
 from radixrt.output.delta import OutputDelta
 from radixrt.server.api.anthropic.protocol import Breakpoint, usage
+from radixrt.server.api.anthropic.tool_blocks import (
+    ToolBlocks,
+    named_event,
+    new_tool_use_id,
+    tool_use_block,
+)
 from radixrt.server.render import BaseRender, Finished
 from radixrt.server.req_state import ReqState
+from radixrt.server.tools import ToolPlan, parse_output
 from radixrt.web.responses import json_response
 
 ERROR_TYPES = {
@@ -28,7 +34,6 @@ ERROR_TYPES = {
     503: "overloaded_error",
     529: "overloaded_error",
 }
-_encoder = msgspec.json.Encoder()
 
 Planned = list[tuple[Breakpoint, PinSpec]]  # the breakpoints that asked for a pin, and how
 
@@ -42,11 +47,6 @@ def render_error(message: str, status: int) -> Response:
     return json_response(error_body(message, status), status)
 
 
-def named_event(name: str, obj: Any) -> bytes:
-    """One SSE event with a name (the anthropic client ignores events without one)."""
-    return b"event: " + name.encode() + b"\ndata: " + _encoder.encode(obj) + b"\n\n"
-
-
 class MessagesRender(BaseRender):
     """One call of /v1/messages (one request, no n).
 
@@ -54,25 +54,39 @@ class MessagesRender(BaseRender):
     content_block_start, ping, a text_delta per new text, content_block_stop, message_delta
     (stop reason and the final usage, pins included), message_stop; or an `error` event."""
 
-    def __init__(self, msg_id: str, model: str, planned: Planned) -> None:
+    def __init__(
+        self, msg_id: str, model: str, planned: Planned, plan: ToolPlan | None = None
+    ) -> None:
         self.msg_id = msg_id
         self.model = model
         self.planned = planned
         self._started = False
+        self.plan = plan if plan is not None and plan.parses_calls else None
+        self._blocks: ToolBlocks | None = None  # a stream with tools: its content blocks
 
     def response(self, done: Finished) -> dict[str, Any]:
         state = done.states[0]
         reason, sequence = _stop_reason(state)
+        text = done.outputs[0].text
+        content: list[dict[str, Any]] = []
+        if self.plan is not None and _has_block(state):
+            text, calls = parse_output(self.plan, text, new_tool_use_id)
+            content = [{"type": "text", "text": text}] if text else []
+            content += [tool_use_block(c.id, c.name, c.arguments_value()) for c in calls]
+            reason = "tool_use" if calls and reason == "end_turn" else reason
+        elif _has_block(state):
+            content = [{"type": "text", "text": text}]
         return {
             **self._message(state, final=True),
-            "content": [{"type": "text", "text": done.outputs[0].text}]
-            if _has_block(state)
-            else [],
+            "content": content,
             "stop_reason": reason,
             "stop_sequence": sequence,
         }
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
+        if self.plan is not None:
+            yield from self._tool_delta(state, delta)
+            return
         block = _has_block(state)
         if not self._started:
             self._started = True
@@ -92,9 +106,13 @@ class MessagesRender(BaseRender):
 
     def tail(self, states: list[ReqState]) -> Iterator[bytes]:
         state = states[0]
-        if _has_block(state):
-            yield named_event("content_block_stop", {"type": "content_block_stop", "index": 0})
         reason, sequence = _stop_reason(state)
+        if self._blocks is not None:
+            yield from self._blocks.close()
+            if self._blocks.parser.calls and reason == "end_turn":
+                reason = "tool_use"
+        elif _has_block(state):
+            yield named_event("content_block_stop", {"type": "content_block_stop", "index": 0})
         final = self._message(state, final=True)["usage"]
         stop = {"stop_reason": reason, "stop_sequence": sequence}
         yield named_event("message_delta", {"type": "message_delta", "delta": stop, "usage": final})
@@ -102,6 +120,20 @@ class MessagesRender(BaseRender):
 
     def error(self, message: str, status: int) -> bytes:
         return named_event("error", error_body(message, status))
+
+    def _tool_delta(self, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
+        """With tools: blocks open as the parser finds text and calls."""
+        assert self.plan is not None
+        if not self._started:
+            self._started = True
+            start = self._message(state, final=False)
+            start["usage"]["output_tokens"] = 0
+            yield named_event("message_start", {"type": "message_start", "message": start})
+            yield named_event("ping", {"type": "ping"})
+            self._blocks = ToolBlocks(self.plan.new_parser(new_tool_use_id))
+        assert self._blocks is not None
+        if _has_block(state):
+            yield from self._blocks.feed(delta.text, delta.is_last)
 
     def _message(self, state: ReqState, final: bool) -> dict[str, Any]:
         """The message object without its content; usage as known now (`final`: finished,

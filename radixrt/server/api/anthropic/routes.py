@@ -10,7 +10,6 @@ Errors on these paths have Anthropic's shape.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -21,7 +20,7 @@ from radixrt.server.api.anthropic.protocol import MessagesRequest, pin_specs
 from radixrt.server.api.anthropic.render import MessagesRender, render_error
 from radixrt.server.api.context import ApiContext
 from radixrt.server.http_errors import add_error_dialect
-from radixrt.server.protocol import Limits, decode_body
+from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
 from radixrt.web.middleware import identity_of
 from radixrt.web.responses import json_response
@@ -37,13 +36,13 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post(PATH + "/count_tokens")
     async def count_tokens(request: Request) -> Response:
         raw = await request.body()
-        _, prompt = await tm.run_tokenizer(_parse, raw, tm.tokenizer, ctx.limits, False)
+        _, prompt = await tm.run_tokenizer(_parse, raw, ctx, False)
         return json_response({"input_tokens": len(prompt.input_ids)})
 
     @app.post(PATH)
     async def messages(request: Request) -> Response:
         raw = await request.body()
-        body, prompt = await tm.run_tokenizer(_parse, raw, tm.tokenizer, ctx.limits, True)
+        body, prompt = await tm.run_tokenizer(_parse, raw, ctx, True)
         assert prompt.params is not None
         planned = pin_specs(
             prompt.breakpoints,
@@ -59,13 +58,11 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             pins=[spec for _, spec in planned],
             session=user_id if isinstance(user_id, str) else None,
         )
-        render = MessagesRender("msg_" + uuid.uuid4().hex, ctx.model_name, planned)
+        render = MessagesRender("msg_" + uuid.uuid4().hex, ctx.model_name, planned, prompt.plan)
         return await ctx.pipeline.serve(request, req, render)
 
 
-def _parse(
-    raw: bytes, tokenizer: Any, limits: Limits, generate: bool
-) -> tuple[MessagesRequest, RenderedPrompt]:
+def _parse(raw: bytes, ctx: ApiContext, generate: bool) -> tuple[MessagesRequest, RenderedPrompt]:
     """Decode, render and tokenize a body (on the tokenizer thread)."""
     body = decode_body(raw, MessagesRequest)
-    return body, prepare_messages(body, tokenizer, limits, generate)
+    return body, prepare_messages(body, ctx.tokenizer, ctx.limits, generate, ctx.tool_format)

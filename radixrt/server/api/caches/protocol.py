@@ -23,6 +23,7 @@ from radixrt.server.protocol import (
     fit_to_context,
     render_chat,
 )
+from radixrt.server.tools import ToolPlan, format_for
 
 DEFAULT_TTL_S = 3600.0
 
@@ -84,7 +85,8 @@ def explain_ids(body: ExplainRequest, tokenizer: Any, limits: Limits) -> list[in
         raise BadRequestError("give exactly one of text, input_ids and messages")
     if body.messages is not None:
         chat = ChatCompletionRequest(model="", messages=body.messages)
-        return prepare_chat(chat, tokenizer, limits).prompts[0]
+        plan = ToolPlan(format_for("auto", tokenizer))  # no tools: the chat route's prompt
+        return prepare_chat(chat, tokenizer, limits, plan).prompts[0]
     gen = GenerateRequest(text=body.text, input_ids=body.input_ids)
     prepared = prepare_generate(gen, tokenizer, limits)
     if len(prepared.prompts) != 1:

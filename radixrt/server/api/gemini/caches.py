@@ -50,7 +50,9 @@ def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
         body = await tm.run_tokenizer(decode_body, await request.body(), CreateCachedContentRequest)
         check_id(body.display_name, "displayName")
         expire = _expire_time(registry, body.ttl, body.expire_time, DEFAULT_TTL_S)
-        ids, meta = await tm.run_tokenizer(cache_prefix, body, tm.tokenizer, ctx.limits)
+        ids, meta = await tm.run_tokenizer(
+            cache_prefix, body, tm.tokenizer, ctx.limits, ctx.tool_format
+        )
         namespace = ctx.tenancy.namespace(request, None, None)
         handle = registry.new_handle(
             owner_of(request), namespace, ids, expire, name=body.display_name, meta=meta

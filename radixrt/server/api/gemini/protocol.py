@@ -12,6 +12,13 @@ from typing import Any
 import msgspec
 
 from radixrt.core import SamplingParams
+from radixrt.server.api.gemini.tools import (
+    ToolConfig,
+    call_of,
+    result_text,
+    tool_plan,
+    tool_specs,
+)
 from radixrt.server.cache_handles import CacheHandle
 from radixrt.server.protocol import (
     BadRequestError,
@@ -20,6 +27,8 @@ from radixrt.server.protocol import (
     render_chat,
     to_sampling_params,
 )
+from radixrt.server.tools import CallFormat, ToolPlan, ToolSpec
+from radixrt.server.tools.prompt import text_messages
 
 ROLES = {"user": "user", "model": "assistant"}  # Gemini's -> the chat template's
 _SAMPLING_NAMES = {  # generationConfig's (snake case) -> SamplingParams'
@@ -37,8 +46,24 @@ _TIME = re.compile(
 )  # RFC 3339; no offset (what the SDK sends for a naive datetime) is read as UTC
 
 
-class Part(msgspec.Struct, forbid_unknown_fields=True):
-    text: str  # only text parts: images, files and function calls are refused
+class FunctionCall(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    args: dict[str, Any] | None = None
+    id: str | None = None
+
+
+class FunctionResponse(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    response: dict[str, Any] | None = None
+    id: str | None = None
+
+
+class Part(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """A text, functionCall or functionResponse part (images and files are refused)."""
+
+    text: str | None = None
+    function_call: FunctionCall | None = None
+    function_response: FunctionResponse | None = None
 
 
 class Content(msgspec.Struct, forbid_unknown_fields=True):
@@ -47,7 +72,7 @@ class Content(msgspec.Struct, forbid_unknown_fields=True):
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts)
+        return "".join(p.text or "" for p in self.parts)
 
 
 class FunctionDeclaration(
@@ -59,10 +84,13 @@ class FunctionDeclaration(
     parameters_json_schema: Any = None
     response: dict[str, Any] | None = None
     response_json_schema: Any = None
+    # google-genai sends these two in snake case (they pass through its camel-casing).
+    parameters_json_schema_snake: Any = msgspec.field(default=None, name="parameters_json_schema")
+    response_json_schema_snake: Any = msgspec.field(default=None, name="response_json_schema")
 
 
 class Tool(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    function_declarations: list[FunctionDeclaration] = []  # rendered as text, never called
+    function_declarations: list[FunctionDeclaration] = []
 
 
 class GenerationConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -97,6 +125,7 @@ class GenerateContentRequest(msgspec.Struct, forbid_unknown_fields=True, rename=
     contents: list[Content]
     system_instruction: Content | None = None
     tools: list[Tool] = []
+    tool_config: ToolConfig | None = None
     generation_config: GenerationConfig | None = None
     cached_content: str | None = None  # "cachedContents/{id}"
     model: str | None = None
@@ -115,6 +144,7 @@ class PreparedContent:
     input_ids: list[int]
     params: SamplingParams
     starts_with_handle: bool  # input_ids begin with the handle's ids (so its pin applies)
+    plan: ToolPlan
 
 
 def parse_duration(value: str, what: str = "ttl") -> float:
@@ -153,77 +183,101 @@ def model_resource(model: str) -> str:
     return model if model.startswith("models/") else "models/" + model
 
 
-def render_tools(tools: list[Tool]) -> str:
-    """Function declarations as text for the system part: one JSON object a line, keys sorted,
-    so the same tools always give the same tokens."""
-    decls = [d for tool in tools for d in tool.function_declarations]
-    if not decls:
-        return ""
-    lines = [msgspec.json.encode(d, order="sorted").decode() for d in decls]
-    return "You may call these functions (JSON declarations):\n" + "\n".join(lines)
+def declarations(tools: list[Tool]) -> list[ToolSpec]:
+    return tool_specs([d for tool in tools for d in tool.function_declarations])
 
 
 def conversation(
-    contents: list[Content], system: Content | None, tools: list[Tool]
+    contents: list[Content], system: Content | None, tools: list[ToolSpec], fmt: CallFormat
 ) -> list[dict[str, str]]:
-    """The chat template's messages: a system message (the instruction, then the tools) when
-    either is given, then the contents."""
-    system_text = "\n\n".join(t for t in (system.text if system else "", render_tools(tools)) if t)
-    messages = [{"role": "system", "content": system_text}] if system_text else []
+    """The chat template's messages, with the tools, calls and results written as text in the
+    model's call format: a system message (the instruction, then the tools) when either is
+    given, then the contents."""
+    messages: list[dict[str, Any]] = []
+    if system is not None and system.text:
+        messages.append({"role": "system", "content": system.text})
+    num_calls = 0
     for i, content in enumerate(contents):
         role = ROLES.get(content.role or "user")
         if role is None:
             raise BadRequestError(f"contents[{i}].role must be 'user' or 'model'")
-        messages.append({"role": role, "content": content.text})
-    return messages
+        calls = []
+        for p in content.parts:
+            if p.function_call is not None:
+                calls.append(call_of(p.function_call, num_calls))
+                num_calls += 1
+            if p.function_response is not None:
+                messages.append({"role": "tool", "content": result_text(p.function_response)})
+        text = content.text
+        if text or calls or not content.parts:
+            turn: dict[str, Any] = {"role": role, "content": text}
+            if calls:
+                turn["tool_calls"] = calls
+            messages.append(turn)
+    return text_messages(messages, ToolPlan(fmt, tuple(tools)))
 
 
 def cache_prefix(
-    body: CreateCachedContentRequest, tokenizer: Any, limits: Limits
+    body: CreateCachedContentRequest, tokenizer: Any, limits: Limits, fmt: CallFormat
 ) -> tuple[list[int], dict[str, Any]]:
     """A cache's tokens (its conversation with no generation prompt) and the handle's meta:
-    the messages and text that requests on top of it continue."""
-    messages = conversation(body.contents, body.system_instruction, body.tools)
+    the messages, tools and text that requests on top of it continue."""
+    tools = declarations(body.tools)
+    messages = conversation(body.contents, body.system_instruction, tools, fmt)
     if not messages:
         raise BadRequestError("a cached content needs contents, a systemInstruction or tools")
     text = render_chat(messages, tokenizer, limits, add_generation_prompt=False)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     fit_to_context(ids, SamplingParams(max_new_tokens=0), limits, True)
     meta = {"model": model_resource(body.model), "messages": messages, "text": text}
+    meta["tools"] = tools
     return ids, meta
 
 
 def prepare_content(
-    body: GenerateContentRequest, handle: CacheHandle | None, tokenizer: Any, limits: Limits
+    body: GenerateContentRequest,
+    handle: CacheHandle | None,
+    tokenizer: Any,
+    limits: Limits,
+    fmt: CallFormat,
 ) -> PreparedContent:
     """The prompt of a generateContent request: with a cache, the whole conversation (the
     cache's, then the request's) rendered with a generation prompt; when that text starts with
     the cache's own, the handle's ids plus the rest's tokens, so the cached tokens match."""
-    ids, starts = prompt_ids(body, handle, tokenizer, limits)
+    ids, starts = prompt_ids(body, handle, tokenizer, limits, fmt)
+    tools = declarations(body.tools) if handle is None else handle.meta.get("tools", [])
+    plan = tool_plan(fmt, tools, body.tool_config)
     config = body.generation_config or GenerationConfig()
     explicit_max = config.max_output_tokens is not None
-    sp = to_sampling_params(sampling_dict(config))
+    d = sampling_dict(config)
+    d.update(plan.sampling_dict(tokenizer, d))
+    sp = to_sampling_params(d)
     if not explicit_max:
         sp = sp.replace(max_new_tokens=limits.context_length)  # until EOS; clamped to fit
-    return PreparedContent(ids, fit_to_context(ids, sp, limits, explicit_max), starts)
+    return PreparedContent(ids, fit_to_context(ids, sp, limits, explicit_max), starts, plan)
 
 
 def prompt_ids(
-    body: GenerateContentRequest, handle: CacheHandle | None, tokenizer: Any, limits: Limits
+    body: GenerateContentRequest,
+    handle: CacheHandle | None,
+    tokenizer: Any,
+    limits: Limits,
+    fmt: CallFormat,
 ) -> tuple[list[int], bool]:
     """The prompt's token ids (prepare_content's, not yet checked against the context) and
     whether they begin with the handle's ids."""
     if not body.contents:
         raise BadRequestError("contents must not be empty")
     if handle is None:
-        messages = conversation(body.contents, body.system_instruction, body.tools)
+        tools = declarations(body.tools)
+        messages = conversation(body.contents, body.system_instruction, tools, fmt)
     elif body.system_instruction is not None or body.tools:
         raise BadRequestError(
             "a request with cachedContent cannot set systemInstruction or tools; "
             "they belong in the cached content"
         )
     else:
-        messages = handle.meta["messages"] + conversation(body.contents, None, [])
+        messages = handle.meta["messages"] + conversation(body.contents, None, [], fmt)
     text = render_chat(messages, tokenizer, limits)
     prefix: str = handle.meta["text"] if handle is not None else ""
     if handle is not None and text.startswith(prefix):

@@ -13,8 +13,11 @@ from starlette.responses import Response
 from radixrt.core import FinishKind
 from radixrt.output.delta import OutputDelta
 from radixrt.server.api.gemini.protocol import model_resource
+from radixrt.server.api.gemini.tools import call_part
 from radixrt.server.render import BaseRender, Finished
 from radixrt.server.req_state import ReqState
+from radixrt.server.tools import TextPiece, ToolPlan
+from radixrt.server.tools.plan import PlainText
 from radixrt.web.responses import json_response
 
 _STATUS = {
@@ -60,18 +63,33 @@ def model_of(model: str, served: str, context_length: int) -> dict[str, Any]:
 class ContentRender(BaseRender):
     """One generateContent call; streamed as SSE events (`is_sse`) or one JSON array."""
 
-    def __init__(self, rid: str, model: str, is_sse: bool) -> None:
+    def __init__(self, rid: str, model: str, is_sse: bool, plan: ToolPlan | None = None) -> None:
         self.rid = rid
         self.model = model
         self.is_sse = is_sse
         self.media_type = "text/event-stream" if is_sse else "application/json"
         self._num_sent = 0
+        # With tools: the parser of the output, and how many of its calls were sent (a call
+        # goes out whole, in the chunk where it completes, as Gemini streams them).
+        self._parser = plan.new_parser() if plan is not None else PlainText()
+        self._num_calls = 0
 
     def response(self, done: Finished) -> dict[str, Any]:
-        return self._response(done.states[0], done.outputs[0].text)
+        return self._response(done.states[0], self._parts(done.outputs[0].text, True))
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
-        yield self._frame(self._response(state, delta.text))
+        yield self._frame(self._response(state, self._parts(delta.text, delta.is_last)))
+
+    def _parts(self, text: str, is_last: bool) -> list[dict[str, Any]]:
+        """The parts of what is new: its text, then the calls completed in it."""
+        events = self._parser.feed(text)
+        if is_last:
+            events += self._parser.finish()
+        new_text = "".join(e.text for e in events if isinstance(e, TextPiece))
+        calls = self._parser.calls[self._num_calls :]
+        self._num_calls += len(calls)
+        parts = [{"text": new_text}] if new_text or not calls else []
+        return parts + [call_part(c) for c in calls]
 
     def error(self, message: str, status: int) -> bytes:
         return self._frame(error_body(message, status))
@@ -87,10 +105,10 @@ class ContentRender(BaseRender):
             return b"data: " + _encoder.encode(obj) + b"\n\n"
         return (b"[" if self._num_sent == 1 else b",\r\n") + _encoder.encode(obj)
 
-    def _response(self, state: ReqState, text: str) -> dict[str, Any]:
-        """A GenerateContentResponse with `text` (all of it, or a stream's next piece)."""
+    def _response(self, state: ReqState, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """A GenerateContentResponse with `parts` (all of them, or a stream's next ones)."""
         out = state.out
-        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}}
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
         if out.finish_reason is not None:
             candidate["finishReason"] = _FINISH.get(out.finish_reason.kind, "OTHER")
         candidate["index"] = 0

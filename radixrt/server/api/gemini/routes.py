@@ -61,7 +61,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             return await count_tokens(request, raw, model)
         body = await tm.run_tokenizer(decode_body, raw, GenerateContentRequest)
         handle = named_handle(request, body, model)
-        prep = await tm.run_tokenizer(prepare_content, body, handle, tm.tokenizer, limits)
+        prep = await tm.run_tokenizer(
+            prepare_content, body, handle, tm.tokenizer, limits, ctx.tool_format
+        )
         is_stream = action == "streamGenerateContent"
         req = ServeRequest(
             [prep.input_ids],
@@ -71,7 +73,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             handle=handle if prep.starts_with_handle else None,
         )
         is_sse = request.query_params.get("alt") == "sse"
-        render = ContentRender(uuid.uuid4().hex, ctx.model_name, is_sse)
+        render = ContentRender(uuid.uuid4().hex, ctx.model_name, is_sse, prep.plan)
         return await ctx.pipeline.serve(request, req, render)
 
     async def count_tokens(request: Request, raw: bytes, model: str) -> Response:
@@ -79,7 +81,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         `cachedContentTokenCount`: those of them a named cache holds."""
         body = count_request(await tm.run_tokenizer(decode_body, raw, CountTokensRequest))
         handle = named_handle(request, body, model)
-        ids, starts = await tm.run_tokenizer(prompt_ids, body, handle, tm.tokenizer, limits)
+        ids, starts = await tm.run_tokenizer(
+            prompt_ids, body, handle, tm.tokenizer, limits, ctx.tool_format
+        )
         out: dict[str, Any] = {
             "totalTokens": len(ids),
             "promptTokensDetails": [{"modality": "TEXT", "tokenCount": len(ids)}],

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from radixrt.core import PinSpec
+from radixrt.server.api.openai.tools import ToolCallItem, ToolDef, calls_of
 from radixrt.server.protocol import (
     BadRequestError,
     Limits,
@@ -15,9 +16,9 @@ from radixrt.server.protocol import (
     check_id,
     check_token_ids,
     fit_to_context,
-    render_chat,
     to_sampling_params,
 )
+from radixrt.server.tools import ToolPlan, render_tool_chat
 
 MAX_OPENAI_TOP_LOGPROBS = 20
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -103,6 +104,8 @@ class ChatMessage(msgspec.Struct):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallItem] | None = None  # assistant
+    tool_call_id: str | None = None  # tool
 
 
 class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
@@ -134,6 +137,9 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
@@ -163,15 +169,19 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
 
 
-def prepare_chat(req: ChatCompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
-    """Render the messages with the tokenizer's chat template; one prompt."""
+def prepare_chat(
+    req: ChatCompletionRequest, tokenizer: Any, limits: Limits, plan: ToolPlan
+) -> PreparedRequest:
+    """Render the messages (and `plan`'s tools) with the tokenizer's chat template; one
+    prompt."""
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
-    text = render_chat(chat_messages(req), tokenizer, limits)
+    text = render_tool_chat(chat_turns(req.messages), plan, tokenizer, limits)
     prompts = [tokenizer.encode(text, add_special_tokens=False)]
     d = req.sampling_dict()
     if req.response_format is not None:
         d.update(req.response_format.sampling_dict())
+    d.update(plan.sampling_dict(tokenizer, d))
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")
     if req.logprobs:
@@ -230,6 +240,21 @@ def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
 
 def chat_messages_of(messages: list[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": _content_text(m)} for m in messages]
+
+
+def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as the tool-aware renderer takes them (calls and results kept)."""
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        turn: dict[str, Any] = {"role": m.role, "content": _content_text(m)}
+        if m.tool_calls:
+            turn["tool_calls"] = calls_of(m.tool_calls)
+        if m.role == "tool":
+            turn["tool_call_id"] = m.tool_call_id or ""
+            if m.name is not None:
+                turn["name"] = m.name
+        turns.append(turn)
+    return turns
 
 
 def _content_text(m: ChatMessage) -> str:

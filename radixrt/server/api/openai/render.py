@@ -11,8 +11,18 @@ from functools import lru_cache
 from typing import Any
 
 from radixrt.output.delta import OutputDelta
+from radixrt.server.api.openai.tools import call_items
 from radixrt.server.render import BaseRender, Finished
 from radixrt.server.req_state import ReqState
+from radixrt.server.tools import (
+    ArgsPiece,
+    CallStart,
+    OutputParser,
+    TextPiece,
+    ToolEvent,
+    ToolPlan,
+    parse_output,
+)
 from radixrt.web.responses import SSE_DONE, error_body, sse_event
 
 
@@ -31,9 +41,17 @@ class CompletionRender(BaseRender):
     """One call of /v1/completions (`is_chat` False) or /v1/chat/completions."""
 
     def __init__(
-        self, strings: TokenStrings, model: str, is_chat: bool, n: int, include_usage: bool
+        self,
+        strings: TokenStrings,
+        model: str,
+        is_chat: bool,
+        n: int,
+        include_usage: bool,
+        plan: ToolPlan | None = None,
     ) -> None:
         self.strings = strings
+        self.plan = plan if plan is not None and plan.parses_calls else None
+        self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
         self.is_chat = is_chat
         self.n = n  # samples per prompt
         self.include_usage = include_usage  # a stream's last chunk holds the usage
@@ -50,7 +68,13 @@ class CompletionRender(BaseRender):
         for i, delta in enumerate(done.outputs):
             choice = self._choice(i, done.states[i], delta)
             text = choice.pop("delta")
-            if self.is_chat:
+            if self.is_chat and self.plan is not None:
+                content, calls = parse_output(self.plan, text)
+                choice["message"] = {"role": "assistant", "content": content or None}
+                if calls:
+                    choice["message"]["tool_calls"] = call_items(calls)
+                    choice["finish_reason"] = _with_calls(choice["finish_reason"])
+            elif self.is_chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
                 choice["text"] = text
@@ -74,7 +98,15 @@ class CompletionRender(BaseRender):
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
         choice = self._choice(index, state, delta)
-        if self.is_chat:
+        if self.is_chat and self.plan is not None:
+            parser = self._parsers.setdefault(index, self.plan.new_parser())
+            events = parser.feed(choice["delta"])
+            if delta.is_last:
+                events += parser.finish()
+                if parser.calls:
+                    choice["finish_reason"] = _with_calls(choice["finish_reason"])
+            choice["delta"] = chunk_delta(events)
+        elif self.is_chat:
             choice["delta"] = {"content": choice["delta"]}
         else:
             choice["text"] = choice.pop("delta")
@@ -139,6 +171,33 @@ class CompletionRender(BaseRender):
     def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:
         s = self.strings.get(token_id)
         return {"token": s, "logprob": logprob, "bytes": list(s.encode())}
+
+
+def chunk_delta(events: list[ToolEvent]) -> dict[str, Any]:
+    """A chat chunk's `delta` from the parser's events: the text as content, each call's
+    start (id, name) and its argument pieces in `tool_calls` (one entry per piece)."""
+    out: dict[str, Any] = {}
+    text = "".join(e.text for e in events if isinstance(e, TextPiece))
+    if text or not events:
+        out["content"] = text
+    calls: list[dict[str, Any]] = []
+    for e in events:
+        if isinstance(e, CallStart):
+            fn = {"name": e.name, "arguments": ""}
+            calls.append({"index": e.index, "id": e.id, "type": "function", "function": fn})
+        elif isinstance(e, ArgsPiece):
+            if calls and calls[-1]["index"] == e.index:  # the same call: one entry
+                calls[-1]["function"]["arguments"] += e.text
+            else:
+                calls.append({"index": e.index, "function": {"arguments": e.text}})
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _with_calls(reason: str | None) -> str | None:
+    """A stop after calls is `tool_calls`; a cut at max_tokens stays `length`."""
+    return "tool_calls" if reason == "stop" else reason
 
 
 def usage_of(states: list[ReqState], n: int) -> dict[str, Any]:

@@ -20,8 +20,10 @@ from radixrt.server.api.openai.protocol import (
     retention_pins,
 )
 from radixrt.server.api.openai.render import CompletionRender, TokenStrings
+from radixrt.server.api.openai.tools import tool_plan
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
 from radixrt.server.serving import ServeRequest
+from radixrt.server.tools import CallFormat, ToolPlan
 from radixrt.web.middleware import identity_of
 from radixrt.web.responses import json_response
 
@@ -48,7 +50,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     async def serve(request: Request, is_chat: bool) -> Response:
         raw = await request.body()
-        body, prepared = await tm.run_tokenizer(_parse, raw, is_chat, tm.tokenizer, ctx.limits)
+        body, prepared, plan = await tm.run_tokenizer(
+            _parse, raw, is_chat, tm.tokenizer, ctx.limits, ctx.tool_format
+        )
         pins = retention_pins(
             body.prompt_cache_retention,
             prepared.prompts,
@@ -67,16 +71,17 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             messages=chat_messages(body) if is_chat else None,
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
-        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage)
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan)
         return await ctx.pipeline.serve(request, req, render)
 
 
 def _parse(
-    raw: bytes, is_chat: bool, tokenizer: Any, limits: Limits
-) -> tuple[Any, PreparedRequest]:
+    raw: bytes, is_chat: bool, tokenizer: Any, limits: Limits, fmt: CallFormat
+) -> tuple[Any, PreparedRequest, ToolPlan | None]:
     """Decode, template and tokenize a body (on the tokenizer thread)."""
     if is_chat:
         chat = decode_body(raw, ChatCompletionRequest)
-        return chat, prepare_chat(chat, tokenizer, limits)
+        plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
+        return chat, prepare_chat(chat, tokenizer, limits, plan), plan
     body = decode_body(raw, CompletionRequest)
-    return body, prepare_completion(body, tokenizer, limits)
+    return body, prepare_completion(body, tokenizer, limits), None
