@@ -9,6 +9,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from radixrt.router.status import router_info, router_metrics
 from radixrt.router.workers import WorkerPool
 from radixrt.routing.cache_aware import CacheAwarePolicy
 from radixrt.routing.policy import BaseRoutingPolicy, make_policy
+from radixrt.server.api.gemini.render import ACTIONS as GEMINI_METHODS
 from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (
     ApiKeyMiddleware,
@@ -32,6 +34,7 @@ from radixrt.web.middleware import (
     identity_of,
     require_admin,
 )
+from radixrt.web.paths import MODEL_NAME, PathGuardMiddleware
 from radixrt.web.responses import (
     PROMETHEUS_CONTENT_TYPE,
     error_response,
@@ -87,13 +90,31 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     homes = HandleHomes()  # where each cache handle made through the router lives
 
-    async def routed(request: Request) -> Response:
-        owner = _owner(request, config.shared_prefix_cache)
-        return await forward(request, pool, owner, homes, feed, config.shared_prefix_cache)
+    def route_to(path: str) -> Any:
+        async def routed(request: Request) -> Response:
+            owner = _owner(request, config.shared_prefix_cache)
+            return await forward(
+                request, pool, owner, homes, feed, config.shared_prefix_cache, path
+            )
 
-    for path in ROUTED_PATHS:
-        app.add_api_route(path, routed, methods=["POST"])
-    app.add_api_route("/v1beta/models/{rest:path}", routed, methods=["POST"])
+        return routed
+
+    for path in ROUTED_PATHS:  # the allow-list: nothing else is passed on
+        app.add_api_route(path, route_to(path), methods=["POST"])
+
+    @app.post("/v1beta/models/{model_method}")
+    async def gemini_method(request: Request, model_method: str) -> Response:
+        """`{model}:{method}`, rebuilt from a checked model name and a known method."""
+        model, _, method = model_method.partition(":")
+        if not MODEL_NAME.fullmatch(model) or method not in GEMINI_METHODS:
+            return error_response(f"no route POST /v1beta/models/{model_method}", 404)
+        alt = request.query_params.get("alt")
+        query = f"?alt={alt}" if alt in ("sse", "json") else ""
+        owner = _owner(request, config.shared_prefix_cache)
+        path = f"/v1beta/models/{model}:{method}"
+        return await forward(
+            request, pool, owner, homes, feed, config.shared_prefix_cache, path, query
+        )
 
     add_handle_routes(app, pool, homes, lambda r: _owner(r, config.shared_prefix_cache))
 
@@ -104,18 +125,30 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             return error_response("no healthy worker", 503)
         return json_response({"status": "ok", "healthy_workers": n})
 
-    async def first_healthy(request: Request) -> Response:
+    async def first_healthy(path: str) -> Response:
         for worker in pool.healthy:
             try:
-                r = await client.get(worker.url + request.url.path, headers=auth)
+                r = await client.get(worker.url + path, headers=auth)
             except httpx.HTTPError as e:
                 pool.mark_unreachable(worker, repr(e))
                 continue
             return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
         return error_response("no healthy worker", 503)
 
-    for path in ("/v1/models", "/get_model_info", "/v1beta/models", "/v1beta/models/{rest:path}"):
-        app.add_api_route(path, first_healthy, methods=["GET"])
+    def ask_first_healthy(path: str) -> Any:
+        async def ask() -> Response:
+            return await first_healthy(path)
+
+        return ask
+
+    for path in ("/v1/models", "/get_model_info", "/v1beta/models"):
+        app.add_api_route(path, ask_first_healthy(path), methods=["GET"])
+
+    @app.get("/v1beta/models/{model}")
+    async def gemini_model(model: str) -> Response:
+        if not MODEL_NAME.fullmatch(model):
+            return error_response(f"no model {model!r}", 404)
+        return await first_healthy(f"/v1beta/models/{model}")
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
@@ -161,6 +194,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     elif keys is not None:
         app.add_middleware(AuthMiddleware, keys=keys)
+    app.add_middleware(PathGuardMiddleware)  # outermost: a dot segment is refused first
     return app
 
 

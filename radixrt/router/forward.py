@@ -44,15 +44,17 @@ async def forward(
     homes: HandleHomes,
     feed: KVEventFeed | None,
     shared: bool,
+    path: str,
+    query: str = "",
 ) -> Response:
-    """Send the request to the worker holding the cache handle it names, else the policy's
+    """Send the request to `path` (built by the caller from validated parts; `query`, with
+    its `?`, likewise) on the worker holding the cache handle it names, else the policy's
     worker, retrying elsewhere while it never started."""
     body = await request.body()
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):
         parsed = None  # the worker answers 400
-    path = request.url.path
     route = route_request(path, parsed, request.headers.get(SESSION_HEADER), owner)
     if feed is not None:  # keyed by block hashes in the namespace the workers will use
         namespace = identity_of(request).namespace(_salt(parsed), shared)
@@ -63,7 +65,7 @@ async def forward(
     while (worker := pool.pick_at(home, tried) or pool.pick(route, tried)) is not None:
         tried.add(worker.url)
         upstream = pool.client.build_request(
-            "POST", worker.url + path, content=body, headers=headers
+            "POST", worker.url + path + query, content=body, headers=headers
         )
         try:
             resp = await _unless_client_goes(request, pool.client.send(upstream, stream=True))
