@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixrt.config.browser import BrowserConfig
 from radixrt.config.choices import LOG_LEVELS
 
 
@@ -37,7 +38,7 @@ class RouterConfig:
 
 
 @dataclass(frozen=True)
-class RouterServerConfig:
+class RouterServerConfig(BrowserConfig):
     """The standalone router process: its address and how it watches its workers."""
 
     host: str = "127.0.0.1"
@@ -60,6 +61,7 @@ class RouterServerConfig:
     tokenizer_path: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65536), got {self.port}")
         if self.log_level not in LOG_LEVELS:

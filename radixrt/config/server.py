@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixrt.config.browser import BrowserConfig
 from radixrt.config.choices import LOG_LEVELS
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(BrowserConfig):
     """The HTTP server: address, auth, admission limit, logging, metrics."""
 
     host: str = "127.0.0.1"
@@ -55,6 +56,7 @@ class ServerConfig:
     request_log_max_mb: int = 100
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65536), got {self.port}")
         if self.max_queued_requests < 0:

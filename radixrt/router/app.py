@@ -25,6 +25,7 @@ from radixrt.router.workers import WorkerPool
 from radixrt.routing.cache_aware import CacheAwarePolicy
 from radixrt.routing.policy import BaseRoutingPolicy, make_policy
 from radixrt.server.api.gemini.render import ACTIONS as GEMINI_METHODS
+from radixrt.web.browser import BrowserGuardMiddleware
 from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (
     ApiKeyMiddleware,
@@ -194,7 +195,8 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     elif keys is not None:
         app.add_middleware(AuthMiddleware, keys=keys)
-    app.add_middleware(PathGuardMiddleware)  # outermost: a dot segment is refused first
+    app.add_middleware(PathGuardMiddleware)  # a dot segment is refused before routing
+    app.add_middleware(BrowserGuardMiddleware, config=config)  # outermost: pages first
     return app
 
 

@@ -84,6 +84,10 @@ _HELP = {
     "chunked_prefill_size": "prompt tokens computed per step at most; None: 512 on CPU, "
     "2048 on CUDA",
     "schedule_policy": "order of the waiting queue",
+    "allowed_hosts": "comma-separated host names the Host header may carry besides localhost, "
+    "*.localhost and IP addresses (DNS rebinding: other names get 421); *.domain, or * for any",
+    "allowed_origins": "comma-separated origins (https://app.example.com) whose web pages may "
+    "call the API, with CORS headers; * for any; other pages get 403",
     "host": "address to bind",
     "port": "port to bind",
     "api_key": "require `Authorization: Bearer <key>` on every endpoint but /health; "
