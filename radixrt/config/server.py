@@ -18,6 +18,9 @@ class ServerConfig(BrowserConfig):
     # Keys with tenants and roles (radixrt/web/keys.py); each tenant gets its own prefix-cache
     # namespace unless shared_prefix_cache. Re-read on SIGHUP.
     api_key_file: str | None = None
+    # The key the router presents (radixrt/web/keys.py): with it, and only with it, a request
+    # acts for the tenant and role its x-radixrt-tenant / x-radixrt-role headers name.
+    service_key_file: str | None = None
     shared_prefix_cache: bool = False
     max_requests_per_tenant: int | None = None  # in flight per tenant; more get 429
     # Prompt plus max_new_tokens of a tenant's requests in flight; more get 429.

@@ -19,7 +19,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from radixrt.router.handles import HandleHomes, named_handle, passed_headers
+from radixrt.router.handles import HandleHomes, named_handle
 from radixrt.router.kv_feed import KVEventFeed
 from radixrt.router.workers import Worker, WorkerPool
 from radixrt.routing.keys import route_request
@@ -45,11 +45,12 @@ async def forward(
     feed: KVEventFeed | None,
     shared: bool,
     path: str,
+    headers: dict[str, str],
     query: str = "",
 ) -> Response:
-    """Send the request to `path` (built by the caller from validated parts; `query`, with
-    its `?`, likewise) on the worker holding the cache handle it names, else the policy's
-    worker, retrying elsewhere while it never started."""
+    """Send the request with `headers` to `path` (built by the caller from validated parts;
+    `query`, with its `?`, likewise) on the worker holding the cache handle it names, else
+    the policy's worker, retrying elsewhere while it never started."""
     body = await request.body()
     try:
         parsed = json.loads(body)
@@ -59,7 +60,6 @@ async def forward(
     if feed is not None:  # keyed by block hashes in the namespace the workers will use
         namespace = identity_of(request).namespace(_salt(parsed), shared)
         route = await feed.route(path, parsed, route.session, namespace)
-    headers = passed_headers(request)
     home = homes.home(named_handle(path, parsed))
     tried: set[str] = set()
     while (worker := pool.pick_at(home, tried) or pool.pick(route, tried)) is not None:
@@ -143,6 +143,8 @@ async def _wait_disconnect(request: Request) -> None:
 async def broadcast(pool: WorkerPool, path: str, body: bytes, headers: dict[str, str]) -> list[int]:
     """POST to every healthy worker; the status codes of those that answered."""
 
+    what = "POST " + path.partition("?")[0]
+
     async def one(worker: Worker) -> int | None:
         try:
             r = await pool.client.post(
@@ -150,9 +152,12 @@ async def broadcast(pool: WorkerPool, path: str, body: bytes, headers: dict[str,
                 content=body,
                 headers={**headers, "content-type": "application/json"},
             )
-            return r.status_code
-        except httpx.HTTPError:
+        except httpx.HTTPError as e:
+            pool.report(worker, what, repr(e))
             return None
+        pool.report(worker, what, None if r.status_code in (200, 400, 409) else
+                    f"HTTP {r.status_code}")  # fmt: skip
+        return r.status_code
 
     codes = await asyncio.gather(*(one(w) for w in pool.healthy))
     return [c for c in codes if c is not None]

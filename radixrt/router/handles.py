@@ -95,9 +95,22 @@ def merge_lists(path: str, answers: list[Any]) -> dict[str, Any]:
 
 
 def add_handle_routes(
-    app: FastAPI, pool: WorkerPool, homes: HandleHomes, owner_of: Callable[[Request], str | None]
+    app: FastAPI,
+    pool: WorkerPool,
+    homes: HandleHomes,
+    owner_of: Callable[[Request], str | None],
+    headers_of: Callable[[Request], dict[str, str]],
 ) -> None:
-    """Create, list, read, change and delete handles through the router."""
+    """Create, list, read, change and delete handles through the router; `headers_of`: the
+    headers a client's request is passed on with (service.py)."""
+
+    async def _send(url: str, request: Request, body: bytes) -> httpx.Response:
+        """`request` (method, query, headers) to `url`, built by the caller from checked
+        parts, read whole."""
+        return await pool.client.request(
+            request.method, url, params=request.query_params, content=body,
+            headers=headers_of(request),
+        )  # fmt: skip
 
     async def create_handle(request: Request, prefix: str) -> Response:
         """Made on the policy's worker, which is then the handle's home."""
@@ -107,7 +120,7 @@ def add_handle_routes(
         if worker is None:
             return error_response("no healthy worker", 503)
         try:
-            r = await _send(pool, worker.url + prefix, request, await request.body())
+            r = await _send(worker.url + prefix, request, await request.body())
         except httpx.HTTPError as e:
             pool.mark_unreachable(worker, repr(e))
             return error_response(f"worker {worker.url} failed: {e!r}", 502)
@@ -127,7 +140,7 @@ def add_handle_routes(
         last: httpx.Response | None = None
         for worker in order:
             try:
-                r = await _send(pool, worker.url + path, request, body)
+                r = await _send(worker.url + path, request, body)
             except httpx.HTTPError:
                 continue
             if r.status_code != 404:
@@ -144,7 +157,7 @@ def add_handle_routes(
         answers = []
         for worker in pool.healthy:
             try:
-                r = await _send(pool, worker.url + prefix, request, b"")
+                r = await _send(worker.url + prefix, request, b"")
             except httpx.HTTPError:
                 continue
             if r.status_code != 200:
@@ -172,15 +185,6 @@ def _at(create: Any, listing: Any, one: Any, prefix: str) -> tuple[tuple[Any, An
         return await one(request, prefix, handle_id)
 
     return (on_create, on_list), on_one
-
-
-async def _send(pool: WorkerPool, url: str, request: Request, body: bytes) -> httpx.Response:
-    """`request` (method, query, the client's headers) to `url`, built by the caller from
-    checked parts, read whole."""
-    return await pool.client.request(
-        request.method, url, params=request.query_params, content=body,
-        headers=passed_headers(request),
-    )  # fmt: skip
 
 
 def _answer(r: httpx.Response) -> Response:

@@ -94,6 +94,8 @@ _HELP = {
     "None: the RADIXRT_API_KEY environment variable, if set (not visible in ps)",
     "api_key_file": 'JSON {"keys": [{"key": "<secret or sha256:hex>", "tenant": "a", '
     '"role": "user|admin"}]}: tenants get separate prefix caches; re-read on SIGHUP',
+    "service_key_file": "file with the router's service key (one line, 16+ characters): "
+    "requests bearing it act for the tenant and role in x-radixrt-tenant / x-radixrt-role",
     "shared_prefix_cache": "with --api-key-file: one prefix cache for every tenant",
     "max_requests_per_tenant": "with --api-key-file: requests in flight per tenant; more get 429",
     "max_tokens_per_tenant": "with --api-key-file: prompt plus max_tokens of a tenant's "

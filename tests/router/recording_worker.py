@@ -1,6 +1,7 @@
 """A stand-in worker that records every request it gets (method, path with query, headers) and
 answers 200 with a small JSON body; with `key` set it answers 401 to any other credential,
-as a keyed worker does. Closed by `close()` (server shut down, its thread joined)."""
+as a worker started with that --service-key-file does, and its /v1/usage names the tenant of
+x-radixrt-tenant. Closed by `close()` (server shut down, its thread joined)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 OK = {"text": "fine", "output_ids": [1], "meta_info": {}}
+SERVICE_KEY = "service-key-of-the-router-0123"
 
 
 class RecordingWorker:
@@ -43,6 +45,8 @@ class RecordingWorker:
                 given = headers.get("authorization", "")
                 if self.path != "/health" and worker.key and given != f"Bearer {worker.key}":
                     self._answer(401, {"error": {"message": "missing or wrong API key"}})
+                elif self.path == "/v1/usage":
+                    self._answer(200, {"tenant": headers.get("x-radixrt-tenant")})
                 else:
                     self._answer(200, {"status": "ok"} if self.command == "GET" else OK)
 
@@ -60,9 +64,17 @@ class RecordingWorker:
         self._thread.start()
 
     def paths(self) -> list[str]:
-        return [path for _, path, _ in self.seen]
+        """The paths of the requests it got, but the router's own safety check."""
+        return [path for _, path, _ in self.seen if not _is_check(path)]
+
+    def requests(self) -> list[tuple[str, str, dict[str, str]]]:
+        return [r for r in self.seen if not _is_check(r[1])]
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=10)
+
+
+def _is_check(path: str) -> bool:
+    return path in ("/get_server_info", "/v1/usage")

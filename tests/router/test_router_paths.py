@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.router.recording_worker import RecordingWorker
+from tests.router.recording_worker import SERVICE_KEY, RecordingWorker
 from tests.router.test_router_server import RouterProcess
 
 USER, ADMIN = "key-of-a", "key-of-ops"
@@ -42,12 +42,14 @@ def routed(tmp_path) -> Iterator[tuple[RecordingWorker, RouterProcess]]:
         {"key": ADMIN, "tenant": "ops", "role": "admin"},
     ]
     (tmp_path / "keys.json").write_text(json.dumps({"keys": keys}))
-    worker = RecordingWorker()
+    (tmp_path / "service.key").write_text(SERVICE_KEY)
+    worker = RecordingWorker(SERVICE_KEY)
     router = None
     try:
         router = RouterProcess(
-            [worker.url], tmp_path / "router.log", "--api-key-file", str(tmp_path / "keys.json")
-        )
+            [worker.url], tmp_path / "router.log", "--api-key-file", str(tmp_path / "keys.json"),
+            "--service-key-file", str(tmp_path / "service.key"),
+        )  # fmt: skip
         yield worker, router
     finally:
         if router is not None:
