@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from radixrt.config.browser import BrowserConfig
 from radixrt.config.cache import CacheConfig, KVEventsConfig
 from radixrt.config.choices import (
     CPU_KERNEL_MODES,
@@ -25,6 +26,7 @@ from radixrt.config.scheduler import SchedulerConfig
 from radixrt.config.server import ServerConfig
 
 __all__ = [
+    "BrowserConfig",
     "CPU_KERNEL_MODES",
     "DEVICES",
     "DTYPES",

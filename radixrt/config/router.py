@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixrt.config.browser import BrowserConfig
 from radixrt.config.choices import LOG_LEVELS
 
 
@@ -37,7 +38,7 @@ class RouterConfig:
 
 
 @dataclass(frozen=True)
-class RouterServerConfig:
+class RouterServerConfig(BrowserConfig):
     """The standalone router process: its address and how it watches its workers."""
 
     host: str = "127.0.0.1"
@@ -47,6 +48,9 @@ class RouterServerConfig:
     # router checks them, keeps each tenant's prompts apart in its routing trees and passes
     # the client's key on. Without it, different client keys are kept apart the same way.
     api_key_file: str | None = None
+    # The workers' --service-key-file: every call to a worker carries it, forwarded ones with
+    # the client's tenant and role (radixrt/web/keys.py). Required with api_key_file.
+    service_key_file: str | None = None
     shared_prefix_cache: bool = False  # one routing namespace for every tenant and key
     log_level: str = "info"
     health_check_interval_s: float = 2.0
@@ -60,6 +64,7 @@ class RouterServerConfig:
     tokenizer_path: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65536), got {self.port}")
         if self.log_level not in LOG_LEVELS:
@@ -76,3 +81,14 @@ class RouterServerConfig:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
         if self.api_key is not None and self.api_key_file is not None:
             raise ValueError("give api_key or api_key_file, not both")
+        if self.api_key_file is not None and self.service_key_file is None:
+            raise ValueError(
+                "api_key_file needs service_key_file: the workers must take each request's "
+                "tenant from the router, and only with a service key they also hold "
+                "(--service-key-file on the router and on every worker; docs/reliability.md)"
+            )
+        if self.service_key_file is not None and self.api_key is None and self.api_key_file is None:
+            raise ValueError(
+                "service_key_file needs api_key or api_key_file: without keys of its own the "
+                "router would lend the workers' service key to anyone who reaches it"
+            )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from radixrt.config.browser import BrowserConfig
 from radixrt.config.choices import LOG_LEVELS, TOOL_CALL_FORMATS
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(BrowserConfig):
     """The HTTP server: address, auth, admission limit, logging, metrics."""
 
     host: str = "127.0.0.1"
@@ -17,6 +18,9 @@ class ServerConfig:
     # Keys with tenants and roles (radixrt/web/keys.py); each tenant gets its own prefix-cache
     # namespace unless shared_prefix_cache. Re-read on SIGHUP.
     api_key_file: str | None = None
+    # The key the router presents (radixrt/web/keys.py): with it, and only with it, a request
+    # acts for the tenant and role its x-radixrt-tenant / x-radixrt-role headers name.
+    service_key_file: str | None = None
     shared_prefix_cache: bool = False
     max_requests_per_tenant: int | None = None  # in flight per tenant; more get 429
     # Prompt plus max_new_tokens of a tenant's requests in flight; more get 429.
@@ -56,6 +60,7 @@ class ServerConfig:
     request_log_max_mb: int = 100
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65536), got {self.port}")
         if self.max_queued_requests < 0:

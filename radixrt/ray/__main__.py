@@ -1,5 +1,6 @@
 """`python -m radixrt.ray serve --replicas N [--address ADDR] [--host H] [--port P]
-[--router-policy P] [--cache-threshold X ...] -- [radixrt serve flags]`
+[--router-policy P] [--cache-threshold X ...] [--allowed-hosts H,...] [--allowed-origins O,...]
+-- [radixrt serve flags]`
 
 Starts a local Ray cluster (or joins `--address`, e.g. `auto` or `ray://head:10001`) and runs
 the application of radixrt/ray/app.py on Ray Serve's HTTP proxy at `--host`:`--port`
@@ -15,15 +16,11 @@ import os
 import sys
 import time
 
-from radixrt.config import RouterConfig
+from radixrt.config import BrowserConfig, RouterConfig
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    server_flags: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, server_flags = argv[:cut], argv[cut + 1 :]
+def make_parser() -> argparse.ArgumentParser:
+    """The flags; RouterConfig's and BrowserConfig's come from their fields and defaults."""
     p = argparse.ArgumentParser(prog="python -m radixrt.ray", description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["serve"])
     p.add_argument("--replicas", type=int, default=1)
@@ -41,12 +38,27 @@ def main(argv: list[str] | None = None) -> int:
     for f in dataclasses.fields(RouterConfig):
         p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default,
                        type=type(f.default))  # fmt: skip
+    for f in dataclasses.fields(BrowserConfig):  # str | None, comma-separated
+        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    server_flags: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, server_flags = argv[:cut], argv[cut + 1 :]
+    p = make_parser()
     args = p.parse_args(argv)
     if args.replicas < 1:
         p.error("--replicas must be >= 1")
     router = {f.name: getattr(args, f.name) for f in dataclasses.fields(RouterConfig)}
     try:
         RouterConfig(**router)  # before anything starts
+        browser = BrowserConfig(
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(BrowserConfig)}
+        )
     except ValueError as e:
         p.error(str(e))
     import ray
@@ -59,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads_per_replica
     if threads is None and args.address is None:
         threads = max(1, (os.cpu_count() or 1) // args.replicas)
-    app = build_app(server_flags, args.replicas, router, args.health_check_period_s, threads)
+    app = build_app(
+        server_flags, args.replicas, router, args.health_check_period_s, threads, browser
+    )
     serve.run(app, name="radixrt", route_prefix="/")
     print(f"radixrt on Ray Serve: http://{args.host}:{args.port} ({args.replicas} replicas)",
           flush=True)  # fmt: skip

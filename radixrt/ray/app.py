@@ -21,14 +21,34 @@ from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.config import RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from radixrt.config import BrowserConfig
 from radixrt.ray.replica import RadixrtReplica, ServerUnavailableError
 from radixrt.ray.router import CacheAwareRequestRouter
+from radixrt.web.browser import BrowserGuardMiddleware
 
 RETRY_S = 120.0
 PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
 
 api = FastAPI(title="radixrt on Ray Serve")
+# The ingress's BrowserConfig, set by RadixrtIngress.__init__ in its own actor process. Ray
+# serves a frozen copy of `api` made when the class is decorated, so the middleware below is
+# added here and reads the config when a request comes (the strict default until then).
+_BROWSER: list[BrowserConfig] = [BrowserConfig()]
+
+
+class _IngressBrowserGuard:
+    """The server's and the router's browser check, over the ingress's config."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await BrowserGuardMiddleware(self.app, _BROWSER[0])(scope, receive, send)
+
+
+api.add_middleware(_IngressBrowserGuard)
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -38,8 +58,9 @@ def _error(message: str, status: int) -> JSONResponse:
 @serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
 @serve.ingress(api)
 class RadixrtIngress:
-    def __init__(self, replicas: DeploymentHandle) -> None:
+    def __init__(self, replicas: DeploymentHandle, browser: BrowserConfig | None = None) -> None:
         self.replicas = replicas
+        _BROWSER[0] = browser or BrowserConfig()
 
     @api.post("/generate")
     async def generate(self, request: Request) -> Response:
@@ -104,11 +125,13 @@ class RadixrtIngress:
 
 
 def build_app(server_flags: list[str], replicas: int, router: dict[str, Any] | None = None,
-              health_check_period_s: float = 5.0, threads: int | None = None) -> Any:  # fmt: skip
+              health_check_period_s: float = 5.0, threads: int | None = None,
+              browser: BrowserConfig | None = None) -> Any:  # fmt: skip
     """The application to `serve.run`: `replicas` radixrt servers started with `server_flags`
     (the flags of `radixrt serve`, without --host/--port), routed by the policy and thresholds
     in `router` (RouterConfig fields; cache_aware by default); `threads`: each server's torch
-    threads (OMP_NUM_THREADS; None: the server's default, all cores)."""
+    threads (OMP_NUM_THREADS; None: the server's default, all cores); `browser`: the hosts and
+    origins the ingress accepts besides its own (radixrt/web/browser.py)."""
     env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     replica = serve.deployment(
         RadixrtReplica,
@@ -124,4 +147,4 @@ def build_app(server_flags: list[str], replicas: int, router: dict[str, Any] | N
             request_router_kwargs=dict(router or {}),
         ),
     )
-    return RadixrtIngress.bind(replica.bind(server_flags))
+    return RadixrtIngress.bind(replica.bind(server_flags), browser)

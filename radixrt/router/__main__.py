@@ -46,7 +46,7 @@ async def _serve(args: RouterArgs) -> int:
         s.port,
     )
     await server.serve()
-    return 0
+    return 0 if server.started else 1  # a start-up refusal (an unsafe worker) was logged
 
 
 if __name__ == "__main__":

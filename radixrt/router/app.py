@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -17,12 +19,15 @@ from starlette.responses import Response
 
 from radixrt.config import RouterConfig, RouterServerConfig
 from radixrt.router.forward import broadcast, forward
-from radixrt.router.handles import HandleHomes, add_handle_routes, passed_headers
+from radixrt.router.handles import HandleHomes, add_handle_routes
 from radixrt.router.kv_feed import KVEventFeed
+from radixrt.router.service import WorkerAuth
 from radixrt.router.status import router_info, router_metrics
-from radixrt.router.workers import WorkerPool
+from radixrt.router.workers import WorkerPool, WorkerUnsafeError
 from radixrt.routing.cache_aware import CacheAwarePolicy
 from radixrt.routing.policy import BaseRoutingPolicy, make_policy
+from radixrt.server.api.gemini.render import ACTIONS as GEMINI_METHODS
+from radixrt.web.browser import BrowserGuardMiddleware
 from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (
     ApiKeyMiddleware,
@@ -32,6 +37,7 @@ from radixrt.web.middleware import (
     identity_of,
     require_admin,
 )
+from radixrt.web.paths import MODEL_NAME, PathGuardMiddleware
 from radixrt.web.responses import (
     PROMETHEUS_CONTENT_TYPE,
     error_response,
@@ -55,14 +61,14 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         timeout=httpx.Timeout(config.request_timeout_s, connect=5.0),
         limits=httpx.Limits(max_connections=1024),
     )
-    auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    auth = WorkerAuth(config)  # a service key file that cannot be used stops the start-up
     feed = None
     if config.kv_events:  # cache_aware over the blocks the workers' events report
-        feed = KVEventFeed([u.rstrip("/") for u in urls], client, auth, config.tokenizer_path)
+        feed = KVEventFeed([u.rstrip("/") for u in urls], client, auth.own, config.tokenizer_path)
         policy: BaseRoutingPolicy = CacheAwarePolicy(router, make_index=feed.index_for)
     else:
         policy = make_policy(router)
-    pool = WorkerPool(urls, policy, config, client)
+    pool = WorkerPool(urls, policy, config, client, functools.partial(auth.vet, client))
     keys = None
     if config.api_key_file is not None:  # read once here: a bad file stops the start-up
         keys = KeyStore(KeyRing.from_file(config.api_key_file), config.api_key_file)
@@ -73,6 +79,9 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keys.reload)
         await pool.check_all()
+        unsafe = [w.refused for w in pool.workers if w.refused is not None]
+        if unsafe:  # a worker reached at start is unsafe behind this router: do not serve
+            raise WorkerUnsafeError("; ".join(unsafe))
         pool.start()
         if feed is not None:
             feed.start()
@@ -87,15 +96,37 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     homes = HandleHomes()  # where each cache handle made through the router lives
 
-    async def routed(request: Request) -> Response:
+    def route_to(path: str) -> Any:
+        async def routed(request: Request) -> Response:
+            owner = _owner(request, config.shared_prefix_cache)
+            return await forward(
+                request, pool, owner, homes, feed, config.shared_prefix_cache, path,
+                auth.forwarded(request),
+            )  # fmt: skip
+
+        return routed
+
+    for path in ROUTED_PATHS:  # the allow-list: nothing else is passed on
+        app.add_api_route(path, route_to(path), methods=["POST"])
+
+    @app.post("/v1beta/models/{model_method}")
+    async def gemini_method(request: Request, model_method: str) -> Response:
+        """`{model}:{method}`, rebuilt from a checked model name and a known method."""
+        model, _, method = model_method.partition(":")
+        if not MODEL_NAME.fullmatch(model) or method not in GEMINI_METHODS:
+            return error_response(f"no route POST /v1beta/models/{model_method}", 404)
+        alt = request.query_params.get("alt")
+        query = f"?alt={alt}" if alt in ("sse", "json") else ""
         owner = _owner(request, config.shared_prefix_cache)
-        return await forward(request, pool, owner, homes, feed, config.shared_prefix_cache)
+        path = f"/v1beta/models/{model}:{method}"
+        return await forward(
+            request, pool, owner, homes, feed, config.shared_prefix_cache, path,
+            auth.forwarded(request), query,
+        )  # fmt: skip
 
-    for path in ROUTED_PATHS:
-        app.add_api_route(path, routed, methods=["POST"])
-    app.add_api_route("/v1beta/models/{rest:path}", routed, methods=["POST"])
-
-    add_handle_routes(app, pool, homes, lambda r: _owner(r, config.shared_prefix_cache))
+    add_handle_routes(
+        app, pool, homes, lambda r: _owner(r, config.shared_prefix_cache), auth.forwarded
+    )
 
     @app.get("/health")
     async def health() -> Response:
@@ -104,23 +135,36 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             return error_response("no healthy worker", 503)
         return json_response({"status": "ok", "healthy_workers": n})
 
-    async def first_healthy(request: Request) -> Response:
+    async def first_healthy(path: str) -> Response:
         for worker in pool.healthy:
             try:
-                r = await client.get(worker.url + request.url.path, headers=auth)
+                r = await client.get(worker.url + path, headers=auth.own)
             except httpx.HTTPError as e:
                 pool.mark_unreachable(worker, repr(e))
                 continue
+            pool.report(worker, "GET " + path.split("/")[1], _failure(r))
             return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
         return error_response("no healthy worker", 503)
 
-    for path in ("/v1/models", "/get_model_info", "/v1beta/models", "/v1beta/models/{rest:path}"):
-        app.add_api_route(path, first_healthy, methods=["GET"])
+    def ask_first_healthy(path: str) -> Any:
+        async def ask() -> Response:
+            return await first_healthy(path)
+
+        return ask
+
+    for path in ("/v1/models", "/get_model_info", "/v1beta/models"):
+        app.add_api_route(path, ask_first_healthy(path), methods=["GET"])
+
+    @app.get("/v1beta/models/{model}")
+    async def gemini_model(model: str) -> Response:
+        if not MODEL_NAME.fullmatch(model):
+            return error_response(f"no model {model!r}", 404)
+        return await first_healthy(f"/v1beta/models/{model}")
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
         require_admin(request, "/get_server_info")
-        info = await router_info(pool, auth)
+        info = await router_info(pool, auth.own)
         if feed is not None:
             info["kv_events"] = feed.stats()
         return json_response(info)
@@ -128,16 +172,18 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
         require_admin(request, "/metrics")
-        text = router_metrics(await router_info(pool, auth))
+        text = router_metrics(await router_info(pool, auth.own))
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     @app.post("/flush_cache")
     async def flush_cache(request: Request) -> Response:
         require_admin(request, "/flush_cache")
         query = f"?{request.url.query}" if request.url.query else ""  # ?disk=true travels
-        codes = await broadcast(pool, "/flush_cache" + query, await request.body(), auth)
+        codes = await broadcast(pool, "/flush_cache" + query, await request.body(), auth.own)
         if codes and all(c == 200 for c in codes):
             return json_response({"success": True})
+        if 401 in codes or 403 in codes:
+            return error_response("a worker refused the router's credential (see its log)", 502)
         if 400 in codes:
             return error_response('flush_cache takes {"disk": true|false} or ?disk=', 400)
         return error_response("requests are running on a worker; flush when idle", 409)
@@ -147,8 +193,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         """Every worker aborts the rid among the caller's requests (the client's own
         Authorization travels, as with its requests); the same answer whether or not one ran."""
         body = await request.body()
-        headers = {**auth, **passed_headers(request)}
-        codes = await broadcast(pool, "/abort_request", body, headers)
+        codes = await broadcast(pool, "/abort_request", body, auth.forwarded(request))
         if 400 in codes:
             return error_response('abort_request takes {"rid": "..."}', 400)
         return json_response({"success": True})
@@ -161,6 +206,8 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     elif keys is not None:
         app.add_middleware(AuthMiddleware, keys=keys)
+    app.add_middleware(PathGuardMiddleware)  # a dot segment is refused before routing
+    app.add_middleware(BrowserGuardMiddleware, config=config)  # outermost: pages first
     return app
 
 
@@ -175,3 +222,8 @@ def _owner(request: Request, shared: bool) -> str | None:
         return "tenant:" + tenant
     caller = caller_of(request)
     return caller if caller.startswith("key:") else None
+
+
+def _failure(r: httpx.Response) -> str | None:
+    """What went wrong with one of the router's own calls (None: nothing)."""
+    return None if r.status_code < 400 else f"HTTP {r.status_code}"

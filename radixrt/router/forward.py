@@ -19,7 +19,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from radixrt.router.handles import HandleHomes, named_handle, passed_headers
+from radixrt.router.handles import HandleHomes, named_handle
 from radixrt.router.kv_feed import KVEventFeed
 from radixrt.router.workers import Worker, WorkerPool
 from radixrt.routing.keys import route_request
@@ -44,26 +44,28 @@ async def forward(
     homes: HandleHomes,
     feed: KVEventFeed | None,
     shared: bool,
+    path: str,
+    headers: dict[str, str],
+    query: str = "",
 ) -> Response:
-    """Send the request to the worker holding the cache handle it names, else the policy's
-    worker, retrying elsewhere while it never started."""
+    """Send the request with `headers` to `path` (built by the caller from validated parts;
+    `query`, with its `?`, likewise) on the worker holding the cache handle it names, else
+    the policy's worker, retrying elsewhere while it never started."""
     body = await request.body()
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):
         parsed = None  # the worker answers 400
-    path = request.url.path
     route = route_request(path, parsed, request.headers.get(SESSION_HEADER), owner)
     if feed is not None:  # keyed by block hashes in the namespace the workers will use
         namespace = identity_of(request).namespace(_salt(parsed), shared)
         route = await feed.route(path, parsed, route.session, namespace)
-    headers = passed_headers(request)
     home = homes.home(named_handle(path, parsed))
     tried: set[str] = set()
     while (worker := pool.pick_at(home, tried) or pool.pick(route, tried)) is not None:
         tried.add(worker.url)
         upstream = pool.client.build_request(
-            "POST", worker.url + path, content=body, headers=headers
+            "POST", worker.url + path + query, content=body, headers=headers
         )
         try:
             resp = await _unless_client_goes(request, pool.client.send(upstream, stream=True))
@@ -141,6 +143,8 @@ async def _wait_disconnect(request: Request) -> None:
 async def broadcast(pool: WorkerPool, path: str, body: bytes, headers: dict[str, str]) -> list[int]:
     """POST to every healthy worker; the status codes of those that answered."""
 
+    what = "POST " + path.partition("?")[0]
+
     async def one(worker: Worker) -> int | None:
         try:
             r = await pool.client.post(
@@ -148,9 +152,12 @@ async def broadcast(pool: WorkerPool, path: str, body: bytes, headers: dict[str,
                 content=body,
                 headers={**headers, "content-type": "application/json"},
             )
-            return r.status_code
-        except httpx.HTTPError:
+        except httpx.HTTPError as e:
+            pool.report(worker, what, repr(e))
             return None
+        pool.report(worker, what, None if r.status_code in (200, 400, 409) else
+                    f"HTTP {r.status_code}")  # fmt: skip
+        return r.status_code
 
     codes = await asyncio.gather(*(one(w) for w in pool.healthy))
     return [c for c in codes if c is not None]

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from radixrt.router.workers import WorkerPool
 from radixrt.routing.keys import route_request
 from radixrt.web.middleware import SESSION_HEADER
+from radixrt.web.paths import HANDLE_ID
 from radixrt.web.responses import error_response, json_response
 
 PASSED_HEADERS = (
@@ -34,7 +35,7 @@ PASSED_HEADERS = (
 MAX_HANDLES = 100_000
 # Paths that create a handle, and the paths of one handle (its id in group 1).
 CREATE_PATHS = ("/v1/caches", "/v1beta/cachedContents")
-ONE_HANDLE = re.compile(r"^/(?:v1/caches|v1beta/cachedContents)/([A-Za-z0-9_.-]+)$")
+ONE_HANDLE = re.compile(r"^/(?:v1/caches|v1beta/cachedContents)/([A-Za-z0-9_-]{1,128})$")
 _GEMINI_PREFIX = "cachedContents/"
 
 
@@ -94,19 +95,32 @@ def merge_lists(path: str, answers: list[Any]) -> dict[str, Any]:
 
 
 def add_handle_routes(
-    app: FastAPI, pool: WorkerPool, homes: HandleHomes, owner_of: Callable[[Request], str | None]
+    app: FastAPI,
+    pool: WorkerPool,
+    homes: HandleHomes,
+    owner_of: Callable[[Request], str | None],
+    headers_of: Callable[[Request], dict[str, str]],
 ) -> None:
-    """Create, list, read, change and delete handles through the router."""
+    """Create, list, read, change and delete handles through the router; `headers_of`: the
+    headers a client's request is passed on with (service.py)."""
 
-    async def create_handle(request: Request) -> Response:
+    async def _send(url: str, request: Request, body: bytes) -> httpx.Response:
+        """`request` (method, query, headers) to `url`, built by the caller from checked
+        parts, read whole."""
+        return await pool.client.request(
+            request.method, url, params=request.query_params, content=body,
+            headers=headers_of(request),
+        )  # fmt: skip
+
+    async def create_handle(request: Request, prefix: str) -> Response:
         """Made on the policy's worker, which is then the handle's home."""
         owner = owner_of(request)
-        route = route_request(request.url.path, None, request.headers.get(SESSION_HEADER), owner)
+        route = route_request(prefix, None, request.headers.get(SESSION_HEADER), owner)
         worker = pool.pick(route, set())
         if worker is None:
             return error_response("no healthy worker", 503)
         try:
-            r = await _send(pool, worker.url, request, await request.body())
+            r = await _send(worker.url + prefix, request, await request.body())
         except httpx.HTTPError as e:
             pool.mark_unreachable(worker, repr(e))
             return error_response(f"worker {worker.url} failed: {e!r}", 502)
@@ -116,17 +130,17 @@ def add_handle_routes(
             homes.record(handle_id, worker.url)
         return _answer(r)
 
-    async def one_handle(request: Request) -> Response:
+    async def one_handle(request: Request, prefix: str, handle_id: str) -> Response:
         """At its home first, then at every other healthy worker until one knows it."""
-        match = ONE_HANDLE.match(request.url.path)
-        assert match is not None
-        handle_id, body = match.group(1), await request.body()
+        if not HANDLE_ID.fullmatch(handle_id):
+            return error_response(f"no cache {handle_id!r}: not a cache id", 400)
+        path, body = f"{prefix}/{handle_id}", await request.body()
         home = homes.home(handle_id)
         order = sorted(pool.healthy, key=lambda w: w.url != home)
         last: httpx.Response | None = None
         for worker in order:
             try:
-                r = await _send(pool, worker.url, request, body)
+                r = await _send(worker.url + path, request, body)
             except httpx.HTTPError:
                 continue
             if r.status_code != 404:
@@ -138,32 +152,39 @@ def add_handle_routes(
             last = r
         return _answer(last) if last is not None else error_response("no healthy worker", 503)
 
-    async def list_handles(request: Request) -> Response:
+    async def list_handles(request: Request, prefix: str) -> Response:
         """Every healthy worker's list, merged."""
         answers = []
         for worker in pool.healthy:
             try:
-                r = await _send(pool, worker.url, request, b"")
+                r = await _send(worker.url + prefix, request, b"")
             except httpx.HTTPError:
                 continue
             if r.status_code != 200:
                 return _answer(r)  # a bad key is bad everywhere
             answers.append(_json(r))
-        return json_response(merge_lists(request.url.path, answers))
+        return json_response(merge_lists(prefix, answers))
 
-    for path in CREATE_PATHS:
-        app.add_api_route(path, create_handle, methods=["POST"])
-        app.add_api_route(path, list_handles, methods=["GET"])
-        app.add_api_route(path + "/{handle_id}", one_handle, methods=["GET", "PATCH", "DELETE"])
+    for prefix in CREATE_PATHS:  # each route's upstream path is built from `prefix`
+        on_list, on_one = _at(create_handle, list_handles, one_handle, prefix)
+        app.add_api_route(prefix, on_list[0], methods=["POST"])
+        app.add_api_route(prefix, on_list[1], methods=["GET"])
+        app.add_api_route(prefix + "/{handle_id}", on_one, methods=["GET", "PATCH", "DELETE"])
 
 
-async def _send(pool: WorkerPool, url: str, request: Request, body: bytes) -> httpx.Response:
-    """`request` as it came (method, path, query, the client's headers) to the worker at
-    `url`, read whole."""
-    return await pool.client.request(
-        request.method, url + request.url.path, params=request.query_params, content=body,
-        headers=passed_headers(request),
-    )  # fmt: skip
+def _at(create: Any, listing: Any, one: Any, prefix: str) -> tuple[tuple[Any, Any], Any]:
+    """The three handlers bound to `prefix` (closures: nothing a client sends can change it)."""
+
+    async def on_create(request: Request) -> Response:
+        return await create(request, prefix)
+
+    async def on_list(request: Request) -> Response:
+        return await listing(request, prefix)
+
+    async def on_one(request: Request, handle_id: str) -> Response:
+        return await one(request, prefix, handle_id)
+
+    return (on_create, on_list), on_one
 
 
 def _answer(r: httpx.Response) -> Response:

@@ -145,7 +145,10 @@ class KVEventFeed:
                 r = await self.client.get(url + "/get_server_info", headers=self.headers)
                 if r.status_code == 200:
                     return dict(r.json())
-                self.status[url] = f"/get_server_info answered {r.status_code}"
+                status = f"/get_server_info answered {r.status_code}"
+                if status != self.status[url]:  # a refused key is logged, never silent
+                    logger.warning("--kv-events: worker %s: %s", url, status)
+                self.status[url] = status
             except (httpx.HTTPError, ValueError) as e:
                 self.status[url] = f"waiting for the worker ({type(e).__name__})"
             await asyncio.sleep(RETRY_S)

@@ -87,6 +87,9 @@ async def _worker_info(pool: WorkerPool, worker: Worker, headers: dict[str, str]
         r = await pool.client.get(
             worker.url + "/get_server_info", headers=headers, timeout=_INFO_TIMEOUT_S
         )
-        return r.json() if r.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
+        info = r.json() if r.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError) as e:
+        pool.report(worker, "GET /get_server_info", repr(e))
         return {}
+    pool.report(worker, "GET /get_server_info", None if info else f"HTTP {r.status_code}")
+    return info

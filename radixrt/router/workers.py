@@ -1,16 +1,19 @@
 """WorkerPool: the standalone router's view of its worker servers: health, load, routing.
 
-A worker leaves the rotation after `health_failure_threshold` failed /health checks in a row,
-at once when its /health answers 503 (its scheduler died or is wedged: the worker says it
-cannot serve) or when a request cannot reach it; it comes back after one good check. Its load
-is the number of requests the router has in flight on it.
+A worker joins the rotation once it passes the router's safety check (service.py), asked at
+its first good health check and at each one after while it fails. It leaves the rotation
+after `health_failure_threshold` failed /health checks in a row, at once when its /health
+answers 503 (its scheduler died or is wedged: the worker says it cannot serve) or when a
+request cannot reach it; it comes back after one good check. Its load is the number of
+requests the router has in flight on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -22,6 +25,11 @@ logger = logging.getLogger("radixrt.router")
 _HEALTH_TIMEOUT_S = 5.0
 
 
+class WorkerUnsafeError(RuntimeError):
+    """A worker the router must not route to (service.py); the message says why and what to
+    change."""
+
+
 @dataclass(slots=True)
 class Worker:
     url: str  # base URL, no trailing slash; also the worker's id for the policy
@@ -29,6 +37,9 @@ class Worker:
     failures: int = 0  # failed health checks in a row
     in_flight: int = 0
     routed: int = 0  # requests sent here (retries included)
+    vetted: bool = False  # passed the safety check (always, without one)
+    refused: str | None = None  # why the safety check keeps it out
+    problems: dict[str, str] = field(default_factory=dict)  # the router's own calls: what failed
 
 
 class WorkerPool:
@@ -40,7 +51,10 @@ class WorkerPool:
         policy: BaseRoutingPolicy,
         config: RouterServerConfig,
         client: httpx.AsyncClient,
+        vet: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """`vet(url)` raises (WorkerUnsafeError, or httpx.HTTPError when it cannot tell)
+        while the worker must stay out of rotation."""
         if not urls:
             raise ValueError("the router needs at least one worker URL")
         self.workers = [Worker(u.rstrip("/")) for u in urls]
@@ -50,6 +64,7 @@ class WorkerPool:
         self.config = config
         self.client = client
         self.retries = 0  # requests re-sent to another worker because they never started
+        self.vet = vet
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -88,6 +103,19 @@ class WorkerPool:
         worker.healthy = False
         worker.failures = max(worker.failures, self.config.health_failure_threshold)
 
+    def report(self, worker: Worker, what: str, problem: str | None) -> None:
+        """The outcome of one of the router's own calls (`what`) to `worker`: a failure is
+        logged when it first appears or changes, and its end when it clears."""
+        before = worker.problems.get(what)
+        if problem == before:
+            return
+        if problem is None:
+            del worker.problems[what]
+            logger.info("worker %s: %s works again", worker.url, what)
+        else:
+            worker.problems[what] = problem
+            logger.warning("worker %s: %s failed: %s", worker.url, what, problem)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._health_loop())
 
@@ -102,6 +130,9 @@ class WorkerPool:
 
     # ---- private ---------------------------------------------------------------------------
 
+    async def _vetted(self, worker: Worker) -> bool:
+        return self.vet is None or worker.vetted or await _vet_once(self, worker)
+
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.health_check_interval_s)
@@ -113,6 +144,8 @@ class WorkerPool:
             status: int | None = r.status_code
         except httpx.HTTPError:
             status = None
+        if status == 200 and not await self._vetted(worker):
+            return
         if status == 200:
             if not worker.healthy:
                 logger.info("worker %s healthy again", worker.url)
@@ -130,6 +163,28 @@ class WorkerPool:
                 "worker %s failed %d health checks; out of rotation", worker.url, worker.failures
             )
             worker.healthy = False
+
+
+async def _vet_once(pool: WorkerPool, worker: Worker) -> bool:
+    """Whether `worker` passes the pool's safety check now; its verdict logged on change."""
+    assert pool.vet is not None
+    try:
+        await pool.vet(worker.url)
+    except httpx.HTTPError as e:  # cannot tell yet: out until the next check
+        logger.warning("worker %s: the safety check could not ask it: %r", worker.url, e)
+        worker.healthy = False
+        return False
+    except WorkerUnsafeError as e:  # the reason names the fix
+        reason = str(e)
+    else:
+        if worker.refused is not None:
+            logger.info("worker %s passes the safety check now", worker.url)
+        worker.vetted, worker.refused = True, None
+        return True
+    if reason != worker.refused:
+        logger.error("worker %s kept out of rotation: %s", worker.url, reason)
+    worker.refused, worker.healthy = reason, False
+    return False
 
 
 def _message(r: httpx.Response) -> str:

@@ -86,12 +86,18 @@ _HELP = {
     "chunked_prefill_size": "prompt tokens computed per step at most; None: 512 on CPU, "
     "2048 on CUDA",
     "schedule_policy": "order of the waiting queue",
+    "allowed_hosts": "comma-separated host names the Host header may carry besides localhost, "
+    "*.localhost and IP addresses (DNS rebinding: other names get 421); *.domain, or * for any",
+    "allowed_origins": "comma-separated origins (https://app.example.com) whose web pages may "
+    "call the API, with CORS headers; * for any; other pages get 403",
     "host": "address to bind",
     "port": "port to bind",
     "api_key": "require `Authorization: Bearer <key>` on every endpoint but /health; "
     "None: the RADIXRT_API_KEY environment variable, if set (not visible in ps)",
     "api_key_file": 'JSON {"keys": [{"key": "<secret or sha256:hex>", "tenant": "a", '
     '"role": "user|admin"}]}: tenants get separate prefix caches; re-read on SIGHUP',
+    "service_key_file": "file with the router's service key (one line, 16+ characters): "
+    "requests bearing it act for the tenant and role in x-radixrt-tenant / x-radixrt-role",
     "shared_prefix_cache": "with --api-key-file: one prefix cache for every tenant",
     "max_requests_per_tenant": "with --api-key-file: requests in flight per tenant; more get 429",
     "max_tokens_per_tenant": "with --api-key-file: prompt plus max_tokens of a tenant's "

@@ -33,7 +33,9 @@ from radixrt.server.serving import ServingPipeline
 from radixrt.server.tenancy import Tenancy
 from radixrt.server.tokenizer_manager import TokenizerManager
 from radixrt.server.tools import format_for
+from radixrt.web.browser import BrowserGuardMiddleware
 from radixrt.web.middleware import BodyLimitMiddleware
+from radixrt.web.paths import PathGuardMiddleware
 
 # Each dialect's routes module: add_routes(app, ctx), and BODIES for the OpenAPI document.
 DIALECTS: tuple[ModuleType, ...] = (control, native, openai, anthropic, caches, gemini)
@@ -86,5 +88,7 @@ def create_app(
     add_dashboard_routes(app, tm, recorder or DashboardRecorder(), ctx.model_name)
     install_openapi(app, {path: body for d in DIALECTS for path, body in d.BODIES.items()})
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.server.max_request_bytes)
-    tenancy.install(app)  # outermost: no body is read before the key check
+    tenancy.install(app)  # no body is read before the key check
+    app.add_middleware(PathGuardMiddleware)  # dot segments: 400, as on the router
+    app.add_middleware(BrowserGuardMiddleware, config=args.server)  # outermost: pages first
     return app

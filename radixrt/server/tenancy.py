@@ -24,7 +24,7 @@ from starlette.requests import Request
 from radixrt.config import ServerConfig
 from radixrt.server.protocol import BadRequestError, check_id
 from radixrt.server.tenant_usage import TenantUsage
-from radixrt.web.keys import KeyRing, KeyStore
+from radixrt.web.keys import KeyRing, KeyStore, read_service_key
 from radixrt.web.middleware import AuthMiddleware, caller_of, identity_of
 
 logger = logging.getLogger("radixrt")
@@ -59,10 +59,15 @@ class Tenancy:
         """The key file is read here: KeyFileError (a ValueError naming the problem) if it
         cannot be used."""
         keys = None
+        service = None
+        if server.service_key_file is not None:
+            service = read_service_key(server.service_key_file)
         if server.api_key_file is not None:
-            keys = KeyStore(KeyRing.from_file(server.api_key_file), server.api_key_file)
+            keys = KeyStore(KeyRing.from_file(server.api_key_file), server.api_key_file, service)
         elif server.api_key is not None:
-            keys = KeyStore(KeyRing.single(server.api_key))
+            keys = KeyStore(KeyRing.single(server.api_key), None, service)
+        elif service is not None:  # only the router may call
+            keys = KeyStore(KeyRing([]), None, service)
         return cls(
             keys,
             server.shared_prefix_cache,

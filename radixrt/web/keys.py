@@ -10,6 +10,11 @@ A single key (`--api-key` or `RADIXRT_API_KEY`) is an admin of no tenant: one op
 shared cache, as without keys. With a key file every request has a tenant, and its prefix
 cache namespace starts with that tenant (unless `--shared-prefix-cache`), so no tenant can
 match, or time, another's prompts.
+
+A service key (`--service-key-file`, one line of 16 or more characters, on the router and its
+workers alike) is what a front end that checked its own clients' keys presents to a worker:
+only with it does the worker believe the tenant and role it names in `x-radixrt-tenant` and
+`x-radixrt-role` (none named: an admin of no tenant, the router's own calls).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from pathlib import Path
 logger = logging.getLogger("radixrt")
 
 ROLES = ("user", "admin")
+TENANT_HEADER = "x-radixrt-tenant"  # read only from a request that carries the service key
+ROLE_HEADER = "x-radixrt-role"
+MIN_SERVICE_KEY_LEN = 16
 _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _SEP = "\x1f"  # between a namespace's tenant and its salt; never in a tenant name
@@ -107,6 +115,29 @@ class KeyRing:
         return any(identity.tenant is not None for _, identity in self._entries)
 
 
+def read_service_key(path: str | Path) -> str:
+    """The service key in `path` (its one line); KeyFileError when it cannot be used."""
+    try:
+        key = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise KeyFileError(f"cannot read the service key file {path}: {e}") from None
+    if len(key) < MIN_SERVICE_KEY_LEN or any(c.isspace() for c in key):
+        raise KeyFileError(f"{path}: the service key must be one line of at least "
+                           f"{MIN_SERVICE_KEY_LEN} characters, without spaces")  # fmt: skip
+    return key
+
+
+def service_identity(tenant: str | None, role: str | None) -> Identity:
+    """Whom a service call acts for, from its headers; KeyFileError names a bad one."""
+    if role is not None and role not in ROLES:
+        raise KeyFileError(f"{ROLE_HEADER} must be one of {ROLES}")
+    if tenant is None:
+        return Identity(None, role or "admin")
+    if not _TENANT.fullmatch(tenant):
+        raise KeyFileError(f"{TENANT_HEADER} must be 1-64 of A-Z a-z 0-9 . _ -")
+    return Identity(tenant, role or "user")
+
+
 def hash_key(key: str) -> str:
     """The `sha256:<hex>` form of a key, as a key file may store it."""
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
@@ -140,11 +171,18 @@ def _entry(path: str | Path, i: int, item: object) -> tuple[bytes, Identity]:
 
 
 class KeyStore:
-    """The server's current KeyRing, re-read from its file on `reload` (SIGHUP)."""
+    """The server's current KeyRing, re-read from its file on `reload` (SIGHUP), and the
+    digest of its service key (None: none)."""
 
-    def __init__(self, ring: KeyRing, path: str | Path | None = None) -> None:
+    def __init__(
+        self, ring: KeyRing, path: str | Path | None = None, service_key: str | None = None
+    ) -> None:
         self.ring = ring
         self.path = path
+        self.service = None if service_key is None else _digest(service_key)
+
+    def is_service(self, token: str) -> bool:
+        return self.service is not None and hmac.compare_digest(_digest(token), self.service)
 
     def reload(self) -> bool:
         """Re-read the key file; on error keep the keys in use. True if it took effect."""

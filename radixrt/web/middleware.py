@@ -11,7 +11,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from radixrt.web.keys import OPEN, Identity, KeyRing, KeyStore
+from radixrt.web.keys import (
+    OPEN,
+    ROLE_HEADER,
+    TENANT_HEADER,
+    Identity,
+    KeyFileError,
+    KeyRing,
+    KeyStore,
+    service_identity,
+)
 from radixrt.web.responses import error_response
 
 SESSION_HEADER = "x-session-id"  # a sticky-session key for routing across replicas
@@ -57,7 +66,8 @@ def require_admin(request: Request, what: str) -> None:
 class AuthMiddleware:
     """Every HTTP path but /health and GET /dashboard (`_OPEN`) needs a key of `keys` (digests
     compared in constant time): `Authorization: Bearer <key>`, or `x-api-key` (Anthropic's
-    clients) or `x-goog-api-key` (Gemini's); the key's Identity goes to `request.state`."""
+    clients) or `x-goog-api-key` (Gemini's); the key's Identity goes to `request.state`. The
+    service key's Identity is the one its tenant and role headers name (keys.py)."""
 
     def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
         self.app = app
@@ -68,7 +78,15 @@ class AuthMiddleware:
             identity = None
             key = _given_key(scope["headers"])
             if key is not None:
-                identity = self.keys.ring.lookup(key.decode("utf-8", "replace"))
+                token = key.decode("utf-8", "replace")
+                if self.keys.is_service(token):
+                    try:
+                        identity = _acting_for(scope["headers"])
+                    except KeyFileError as e:
+                        await error_response(str(e), 400)(scope, receive, send)
+                        return
+                else:
+                    identity = self.keys.ring.lookup(token)
             if identity is None:
                 response = error_response("missing or wrong API key", 401)
                 response.headers["WWW-Authenticate"] = "Bearer"
@@ -76,6 +94,18 @@ class AuthMiddleware:
                 return
             scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+def _acting_for(headers: list[tuple[bytes, bytes]]) -> Identity:
+    """The identity a service call names (only ever read after its key matched)."""
+    named: dict[bytes, str] = {}
+    for k, v in headers:
+        if k in _SERVICE_HEADERS:
+            named.setdefault(k, v.decode("utf-8", "replace"))
+    return service_identity(named.get(_SERVICE_HEADERS[0]), named.get(_SERVICE_HEADERS[1]))
+
+
+_SERVICE_HEADERS = (TENANT_HEADER.encode(), ROLE_HEADER.encode())
 
 
 def _is_open(scope: Scope) -> bool:

@@ -16,9 +16,12 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ERROR_TYPES = {
     400: "BadRequestError",
     401: "AuthenticationError",
+    403: "PermissionDeniedError",
     404: "NotFoundError",
     409: "ConflictError",
     413: "RequestTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    421: "MisdirectedRequestError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }

@@ -29,6 +29,7 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("ray is in the test extra: pip install -e '.[test]'", allow_module_level=True)
 
 GROUPS, PER_GROUP, PREFIX, SUFFIX = 3, 8, 200, 10
+JSON = {"content-type": "application/json"}  # a body is refused without it
 START_S = 240
 READY = "radixrt on Ray Serve: "  # what `python -m radixrt.ray serve` prints when up
 
@@ -158,8 +159,17 @@ def test_routing_errors_streams_and_hit_rate(app_factory) -> None:
     optimum = (GROUPS * PER_GROUP - GROUPS) * PREFIX / (GROUPS * PER_GROUP * (PREFIX + SUFFIX))
     aware_app = app_factory("cache_aware")
     url = aware_app.url
-    r = httpx.post(url + "/generate", content=b"not json", timeout=60)
+    r = httpx.post(url + "/generate", content=b"not json", headers=JSON, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["message"], r.text
+    # Web pages are refused at the ingress (radixrt/web/browser.py), before any replica.
+    r = httpx.post(url + "/generate", content=b'{"text": "hi"}', timeout=60,
+                   headers={"content-type": "text/plain"})  # fmt: skip
+    assert r.status_code == 415, r.text
+    r = httpx.post(url + "/generate", json={"text": "hi"}, timeout=60,
+                   headers={"origin": "http://evil.example"})  # fmt: skip
+    assert r.status_code == 403, r.text
+    r = httpx.get(url + "/v1/models", headers={"host": "rebind.attacker.test"}, timeout=60)
+    assert r.status_code == 421, r.text
     for stream in (False, True):  # the server's own checks answer through the ingress
         body = {"text": "hi", "sampling_params": {"top_p": 7}, "stream": stream}
         r = httpx.post(url + "/generate", json=body, timeout=60)

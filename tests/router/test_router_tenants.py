@@ -15,7 +15,7 @@ from radixrt.config import RouterConfig
 from radixrt.routing.cache_aware import CacheAwarePolicy
 from radixrt.routing.keys import route_request
 from radixrt.routing.policy import WorkerLoad
-from tests.router.test_router_retry import FakeWorker
+from tests.router.recording_worker import SERVICE_KEY, RecordingWorker
 from tests.router.test_router_server import RouterProcess
 
 PROMPT = {"text": "The system prompt of tenant A. " * 20}
@@ -49,16 +49,17 @@ def test_a_tenant_gets_no_affinity_from_another_tenants_prompt() -> None:
 
 
 @pytest.fixture
-def keyed(tmp_path) -> Iterator[tuple[list[FakeWorker], RouterProcess]]:
+def keyed(tmp_path) -> Iterator[tuple[list[RecordingWorker], RouterProcess]]:
     keys = [
         {"key": "key-a", "tenant": "a", "role": "user"},
         {"key": "key-ops", "tenant": "ops", "role": "admin"},
     ]
     (tmp_path / "keys.json").write_text(json.dumps({"keys": keys}))
-    workers = [FakeWorker("ok"), FakeWorker("ok")]
+    (tmp_path / "service.key").write_text(SERVICE_KEY)
+    workers = [RecordingWorker(SERVICE_KEY), RecordingWorker(SERVICE_KEY)]
     router = RouterProcess(
         [w.url for w in workers], tmp_path / "router.log", "--api-key-file",
-        str(tmp_path / "keys.json"),
+        str(tmp_path / "keys.json"), "--service-key-file", str(tmp_path / "service.key"),
     )  # fmt: skip
     try:
         yield workers, router
@@ -78,7 +79,7 @@ def test_router_key_file_checks_keys_and_keeps_admin_endpoints(keyed) -> None:
     assert _post(router, "/generate", None, json=PROMPT).status_code == 401
     assert _post(router, "/generate", "wrong", json=PROMPT).status_code == 401
     assert _post(router, "/generate", "key-a", json=PROMPT).status_code == 200
-    assert sum(w.posts for w in workers) == 1  # one request reached a worker
+    assert sum(len(w.paths()) for w in workers) == 1  # one request reached a worker
     user, admin = {"x-api-key": "key-a"}, {"Authorization": "Bearer key-ops"}
     for path in ("/get_server_info", "/metrics"):
         assert httpx.get(router.url + path, headers=user, timeout=30).status_code == 403

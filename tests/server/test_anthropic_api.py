@@ -16,6 +16,7 @@ import pytest
 
 from .server_proc import ServerProcess, start_server
 
+JSON = {"content-type": "application/json"}  # a body is refused without it
 POOL_TOKENS = 2048
 TTL_SCALE = 0.01
 MIN_TOKENS = 16
@@ -119,7 +120,7 @@ def test_breakpoint_errors_have_anthropics_wording(client, server) -> None:
         "/v1/messages", json={"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
     )
     assert r.status_code == 400 and r.json()["error"]["message"] == "max_tokens: Field required"
-    r = server.post("/v1/messages", content=b"{not json")
+    r = server.post("/v1/messages", content=b"{not json", headers=JSON)
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["type"] == "invalid_request_error"
     doc = server.get("/openapi.json").json()["paths"]

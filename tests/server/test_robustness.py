@@ -14,6 +14,7 @@ import msgspec
 import pytest
 import zmq
 
+JSON = {"content-type": "application/json"}  # a body is refused without it
 BIG = 10**23  # over int64: msgpack cannot carry it
 HI = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
 
@@ -76,7 +77,7 @@ def test_deeply_nested_json_gets_400(tiny_server, where: str) -> None:
             "json_schema": '{"text": "hi", "sampling_params": {"json_schema": %s}}',
             "text": '{"text": %s}',
         }[where] % deep
-        r = tiny_server.post("/generate", content=body.encode())
+        r = tiny_server.post("/generate", content=body.encode(), headers=JSON)
         assert r.status_code == 400, (depth, r.text[:300])
         assert r.json()["error"]["message"]
     tiny_server.assert_serving()
@@ -142,7 +143,7 @@ def test_bounds_on_the_work_of_one_request(tiny_server) -> None:
 
 def test_bodies_over_the_limit_get_413(tiny_server) -> None:
     big = b'{"text": "' + b"a" * 1_100_000 + b'"}'
-    r = tiny_server.post("/generate", content=big)
+    r = tiny_server.post("/generate", content=big, headers=JSON)
     assert r.status_code == 413 and "--max-request-bytes" in r.json()["error"]["message"]
 
     def chunks():  # no Content-Length: counted while read
@@ -151,7 +152,7 @@ def test_bodies_over_the_limit_get_413(tiny_server) -> None:
             yield b"a" * 32768
         yield b'"}'
 
-    r = tiny_server.post("/generate", content=chunks())
+    r = tiny_server.post("/generate", content=chunks(), headers=JSON)
     assert r.status_code == 413, r.text
     tiny_server.assert_serving()
 

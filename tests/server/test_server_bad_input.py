@@ -54,7 +54,8 @@ CASES = [
 
 @pytest.mark.parametrize(("path", "body", "fragment"), CASES)
 def test_bad_input_gets_400(api_server, path: str, body: object, fragment: str) -> None:
-    kw = {"content": body} if isinstance(body, bytes) else {"json": body}
+    raw = {"content": body, "headers": {"content-type": "application/json"}}
+    kw = raw if isinstance(body, bytes) else {"json": body}
     r = api_server.post(path, **kw)
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
