@@ -117,6 +117,9 @@ _HELP = {
     "max_stop_string_len": "characters per stop string",
     "max_grammar_bytes": "bytes of a regex, JSON schema or EBNF grammar",
     "max_pending_grammars": "grammar compiles queued or running; more are refused with 503",
+    "max_logprob_entries": "logprob entries one request may ask for: tokens x (1 + top "
+    "logprobs), prompt (from logprob_start_len) and output (max_new_tokens), over prompts x n; "
+    "more are refused with 400",
     "cache_min_tokens": "caching APIs: shortest prefix a cache breakpoint pins (shorter ones "
     "are not pinned, without error)",
     "cache_ttl_scale": "caching APIs: factor on every TTL given (for tests)",

@@ -4,6 +4,7 @@ A dialect is a parse (its body -> a `ServeRequest`: tokenized prompts, validated
 parameters, cache directives, session) and a render (render.py: typed output deltas -> its
 wire format). Between the two, in this order and only here:
 
+0. volume: the logprobs it asks for within --max-logprob-entries (protocol.py);
 1. namespace: the tenant's prefix-cache namespace with the request's salt (tenancy.py); a
    cache handle the prompt starts with must be of the same namespace, and is pinned again;
 2. grammar: a constrained request's grammar is checked in a worker (grammar_check.py);
@@ -29,7 +30,7 @@ from radixrt.server.cache_handles import CacheHandle
 from radixrt.server.explain import explain_prompts
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.prompt_guard import PromptGuard, Turn
-from radixrt.server.protocol import BadRequestError
+from radixrt.server.protocol import BadRequestError, check_logprob_volume
 from radixrt.server.render import BaseRender, Explained, Finished
 from radixrt.server.req_state import ReqState, SchedulerDeadError
 from radixrt.server.tenancy import Tenancy, work_of
@@ -70,7 +71,8 @@ class ServingPipeline:
         self.tm = tm
         self.tenancy = tenancy
         self.grammar = grammar
-        self.guard = PromptGuard(tm.tokenizer, tm.metrics)
+        self.guard = PromptGuard(tm.metrics)
+        self.max_logprob_entries = tm.config.max_logprob_entries
 
     async def serve(self, request: Request, req: ServeRequest, render: BaseRender) -> Response:
         """Submit `req` and answer with `render`: whole, or streamed when `req.stream`."""
@@ -87,9 +89,21 @@ class ServingPipeline:
         answer = render.response(Finished(states, outputs, explained))
         return answer if isinstance(answer, Response) else json_response(answer)
 
+    async def explain(
+        self, request: Request, ids: list[int], cache_salt: str | None
+    ) -> dict[str, Any]:
+        """Why `ids` would miss the cache (POST /v1/cache/explain), metered like a request of
+        that prompt: admitted against the tenant's share, counted in the caller's usage."""
+        namespace = self.tenancy.namespace(request, cache_salt, None)
+        with self.tenancy.admit(self.tm, request, 1, len(ids)):
+            explained = await explain_prompts(self.tm, self.tenancy, request, [ids], namespace)
+        self.tenancy.usage.observe_explain(caller_of(request), len(ids))
+        return explained[tuple(ids)]
+
     async def _submit(
         self, request: Request, req: ServeRequest
     ) -> tuple[list[ReqState], Explained | None, Turn | None]:
+        check_logprob_volume(req.prompts, req.params, self.max_logprob_entries)
         namespace = self.tenancy.namespace(request, req.cache_salt, req.extra_key)
         pins = list(req.pins)
         if req.handle is not None:

@@ -1,8 +1,9 @@
 """An in-process app over a TokenizerManager whose scheduler is a stand-in: each request's
 output is its prompt's ids again, cycled, one token per step, up to max_new_tokens (logprobs
-when asked: -0.5 for the token and its top alternatives); a prompt starting with "!" fails
-with a 500 of its own after its first token. No model, no KV pool: a test ends
-by checking that nothing is left in flight on either side."""
+when asked: -0.5 for the token and its top alternatives; the prompt's, -1.0 each, come at the
+finish of a request that asks for them, after a short delay that stands for computing them);
+a prompt starting with "!" fails with a 500 of its own after its first token. No model, no
+KV pool: a test ends by checking that nothing is left in flight on either side."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class FakeScheduler:
     def __init__(self) -> None:
         self.outputs: asyncio.Queue[BatchTokenOutMsg] = asyncio.Queue()
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.received: list[GenerateReqMsg] = []  # every request sent to it
         self._decoder = msgspec.msgpack.Decoder(GenerateReqMsg | AbortReqMsg)
 
     def encode(self, msg: Any) -> bytes:
@@ -66,6 +68,7 @@ class FakeScheduler:
     def send_encoded(self, buf: bytes) -> None:
         msg = self._decoder.decode(buf)
         if isinstance(msg, GenerateReqMsg):
+            self.received.append(msg)
             self.running[msg.rid] = asyncio.create_task(self._run(msg))
         elif (task := self.running.pop(msg.rid, None)) is not None:
             task.cancel()
@@ -84,29 +87,39 @@ class FakeScheduler:
     async def _run(self, msg: GenerateReqMsg) -> None:
         sp = msg.sampling_params
         num = sp.max_new_tokens
+        if sp.return_logprob and sp.logprob_start_len >= 0:
+            await asyncio.sleep(0.01)  # the prompt's logprobs: samples without them end first
         for k in range(num):
             await asyncio.sleep(0)
             finish = FinishMsg("length") if k == num - 1 else None
             if k == 1 and msg.input_ids[0] == ord("!"):
                 finish = FinishMsg("abort", message="boom", status_code=500)
-            self._put(msg.rid, [msg.input_ids[k % len(msg.input_ids)]], finish, sp)
+            self._put(msg.rid, [msg.input_ids[k % len(msg.input_ids)]], finish, sp, msg)
             if finish is not None:
                 break
         if num == 0:
             self._put(msg.rid, [], FinishMsg("length"))
         self.running.pop(msg.rid, None)
 
-    def _put(self, rid: str, ids: list[int], finish: FinishMsg | None, sp: Any = None) -> None:
+    def _put(
+        self, rid: str, ids: list[int], finish: FinishMsg | None, sp: Any = None, msg: Any = None
+    ) -> None:
         logprobs = ids and sp is not None and sp.return_logprob
         tops = [[(-0.5, t)] * sp.top_logprobs_num for t in ids] if logprobs else []
         out = ReqOutMsg(rid, ids, [-0.5] * len(ids) if logprobs else [], tops, finish, 0)
+        if finish is not None and logprobs and sp.logprob_start_len >= 0:
+            num = len(msg.input_ids) - sp.logprob_start_len
+            out.input_logprobs = [-1.0] * num
+            out.input_top_logprobs = [[(-1.0, t)] * sp.top_logprobs_num for t in range(num)]
         self.outputs.put_nowait(BatchTokenOutMsg([out], len(self.running), 0))
 
 
-def make_app(tenancy: Tenancy | None = None) -> tuple[FastAPI, ApiContext, FakeScheduler]:
+def make_app(
+    tenancy: Tenancy | None = None, config: ServerConfig | None = None
+) -> tuple[FastAPI, ApiContext, FakeScheduler]:
     """An app with the error handlers and nothing else; call on the running event loop."""
     scheduler, tokenizer = FakeScheduler(), CharTokenizer()
-    config = ServerConfig()
+    config = config or ServerConfig()
     tm = TokenizerManager(scheduler, tokenizer, READY, config, NoMetrics())  # type: ignore[arg-type]
     tm.start(lambda reason: None)
     tenancy = tenancy or Tenancy(None)
