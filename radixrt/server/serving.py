@@ -13,6 +13,10 @@ wire format). Between the two, in this order and only here:
 5. submit, then wait for the whole answer or stream the deltas; a client that goes away
    aborts its requests (unary: DisconnectWatcher; stream: the generator's `finally`), and a
    failure mid-stream ends it with the render's error event.
+
+Every route that queues work comes through here and runs as its HTTP caller: a cache handle's
+prefill (`make_handle`) and a cache explanation (`explain`) too, admitted and counted as the
+tenant's like any request.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from starlette.responses import Response
 
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.output.delta import OutputDelta
-from radixrt.server.cache_handles import CacheHandle
+from radixrt.server.cache_handles import CacheHandle, HandleRender
 from radixrt.server.explain import explain_prompts
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.prompt_guard import PromptGuard, Turn
@@ -54,14 +58,14 @@ class ServeRequest:
     session: str | None = None  # a session key from the body (X-Session-Id wins)
     explain: bool = False  # explain each prompt's cache miss (whole answers only)
     messages: list[dict[str, str]] | None = None  # a chat turn's messages, for the guard
-    caller: str | None = None  # whom it runs as (usage, logs); None: the HTTP caller
 
     @classmethod
     def prefill(cls, handle: CacheHandle, cache_salt: str | None = None) -> ServeRequest:
-        """The request that computes a new cache handle's prefix and pins it (no output)."""
+        """The request that computes a new cache handle's prefix and pins it (no output); it
+        runs as its HTTP caller: admitted, in flight and counted (usage, request log) as the
+        tenant's."""
         params = [SamplingParams(max_new_tokens=0)]
-        caller = "cache:" + handle.owner
-        return cls([handle.input_ids], params, cache_salt=cache_salt, handle=handle, caller=caller)
+        return cls([handle.input_ids], params, cache_salt=cache_salt, handle=handle)
 
 
 class ServingPipeline:
@@ -88,6 +92,18 @@ class ServingPipeline:
         outputs = [_whole(state) for state in states]
         answer = render.response(Finished(states, outputs, explained))
         return answer if isinstance(answer, Response) else json_response(answer)
+
+    async def make_handle(
+        self, request: Request, render: HandleRender, cache_salt: str | None = None
+    ) -> Response:
+        """Compute and pin a new cache handle's prefix (POST /v1/caches, Gemini's
+        cachedContents); the handle counts against its owner's bound from new_handle until it
+        is registered or refused, so concurrent creates cannot pass it."""
+        req = ServeRequest.prefill(render.handle, cache_salt)
+        try:
+            return await self.serve(request, req, render)
+        finally:
+            render.registry.settle(render.handle)
 
     async def explain(
         self, request: Request, ids: list[int], cache_salt: str | None
@@ -129,7 +145,7 @@ class ServingPipeline:
                 req.rids,
                 namespace,
                 session=session,
-                caller=caller if req.caller is None else req.caller,
+                caller=caller,
                 endpoint=request.url.path,
                 pins=pins or None,
             )

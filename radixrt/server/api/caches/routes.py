@@ -23,7 +23,6 @@ from radixrt.server.api.caches.render import render_handle
 from radixrt.server.api.context import ApiContext
 from radixrt.server.cache_handles import HandleRender, expire_time_for, owner_of
 from radixrt.server.protocol import BadRequestError, check_id, decode_body
-from radixrt.server.serving import ServeRequest
 from radixrt.web.responses import json_response
 
 BODIES = {  # for the OpenAPI document
@@ -45,9 +44,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         namespace = ctx.tenancy.namespace(request, body.cache_salt, None)
         handle = registry.new_handle(owner_of(request), namespace, ids, expire, body.name)
         render = HandleRender(registry, handle, render_handle)
-        return await ctx.pipeline.serve(
-            request, ServeRequest.prefill(handle, body.cache_salt), render
-        )
+        return await ctx.pipeline.make_handle(request, render, body.cache_salt)
 
     @app.get("/v1/caches")
     async def list_caches(request: Request) -> Response:
