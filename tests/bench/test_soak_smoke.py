@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from radixrt.bench.serving.soak_cases import KINDS
+from radixrt.bench.serving.soak_hostile import KINDS
 
 
 @pytest.fixture(scope="module")

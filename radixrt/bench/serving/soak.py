@@ -1,6 +1,7 @@
 """`python -m radixrt.bench.serving.soak --minutes N`: one server under mixed, partly hostile
-load (the kinds in soak_cases.py) from several client threads; reports what was served, every
-anomaly, /health latency, the server's RSS, and whether the KV pool is whole once idle."""
+load (the kinds in soak_cases.py and soak_hostile.py) from several client threads; reports
+what was served, every anomaly, /health latency, the server's RSS, and whether the KV pool is
+whole once idle."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from typing import Any
 import httpx
 
 from radixrt.bench.serving.peers import ManagedServer, free_port
-from radixrt.bench.serving.soak_cases import KINDS, TIMEOUT_S, Outcome, SoakContext, abort_rid
+from radixrt.bench.serving.soak_cases import TIMEOUT_S, Outcome, SoakContext, abort_rid
+from radixrt.bench.serving.soak_hostile import KINDS
 from radixrt.bench.serving.soak_report import (
     BUSY_KEYS,
     RSS_EVERY_S,
