@@ -14,17 +14,21 @@ import httpx
 from radixrt.bench.serving import soak_cases
 from radixrt.bench.serving.soak_cases import Outcome, SoakContext
 
+VOLUME = 2**22  # logprob entries asked for: four times the default --max-logprob-entries
+
 
 def bad_logprob_volume(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome:
-    """n samples of a quarter-context prompt, each with its prompt's top-100 logprobs."""
-    n = rng.choice((16, 64))
-    body = {"text": "hello " * (ctx.context_length // 4), "return_logprob": True,
+    """n samples of quarter-context prompts, each with its prompt's top-100 logprobs: enough
+    prompts for VOLUME entries, whatever the context length."""
+    n, words = rng.choice((16, 64)), max(1, ctx.context_length // 4)
+    prompts = 1 + VOLUME // (n * (words + 8) * 101)
+    body = {"text": ["hello " * words] * prompts, "return_logprob": True,
             "sampling_params": {"max_new_tokens": 8, "n": n},
             "logprob_start_len": 0, "top_logprobs_num": 100}  # fmt: skip
     r = c.post("/generate", json=body)
     message = _message(r)
     refused = r.status_code == 400 and "--max-logprob-entries" in message
-    return Outcome(r.status_code, refused, f"n={n} x top-100 prompt logprobs", message)
+    return Outcome(r.status_code, refused, f"{prompts} prompts x n={n} x top 100", message)
 
 
 def explain_other_salt(c: httpx.Client, rng: random.Random, ctx: SoakContext) -> Outcome:
