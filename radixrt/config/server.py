@@ -49,6 +49,9 @@ class ServerConfig(BrowserConfig):
     max_grammar_bytes: int = 128 * 2**10  # a regex, JSON schema or EBNF grammar, UTF-8
     max_pending_grammars: int = 64  # grammar checks queued or compiling; more get 503
     tool_call_format: str = "auto"  # TOOL_CALL_FORMATS
+    # Logprob entries one request may ask for: tokens x (1 + top_logprobs_num), input (from
+    # logprob_start_len) and output (max_new_tokens), summed over prompts x n; more get 400.
+    max_logprob_entries: int = 2**20
     # The caching APIs (/v1/caches, Anthropic cache_control, Gemini cachedContents): the
     # shortest prefix a breakpoint pins (shorter: not pinned, no error), and a factor on
     # every TTL they are given (tests shorten time with it).
@@ -76,6 +79,8 @@ class ServerConfig(BrowserConfig):
             raise ValueError("api_key must not be empty")
         if self.api_key is not None and self.api_key_file is not None:
             raise ValueError("give api_key or api_key_file, not both")
+        if self.max_logprob_entries < 0:
+            raise ValueError(f"max_logprob_entries must be >= 0, got {self.max_logprob_entries}")
         if self.max_requests_per_tenant is not None and self.max_requests_per_tenant < 1:
             raise ValueError(
                 f"max_requests_per_tenant must be >= 1, got {self.max_requests_per_tenant}"

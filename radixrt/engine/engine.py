@@ -8,7 +8,6 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +31,7 @@ from radixrt.messages import (
     InfoReplyMsg,
     StopMsg,
 )
-from radixrt.output.state import ReqOutput
+from radixrt.output.state import fan_out
 from radixrt.scheduler.loop import SchedulerLoop, ThreadTransport
 
 logger = logging.getLogger("radixrt")
@@ -180,12 +179,11 @@ class Engine:
             if logprob_args:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
             self._check_grammar(sp)
-            for sub in sp.samples():
-                state = ReqOutput(uuid.uuid4().hex, list(ids), sub, time.monotonic())
+            for state, sent in fan_out(list(ids), sp, time.monotonic()):
                 out = RequestOutput(state, self.tokenizer)
                 self._outputs[state.rid] = out
                 outs.append(out)
-                self._transport.put(GenerateReqMsg(state.rid, state.input_ids, sub, extra_key))
+                self._transport.put(GenerateReqMsg(state.rid, state.input_ids, sent, extra_key))
         if self._error is not None:  # the loop died meanwhile: nobody will answer these
             for out in outs:
                 self._outputs.pop(out.state.rid, None)
@@ -265,9 +263,15 @@ class Engine:
         if isinstance(msg, BatchTokenOutMsg):
             for out_msg in msg.outputs:
                 out = self._outputs.get(out_msg.rid)
-                if out is not None:  # else: its caller stopped reading (aborted)
-                    out.state.apply(out_msg)
-                    out.updates.put(out.state.is_finished)
+                if out is None:  # its caller stopped reading (aborted)
+                    continue
+                finished = out.state.apply(out_msg)
+                if not finished:
+                    out.updates.put(False)
+                for state in finished:  # itself, and samples that waited on its logprobs
+                    waiter = self._outputs.get(state.rid)
+                    if waiter is not None:
+                        waiter.updates.put(True)
         elif isinstance(msg, (InfoReplyMsg, FlushCacheReplyMsg, ExplainReplyMsg, ControlErrorMsg)):
             box = self._replies.pop(msg.reply_id, None)
             if box is not None:

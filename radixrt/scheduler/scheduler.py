@@ -44,6 +44,7 @@ class SchedulerStats:
     generated_tokens: int = 0
     forward_passes: int = 0
     retractions: int = 0
+    input_logprob_rows: int = 0  # prompt positions whose logprobs were computed
 
     @property
     def hit_rate(self) -> float:
@@ -266,6 +267,7 @@ class Scheduler:
         for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
             if wants_input_logprobs(req):
                 n = req.extend_len
+                self.stats.input_logprob_rows += n
                 _guarded(req, "input logprobs", add_input_logprobs, req, logits[row : row + n],
                          req.kv_len)  # fmt: skip
                 row += n

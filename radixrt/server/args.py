@@ -128,6 +128,9 @@ _HELP = {
     "tool_call_format": "how the model writes tool calls (the prompt's tool list, the parser "
     "of calls, the grammar of forced calls); auto: the format its chat template shows, "
     "hermes when it shows none",
+    "max_logprob_entries": "logprob entries one request may ask for: tokens x (1 + top "
+    "logprobs), prompt (from logprob_start_len) and output (max_new_tokens), over prompts x n; "
+    "more are refused with 400",
     "cache_min_tokens": "caching APIs: shortest prefix a cache breakpoint pins (shorter ones "
     "are not pinned, without error)",
     "cache_ttl_scale": "caching APIs: factor on every TTL given (for tests)",

@@ -76,6 +76,7 @@ class CacheRegistry:
         self.tm = tm
         self.ttl_scale = ttl_scale  # a test's factor on every TTL (ServerConfig.cache_ttl_scale)
         self._handles: dict[tuple[str, str], CacheHandle] = {}
+        self._making: dict[str, int] = {}  # owner -> handles made and not yet settled
         self.expired_token_hours = 0.0  # of handles gone, for the metric
 
     def scaled(self, ttl_s: float) -> float:
@@ -91,13 +92,15 @@ class CacheRegistry:
         meta: dict[str, Any] | None = None,
     ) -> CacheHandle:
         """A handle for `input_ids`, not yet registered: the serving pipeline computes and pins
-        its prefix (`HandleRender` then adds it). HandleRefusedError when `owner` holds too
-        many."""
+        its prefix (`HandleRender` then adds it) and `settle` ends its making, added or not.
+        HandleRefusedError when `owner` holds too many, those being made counted."""
         self._expire()
-        if sum(1 for o, _ in self._handles if o == owner) >= MAX_HANDLES_PER_OWNER:
+        held = sum(1 for o, _ in self._handles if o == owner) + self._making.get(owner, 0)
+        if held >= MAX_HANDLES_PER_OWNER:
             raise HandleRefusedError(
                 f"this tenant holds {MAX_HANDLES_PER_OWNER} caches; delete some first"
             )
+        self._making[owner] = self._making.get(owner, 0) + 1
         now = time.time()
         return CacheHandle(uuid.uuid4().hex[:24], owner, namespace, list(input_ids), now, now,
                            expire_time, name, dict(meta or {}))  # fmt: skip
@@ -111,6 +114,14 @@ class CacheRegistry:
             raise HandleRefusedError(f"the cache could not be pinned: {reason}")
         self._handles[(handle.owner, handle.id)] = handle
         return handle
+
+    def settle(self, handle: CacheHandle) -> None:
+        """`handle`'s making is over (added, refused or abandoned)."""
+        left = self._making.get(handle.owner, 0) - 1
+        if left > 0:
+            self._making[handle.owner] = left
+        else:
+            self._making.pop(handle.owner, None)
 
     def get(self, owner: str, handle_id: str) -> CacheHandle:
         self._expire()

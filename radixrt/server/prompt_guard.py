@@ -2,10 +2,11 @@
 turn's prompt and reply token for token, or the prefix cache misses from where it does not.
 
 Per session (`X-Session-Id`, `prompt_cache_key` or `user`, scoped to the caller), the guard
-keeps the last chat turn's messages, prompt ids and output ids. The next turn's prompt ids are
-compared with them; at the first differing token it counts a break
-(`radixrt_prefix_breaks_total{cause}`) and logs the token offset and ~40 characters of both
-sides. Causes:
+keeps the last chat turn in hashes, never its text: a keyed digest of each message and a keyed
+rolling hash of its prompt and reply through each token (4 bytes a token). The next turn's
+prompt is hashed the same way; at the first differing token it counts a break
+(`radixrt_prefix_breaks_total{cause}`) and logs the token offset, the cause and the session's
+digest (no prompt text, no session id). Causes:
 
 | cause                      | where the prompt leaves the last turn                        |
 |----------------------------|--------------------------------------------------------------|
@@ -18,107 +19,173 @@ sides. Causes:
 
 A turn whose first message after the system prompt differs from the last turn's starts a new
 conversation under the same key: it is not a break.
+
+Memory is bounded (clients choose the keys): MAX_BYTES over all sessions and MAX_SESSIONS
+sessions, least recently used forgotten first, and MAX_SESSIONS_PER_CALLER per caller (its own
+least recently used forgotten first, so one caller cannot push out the others').
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import secrets
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger("radixrt")
 
-SessionKey = tuple[str, str]  # (caller, session)
+SessionKey = tuple[str, str]  # (caller, session), as the pipeline gives them
 Messages = list[dict[str, str]]
 Turn = tuple[SessionKey, Messages, list[int]]  # a chat turn: key, messages, prompt ids
-MAX_SESSIONS = 4096  # least recently used sessions are forgotten first
-CONTEXT_CHARS = 40
-CONTEXT_TOKENS = 32
+MAX_SESSIONS = 4096
+MAX_SESSIONS_PER_CALLER = 64
+MAX_BYTES = 32 * 2**20  # of every session's hashes together
+SESSION_BYTES = 256  # what a session costs besides its hashes (counted against MAX_BYTES)
+_MOD = (1 << 61) - 1  # the rolling hash's modulus (a Mersenne prime)
 
 
 @dataclass(slots=True)
 class _Turn:
-    messages: list[dict[str, str]]
-    prompt_ids: list[int]
-    output_ids: list[int]
+    caller: str
+    messages: list[bytes]  # keyed digest of each message
+    first_is_system: bool
+    first_other: int  # the first message that is not a system message (-1: none is)
+    prefix: array  # the rolling hash of the prompt then the reply, through each token
+    prompt_len: int
+
+    @property
+    def nbytes(self) -> int:
+        return SESSION_BYTES + self.prefix.itemsize * len(self.prefix) + 8 * len(self.messages)
 
 
 @dataclass(frozen=True, slots=True)
 class PrefixBreak:
     cause: str
     offset: int  # token offset of the first differing token
-    new_side: str
-    old_side: str
 
 
 class PromptGuard:
-    def __init__(self, tokenizer: Any, metrics: Any) -> None:
-        self._tokenizer = tokenizer
+    def __init__(
+        self,
+        metrics: Any,
+        max_bytes: int = MAX_BYTES,
+        max_sessions: int = MAX_SESSIONS,
+        max_per_caller: int = MAX_SESSIONS_PER_CALLER,
+    ) -> None:
         self._metrics = metrics
-        self._turns: OrderedDict[SessionKey, _Turn] = OrderedDict()
+        self.max_bytes, self.max_sessions, self.max_per_caller = (
+            max_bytes,
+            max_sessions,
+            max_per_caller,
+        )
+        self._key = secrets.token_bytes(16)  # keys every digest: they mean nothing outside
+        self._base = secrets.randbelow(_MOD - 2**32) + 2**32
+        self._turns: OrderedDict[tuple[str, bytes], _Turn] = OrderedDict()  # oldest first
+        self._by_caller: dict[str, OrderedDict[bytes, None]] = {}  # each caller's, oldest first
+        self.nbytes = 0  # of every session held
+
+    def __len__(self) -> int:
+        return len(self._turns)
 
     def check(
         self, key: SessionKey, messages: Messages, prompt_ids: list[int]
     ) -> PrefixBreak | None:
         """Compare a new turn of session `key` with its last; count and log a break."""
-        last = self._turns.get(key)
+        session = self._digest(key[1].encode())
+        last = self._turns.get((key[0], session))
         if last is None:
             return None
-        old = last.prompt_ids + last.output_ids
-        at = next(
-            (i for i, (a, b) in enumerate(zip(old, prompt_ids, strict=False)) if a != b),
-            min(len(old), len(prompt_ids)),
-        )
+        old = last.prefix
+        at = self._first_difference(old, prompt_ids)
         if at >= len(old):
             return None
-        if not _same_conversation(last.messages, messages):
+        if not _same_conversation(last, [self._message(m) for m in messages]):
             return None  # a new conversation under the same session key
-        found = PrefixBreak(
-            _cause(last, messages, at),
-            at,
-            self._side(prompt_ids, at),
-            self._side(old, at),
-        )
+        found = PrefixBreak(self._cause(last, messages, at), at)
         self._metrics.observe_prefix_break(found.cause)
         logger.warning(
-            "session %s: the prompt leaves the last turn at token %d (%s): now %r, before %r",
-            key[1],
+            "session %s: the prompt leaves the last turn at token %d (%s)",
+            session.hex()[:12],
             at,
             found.cause,
-            found.new_side,
-            found.old_side,
         )
         return found
 
     def record(
         self, key: SessionKey, messages: Messages, prompt_ids: list[int], output_ids: list[int]
     ) -> None:
-        self._turns[key] = _Turn(messages, list(prompt_ids), list(output_ids))
-        self._turns.move_to_end(key)
-        while len(self._turns) > MAX_SESSIONS:
-            self._turns.popitem(last=False)
+        caller, session = key[0], self._digest(key[1].encode())
+        self._forget((caller, session))
+        turn = _Turn(
+            caller,
+            [self._message(m) for m in messages],
+            bool(messages) and messages[0].get("role") == "system",
+            next((i for i, m in enumerate(messages) if m.get("role") != "system"), -1),
+            self._prefix_hashes(list(prompt_ids) + list(output_ids)),
+            len(prompt_ids),
+        )
+        if turn.nbytes > self.max_bytes:
+            return  # larger than the whole budget: not followed
+        self._turns[(caller, session)] = turn
+        mine = self._by_caller.setdefault(caller, OrderedDict())
+        mine[session] = None
+        self.nbytes += turn.nbytes
+        while len(mine) > self.max_per_caller:
+            self._forget((caller, next(iter(mine))))
+        while self.nbytes > self.max_bytes or len(self._turns) > self.max_sessions:
+            self._forget(next(iter(self._turns)))
 
-    def _side(self, ids: list[int], at: int) -> str:
-        before = self._tokenizer.decode(ids[max(0, at - CONTEXT_TOKENS) : at])[-CONTEXT_CHARS:]
-        after = self._tokenizer.decode(ids[at : at + CONTEXT_TOKENS])[:CONTEXT_CHARS]
-        return before + " | " + after
+    def _forget(self, key: tuple[str, bytes]) -> None:
+        turn = self._turns.pop(key, None)
+        if turn is None:
+            return
+        self.nbytes -= turn.nbytes
+        mine = self._by_caller[key[0]]
+        del mine[key[1]]
+        if not mine:
+            del self._by_caller[key[0]]
+
+    def _digest(self, data: bytes) -> bytes:
+        return hashlib.blake2b(data, key=self._key, digest_size=8).digest()
+
+    def _message(self, message: dict[str, str]) -> bytes:
+        return self._digest(json.dumps(message, sort_keys=True).encode())
+
+    def _prefix_hashes(self, ids: list[int]) -> array:
+        """The rolling hash of ids[:i + 1] for each i, kept to 32 bits."""
+        out, h, base = array("I"), 0, self._base
+        for t in ids:
+            h = (h * base + t + 1) % _MOD
+            out.append(h & 0xFFFFFFFF)
+        return out
+
+    def _first_difference(self, old: array, ids: list[int]) -> int:
+        """The first offset where `ids` leaves the hashed sequence (or where either ends)."""
+        h, base = 0, self._base
+        for i, t in enumerate(ids[: len(old)]):
+            h = (h * base + t + 1) % _MOD
+            if h & 0xFFFFFFFF != old[i]:
+                return i
+        return min(len(old), len(ids))
+
+    def _cause(self, last: _Turn, messages: Messages, at: int) -> str:
+        if at >= last.prompt_len:
+            return "assistant_turn_rewritten"
+        before = last.messages
+        now = [self._message(m) for m in messages[: len(before)]]
+        if before and now and before[0] != now[0] and last.first_is_system:
+            return "system_prompt_changed"
+        if now != before:
+            return "history_rewritten"
+        return "template_changed"
 
 
-def _same_conversation(before: Messages, now: Messages) -> bool:
-    """Whether `now` goes on from `before`: its first message after the system prompt is
-    the same."""
-    first = next((i for i, m in enumerate(before) if m.get("role") != "system"), None)
-    return first is not None and len(now) > first and now[first] == before[first]
-
-
-def _cause(last: _Turn, messages: Messages, at: int) -> str:
-    if at >= len(last.prompt_ids):
-        return "assistant_turn_rewritten"
-    before = last.messages
-    now = messages[: len(before)]
-    if before and now and before[0] != now[0] and before[0].get("role") == "system":
-        return "system_prompt_changed"
-    if now != before:
-        return "history_rewritten"
-    return "template_changed"
+def _same_conversation(last: _Turn, now: list[bytes]) -> bool:
+    """Whether `now` goes on from the last turn: its first message after the system prompt
+    is the same."""
+    first = last.first_other
+    return first >= 0 and len(now) > first and now[first] == last.messages[first]

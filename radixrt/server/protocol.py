@@ -173,6 +173,29 @@ def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:
         )
 
 
+def logprob_entries(prompts: list[list[int]], params: list[SamplingParams]) -> int:
+    """The logprob entries a call may get back: per sample, its prompt's tokens from
+    logprob_start_len (when asked for) and max_new_tokens, each with 1 + top_logprobs_num."""
+    total = 0
+    for ids, sp in zip(prompts, params, strict=True):
+        if sp.return_logprob:
+            tokens = sp.max_new_tokens
+            if sp.logprob_start_len >= 0:
+                tokens += max(0, len(ids) - sp.logprob_start_len)
+            total += tokens * (1 + sp.top_logprobs_num) * sp.n
+    return total
+
+
+def check_logprob_volume(prompts: list[list[int]], params: list[SamplingParams], most: int) -> None:
+    """Refuse a call whose logprobs would pass the server's volume budget (400)."""
+    total = logprob_entries(prompts, params)
+    if total > most:
+        raise BadRequestError(
+            f"the request asks for {total} logprob entries (tokens x (1 + top logprobs), "
+            f"prompt and output, over prompts x n); at most {most} (--max-logprob-entries)"
+        )
+
+
 def check_id(value: str | None, name: str) -> None:
     """A client-chosen id (rid, extra_key): at most MAX_ID_LEN characters."""
     if value is not None and len(value) > MAX_ID_LEN:

@@ -4,6 +4,7 @@ A dialect is a parse (its body -> a `ServeRequest`: tokenized prompts, validated
 parameters, cache directives, session) and a render (render.py: typed output deltas -> its
 wire format). Between the two, in this order and only here:
 
+0. volume: the logprobs it asks for within --max-logprob-entries (protocol.py);
 1. namespace: the tenant's prefix-cache namespace with the request's salt (tenancy.py); a
    cache handle the prompt starts with must be of the same namespace, and is pinned again;
 2. grammar: a constrained request's grammar is checked in a worker (grammar_check.py);
@@ -12,6 +13,10 @@ wire format). Between the two, in this order and only here:
 5. submit, then wait for the whole answer or stream the deltas; a client that goes away
    aborts its requests (unary: DisconnectWatcher; stream: the generator's `finally`), and a
    failure mid-stream ends it with the render's error event.
+
+Every route that queues work comes through here and runs as its HTTP caller: a cache handle's
+prefill (`make_handle`) and a cache explanation (`explain`) too, admitted and counted as the
+tenant's like any request.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from starlette.responses import Response
 
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.output.delta import OutputDelta
-from radixrt.server.cache_handles import CacheHandle
+from radixrt.server.cache_handles import CacheHandle, HandleRender
 from radixrt.server.explain import explain_prompts
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.prompt_guard import PromptGuard, Turn
-from radixrt.server.protocol import BadRequestError
+from radixrt.server.protocol import BadRequestError, check_logprob_volume
 from radixrt.server.render import BaseRender, Explained, Finished
 from radixrt.server.req_state import ReqState, SchedulerDeadError
 from radixrt.server.tenancy import Tenancy, work_of
@@ -53,14 +58,14 @@ class ServeRequest:
     session: str | None = None  # a session key from the body (X-Session-Id wins)
     explain: bool = False  # explain each prompt's cache miss (whole answers only)
     messages: list[dict[str, str]] | None = None  # a chat turn's messages, for the guard
-    caller: str | None = None  # whom it runs as (usage, logs); None: the HTTP caller
 
     @classmethod
     def prefill(cls, handle: CacheHandle, cache_salt: str | None = None) -> ServeRequest:
-        """The request that computes a new cache handle's prefix and pins it (no output)."""
+        """The request that computes a new cache handle's prefix and pins it (no output); it
+        runs as its HTTP caller: admitted, in flight and counted (usage, request log) as the
+        tenant's."""
         params = [SamplingParams(max_new_tokens=0)]
-        caller = "cache:" + handle.owner
-        return cls([handle.input_ids], params, cache_salt=cache_salt, handle=handle, caller=caller)
+        return cls([handle.input_ids], params, cache_salt=cache_salt, handle=handle)
 
 
 class ServingPipeline:
@@ -70,7 +75,8 @@ class ServingPipeline:
         self.tm = tm
         self.tenancy = tenancy
         self.grammar = grammar
-        self.guard = PromptGuard(tm.tokenizer, tm.metrics)
+        self.guard = PromptGuard(tm.metrics)
+        self.max_logprob_entries = tm.config.max_logprob_entries
 
     async def serve(self, request: Request, req: ServeRequest, render: BaseRender) -> Response:
         """Submit `req` and answer with `render`: whole, or streamed when `req.stream`."""
@@ -87,9 +93,33 @@ class ServingPipeline:
         answer = render.response(Finished(states, outputs, explained))
         return answer if isinstance(answer, Response) else json_response(answer)
 
+    async def make_handle(
+        self, request: Request, render: HandleRender, cache_salt: str | None = None
+    ) -> Response:
+        """Compute and pin a new cache handle's prefix (POST /v1/caches, Gemini's
+        cachedContents); the handle counts against its owner's bound from new_handle until it
+        is registered or refused, so concurrent creates cannot pass it."""
+        req = ServeRequest.prefill(render.handle, cache_salt)
+        try:
+            return await self.serve(request, req, render)
+        finally:
+            render.registry.settle(render.handle)
+
+    async def explain(
+        self, request: Request, ids: list[int], cache_salt: str | None
+    ) -> dict[str, Any]:
+        """Why `ids` would miss the cache (POST /v1/cache/explain), metered like a request of
+        that prompt: admitted against the tenant's share, counted in the caller's usage."""
+        namespace = self.tenancy.namespace(request, cache_salt, None)
+        with self.tenancy.admit(self.tm, request, 1, len(ids)):
+            explained = await explain_prompts(self.tm, self.tenancy, request, [ids], namespace)
+        self.tenancy.usage.observe_explain(caller_of(request), len(ids))
+        return explained[tuple(ids)]
+
     async def _submit(
         self, request: Request, req: ServeRequest
     ) -> tuple[list[ReqState], Explained | None, Turn | None]:
+        check_logprob_volume(req.prompts, req.params, self.max_logprob_entries)
         namespace = self.tenancy.namespace(request, req.cache_salt, req.extra_key)
         pins = list(req.pins)
         if req.handle is not None:
@@ -115,7 +145,7 @@ class ServingPipeline:
                 req.rids,
                 namespace,
                 session=session,
-                caller=caller if req.caller is None else req.caller,
+                caller=caller,
                 endpoint=request.url.path,
                 pins=pins or None,
             )

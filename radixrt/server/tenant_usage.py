@@ -21,6 +21,8 @@ class CallerTotals:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    explains: int = 0  # POST /v1/cache/explain calls
+    explained_tokens: int = 0  # their prompts' tokens
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = asdict(self)
@@ -38,15 +40,26 @@ class TenantUsage:
         pass
 
     def observe_finished(self, req: ReqOutput, seconds: float) -> None:
-        totals = self._totals.pop(req.caller, None) or CallerTotals()
-        self._totals[req.caller] = totals  # most recent last
-        if len(self._totals) > self.max_callers:
-            self._totals.popitem(last=False)
+        totals = self._touch(req.caller)
         totals.requests += 1
         totals.errors += int(req.finish_reason is not None and req.finish_reason.is_error)
         totals.prompt_tokens += req.prompt_len
         totals.cached_tokens += req.cached_tokens
         totals.completion_tokens += len(req.output_ids)
 
+    def observe_explain(self, caller: str, tokens: int) -> None:
+        """A cache explanation of a `tokens` prompt, asked for by `caller`."""
+        totals = self._touch(caller)
+        totals.explains += 1
+        totals.explained_tokens += tokens
+
     def of(self, caller: str) -> CallerTotals:
         return self._totals.get(caller) or CallerTotals()
+
+    def _touch(self, caller: str) -> CallerTotals:
+        """`caller`'s totals, made the most recent (the least recent forgotten past the cap)."""
+        totals = self._totals.pop(caller, None) or CallerTotals()
+        self._totals[caller] = totals
+        if len(self._totals) > self.max_callers:
+            self._totals.popitem(last=False)
+        return totals

@@ -35,7 +35,7 @@ from radixrt.messages import (
     ReqOutMsg,
 )
 from radixrt.output.detokenizer import IncrementalDetokenizer
-from radixrt.output.state import ReqOutput
+from radixrt.output.state import ReqOutput, fan_out
 from radixrt.server.metrics import NoMetrics, RequestObserver
 from radixrt.server.req_state import (
     GroupKey,
@@ -169,14 +169,14 @@ class TokenizerManager(SchedulerQueries):
         for ids, sp, name in zip(prompts, params, names, strict=True):
             key = (caller, name)
             groups[key] = []
-            for i, sub in enumerate(sp.samples()):
-                out = ReqOutput(uuid.uuid4().hex, ids, sub, now, caller, endpoint, list(pins or ()))
+            for i, (out, sent) in enumerate(fan_out(ids, sp, now, caller, endpoint, pins)):
+                sub = out.sampling_params
                 detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
                 encoded.append(
                     self._encode(
-                        GenerateReqMsg(out.rid, out.input_ids, sub, extra_key, list(pins or ()))
+                        GenerateReqMsg(out.rid, out.input_ids, sent, extra_key, list(pins or ()))
                     )
                 )
         states = [state for group in groups.values() for state in group]
@@ -283,18 +283,26 @@ class TokenizerManager(SchedulerQueries):
             out.first_token_time = now
             for observer in self._observers:
                 observer.observe_first_token(now - out.arrival_time)
-        out.apply(msg)
-        if out.is_finished:
-            del self.states[msg.rid]
+        self._finished(out.apply(msg), now)
+        state.event.set()
+
+    def _finished(self, outs: list[ReqOutput], now: float) -> None:
+        """Forget requests that finished (a sample may finish with another: ReqOutput.apply)."""
+        for out in outs:
+            state = self.states.pop(out.rid, None)
+            if state is None:
+                continue
             self._drop_from_group(state)
             for observer in self._observers:
                 observer.observe_finished(out, now - out.arrival_time)
-        state.event.set()
+            state.event.set()
 
     def _fail(self, state: ReqState, message: str) -> None:
-        """Finish `state` with a 500 error here and abort it in the scheduler."""
+        """Finish `state` with a 500 error here and abort it in the scheduler; samples that
+        waited on its input logprobs finish too."""
         state.out.finish(FinishReason.error(message))
         self.abort([state])
+        self._finished(state.out.release(), time.monotonic())
         state.event.set()
 
     def _unregister(self, states: list[ReqState]) -> list[ReqState]:

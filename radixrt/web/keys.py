@@ -55,11 +55,12 @@ class Identity:
         return None if self.tenant is None else "tenant:" + self.tenant
 
     def own_prefix(self, shared: bool = False) -> str | None:
-        """What every namespace of this caller starts with ("": all namespaces are, without
-        tenants; None: it cannot be told, in a cache shared by tenants)."""
-        if self.tenant is None:
-            return ""
-        return None if shared else self.tenant + _SEP
+        """What every namespace of this caller starts with; None: it cannot be told (no
+        tenants: a salt is anyone's who knows it; or a cache shared by tenants), so only the
+        request's own namespace is the caller's."""
+        if self.tenant is None or shared:
+            return None
+        return self.tenant + _SEP
 
     def namespace(self, salt: str | None, shared: bool = False) -> str | None:
         """The prefix-cache namespace of a request with `salt` (a client's cache_salt or

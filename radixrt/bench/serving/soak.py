@@ -1,6 +1,7 @@
 """`python -m radixrt.bench.serving.soak --minutes N`: one server under mixed, partly hostile
-load (the kinds in soak_cases.py) from several client threads; reports what was served, every
-anomaly, /health latency, the server's RSS, and whether the KV pool is whole once idle."""
+load (the kinds in soak_cases.py and soak_hostile.py) from several client threads; reports
+what was served, every anomaly, /health latency, the server's RSS, and whether the KV pool is
+whole once idle."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ from radixrt.bench.serving.soak_report import (
     format_report,
     server_rss,
 )
+from radixrt.bench.serving.soak_volume import VOLUME_KINDS
 
-KINDS = {**CASE_KINDS, **hostile_kinds()}  # every kind the soak mixes
+KINDS = {**CASE_KINDS, **hostile_kinds(), **VOLUME_KINDS}  # every kind the soak mixes
 
 HEALTH_EVERY_S = 1.0
 IDLE_TIMEOUT_S = 60.0

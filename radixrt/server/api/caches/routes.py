@@ -22,10 +22,7 @@ from radixrt.server.api.caches.protocol import (
 from radixrt.server.api.caches.render import render_handle
 from radixrt.server.api.context import ApiContext
 from radixrt.server.cache_handles import HandleRender, expire_time_for, owner_of
-from radixrt.server.explain import render_explanation
 from radixrt.server.protocol import BadRequestError, check_id, decode_body
-from radixrt.server.serving import ServeRequest
-from radixrt.web.middleware import identity_of
 from radixrt.web.responses import json_response
 
 BODIES = {  # for the OpenAPI document
@@ -47,9 +44,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         namespace = ctx.tenancy.namespace(request, body.cache_salt, None)
         handle = registry.new_handle(owner_of(request), namespace, ids, expire, body.name)
         render = HandleRender(registry, handle, render_handle)
-        return await ctx.pipeline.serve(
-            request, ServeRequest.prefill(handle, body.cache_salt), render
-        )
+        return await ctx.pipeline.make_handle(request, render, body.cache_salt)
 
     @app.get("/v1/caches")
     async def list_caches(request: Request) -> Response:
@@ -82,7 +77,4 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def explain(request: Request) -> Response:
         body = decode_body(await request.body(), ExplainRequest)
         ids = await tm.run_tokenizer(explain_ids, body, tm.tokenizer, ctx.limits)
-        namespace = ctx.tenancy.namespace(request, body.cache_salt, None)
-        own = identity_of(request).own_prefix(ctx.tenancy.shared_prefix_cache)
-        reply = await tm.explain_cache(ids, namespace, own)
-        return json_response(render_explanation(reply, ids, tm.tokenizer))
+        return json_response(await ctx.pipeline.explain(request, ids, body.cache_salt))

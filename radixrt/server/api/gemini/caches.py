@@ -33,7 +33,6 @@ from radixrt.server.cache_handles import (
     owner_of,
 )
 from radixrt.server.protocol import BadRequestError, check_id, decode_body
-from radixrt.server.serving import ServeRequest
 from radixrt.web.responses import json_response
 
 DEFAULT_TTL_S = 3600.0
@@ -58,7 +57,7 @@ def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
             owner_of(request), namespace, ids, expire, name=body.display_name, meta=meta
         )
         render = HandleRender(registry, handle, render_handle)
-        return await ctx.pipeline.serve(request, ServeRequest.prefill(handle), render)
+        return await ctx.pipeline.make_handle(request, render)
 
     @app.get("/v1beta/cachedContents")
     async def list_caches(request: Request) -> Response:
