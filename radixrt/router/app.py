@@ -47,6 +47,7 @@ ROUTED_PATHS = (
     "/v1/messages",
     "/v1/messages/count_tokens",
 )
+GEMINI_PREFIXES = ("/v1beta", "/v1")  # google-genai's api_version "v1beta" and its default
 
 
 def create_router_app(urls: list[str], router: RouterConfig, config: RouterServerConfig) -> FastAPI:
@@ -93,7 +94,8 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
     for path in ROUTED_PATHS:
         app.add_api_route(path, routed, methods=["POST"])
-    app.add_api_route("/v1beta/models/{rest:path}", routed, methods=["POST"])
+    for prefix in GEMINI_PREFIXES:
+        app.add_api_route(prefix + "/models/{rest:path}", routed, methods=["POST"])
 
     add_handle_routes(app, pool, homes, lambda r: _owner(r, config.shared_prefix_cache))
 
@@ -114,8 +116,10 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
         return error_response("no healthy worker", 503)
 
-    for path in ("/v1/models", "/get_model_info", "/v1beta/models", "/v1beta/models/{rest:path}"):
+    for path in ("/v1/models", "/get_model_info", "/v1beta/models"):
         app.add_api_route(path, first_healthy, methods=["GET"])
+    for prefix in GEMINI_PREFIXES:
+        app.add_api_route(prefix + "/models/{rest:path}", first_healthy, methods=["GET"])
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:
