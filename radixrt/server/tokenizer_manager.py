@@ -171,7 +171,7 @@ class TokenizerManager(SchedulerQueries):
             groups[key] = []
             for i, sub in enumerate(sp.samples()):
                 out = ReqOutput(uuid.uuid4().hex, ids, sub, now, caller, endpoint, list(pins or ()))
-                detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
+                detok = IncrementalDetokenizer.for_params(self.tokenizer, sub)
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
                 encoded.append(
