@@ -114,9 +114,7 @@ def _ids(text: str) -> list[int]:
 def test_detokenizer_cuts_at_a_regex_match_unless_no_stop_trim() -> None:
     text = "Total: 42. Done"
     for no_trim, want in ((False, "Total: "), (True, text)):
-        detok = IncrementalDetokenizer(
-            CharTokenizer(), stop_regex=[r"\d+\."], no_stop_trim=no_trim
-        )
+        detok = IncrementalDetokenizer(CharTokenizer(), stop_regex=[r"\d+\."], no_stop_trim=no_trim)
         shown = [detok.update(_ids(text[:i])) for i in range(1, len(text) + 1)]
         assert shown[7] == ("Total: " if not no_trim else "Total: 4")  # "4" held back
         assert shown[-1] == want
