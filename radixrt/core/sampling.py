@@ -48,9 +48,16 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     seed: int | None = None
     stop: list[str] = []
     stop_token_ids: list[int] = []
+    # Stop once the output contains a match of one of these (radixrt/text/stop_regex.py says
+    # which regexes are taken); the match is cut from the text like a stop string.
+    stop_regex: list[str] = []
+    no_stop_trim: bool = False  # keep the matched stop string or regex text in the output
     ignore_eos: bool = False
     n: int = 1
     skip_special_tokens: bool = True
+    # Passed to the tokenizer's decode: a slow tokenizer puts spaces around special tokens it
+    # shows; a fast one never does, whatever this says.
+    spaces_between_special_tokens: bool = True
     # Logprobs: per output token (and top-k alternatives); input tokens from logprob_start_len
     # (-1: none) when return_logprob is set.
     return_logprob: bool = False

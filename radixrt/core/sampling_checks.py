@@ -28,13 +28,17 @@ def field_kinds(cls: type[SamplingParams]) -> dict[str, str]:
 
 
 def normalized(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Convenience forms coerced: a single stop string, None lists, a json_schema given as an
-    object, top_k 0 (off) as -1."""
+    """Convenience forms coerced: a single stop string or regex, None lists, a json_schema
+    given as an object, top_k 0 (off) as -1."""
     out = dict(kwargs)
     if out.get("stop", []) is None:
         out["stop"] = []
     elif isinstance(out.get("stop"), str):
         out["stop"] = [out["stop"]]
+    if out.get("stop_regex", []) is None:
+        out["stop_regex"] = []
+    elif isinstance(out.get("stop_regex"), str):
+        out["stop_regex"] = [out["stop_regex"]]
     if "stop_token_ids" in out and out["stop_token_ids"] is None:
         out["stop_token_ids"] = []
     schema = out.get("json_schema")
@@ -109,6 +113,18 @@ def value_checks(sp: SamplingParams) -> list[tuple[str, bool, str]]:
             "stop",
             isinstance(sp.stop, list) and all(isinstance(s, str) and s for s in sp.stop),
             "must be a non-empty string or a list of them",
+        ),
+        (
+            "stop_regex",
+            isinstance(sp.stop_regex, list)
+            and all(isinstance(s, str) and s for s in sp.stop_regex),
+            "must be a non-empty string or a list of them",
+        ),
+        ("no_stop_trim", isinstance(sp.no_stop_trim, bool), "must be a boolean"),
+        (
+            "spaces_between_special_tokens",
+            isinstance(sp.spaces_between_special_tokens, bool),
+            "must be a boolean",
         ),
         (
             "stop_token_ids",

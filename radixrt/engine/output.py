@@ -19,8 +19,7 @@ class RequestOutput:
 
     def __init__(self, state: ReqOutput, tokenizer: Any) -> None:
         self.state = state
-        p = state.sampling_params
-        self.detok = IncrementalDetokenizer(tokenizer, p.skip_special_tokens, p.stop)
+        self.detok = IncrementalDetokenizer.for_params(tokenizer, state.sampling_params)
         self.updates: queue.Queue[bool | BaseException] = queue.Queue()
 
     def result(self) -> dict[str, Any]:

@@ -53,6 +53,7 @@ ROUTED_PATHS = (
     "/v1/messages",
     "/v1/messages/count_tokens",
 )
+GEMINI_PREFIXES = ("/v1beta", "/v1")  # google-genai's api_version "v1beta" and its default
 
 
 def create_router_app(urls: list[str], router: RouterConfig, config: RouterServerConfig) -> FastAPI:
@@ -109,20 +110,27 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     for path in ROUTED_PATHS:  # the allow-list: nothing else is passed on
         app.add_api_route(path, route_to(path), methods=["POST"])
 
-    @app.post("/v1beta/models/{model_method}")
-    async def gemini_method(request: Request, model_method: str) -> Response:
-        """`{model}:{method}`, rebuilt from a checked model name and a known method."""
-        model, _, method = model_method.partition(":")
-        if not MODEL_NAME.fullmatch(model) or method not in GEMINI_METHODS:
-            return error_response(f"no route POST /v1beta/models/{model_method}", 404)
-        alt = request.query_params.get("alt")
-        query = f"?alt={alt}" if alt in ("sse", "json") else ""
-        owner = _owner(request, config.shared_prefix_cache)
-        path = f"/v1beta/models/{model}:{method}"
-        return await forward(
-            request, pool, owner, homes, feed, config.shared_prefix_cache, path,
-            auth.forwarded(request), query,
-        )  # fmt: skip
+    def gemini_method(prefix: str) -> Any:
+        async def call(request: Request, model_method: str) -> Response:
+            """`{model}:{method}`, rebuilt from a checked model name and a known method."""
+            model, _, method = model_method.partition(":")
+            if not MODEL_NAME.fullmatch(model) or method not in GEMINI_METHODS:
+                return error_response(f"no route POST {prefix}/models/{model_method}", 404)
+            alt = request.query_params.get("alt")
+            query = f"?alt={alt}" if alt in ("sse", "json") else ""
+            owner = _owner(request, config.shared_prefix_cache)
+            path = f"{prefix}/models/{model}:{method}"
+            return await forward(
+                request, pool, owner, homes, feed, config.shared_prefix_cache, path,
+                auth.forwarded(request), query,
+            )  # fmt: skip
+
+        return call
+
+    for prefix in GEMINI_PREFIXES:
+        app.add_api_route(
+            prefix + "/models/{model_method}", gemini_method(prefix), methods=["POST"]
+        )
 
     add_handle_routes(
         app, pool, homes, lambda r: _owner(r, config.shared_prefix_cache), auth.forwarded
@@ -155,11 +163,16 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     for path in ("/v1/models", "/get_model_info", "/v1beta/models"):
         app.add_api_route(path, ask_first_healthy(path), methods=["GET"])
 
-    @app.get("/v1beta/models/{model}")
-    async def gemini_model(model: str) -> Response:
-        if not MODEL_NAME.fullmatch(model):
-            return error_response(f"no model {model!r}", 404)
-        return await first_healthy(f"/v1beta/models/{model}")
+    def gemini_model(prefix: str) -> Any:
+        async def get(model: str) -> Response:
+            if not MODEL_NAME.fullmatch(model):
+                return error_response(f"no model {model!r}", 404)
+            return await first_healthy(f"{prefix}/models/{model}")
+
+        return get
+
+    for prefix in GEMINI_PREFIXES:
+        app.add_api_route(prefix + "/models/{model}", gemini_model(prefix), methods=["GET"])
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:

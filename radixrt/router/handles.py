@@ -34,8 +34,10 @@ PASSED_HEADERS = (
 )
 MAX_HANDLES = 100_000
 # Paths that create a handle, and the paths of one handle (its id in group 1).
-CREATE_PATHS = ("/v1/caches", "/v1beta/cachedContents")
-ONE_HANDLE = re.compile(r"^/(?:v1/caches|v1beta/cachedContents)/([A-Za-z0-9_-]{1,128})$")
+CREATE_PATHS = ("/v1/caches", "/v1beta/cachedContents", "/v1/cachedContents")
+ONE_HANDLE = re.compile(
+    r"^/(?:v1/caches|v1beta/cachedContents|v1/cachedContents)/([A-Za-z0-9_-]{1,128})$"
+)
 _GEMINI_PREFIX = "cachedContents/"
 
 

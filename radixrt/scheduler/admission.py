@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from radixrt.core import FitLimits, Req, check_fit
+from radixrt.text.stop_regex import stop_regex_error
 
 
 def reject_reason(req: Req, context_len: int, capacity: int, vocab_size: int) -> str | None:
     """Why `req` can never run (a message for the client), or None when it can."""
     limits = FitLimits(context_len, capacity, vocab_size)
+    for pattern in req.sampling_params.stop_regex:  # the server checked; the Engine may not
+        if (why := stop_regex_error(pattern)) is not None:
+            return why
     return check_fit(req.input_ids, req.sampling_params, limits)
 
 

@@ -1,4 +1,5 @@
-"""When a request stops: EOS, stop token ids, stop strings, max_new_tokens, context length."""
+"""When a request stops: EOS, stop token ids, stop strings and regexes, max_new_tokens, context
+length."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from radixrt.core import FinishKind, FinishReason, Req
 from radixrt.text.decode_stream import DecodeStream
 from radixrt.text.stop_matcher import StopMatcher
+from radixrt.text.stops import BothStopMatcher, stop_matcher
 
 
 @dataclass(slots=True)
@@ -16,11 +18,12 @@ class StopState:
     got to, and the matcher fed the text decoded so far."""
 
     stream: DecodeStream
-    matcher: StopMatcher
+    matcher: StopMatcher | BothStopMatcher
 
 
 class FinishChecker:
-    """Sets `req.finish_reason` after each new token; stop strings match detokenized text.
+    """Sets `req.finish_reason` after each new token; stop strings and regexes match
+    detokenized text (a regex's `matched` is the text it matched).
 
     Stop strings are matched incrementally: each check decodes only the new output ids (plus
     a few tokens of context) and feeds only the new text to the request's StopMatcher.
@@ -45,7 +48,7 @@ class FinishChecker:
             if len(req.output_ids) >= p.min_new_tokens or is_constrained:
                 req.finish(FinishReason(FinishKind.STOP, matched=tok))
                 return
-        if p.stop and (matched := self._match_stop_string(req)) is not None:
+        if (p.stop or p.stop_regex) and (matched := self._match_stop_string(req)) is not None:
             req.finish(FinishReason(FinishKind.STOP, matched=matched))
             return
         if len(req.output_ids) >= p.max_new_tokens or req.seq_len >= context_len:
@@ -54,8 +57,9 @@ class FinishChecker:
     def _match_stop_string(self, req: Req) -> str | None:
         state: StopState | None = req.stop_state
         if state is None:
+            p = req.sampling_params
             state = req.stop_state = StopState(
-                DecodeStream(self.decode), StopMatcher(req.sampling_params.stop)
+                DecodeStream(self.decode), stop_matcher(p.stop, p.stop_regex)
             )
         new = state.stream.step(req.output_ids)
         match = state.matcher.feed(new) if new else state.matcher.match

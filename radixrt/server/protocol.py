@@ -21,6 +21,7 @@ from radixrt.core import (
     check_fit,
 )
 from radixrt.messages import ReadyMsg
+from radixrt.text.stop_regex import stop_regex_error
 
 MAX_N = 64  # samples per prompt
 MAX_TOP_LOGPROBS = 100
@@ -162,15 +163,23 @@ def render_chat(
 
 
 def check_stop_strings(sp: SamplingParams, limits: Limits) -> None:
+    """Stop strings and regexes count together against --max-stop-strings, and each against
+    --max-stop-string-len; a regex must be one the stop matcher takes (text/stop_regex.py)."""
     most, longest_allowed = limits.server.max_stop_strings, limits.server.max_stop_string_len
-    if len(sp.stop) > most:
-        raise BadRequestError(f"{len(sp.stop)} stop strings; at most {most} (--max-stop-strings)")
-    longest = max(map(len, sp.stop), default=0)
+    count = len(sp.stop) + len(sp.stop_regex)
+    if count > most:
+        raise BadRequestError(
+            f"{count} stop strings and regexes; at most {most} (--max-stop-strings)"
+        )
+    longest = max(map(len, [*sp.stop, *sp.stop_regex]), default=0)
     if longest > longest_allowed:
         raise BadRequestError(
-            f"a stop string has {longest} characters; at most {longest_allowed} "
+            f"a stop string or regex has {longest} characters; at most {longest_allowed} "
             "(--max-stop-string-len)"
         )
+    for pattern in sp.stop_regex:
+        if (why := stop_regex_error(pattern)) is not None:
+            raise BadRequestError(why)
 
 
 def logprob_entries(prompts: list[list[int]], params: list[SamplingParams]) -> int:

@@ -170,8 +170,7 @@ class TokenizerManager(SchedulerQueries):
             key = (caller, name)
             groups[key] = []
             for i, (out, sent) in enumerate(fan_out(ids, sp, now, caller, endpoint, pins)):
-                sub = out.sampling_params
-                detok = IncrementalDetokenizer(self.tokenizer, sub.skip_special_tokens, sub.stop)
+                detok = IncrementalDetokenizer.for_params(self.tokenizer, out.sampling_params)
                 visible = name if sp.n == 1 else f"{name}-{i}"
                 groups[key].append(ReqState(out, detok, event, key, visible))
                 encoded.append(

@@ -232,6 +232,31 @@ def test_cache_handles_go_to_the_worker_that_holds_them(cluster) -> None:
     assert all(w.get("/get_server_info").json()["num_pins"] == 0 for w in workers)
 
 
+def test_gemini_caches_under_v1_go_to_their_worker(cluster) -> None:
+    """google-genai's default api_version (/v1) through the router: a cachedContents made
+    there is found again and continued by generateContent on its worker."""
+    router, workers = cluster
+    model = httpx.get(router.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    doc = PREFIX + " ".join(f"Fact {i}: lake {i} is {i * 7} m deep." for i in range(20))
+    body = {"model": model, "contents": [{"role": "user", "parts": [{"text": doc}]}]}
+    r = httpx.post(router.url + "/v1/cachedContents", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    name = r.json()["name"]
+    assert httpx.get(router.url + "/v1/" + name, timeout=30).json()["name"] == name
+    listed = httpx.get(router.url + "/v1/cachedContents", timeout=30).json()["cachedContents"]
+    assert [c["name"] for c in listed] == [name]
+    ask = {"contents": [{"role": "user", "parts": [{"text": "Lake 3?"}]}], "cachedContent": name,
+           "generationConfig": {"maxOutputTokens": 2, "temperature": 0}}  # fmt: skip
+    for _ in range(3):
+        out = httpx.post(router.url + f"/v1/models/{model}:generateContent", json=ask, timeout=120)
+        assert out.status_code == 200, out.text
+        assert out.json()["usageMetadata"]["cachedContentTokenCount"] > 50
+    assert httpx.get(router.url + f"/v1/models/{model}", timeout=30).status_code == 200
+    assert httpx.delete(router.url + "/v1/" + name, timeout=30).status_code == 200
+    assert httpx.get(router.url + "/v1/" + name, timeout=30).status_code == 404
+    assert all(w.get("/get_server_info").json()["num_pins"] == 0 for w in workers)
+
+
 def test_killed_worker_leaves_rotation(cluster) -> None:
     router, workers = cluster
     os.killpg(workers[1].proc.pid, signal.SIGKILL)

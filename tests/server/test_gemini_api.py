@@ -368,3 +368,39 @@ def test_an_expired_cache_is_gone_and_unpinned(server, model) -> None:
     while server.get("/get_server_info").json()["pinned_tokens"] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert server.get("/get_server_info").json()["pinned_tokens"] == 0
+
+
+def test_the_sdk_default_api_version_v1_is_served(server, model) -> None:
+    """google-genai's default api_version is v1: every route is served there too, and
+    `GET /v1/models` answers in Gemini's shape only to a Gemini client."""
+    options = types.HttpOptions(base_url=server.url)  # no api_version: the SDK's default
+    client = genai.Client(api_key=KEYS["a"], http_options=options)
+    assert client._api_client._http_options.api_version == "v1"
+    config = types.GenerateContentConfig(max_output_tokens=4, temperature=0)
+    out = client.models.generate_content(model=model, contents="Where is Paris?", config=config)
+    assert out.text and out.usage_metadata.candidates_token_count == 4
+    streamed = client.models.generate_content_stream(
+        model=model, contents="Where is Paris?", config=config
+    )
+    assert "".join(c.text or "" for c in streamed) == out.text
+    assert client.models.count_tokens(model=model, contents="Where is Paris?").total_tokens > 3
+    assert client.models.get(model=model).input_token_limit > 0
+    assert [m.name for m in client.models.list()] == ["models/" + model]
+    cache = _create(client, model)
+    try:
+        assert client.caches.get(name=cache.name).name == cache.name
+        assert [c.name for c in client.caches.list()] == [cache.name]
+        legacy = _client(server)  # the same cache under /v1beta
+        assert legacy.caches.get(name=cache.name).expire_time == cache.expire_time
+        config = types.GenerateContentConfig(cached_content=cache.name, max_output_tokens=4)
+        out = client.models.generate_content(model=model, contents="City 3?", config=config)
+        assert out.usage_metadata.cached_content_token_count > 50
+    finally:
+        client.caches.delete(name=cache.name)
+    with pytest.raises(errors.ClientError) as e:
+        client.caches.get(name=cache.name)
+    assert e.value.code == 404 and e.value.status == "NOT_FOUND"
+    r = _raw(server, "POST", f"/v1/models/{model}:embedContent", json={})
+    assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND"
+    # Without google-genai's header, /v1/models stays OpenAI's list.
+    assert _raw(server, "GET", "/v1/models").json()["data"][0]["id"] == model

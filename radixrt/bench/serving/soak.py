@@ -22,9 +22,8 @@ from typing import Any
 import httpx
 
 from radixrt.bench.serving.peers import ManagedServer, free_port
-from radixrt.bench.serving.soak_cases import KINDS as CASE_KINDS
 from radixrt.bench.serving.soak_cases import TIMEOUT_S, Outcome, SoakContext, abort_rid
-from radixrt.bench.serving.soak_hostile import hostile_kinds
+from radixrt.bench.serving.soak_kinds import KINDS
 from radixrt.bench.serving.soak_report import (
     BUSY_KEYS,
     RSS_EVERY_S,
@@ -34,9 +33,6 @@ from radixrt.bench.serving.soak_report import (
     format_report,
     server_rss,
 )
-from radixrt.bench.serving.soak_volume import VOLUME_KINDS
-
-KINDS = {**CASE_KINDS, **hostile_kinds(), **VOLUME_KINDS}  # every kind the soak mixes
 
 HEALTH_EVERY_S = 1.0
 IDLE_TIMEOUT_S = 60.0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from radixrt.bench.serving.soak_cases import Outcome
-from radixrt.bench.serving.soak_hostile import KINDS
+from radixrt.bench.serving.soak_kinds import KINDS
 
 HEALTH_LIMIT_S = 1.0  # /health must always answer within this
 RSS_EVERY_S = 10.0

@@ -4,13 +4,14 @@ cache flush and request abort."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.api.context import ApiContext
-from radixrt.server.api.control.protocol import AbortRequest, flush_request
+from radixrt.server.api.control.protocol import AbortRequest, flush_request, flush_wait_s
 from radixrt.server.api.control.render import (
     handles_usage,
     info_dict,
@@ -61,6 +62,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def flush_cache(request: Request) -> Response:
         require_admin(request, "/flush_cache")
         body = flush_request(request, await request.body())
+        deadline = time.monotonic() + flush_wait_s(request)
+        while tm.states and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         cleared = None if tm.states else await tm.flush_cache(body.disk)
         if cleared is None:
             return error_response("requests are running; flush the cache when idle", 409)

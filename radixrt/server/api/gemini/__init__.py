@@ -1,1 +1,2 @@
-"""Gemini's generateContent and explicit context caches (/v1beta/cachedContents)."""
+"""Gemini's generateContent and explicit context caches (cachedContents), under /v1beta
+and /v1."""

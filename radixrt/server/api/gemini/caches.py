@@ -1,7 +1,7 @@
-"""Gemini's `/v1beta/cachedContents` (create, get, list, patch, delete) over the cache handles
-(cache_handles.py), and the lookup of a handle a generateContent request names. A cached
-content's handle holds its model, messages and rendered text in `meta`; it is made by a
-request through the serving pipeline that computes and pins its prefix."""
+"""Gemini's cachedContents under `/v1beta` and `/v1` (create, get, list, patch, delete) over
+the cache handles (cache_handles.py), and the lookup of a handle a generateContent request
+names. A cached content's handle holds its model, messages and rendered text in `meta`; it is
+made by a request through the serving pipeline that computes and pins its prefix."""
 
 from __future__ import annotations
 
@@ -41,10 +41,12 @@ CACHE_PREFIX = "cachedContents/"
 _UPDATABLE = {"ttl", "expireTime"}
 
 
-def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
+def add_cached_contents_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
+    """The routes under `prefix` ("/v1beta" or "/v1"): one registry serves both."""
     tm, registry = ctx.tm, ctx.registry
+    path = prefix + "/cachedContents"
 
-    @app.post("/v1beta/cachedContents")
+    @app.post(path)
     async def create(request: Request) -> Response:
         body = await tm.run_tokenizer(decode_body, await request.body(), CreateCachedContentRequest)
         check_id(body.display_name, "displayName")
@@ -59,7 +61,7 @@ def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
         render = HandleRender(registry, handle, render_handle)
         return await ctx.pipeline.make_handle(request, render)
 
-    @app.get("/v1beta/cachedContents")
+    @app.get(path)
     async def list_caches(request: Request) -> Response:
         """Oldest first; `pageToken` names the last cache of the page before."""
         size = _page_size(request.query_params.get("pageSize"))
@@ -73,11 +75,11 @@ def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
             page["nextPageToken"] = _page_token(handles[size - 1])
         return json_response(page)
 
-    @app.get("/v1beta/cachedContents/{cache_id}")
+    @app.get(path + "/{cache_id}")
     async def get(request: Request, cache_id: str) -> Response:
         return json_response(render_handle(registry.get(owner_of(request), cache_id)))
 
-    @app.patch("/v1beta/cachedContents/{cache_id}")
+    @app.patch(path + "/{cache_id}")
     async def update(request: Request, cache_id: str) -> Response:
         """Only the expiry may change (`updateMask`, when given, must name only it)."""
         raw = (await request.body()) or b"{}"
@@ -95,7 +97,7 @@ def add_cached_contents_routes(app: FastAPI, ctx: ApiContext) -> None:
             render_handle(await registry.update(owner_of(request), cache_id, expire))
         )
 
-    @app.delete("/v1beta/cachedContents/{cache_id}")
+    @app.delete(path + "/{cache_id}")
     async def delete(request: Request, cache_id: str) -> Response:
         await registry.delete(owner_of(request), cache_id)
         return json_response({})

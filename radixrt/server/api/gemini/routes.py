@@ -1,7 +1,9 @@
 """Gemini's API: `/v1beta/models/{model}:generateContent`, `:streamGenerateContent` (SSE
 with `alt=sse`, else one JSON array), `:countTokens`, the served model under
 `/v1beta/models`, the cachedContents routes (caches.py), and Gemini's error shape on every
-/v1beta/ path; in the shapes the official `google-genai` SDK parses."""
+Gemini path; in the shapes the official `google-genai` SDK parses. Each route is served under
+`/v1` too (the SDK's default api_version); `GET /v1/models` is OpenAI's, except for a Gemini
+client (GeminiClientRoute)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
+from starlette.types import Scope
 
 from radixrt.server.api.context import ApiContext
 from radixrt.server.api.gemini.caches import add_cached_contents_routes, cached_content
@@ -33,24 +38,51 @@ from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
 from radixrt.web.responses import json_response
 
-BODIES: dict[str, type] = {}  # the OpenAPI document describes no /v1beta/ body
+BODIES: dict[str, type] = {}  # the OpenAPI document describes no Gemini body
+PREFIXES = ("/v1beta", "/v1")  # the SDK's api_version "v1beta" and its default, "v1"
+# Where errors take Gemini's shape: every /v1beta/ path, and the /v1/ paths only Gemini has.
+ERROR_PREFIXES = ("/v1beta/", "/v1/models/", "/v1/cachedContents")
+# The header google-genai sends on every request (a key header alone names no dialect: any
+# client may authenticate with x-goog-api-key).
+_CLIENT_HEADER = b"x-goog-api-client"
+
+
+class GeminiClientRoute(APIRoute):
+    """A route on a path another dialect serves too (`GET /v1/models`, OpenAI's list): it
+    matches only a request that carries a Gemini client's header, and goes first."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if all(name != _CLIENT_HEADER for name, _ in scope.get("headers", ())):
+            return Match.NONE, {}
+        return super().matches(scope)
 
 
 def add_routes(app: FastAPI, ctx: ApiContext) -> None:
-    tm, limits = ctx.tm, ctx.limits
-    add_error_dialect(app, "/v1beta/", error_response)
-    add_cached_contents_routes(app, ctx)
+    for path_prefix in ERROR_PREFIXES:
+        add_error_dialect(app, path_prefix, error_response)
+    for prefix in PREFIXES:
+        add_cached_contents_routes(app, ctx, prefix)
+        _add_model_routes(app, ctx, prefix)
 
-    @app.get("/v1beta/models")
+
+def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
+    tm, limits = ctx.tm, ctx.limits
+
     async def list_models() -> Response:
         return json_response({"models": [model_of(ctx.model_name, ctx.model_name,
                                                   limits.context_length)]})  # fmt: skip
 
-    @app.get("/v1beta/models/{model}")
+    if prefix == "/v1beta":
+        app.add_api_route(prefix + "/models", list_models, methods=["GET"])
+    else:  # ahead of OpenAI's GET /v1/models, for Gemini clients only
+        route = GeminiClientRoute(prefix + "/models", list_models, methods=["GET"])
+        app.router.routes.insert(0, route)
+
+    @app.get(prefix + "/models/{model}")
     async def get_model(model: str) -> Response:
         return json_response(model_of(model, ctx.model_name, limits.context_length))
 
-    @app.post("/v1beta/models/{model}")  # "{model}:generateContent"
+    @app.post(prefix + "/models/{model}")  # "{model}:generateContent"
     async def model_action(request: Request, model: str) -> Response:
         model, _, action = model.partition(":")
         if action not in ACTIONS:

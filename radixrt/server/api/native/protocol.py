@@ -33,6 +33,31 @@ class GenerateRequest(msgspec.Struct, forbid_unknown_fields=True):
     cache_salt: str | None = None  # a namespace of the caller's own: other salts never match
     explain_cache: bool = False  # meta_info.cache_explanation: why the prompt missed (no stream)
     cache_id: str | None = None  # a /v1/caches handle: its tokens go before every prompt
+    # Logprob entries (logprob, token id, text) carry each token's own text, not None.
+    return_text_in_logprobs: bool = False
+    # SGLang's fields for what radixrt does not serve, sent by its clients as null / false
+    # (bench_serving always sends lora_path and return_routed_experts): any other value is a
+    # 400 naming the field, never ignored.
+    lora_path: str | list[str | None] | None = None
+    return_routed_experts: bool = False
+    image_data: Any = None
+
+
+# What radixrt refuses of SGLang's fields, and why (the field's value when it is not off).
+_NOT_SERVED = {
+    "lora_path": "this server serves no LoRA adapters",
+    "return_routed_experts": "this server reports no routed experts",
+    "image_data": "this server serves text only",
+}
+
+
+def check_not_served(req: GenerateRequest) -> None:
+    """400 for an SGLang field radixrt does not serve, given a value other than off."""
+    for name, why in _NOT_SERVED.items():
+        value = getattr(req, name)
+        is_off = value in (None, False) or (isinstance(value, list) and not any(value))
+        if not is_off:
+            raise BadRequestError(f"{name}: {why}")
 
 
 def prepare_generate(
@@ -40,6 +65,7 @@ def prepare_generate(
 ) -> PreparedRequest:
     """Tokenize and validate a /generate body; `prefix` (a cache handle's tokens) goes before
     every prompt (a BOS the tokenizer puts at the start of a text prompt is then left out)."""
+    check_not_served(req)
     if (req.text is None) == (req.input_ids is None):
         raise BadRequestError("give exactly one of text and input_ids")
     if req.text is not None:

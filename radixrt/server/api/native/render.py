@@ -9,7 +9,7 @@ requests each event names its request (`index`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from radixrt.output.delta import OutputDelta
@@ -22,13 +22,17 @@ from radixrt.web.responses import SSE_DONE, error_body, sse_event
 class GenerateRender(BaseRender):
     every_token = True  # an event per token: clients count them
 
-    def __init__(self, is_single: bool) -> None:
+    def __init__(self, is_single: bool, token_text: Callable[[int], str] | None = None) -> None:
         self.is_single = is_single  # one prompt given bare: one object, not a list
+        self.token_text = token_text  # return_text_in_logprobs: a token id's own text
         self._texts: list[str] = []  # each request's text sent so far
         self._is_many = False
 
     def response(self, done: Finished) -> Any:
-        results = [result_of(s, d, d.text) for s, d in zip(done.states, done.outputs, strict=True)]
+        results = [
+            result_of(s, d, d.text, self.token_text)
+            for s, d in zip(done.states, done.outputs, strict=True)
+        ]
         if done.explained is not None:
             for state, result in zip(done.states, results, strict=True):
                 explained = done.explained[tuple(state.out.input_ids)]
@@ -42,7 +46,7 @@ class GenerateRender(BaseRender):
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
         self._texts[index] += delta.text
-        event = result_of(state, delta, self._texts[index])
+        event = result_of(state, delta, self._texts[index], self.token_text)
         if self._is_many:
             event["index"] = index
         yield sse_event(event)
@@ -54,8 +58,11 @@ class GenerateRender(BaseRender):
         return (SSE_DONE,)
 
 
-def result_of(state: ReqState, delta: OutputDelta, text: str) -> dict[str, Any]:
-    """The result of `state` with `text`, the tokens of `delta` and their logprobs."""
+def result_of(
+    state: ReqState, delta: OutputDelta, text: str, token_text: Callable[[int], str] | None = None
+) -> dict[str, Any]:
+    """The result of `state` with `text`, the tokens of `delta` and their logprobs (with each
+    token's text when `token_text` is given)."""
     req = state.out
     meta = result_meta(req, delta.end)
     meta["id"] = state.visible_id
@@ -63,4 +70,19 @@ def result_of(state: ReqState, delta: OutputDelta, text: str) -> dict[str, Any]:
         meta.update(output_logprob_meta(req, delta.token_ids, delta.logprobs, delta.top_logprobs))
         if delta.is_last:
             meta.update(input_logprob_meta(req))
+        if token_text is not None:
+            with_token_text(meta, token_text)
     return {"text": text, "output_ids": delta.token_ids, "meta_info": meta}
+
+
+def with_token_text(meta: dict[str, Any], token_text: Callable[[int], str]) -> None:
+    """Fill the text slot of every (logprob, token id, text) entry in `meta`."""
+    for key in ("output_token_logprobs", "input_token_logprobs"):
+        if key in meta:
+            meta[key] = [(lp, t, token_text(t)) for lp, t, _ in meta[key]]
+    for key in ("output_top_logprobs", "input_top_logprobs"):
+        if key in meta:
+            meta[key] = [
+                None if top is None else [(lp, t, token_text(t)) for lp, t, _ in top]
+                for top in meta[key]
+            ]

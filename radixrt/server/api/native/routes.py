@@ -10,6 +10,7 @@ from starlette.responses import Response
 from radixrt.server.api.context import ApiContext
 from radixrt.server.api.native.protocol import GenerateRequest, prepare_generate
 from radixrt.server.api.native.render import GenerateRender
+from radixrt.server.api.openai.render import TokenStrings
 from radixrt.server.cache_handles import owner_of
 from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
@@ -19,6 +20,7 @@ BODIES = {"/generate": GenerateRequest}  # for the OpenAPI document
 
 def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     tm = ctx.tm
+    strings = TokenStrings(ctx.tokenizer)  # return_text_in_logprobs
 
     @app.post("/generate")
     async def generate(request: Request) -> Response:
@@ -38,4 +40,6 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             handle=handle,
             explain=body.explain_cache,
         )
-        return await ctx.pipeline.serve(request, req, GenerateRender(prepared.is_single))
+        token_text = strings.get if body.return_text_in_logprobs else None
+        render = GenerateRender(prepared.is_single, token_text)
+        return await ctx.pipeline.serve(request, req, render)
