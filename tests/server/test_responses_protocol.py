@@ -86,11 +86,15 @@ def test_formats_and_prewarm_become_sampling_fields() -> None:
 
 
 def test_a_continued_turn_starts_with_the_earlier_prompt_and_output_ids(tokenizer) -> None:
-    first = build_prompt(parse(input="Name a colour.", instructions="Be brief."), None,
-                         tokenizer, LIMITS)  # fmt: skip
+    first = build_prompt(
+        parse(input="Name a colour.", instructions="Be brief."), None, tokenizer, LIMITS
+    )
     # An output the tokenizer would not produce from its text (" bl" + "ue"), then EOS.
-    output = [*tokenizer.encode(" bl", add_special_tokens=False),
-              *tokenizer.encode("ue", add_special_tokens=False), tokenizer.eos_token_id]  # fmt: skip
+    output = [
+        *tokenizer.encode(" bl", add_special_tokens=False),
+        *tokenizer.encode("ue", add_special_tokens=False),
+        tokenizer.eos_token_id,
+    ]
     kept = first.conversation(output, " blue")
     second = build_prompt(
         parse(input="Another?", instructions="Be brief.", previous_response_id="resp_1"),
@@ -117,7 +121,12 @@ def test_a_stored_turn_pins_its_prompt_with_its_ttl(tokenizer) -> None:
     prompt = build_prompt(req, None, tokenizer, LIMITS)
     (own, name), (retained, none) = plan_pins(req, prompt, "response-resp_1", 0.5, "a")
     assert (own.pin_id, own.offset, own.ttl_s, own.owner, name) == (
-        "response-resp_1", len(prompt.ids), 43200 * 0.5, "a", "12h")  # fmt: skip
+        "response-resp_1",
+        len(prompt.ids),
+        43200 * 0.5,
+        "a",
+        "12h",
+    )
     assert none is None and retained.pin_id is None
     assert plan_pins(parse(input="hi"), prompt, None, 1.0, None) == []
 

@@ -40,7 +40,7 @@ def echo_of(req: ResponsesRequest, model: str) -> dict[str, Any]:
     fmt: dict[str, Any] = {"type": "text"}
     if req.text is not None and req.text.format is not None:
         fmt = {k: v for k, v in msgspec.to_builtins(req.text.format).items() if v is not None}
-    echo = {
+    echo: dict[str, Any] = {
         "background": False,
         "instructions": req.instructions,
         "max_output_tokens": req.max_output_tokens,

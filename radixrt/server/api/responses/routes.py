@@ -49,8 +49,8 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         owner = owner_of(request)
         previous: Conversation | None = None
         if body.previous_response_id is not None:
-            previous = store.get(owner, body.previous_response_id, "previous_response_id")
-            previous = previous.conversation
+            earlier = store.get(owner, body.previous_response_id, "previous_response_id")
+            previous = earlier.conversation
         prompt = await tm.run_tokenizer(build_prompt, body, previous, tm.tokenizer, ctx.limits)
         resp_id = "resp_" + uuid.uuid4().hex
         pin_id = "response-" + resp_id if body.is_stored else None

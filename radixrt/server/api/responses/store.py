@@ -77,7 +77,8 @@ class ResponseStore:
         return stored.id in mine
 
     def get(self, owner: str, response_id: str, param: str | None = None) -> StoredResponse:
-        found = self._owners.get(owner, {}).get(response_id)
+        mine = self._owners.get(owner)
+        found = None if mine is None else mine.get(response_id)
         if found is None:
             if param == "previous_response_id":
                 raise ResponseNotFoundError(
