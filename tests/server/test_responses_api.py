@@ -222,6 +222,12 @@ def test_prewarm_computes_and_pins_the_prompt_without_output(clients, server) ->
     assert num_pins(server) == 1
     again = a.responses.create(input=document, store=False, max_output_tokens=1, **GREEDY)
     assert again.usage.input_tokens_details.cached_tokens >= warm.usage.input_tokens - 1
+    streamed = a.responses.create(input=document, store=False, max_output_tokens=0, stream=True)
+    assert [e.type for e in streamed] == [
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+    ]
 
 
 @pytest.mark.parametrize(

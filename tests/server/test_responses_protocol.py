@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from radixrt.server.api.responses.prompt import Conversation, build_prompt, plan_pins
-from radixrt.server.api.responses.protocol import ResponsesRequest, check_request
+from radixrt.server.api.responses.protocol import ResponsesRequest, check_request, input_messages
 from radixrt.server.api.responses.store import (
     ResponseNotFoundError,
     ResponseStore,
@@ -83,6 +83,30 @@ def test_formats_and_prewarm_become_sampling_fields() -> None:
     }
     prewarm = parse(input="hi", max_output_tokens=50, prompt_cache_options={"prewarm": True})
     assert sp_of(prewarm)["max_new_tokens"] == 0
+
+
+def test_a_history_resent_as_the_sdk_dumps_output_items_is_taken() -> None:
+    """What the OpenAI Agents SDK sends by default: the history with the model's output items
+    as the client parsed them, `include` and `tools` empty."""
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+    said = ResponseOutputText(type="output_text", text="Blue.", annotations=[])
+    item = ResponseOutputMessage(
+        id="msg_1", type="message", role="assistant", status="completed", content=[said]
+    )
+    history = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "Name a colour."},
+        item.model_dump(),
+        {"role": "user", "content": [{"type": "input_text", "text": "Another?"}]},
+    ]
+    req = parse(input=history, include=[], tools=[], store=False)
+    assert input_messages(req) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "Blue."},
+        {"role": "user", "content": "Another?"},
+    ]
 
 
 def test_a_continued_turn_starts_with_the_earlier_prompt_and_output_ids(tokenizer) -> None:
