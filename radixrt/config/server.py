@@ -57,6 +57,10 @@ class ServerConfig(BrowserConfig):
     # every TTL they are given (tests shorten time with it).
     cache_min_tokens: int = 0
     cache_ttl_scale: float = 1.0
+    # Stored responses (/v1/responses with store: true), per tenant: past either bound the
+    # oldest goes, and its pin with it.
+    max_stored_responses: int = 1024
+    max_stored_response_bytes: int = 64 * 2**20
     # One JSON line per finished request, without its text (radixrt/server/request_log.py),
     # rotated past this many MB; `radixrt cost --request-log` replays it.
     request_log: str | None = None
@@ -112,6 +116,8 @@ class ServerConfig(BrowserConfig):
             "max_stop_string_len",
             "max_grammar_bytes",
             "max_pending_grammars",
+            "max_stored_responses",
+            "max_stored_response_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -134,6 +134,10 @@ _HELP = {
     "cache_min_tokens": "caching APIs: shortest prefix a cache breakpoint pins (shorter ones "
     "are not pinned, without error)",
     "cache_ttl_scale": "caching APIs: factor on every TTL given (for tests)",
+    "max_stored_responses": "/v1/responses with store: responses kept per tenant (past it the "
+    "oldest goes, and its pin)",
+    "max_stored_response_bytes": "/v1/responses with store: bytes kept per tenant (conversation "
+    "text and token ids; past it the oldest goes)",
     "request_log": "JSONL file: one line per finished request (counts, cache markers, "
     "salted prefix hashes, no text) for `radixrt cost --request-log`",
     "request_log_max_mb": "rotate the request log past this size (FILE.1, FILE.2, FILE.3)",

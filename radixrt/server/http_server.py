@@ -1,6 +1,6 @@
 """The FastAPI app: the serving pipeline (serving.py) and every dialect's routes over it
-(api/: native, OpenAI, Anthropic, Gemini, the cache handles, the control endpoints), the
-dashboard, the error handlers, the OpenAPI document and the middleware.
+(api/: native, OpenAI, OpenAI Responses, Anthropic, Gemini, the cache handles, the control
+endpoints), the dashboard, the error handlers, the OpenAPI document and the middleware.
 
 One asyncio task per HTTP request; each handler parses, tokenizes and validates its body on
 the tokenizer thread (the event loop stays free) and hands the result to the pipeline.
@@ -22,6 +22,7 @@ from radixrt.server.api.control import routes as control
 from radixrt.server.api.gemini import routes as gemini
 from radixrt.server.api.native import routes as native
 from radixrt.server.api.openai import routes as openai
+from radixrt.server.api.responses import routes as responses
 from radixrt.server.args import ServerArgs, served_model_name
 from radixrt.server.cache_handles import CacheRegistry
 from radixrt.server.dashboard import DashboardRecorder, add_dashboard_routes
@@ -38,7 +39,7 @@ from radixrt.web.middleware import BodyLimitMiddleware
 from radixrt.web.paths import PathGuardMiddleware
 
 # Each dialect's routes module: add_routes(app, ctx), and BODIES for the OpenAPI document.
-DIALECTS: tuple[ModuleType, ...] = (control, native, openai, anthropic, caches, gemini)
+DIALECTS: tuple[ModuleType, ...] = (control, native, openai, responses, anthropic, caches, gemini)
 
 
 def create_app(

@@ -1,0 +1,1 @@
+"""OpenAI's Responses API: /v1/responses, with stored conversations (previous_response_id)."""

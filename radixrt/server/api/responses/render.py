@@ -1,0 +1,190 @@
+"""OpenAI Responses answers: the response object (whole), or its typed server-sent events in
+OpenAI's order with a sequence_number each; errors in OpenAI's shape. A finished response
+with `store` is kept in the store (store.py) with the conversation its next turn continues."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+from starlette.responses import Response
+
+from radixrt.core import FinishKind, PinSpec
+from radixrt.output.delta import OutputDelta
+from radixrt.server.api.responses.prompt import Prompt
+from radixrt.server.api.responses.protocol import DEFAULT_TTL, ResponsesRequest
+from radixrt.server.api.responses.store import ResponseStore, StoredResponse
+from radixrt.server.render import BaseRender, Finished
+from radixrt.server.req_state import ReqState
+from radixrt.web.responses import json_response
+
+_encoder = msgspec.json.Encoder()
+Planned = list[tuple[PinSpec, str | None]]  # each pin asked for, and its ttl ("30m", "12h")
+
+
+def error_body(message: str, status: int, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:  # fmt: skip
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def render_error(message: str, status: int) -> Response:
+    return json_response(error_body(message, status), status)
+
+
+def echo_of(req: ResponsesRequest, model: str) -> dict[str, Any]:
+    """The response object's fields that restate the request."""
+    fmt: dict[str, Any] = {"type": "text"}
+    if req.text is not None and req.text.format is not None:
+        fmt = {k: v for k, v in msgspec.to_builtins(req.text.format).items() if v is not None}
+    echo: dict[str, Any] = {
+        "background": False,
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "max_tool_calls": req.max_tool_calls,
+        "metadata": req.metadata or {},
+        "model": model,
+        "parallel_tool_calls": req.parallel_tool_calls is not False,
+        "previous_response_id": req.previous_response_id,
+        "prompt_cache_key": req.prompt_cache_key,
+        "prompt_cache_retention": req.prompt_cache_retention,
+        "reasoning": {"effort": None, "summary": None},
+        "safety_identifier": req.safety_identifier,
+        "service_tier": "default",
+        "store": req.is_stored,
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "text": {"format": fmt, "verbosity": "medium"},
+        "tool_choice": req.tool_choice or "auto",
+        "tools": [],
+        "top_logprobs": 0,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "truncation": "disabled",
+        "user": req.user,
+    }
+    if (options := req.prompt_cache_options) is not None:
+        echo["prompt_cache_options"] = {"mode": "implicit", "ttl": options.ttl or DEFAULT_TTL,
+                                        "prewarm": options.prewarm}  # fmt: skip
+    return echo
+
+
+def usage_of(state: ReqState, planned: Planned) -> dict[str, Any]:
+    """cached_tokens: what the tree served; cache_write_tokens: what this request's TTL pins
+    hold beyond that (under the longest TTL that holds it)."""
+    req = state.out
+    writes = {"30m": 0, "12h": 0}
+    for (_, ttl), outcome in zip(planned, req.pins, strict=False):  # no outcomes: unfinished
+        if ttl is not None and outcome.pinned:
+            writes[ttl] = max(writes[ttl], outcome.tokens - req.cached_tokens)
+    if writes["12h"] >= writes["30m"]:
+        writes["30m"] = 0
+    out = len(req.output_ids)
+    details = {
+        "cached_tokens": req.cached_tokens,
+        "cache_write_tokens": sum(writes.values()),
+        "cache_write_tokens_details": {"ttl_30m_tokens": writes["30m"],
+                                       "ttl_12h_tokens": writes["12h"]},
+    }  # fmt: skip
+    return {"input_tokens": req.prompt_len, "input_tokens_details": details,
+            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": req.prompt_len + out}  # fmt: skip
+
+
+class ResponsesRender(BaseRender):
+    """One call of POST /v1/responses (one request). A stream: response.created,
+    response.in_progress, output_item.added, content_part.added, output_text.delta...,
+    output_text.done, content_part.done, output_item.done, then response.completed (or
+    response.incomplete at max_output_tokens); a prewarm has no item. A failure: `error`."""
+
+    def __init__(self, resp_id: str, echo: dict[str, Any], prompt: Prompt, planned: Planned,
+                 store: ResponseStore | None, owner: str, pin_id: str | None) -> None:  # fmt: skip
+        self.id = resp_id
+        self.echo = echo
+        self.prompt = prompt
+        self.planned = planned
+        self.store = store  # None: not stored
+        self.owner = owner
+        self.pin_id = pin_id
+        self.msg_id = "msg_" + uuid.uuid4().hex
+        self.created_at = int(time.time())
+        self.has_item = prompt.params.max_new_tokens > 0  # a prewarm answers no output
+        self._seq = 0
+        self._text: list[str] = []
+
+    def response(self, done: Finished) -> dict[str, Any]:
+        return self._final(done.states[0], done.outputs[0].text)
+
+    def head(self, states: list[ReqState]) -> Iterator[bytes]:
+        start = self._object("in_progress", [], None)
+        yield self._event({"type": "response.created", "response": start})
+        yield self._event({"type": "response.in_progress", "response": start})
+        if self.has_item:
+            yield self._event({"type": "response.output_item.added", "output_index": 0,
+                               "item": self._message("in_progress", [])})  # fmt: skip
+            yield self._event({"type": "response.content_part.added", **self._where(),
+                               "part": _part("")})  # fmt: skip
+
+    def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
+        if self.has_item and delta.text:
+            self._text.append(delta.text)
+            yield self._event({"type": "response.output_text.delta", **self._where(),
+                               "delta": delta.text, "logprobs": []})  # fmt: skip
+
+    def tail(self, states: list[ReqState]) -> Iterator[bytes]:
+        text = "".join(self._text)
+        body = self._final(states[0], text)
+        if self.has_item:
+            where = self._where()
+            yield self._event({"type": "response.output_text.done", **where, "text": text,
+                               "logprobs": []})  # fmt: skip
+            yield self._event({"type": "response.content_part.done", **where,
+                               "part": _part(text)})  # fmt: skip
+            yield self._event({"type": "response.output_item.done", "output_index": 0,
+                               "item": body["output"][0]})  # fmt: skip
+        kind = "incomplete" if body["status"] == "incomplete" else "completed"
+        yield self._event({"type": "response." + kind, "response": body})
+
+    def error(self, message: str, status: int) -> bytes:
+        code = "server_error" if status >= 500 else "invalid_request_error"
+        return self._event({"type": "error", "code": code, "message": message, "param": None})
+
+    def _final(self, state: ReqState, text: str) -> dict[str, Any]:
+        """The finished response object; kept in the store when asked."""
+        reason = state.out.finish_reason
+        cut = self.has_item and (reason is None or reason.kind == FinishKind.LENGTH)
+        status = "incomplete" if cut else "completed"
+        output = [self._message(status, [_part(text)])] if self.has_item else []
+        body = self._object(status, output, usage_of(state, self.planned))
+        if cut:
+            body["incomplete_details"] = {"reason": "max_output_tokens"}
+        else:
+            body["completed_at"] = int(time.time())
+        if self.store is not None:
+            answer = text if self.has_item else None
+            conversation = self.prompt.conversation(state.out.output_ids, answer)
+            self.store.add(StoredResponse(self.id, self.owner, body, conversation, self.pin_id))
+        return body
+
+    def _object(self, status: str, output: list[Any], usage: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": "response", "created_at": self.created_at,
+                "status": status, "error": None, "incomplete_details": None, **self.echo,
+                "output": output, "usage": usage}  # fmt: skip
+
+    def _message(self, status: str, content: list[Any]) -> dict[str, Any]:
+        return {"id": self.msg_id, "type": "message", "role": "assistant", "status": status,
+                "content": content}  # fmt: skip
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
+
+    def _event(self, obj: dict[str, Any]) -> bytes:
+        """A named server-sent event with the next sequence_number."""
+        obj["sequence_number"] = self._seq
+        self._seq += 1
+        return b"event: " + obj["type"].encode() + b"\ndata: " + _encoder.encode(obj) + b"\n\n"
+
+
+def _part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
