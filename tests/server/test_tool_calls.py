@@ -111,6 +111,24 @@ def test_streamed_call_equals_the_whole_one(client, api_server) -> None:
     api_server.wait_idle_and_whole()
 
 
+def test_auto_streams_what_it_answers_whole(client, api_server) -> None:
+    args = dict(model="m", messages=QUESTION, tools=TOOLS, max_tokens=40, temperature=0)
+    whole = client.chat.completions.create(**args).choices[0]
+    text, calls = "", {}
+    for chunk in client.chat.completions.create(**args, stream=True):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            for tc in c.delta.tool_calls or ():
+                calls.setdefault(tc.index, []).append(tc.function.arguments or "")
+    assert text == (whole.message.content or "")
+    assert [("".join(p)) for p in calls.values()] == [
+        c.function.arguments for c in whole.message.tool_calls or ()
+    ]
+    for call in whole.message.tool_calls or ():  # a call the model opens is constrained
+        _check(call.function.name, call.function.arguments)
+    api_server.wait_idle_and_whole()
+
+
 def test_the_tool_result_turn_is_served_from_cache(client, api_server) -> None:
     first = client.chat.completions.create(
         model="m", messages=QUESTION, tools=TOOLS, tool_choice={"type": "function",

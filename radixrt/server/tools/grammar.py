@@ -94,6 +94,33 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def auto_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, str]:
+    """`auto`: free text, but once the model writes the format's opener, the rest of that
+    call is constrained to a call of one of `tools` (llguidance's lazy lexeme: the text ends
+    where the opener is written). Formats whose calls open the output (Llama 3 JSON) may
+    start with calls or with text that is not one. {} for formats whose opener is a special
+    token (Mistral): the parser alone reads those."""
+    schema = json.dumps({**call_schema(fmt, tools), "x-guidance": _LAYOUT})
+    calls = "call*" if choice.parallel else "call?"
+    if fmt.opener is not None and not fmt.array and fmt.forced_prefix.startswith(fmt.opener):
+        rest = fmt.forced_prefix[len(fmt.opener) :]
+        return {
+            "ebnf": "%llguidance {}\n"
+            f"start: {calls} TEXT\n"
+            "TEXT: /(.|\\n)*/\n"
+            f"opener[lazy]: TEXT {_lark(fmt.opener)}\n"
+            f"call: opener {_lark(rest)} %json {schema} {_lark(fmt.forced_suffix)}\n"
+        }
+    if fmt.opener is None:
+        more = f"({_lark(fmt.forced_sep)} call)*" if choice.parallel else ""
+        return {
+            "ebnf": f"start: TEXT | call {more}\n"
+            "TEXT: /(\\s*[^{\\s](.|\\n)*)?/\n"
+            f"call: %json {schema}\n"
+        }
+    return {}
+
+
 def _literal(text: str) -> str:
     """`text` as a regex matching only itself (newlines as `\\n`, which every engine reads)."""
     return re.escape(text).replace("\\\n", "\\n")

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from radixrt.server.protocol import BadRequestError
 from radixrt.server.tools.formats import CallFormat
-from radixrt.server.tools.grammar import forced_call_spec
+from radixrt.server.tools.grammar import auto_call_spec, forced_call_spec
 from radixrt.server.tools.parser import TextPiece, ToolCallParser, ToolEvent, new_call_id
 from radixrt.server.tools.spec import ToolCall, ToolChoice, ToolSpec, check_tools
 
@@ -55,14 +55,17 @@ class ToolPlan:
         """Fields to add to the request's sampling dict `asked`: a forced call's grammar;
         special tokens kept in the text when the format opens calls with one."""
         d: dict[str, Any] = {}
+        has_grammar = any(asked.get(k) is not None for k in _SPEC_FIELDS)
         if self.choice.is_forced and self.tools:
-            if any(asked.get(k) is not None for k in _SPEC_FIELDS):
+            if has_grammar:
                 raise BadRequestError(
                     "a forced tool call cannot be combined with a response format or grammar"
                 )
             d.update(forced_call_spec(self.fmt, list(self.tools), self.choice))
             # After a complete call, end where the model would write anything but another.
             d["end_on_exit"] = True
+        elif self.parses_calls and not has_grammar:
+            d.update(auto_call_spec(self.fmt, list(self.tools), self.choice))
         opener = self.fmt.opener or self.fmt.lead
         if self.parses_calls and opener and opener in _special_tokens(tokenizer):
             d["skip_special_tokens"] = False

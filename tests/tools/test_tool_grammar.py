@@ -1,0 +1,95 @@
+"""Tool-call grammars on the real tokenizer: forced calls (length-bounded regex where outlines
+enforces the schemas, llguidance otherwise), and `auto`'s free text in which an opened call
+is constrained; what each accepts and refuses, token by token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from radixrt.grammar.base import GrammarSpec
+from radixrt.grammar.token_automaton import TokenAutomaton
+from radixrt.server.protocol import BadRequestError
+from radixrt.server.tools import ToolCall, ToolChoice, ToolPlan, ToolSpec
+from radixrt.server.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL
+from radixrt.server.tools.grammar import auto_call_spec, forced_call_spec, ranges_as_enums
+
+ADD = ToolSpec(
+    "add",
+    "Add",
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["a"],
+        "additionalProperties": False,
+    },
+)
+OPEN = ToolSpec(  # an open bound: llguidance
+    "rate", "", {"type": "object", "properties": {"s": {"type": "integer", "minimum": 0}}}
+)
+
+
+@pytest.fixture(scope="module")
+def backend(smollm2_path: Path) -> Any:
+    from radixrt.grammar.auto_backend import AutoBackend
+    from radixrt.models.loader import load_tokenizer
+
+    tok = load_tokenizer(smollm2_path)
+    return tok, AutoBackend(tok, len(tok), [tok.eos_token_id])
+
+
+def _accepts(backend: Any, spec: dict[str, str], text: str) -> bool:
+    tok, b = backend
+    ((kind, body),) = spec.items()
+    m = b.new_matcher(b.compile(GrammarSpec(kind, body)))
+    return all(m.accept(t) for t in tok.encode(text)) and m.is_accepting()
+
+
+def test_forced_calls_take_the_bounded_path_where_they_can(backend: Any) -> None:
+    _, b = backend
+    for fmt in CALL_FORMATS.values():
+        spec = forced_call_spec(fmt, [ADD], ToolChoice("required"))
+        assert list(spec) == ["regex"]
+        assert isinstance(b.compile(GrammarSpec("regex", spec["regex"])), TokenAutomaton)
+        text = fmt.call_text([ToolCall("x", "add", '{"a":7}')])
+        text = text.removeprefix(MISTRAL.opener or "") if fmt is MISTRAL else text
+        assert _accepts(backend, spec, text), fmt.name
+        assert not _accepts(backend, spec, text.replace("7", "12")), fmt.name  # out of range
+    assert ranges_as_enums(ADD.parameters)["properties"]["a"] == {"enum": list(range(10))}
+    open_spec = forced_call_spec(HERMES, [OPEN], ToolChoice("required"))
+    assert list(open_spec) == ["ebnf"]
+    assert _accepts(
+        backend, open_spec, '<tool_call>\n{"name":"rate","arguments":{"s":5}}\n</tool_call>'
+    )
+    assert not _accepts(
+        backend, open_spec, '<tool_call>\n{"name":"rate","arguments":{"s":-5}}\n</tool_call>'
+    )
+
+
+def test_auto_is_free_text_until_a_call_opens(backend: Any) -> None:
+    spec = auto_call_spec(HERMES, [ADD], ToolChoice())
+    call = '<tool_call>\n{"name":"add","arguments":{"a":3}}\n</tool_call>'
+    assert _accepts(backend, spec, "Plain text, <b>tags</b> and {braces}.")
+    assert _accepts(backend, spec, "Let me add. " + call + " Done.")
+    assert not _accepts(
+        backend, spec, 'Hi <tool_call>\n{"name":"sub","arguments":{}}\n</tool_call>'
+    )
+    assert not _accepts(backend, spec, 'Hi <tool_call>\n{"name":"add","arguments":{"a":30}}')
+    llama = auto_call_spec(LLAMA3_JSON, [ADD], ToolChoice())
+    assert _accepts(backend, llama, "No call here.")
+    assert _accepts(backend, llama, '{"name":"add","parameters":{"a":1}}')
+    assert not _accepts(backend, llama, '{"name":"add","parameters":{"b":1}}')
+    assert auto_call_spec(MISTRAL, [ADD], ToolChoice()) == {}  # its opener is a special token
+
+
+def test_plans_refuse_two_grammars_and_keep_auto_off_a_response_format(backend: Any) -> None:
+    tok, _ = backend
+    forced = ToolPlan(HERMES, (ADD,), ToolChoice("required"))
+    with pytest.raises(BadRequestError, match="cannot be combined"):
+        forced.sampling_dict(tok, {"json_schema": "{}"})
+    auto = ToolPlan(HERMES, (ADD,))
+    assert "ebnf" in auto.sampling_dict(tok, {})
+    assert auto.sampling_dict(tok, {"json_schema": "{}"}) == {}  # the format wins; parsed only
+    assert ToolPlan(HERMES, (ADD,), ToolChoice("none")).sampling_dict(tok, {}) == {}
