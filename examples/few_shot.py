@@ -6,8 +6,9 @@ once and every question hits the radix cache.
 
 from __future__ import annotations
 
+from radixrt_lang.launch import example_main
+
 import radixrt as rt
-from radixrt.lang.launch import example_main
 
 EXAMPLES = [
     ("What is the capital of Italy?", "Rome"),

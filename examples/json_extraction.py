@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 
+from radixrt_lang.launch import example_main
+
 import radixrt as rt
-from radixrt.lang.launch import example_main
 
 CITY_SCHEMA = {
     "type": "object",

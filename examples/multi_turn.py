@@ -6,8 +6,9 @@ the previous turns from the radix cache.
 
 from __future__ import annotations
 
+from radixrt_lang.launch import example_main
+
 import radixrt as rt
-from radixrt.lang.launch import example_main
 
 
 @rt.function

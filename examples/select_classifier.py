@@ -6,8 +6,9 @@ one batched request after the (cached) prompt, so the answer is always one of th
 
 from __future__ import annotations
 
+from radixrt_lang.launch import example_main
+
 import radixrt as rt
-from radixrt.lang.launch import example_main
 
 LABELS = ["positive", "negative", "neutral"]
 

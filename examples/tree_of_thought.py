@@ -6,8 +6,9 @@ prefix, each is expanded, and the model picks the best one with `select`.
 
 from __future__ import annotations
 
+from radixrt_lang.launch import example_main
+
 import radixrt as rt
-from radixrt.lang.launch import example_main
 
 NUM_BRANCHES = 3
 

@@ -122,3 +122,23 @@ def test_no_import_cycles() -> None:
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+FRONTEND_FORBIDDEN = ("radixrt", "torch", "transformers", "fastapi", "numpy", "llguidance")
+
+
+def test_the_frontend_distribution_imports_no_runtime() -> None:
+    """lang/radixrt_lang (the `radixrt-lang` distribution) imports, anywhere in a file, none of
+    the runtime, torch or the server's libraries: it installs and runs alone."""
+    found = []
+    for path in (ROOT / "lang" / "radixrt_lang").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            top = {n.split(".")[0] for n in names}
+            found += [f"{path.relative_to(ROOT)}: {t}" for t in top if t in FRONTEND_FORBIDDEN]
+    assert not found, found

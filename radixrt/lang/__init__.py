@@ -1,59 +1,11 @@
-"""radixrt's frontend language: programs that interleave Python with generation.
+"""The frontend language, re-exported: `radixrt_lang` (lang/ at the top of the repository,
+its own distribution without torch or the runtime), plus the runtime's in-process Engine
+backend, registered with it here so `rt.function(...).run(backend=engine)` works."""
 
-Never imports torch or the runtime: it talks to a server over HTTP, or to an in-process
-Engine through a duck-typed adapter.
-"""
+from radixrt_lang import *  # noqa: F403 - the language's public names, listed in __all__
+from radixrt_lang import __all__ as __all__
+from radixrt_lang.backends import register_adapter
 
-from radixrt.lang.api import (
-    assistant,
-    gen,
-    gen_int,
-    gen_string,
-    select,
-    system,
-    tool_call,
-    user,
-)
-from radixrt.lang.backends import BaseBackend, OpenAICompatible, RuntimeEndpoint
-from radixrt.lang.choices import (
-    greedy_token_selection,
-    token_length_normalized,
-    unconditional_likelihood_normalized,
-)
-from radixrt.lang.errors import BackendError, NotSupportedError, OutputParseError, ProgramError
-from radixrt.lang.ir import SamplingParams
-from radixrt.lang.program import Program, function, get_default_backend, set_default_backend
-from radixrt.lang.stable import stable_json
-from radixrt.lang.state import ProgramState, ProgramStateGroup
-from radixrt.lang.tools import run_call, tool_spec
+from radixrt.lang.engine_backend import EngineBackend
 
-__all__ = [
-    "BackendError",
-    "BaseBackend",
-    "NotSupportedError",
-    "OpenAICompatible",
-    "OutputParseError",
-    "Program",
-    "ProgramError",
-    "ProgramState",
-    "ProgramStateGroup",
-    "RuntimeEndpoint",
-    "SamplingParams",
-    "assistant",
-    "function",
-    "gen",
-    "gen_int",
-    "gen_string",
-    "get_default_backend",
-    "greedy_token_selection",
-    "select",
-    "set_default_backend",
-    "stable_json",
-    "system",
-    "token_length_normalized",
-    "tool_call",
-    "run_call",
-    "tool_spec",
-    "unconditional_likelihood_normalized",
-    "user",
-]
+register_adapter(EngineBackend.accepts, EngineBackend)

@@ -13,10 +13,10 @@ from typing import Any
 
 import jsonschema
 import pytest
+from radixrt_lang.errors import ProgramError
 
 import radixrt as rt
 from radixrt.grammar.base import GrammarSpec
-from radixrt.lang.errors import ProgramError
 
 CITY = {
     "type": "object",

@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from radixrt.lang.backends.base import BaseBackend, Prompts, Result
-from radixrt.lang.chat_template import ChatTemplate
-from radixrt.lang.errors import BackendError
+from radixrt_lang.backends.base import BaseBackend, Prompts, Result
+from radixrt_lang.chat_template import ChatTemplate
+from radixrt_lang.errors import BackendError
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

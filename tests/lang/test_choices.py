@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from radixrt_lang.choices import ChoiceResult
 
 import radixrt.lang as rt
-from radixrt.lang.choices import ChoiceResult
 
 CHOICES = ["yes", "no way", "maybe"]
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 from lang_fakes import CHATML, FakeBackend, token_logprob, tokenize
+from radixrt_lang.chat_template import ChatTemplate
+from radixrt_lang.ir import DEFAULT_PARAMS, SamplingParams
+from radixrt_lang.typed import parse
 
 import radixrt.lang as rt
-from radixrt.lang.chat_template import ChatTemplate
-from radixrt.lang.ir import DEFAULT_PARAMS, SamplingParams
-from radixrt.lang.typed import parse
 
 
 def test_sampling_params_merge_and_aliases() -> None:

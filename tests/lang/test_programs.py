@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+from radixrt_lang.backends import as_backend
 
 import radixrt as rt
-from radixrt.lang.backends import as_backend
 
 FEW_SHOT = (
     "Q: What is the capital of Italy?\nA: Rome\nQ: What is the capital of Germany?\nA: Berlin\n"

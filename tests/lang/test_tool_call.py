@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 import jsonschema
 import pytest
+from radixrt_lang.errors import OutputParseError
+from radixrt_lang.tools import call_schema, parse_call
 
 import radixrt.lang as rt
-from radixrt.lang.errors import OutputParseError
-from radixrt.lang.tools import call_schema, parse_call
 
 
 def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from radixrt.lang.exec_types import Span
-from radixrt.lang.interpreter import StateExecutor
+from radixrt_lang.exec_types import Span
+from radixrt_lang.interpreter import StateExecutor
 
 _STYLE = """<style>
 .rt-state{font-family:ui-monospace,monospace;font-size:13px;line-height:1.45}

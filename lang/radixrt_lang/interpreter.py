@@ -16,12 +16,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from radixrt.lang import ir, typed
-from radixrt.lang.backends.base import BaseBackend
-from radixrt.lang.errors import NotSupportedError, OutputParseError, ProgramError
-from radixrt.lang.exec_types import Call, OpenRole, Snapshot, Span, sets_of
-from radixrt.lang.scoring import score_choices
-from radixrt.lang.tools import call_schema, parse_call
+from radixrt_lang import ir, typed
+from radixrt_lang.backends.base import BaseBackend
+from radixrt_lang.errors import NotSupportedError, OutputParseError, ProgramError
+from radixrt_lang.exec_types import Call, OpenRole, Snapshot, Span, sets_of
+from radixrt_lang.scoring import score_choices
+from radixrt_lang.tools import call_schema, parse_call
 
 
 class StateExecutor:
@@ -382,6 +382,6 @@ def _check_structured(params: ir.SamplingParams, text: str, meta: dict[str, Any]
 
 
 def _default_method() -> Any:
-    from radixrt.lang.choices import token_length_normalized
+    from radixrt_lang.choices import token_length_normalized
 
     return token_length_normalized

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixrt.lang import choices as choice_methods
-from radixrt.lang import ir, typed
-from radixrt.lang.choices import BaseChoiceMethod
-from radixrt.lang.tools import Tool, call_schema, tool_spec
+from radixrt_lang import choices as choice_methods
+from radixrt_lang import ir, typed
+from radixrt_lang.choices import BaseChoiceMethod
+from radixrt_lang.tools import Tool, call_schema, tool_spec
 
 _METHODS = {
     m.name: m

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from radixrt.lang.backends.base import BaseBackend, Prompts, Result
-from radixrt.lang.backends.http import HttpClient
-from radixrt.lang.chat_template import ChatTemplate, Message
-from radixrt.lang.errors import NotSupportedError
+from radixrt_lang.backends.base import BaseBackend, Prompts, Result
+from radixrt_lang.backends.http import HttpClient
+from radixrt_lang.chat_template import ChatTemplate, Message
+from radixrt_lang.errors import NotSupportedError
 
 # /generate sampling names -> OpenAI request fields (the last six are common extensions).
 _FIELDS = {

@@ -8,7 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from radixrt.lang.errors import BackendError
+from radixrt_lang.errors import BackendError
 
 
 class HttpClient:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from radixrt.lang.backends.base import BaseBackend, Prompts, Result, check_results
-from radixrt.lang.backends.http import HttpClient
-from radixrt.lang.chat_template import ChatTemplate
-from radixrt.lang.errors import BackendError
+from radixrt_lang.backends.base import BaseBackend, Prompts, Result, check_results
+from radixrt_lang.backends.http import HttpClient
+from radixrt_lang.chat_template import ChatTemplate
+from radixrt_lang.errors import BackendError
 
 # meta_info lists that a /generate stream event holds only the new entries of
 INCREMENTAL_META = ("output_token_logprobs", "output_top_logprobs")

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from radixrt.lang.backends import BaseBackend, as_backend
-from radixrt.lang.interpreter import StateExecutor
-from radixrt.lang.ir import DEFAULT_PARAMS, SamplingParams
-from radixrt.lang.state import ProgramState
-from radixrt.lang.tracer import constant_prefix
+from radixrt_lang.backends import BaseBackend, as_backend
+from radixrt_lang.interpreter import StateExecutor
+from radixrt_lang.ir import DEFAULT_PARAMS, SamplingParams
+from radixrt_lang.state import ProgramState
+from radixrt_lang.tracer import constant_prefix
 
 MAX_BATCH_THREADS = 64
 

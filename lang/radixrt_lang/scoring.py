@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixrt.lang.backends.base import BaseBackend, Result
-from radixrt.lang.choices import BaseChoiceMethod, ChoiceResult
-from radixrt.lang.errors import NotSupportedError
+from radixrt_lang.backends.base import BaseBackend, Result
+from radixrt_lang.choices import BaseChoiceMethod, ChoiceResult
+from radixrt_lang.errors import NotSupportedError
 
 WINDOW = 4  # prompt tokens re-scored before the choices, to find where each choice starts
 

@@ -7,10 +7,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from radixrt.lang import ir
-from radixrt.lang.chat_template import Message
-from radixrt.lang.exec_types import Call
-from radixrt.lang.interpreter import StateExecutor
+from radixrt_lang import ir
+from radixrt_lang.chat_template import Message
+from radixrt_lang.exec_types import Call
+from radixrt_lang.interpreter import StateExecutor
 
 
 class ProgramState:
@@ -125,7 +125,7 @@ class ProgramState:
     # ---- display -------------------------------------------------------------------------
 
     def _repr_html_(self) -> str:
-        from radixrt.lang.display import state_html
+        from radixrt_lang.display import state_html
 
         self.sync()
         return state_html(self._ex)

@@ -14,9 +14,9 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from radixrt.lang import ir
-from radixrt.lang.backends.base import BaseBackend
-from radixrt.lang.chat_template import Message
+from radixrt_lang import ir
+from radixrt_lang.backends.base import BaseBackend
+from radixrt_lang.chat_template import Message
 
 
 class StopTrace(Exception):

@@ -11,7 +11,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from radixrt.lang.errors import OutputParseError
+from radixrt_lang.errors import OutputParseError
 
 Tool = dict[str, Any] | Callable[..., Any]
 _JSON_TYPES: dict[Any, str] = {

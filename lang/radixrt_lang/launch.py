@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from radixrt.lang.backends.runtime_endpoint import RuntimeEndpoint
+from radixrt_lang.backends.runtime_endpoint import RuntimeEndpoint
 
 START_TIMEOUT_S = 300.0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from radixrt.lang.errors import OutputParseError
+from radixrt_lang.errors import OutputParseError
 
 INT_REGEX = r"[-+]?[0-9]+"
 FLOAT_REGEX = r"[-+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?"

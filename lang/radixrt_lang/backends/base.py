@@ -7,8 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
-from radixrt.lang.chat_template import ChatTemplate, Message
-from radixrt.lang.errors import BackendError, NotSupportedError
+from radixrt_lang.chat_template import ChatTemplate, Message
+from radixrt_lang.errors import BackendError, NotSupportedError
 
 Result = dict[str, Any]  # {text, output_ids, meta_info}: the runtime's /generate result shape
 Prompts = list[str] | list[list[int]]  # texts, or token-id lists

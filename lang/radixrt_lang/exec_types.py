@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from radixrt.lang import ir
-from radixrt.lang.chat_template import Message
+from radixrt_lang import ir
+from radixrt_lang.chat_template import Message
 
 if TYPE_CHECKING:
-    from radixrt.lang.interpreter import StateExecutor
+    from radixrt_lang.interpreter import StateExecutor
 
 
 @dataclass(slots=True)

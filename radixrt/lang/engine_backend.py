@@ -1,8 +1,9 @@
-"""EngineBackend: an in-process radixrt Engine as a backend (no HTTP).
+"""EngineBackend: an in-process radixrt Engine as a frontend backend (no HTTP); the runtime's
+part of the language, registered with the frontend's `as_backend` when `radixrt` is imported.
 
 Duck-typed: anything with the Engine's `generate(prompt=..., sampling_params=...,
-input_ids=..., stream=...)` and a Hugging Face `tokenizer` works. Nothing from radixrt is
-imported here, so lang stays free of torch until the caller makes an Engine.
+input_ids=..., stream=...)` and a Hugging Face `tokenizer` works. Nothing of the runtime is
+imported here, so `import radixrt` stays free of torch until the caller makes an Engine.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from radixrt.lang.backends.base import BaseBackend, Prompts, Result, check_results
-from radixrt.lang.chat_template import ChatTemplate
-from radixrt.lang.errors import BackendError
+from radixrt_lang.backends.base import BaseBackend, Prompts, Result, check_results
+from radixrt_lang.chat_template import ChatTemplate
+from radixrt_lang.errors import BackendError
 
 
 class EngineBackend(BaseBackend):
