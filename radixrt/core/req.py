@@ -100,7 +100,8 @@ class Batch:
 
     A request with extend_len == 1 and kv_len > 0 is decoding; longer extends are prefill
     chunks. One batch may mix both. `sample_mask[i]` says whether request i's last computed
-    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary.
+    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary;
+    a speculating request (draft_ids set) computes its drafted tokens too, and samples.
     """
 
     reqs: list[Req]

@@ -13,9 +13,9 @@ from radixrt.core import FinishKind, Req, SamplingParams
 from radixrt.scheduler.builder import build_scheduler
 
 
-def _build(path, k: int, page_size: int = 1, max_total_tokens: int = 4096, **sched):
+def _build(path, k: int, page_size: int = 1, max_total_tokens: int = 4096, model=None, **sched):
     scheduler, _ = build_scheduler(
-        ModelConfig(model_path=str(path), context_length=512),
+        ModelConfig(model_path=str(path), context_length=512, **(model or {})),
         CacheConfig(max_total_tokens=max_total_tokens, page_size=page_size),
         SchedulerConfig(speculative_num_draft_tokens=k, **sched),
     )
@@ -173,6 +173,17 @@ def test_paged(tiny_llama_path, plain, page_size: int) -> None:
     again = [_req(f"r{i}", ids, 33) for i, ids in enumerate(prompts)]
     assert _run(s, again) == ref
     assert sum(r.spec_accepted for r in again) > 0
+
+
+def test_torch_ops_and_torch_native_attention(tiny_llama_path) -> None:
+    """The same on torch's ops (the extend path of torch_native attention) as on the kernels."""
+    model = {"attention_backend": "torch_native", "cpu_kernels": "off"}
+    plain, s = (_build(tiny_llama_path, k, model=model) for k in (0, 4))
+    prompts = [_repetitive(23), _prompt(24, 17)]
+    ref = _run(plain, [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)])
+    reqs = [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)]
+    assert _run(s, reqs) == ref and reqs[0].spec_accepted > 0
+    assert _run(s, [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)]) == ref
 
 
 def test_small_pool_and_context_end(tiny_llama_path, plain) -> None:
