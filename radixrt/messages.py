@@ -107,6 +107,9 @@ class ReqOutMsg(msgspec.Struct, array_like=True):
     # With lower tiers: cached_tokens per tier ("device", "host", "disk") and the load time.
     cached_tokens_by_tier: dict[str, int] = {}
     cache_load_s: float = 0.0
+    # With speculative decoding: tokens drafted for it so far, and those accepted (totals).
+    spec_drafted: int = 0
+    spec_accepted: int = 0
 
 
 class BatchTokenOutMsg(msgspec.Struct, tag=True):
@@ -165,6 +168,8 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     pinned_tokens: int = 0
     num_pins: int = 0
     tiers: list[TierInfoMsg] = []  # the lower KV tiers, top first
+    spec_drafted_tokens: int = 0  # speculative decoding: tokens drafted and accepted
+    spec_accepted_tokens: int = 0
 
 
 class FlushCacheReplyMsg(msgspec.Struct, tag=True):

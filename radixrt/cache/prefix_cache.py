@@ -82,6 +82,12 @@ class BasePrefixCache(ABC):
         """Why `key` would miss in namespace `extra_key` (radixrt/cache/explain.py); reads the
         cache, never changes it."""
 
+    def continuation(self, key: list[int], extra_key: str | None, max_tokens: int) -> list[int]:
+        """Up to `max_tokens` tokens cached right after all of `key` in namespace `extra_key`
+        ([] when `key` is not a whole cached path); reads the cache, never changes it. A
+        speculative drafter's source; none by default."""
+        return []
+
     @abstractmethod
     def record_hit(self, node: TreeNode) -> None:
         """Count one admitted request whose cached prefix ends at `node` (a node `match_prefix`

@@ -31,6 +31,7 @@ from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
 from radixrt.cache.tree_check import check_integrity, pretty_print
 from radixrt.cache.tree_node import TreeNode, child_key, match_len, node_state, path_key
 from radixrt.cache.tree_summary import TreeSummary, summarize
+from radixrt.cache.tree_walk import continuation
 
 __all__ = ["RadixCache", "TreeNode"]
 
@@ -106,6 +107,9 @@ class RadixCache(BasePrefixCache):
 
     def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
         return explain(self, key, extra_key, own_prefix)
+
+    def continuation(self, key: list[int], extra_key: str | None, max_tokens: int) -> list[int]:
+        return continuation(self.root, key, extra_key, self.page_size, max_tokens)
 
     def record_hit(self, node: TreeNode) -> None:
         """Count one request served from the prefix ending at `node` on it and its ancestors."""

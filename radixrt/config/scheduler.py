@@ -33,6 +33,12 @@ class SchedulerConfig:
     grammar_timeout_s: float = 10.0
     disable_jump_forward: bool = False
     disable_grammar_budget: bool = False
+    # Speculative decoding by lookup (scheduler/speculative/): draft up to this many tokens per
+    # greedy request and step from its own prompt and output and from the prefix cache's paths,
+    # verified in the same forward pass; 0: off. The longest suffix n-gram matched is
+    # speculative_ngram_max tokens (then shorter ones down to 1).
+    speculative_num_draft_tokens: int = 0
+    speculative_ngram_max: int = 4
 
     def __post_init__(self) -> None:
         if self.max_running_requests < 1:
@@ -47,6 +53,15 @@ class SchedulerConfig:
             raise ValueError(
                 f"grammar_backend must be one of {GRAMMAR_BACKEND_NAMES}, "
                 f"got {self.grammar_backend!r}"
+            )
+        if self.speculative_num_draft_tokens < 0:
+            raise ValueError(
+                "speculative_num_draft_tokens must be >= 0 (0: off), "
+                f"got {self.speculative_num_draft_tokens}"
+            )
+        if self.speculative_ngram_max < 1:
+            raise ValueError(
+                f"speculative_ngram_max must be >= 1, got {self.speculative_ngram_max}"
             )
         if self.grammar_timeout_s <= 0:
             raise ValueError(f"grammar_timeout_s must be > 0, got {self.grammar_timeout_s}")

@@ -56,10 +56,26 @@ class Req:
     # Prefixes of the prompt to pin once it finishes, and what became of each (in order).
     pins: list[PinSpec] = field(default_factory=list)
     pin_outcomes: list[PinOutcome] = field(default_factory=list)
+    # Speculative decoding (scheduler/speculative/): tokens drafted after fill_ids for this
+    # step to verify (empty: not speculating this step; extend_len is then 1 + len of them,
+    # and their KV slots are the request's until the step keeps or frees them), the drafter's
+    # per-request state, and the tokens drafted and accepted so far (the metric).
+    draft_ids: list[int] = field(default_factory=list)
+    draft_state: Any = None
+    spec_drafted: int = 0
+    spec_accepted: int = 0
 
     @property
     def fill_ids(self) -> list[int]:
         return self.input_ids + self.output_ids
+
+    def step_ids(self) -> list[int]:
+        """The tokens this step computes: fill_ids[kv_len : kv_len + extend_len], followed by
+        the draft when speculating."""
+        ids = self.fill_ids
+        if self.draft_ids:
+            ids = ids + self.draft_ids
+        return ids[self.kv_len : self.kv_len + self.extend_len]
 
     @property
     def seq_len(self) -> int:
@@ -84,7 +100,8 @@ class Batch:
 
     A request with extend_len == 1 and kv_len > 0 is decoding; longer extends are prefill
     chunks. One batch may mix both. `sample_mask[i]` says whether request i's last computed
-    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary.
+    token is the end of its fill_ids (so a new token is sampled) or a prefill chunk boundary;
+    a speculating request (draft_ids set) computes its drafted tokens too, and samples.
     """
 
     reqs: list[Req]

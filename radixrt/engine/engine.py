@@ -126,6 +126,8 @@ class Engine:
             "retractions": info.retractions,
             "max_total_tokens": info.max_total_tokens,
             "tiers": [msgspec.structs.asdict(t) for t in info.tiers],
+            "spec_drafted_tokens": info.spec_drafted_tokens,
+            "spec_accepted_tokens": info.spec_accepted_tokens,
         }
 
     def shutdown(self) -> None:

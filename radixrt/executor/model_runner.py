@@ -311,7 +311,7 @@ class ModelRunner:
         With tensor parallelism the batch is first broadcast, so every rank runs it too."""
         input_ids: list[int] = []
         for r in batch.reqs:
-            input_ids.extend(r.fill_ids[r.kv_len : r.kv_len + r.extend_len])
+            input_ids.extend(r.step_ids())
         desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,

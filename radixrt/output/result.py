@@ -45,6 +45,9 @@ def result_meta(req: ReqOutput, num_out: int) -> dict[str, Any]:
     if req.cached_tokens_by_tier:  # lower KV tiers configured
         meta["cached_tokens_by_tier"] = dict(req.cached_tokens_by_tier)
         meta["cache_load_time"] = req.cache_load_s
+    if req.spec_drafted:  # speculative decoding drafted for it
+        meta["spec_draft_tokens"] = req.spec_drafted
+        meta["spec_accepted_tokens"] = req.spec_accepted
     return meta
 
 

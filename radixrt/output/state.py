@@ -37,6 +37,9 @@ class ReqOutput:
     # With lower KV tiers: cached_tokens per tier ("device", "host", "disk"), load seconds.
     cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
     cache_load_s: float = 0.0
+    # Speculative decoding: tokens drafted for it and accepted so far (0: none drafted).
+    spec_drafted: int = 0
+    spec_accepted: int = 0
     pins: list[PinOutcome] = field(default_factory=list)  # set when it finishes
     finish_reason: FinishReason | None = None
     # n > 1 with input logprobs: the sample of the same prompt that computes them (fan_out).
@@ -65,6 +68,8 @@ class ReqOutput:
                 out.cached_tokens_by_tier,
                 out.cache_load_s,
             )
+        if out.spec_drafted:
+            self.spec_drafted, self.spec_accepted = out.spec_drafted, out.spec_accepted
         if out.finish is None:
             return []
         self.pins = list(out.pins)

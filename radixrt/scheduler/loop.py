@@ -204,6 +204,8 @@ class SchedulerLoop:
         )
         if req.is_finished:
             out.pins = req.pin_outcomes
+        if req.spec_drafted:
+            out.spec_drafted, out.spec_accepted = req.spec_drafted, req.spec_accepted
         if req.cached_tokens_by_tier:
             out.cached_tokens_by_tier, out.cache_load_s = (
                 req.cached_tokens_by_tier,

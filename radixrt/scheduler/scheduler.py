@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,26 +27,12 @@ from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
+from radixrt.scheduler.speculative import build_speculation
+from radixrt.scheduler.stats import SchedulerStats, guarded
 
 logger = logging.getLogger("radixrt")
 
 SUMMARY_MAX_NODES = 10_000  # the most tree nodes one summary walks (about 10 ms on this thread)
-
-
-@dataclass(slots=True)
-class SchedulerStats:
-    """Counters since start: cache hit rate = cached_tokens / prompt_tokens."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    forward_passes: int = 0
-    retractions: int = 0
-    input_logprob_rows: int = 0  # prompt positions whose logprobs were computed
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 class Scheduler:
@@ -84,6 +68,8 @@ class Scheduler:
         # The tree's block events (cache/kv_events.py; the same object the tree reports to),
         # sent once per loop iteration by `publish_events`.
         self.events = events or NoKVEvents()
+        self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
+                                             self.stats, self._check_finish_guarded)  # fmt: skip
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -155,7 +141,8 @@ class Scheduler:
             "generated_tokens": s.generated_tokens, "cache_hit_rate": s.hit_rate,
             "forward_passes": s.forward_passes, "retractions": s.retractions,
             "pinned_tokens": kv.cache.pinned_size, "num_pins": self.pins.num_pins,
-            "tiers": kv.tiers.info(),
+            "tiers": kv.tiers.info(), "spec_drafted_tokens": s.spec_drafted_tokens,
+            "spec_accepted_tokens": s.spec_accepted_tokens,
         }  # fmt: skip
 
     @property
@@ -185,10 +172,11 @@ class Scheduler:
 
     def _schedule(self) -> Batch | None:
         decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]
+        for r in decoding:
+            r.extend_len, r.draft_ids = 1, []
         while decoding and self.kv.available_size < self._decode_slots(decoding):
             self._retract(decoding.pop())  # newest last: it gives up its slots first
-        for r in decoding:
-            r.extend_len = 1
+        self.speculation.plan(decoding, self.kv.available_size - self._decode_slots(decoding))
         budget = self.prefill_chunk
         prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
         reserved = len(decoding) * self.config.decode_reserve_tokens
@@ -207,7 +195,9 @@ class Scheduler:
                 self._retract(self.running[-1])
                 return self._schedule()
             return None
-        return Batch(reqs, [r.kv_len + r.extend_len == r.seq_len for r in reqs])
+        # Every decoding request samples (a speculating one computes past its fill_ids).
+        return Batch(reqs, [r.kv_len + r.extend_len == r.seq_len for r in prefilling]
+                     + [True] * len(decoding))  # fmt: skip
 
     def _admit(self, budget: int, reserved: int) -> list[Req]:
         admitted: list[Req] = []
@@ -240,8 +230,9 @@ class Scheduler:
         return admitted
 
     def _decode_slots(self, decoding: list[Req]) -> int:
-        """Free slots one decode step of `decoding` takes (new pages only, when paged)."""
-        return sum(self.kv.slots_needed(r, 1) for r in decoding)
+        """Free slots this step of `decoding` takes: extend_len tokens each (1, or more with a
+        draft), new pages only when paged."""
+        return sum(self.kv.slots_needed(r, r.extend_len) for r in decoding)
 
     def _layout(self, batch: Batch) -> tuple[list[int], list[int]]:
         """Choose the logits rows of the packed batch (all, last, or none per request), and
@@ -251,7 +242,7 @@ class Scheduler:
         start = 0
         for req, sample in zip(batch.reqs, batch.sample_mask):
             e = req.extend_len
-            if wants_input_logprobs(req):
+            if wants_input_logprobs(req) or req.draft_ids:
                 logits_rows.extend(range(start, start + e))
             elif sample:
                 logits_rows.append(start + e - 1)
@@ -264,11 +255,16 @@ class Scheduler:
         to_sample: list[Req] = []
         sample_idx: list[int] = []
         touched: list[Req] = []
+        speculated: list[tuple[Req, int]] = []  # (request, its first logits row)
         for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
+            if req.draft_ids:  # verified below, after the one-token requests are sampled
+                speculated.append((req, row))
+                row += req.extend_len
+                continue
             if wants_input_logprobs(req):
                 n = req.extend_len
                 self.stats.input_logprob_rows += n
-                _guarded(req, "input logprobs", add_input_logprobs, req, logits[row : row + n],
+                guarded(req, "input logprobs", add_input_logprobs, req, logits[row : row + n],
                          req.kv_len)  # fmt: skip
                 row += n
             elif sample:
@@ -291,6 +287,8 @@ class Scheduler:
                 sample_idx.append(last)
         if to_sample:
             touched += self._sample(to_sample, logits[sample_idx])
+        if speculated:
+            touched += self.speculation.verify(speculated, logits)
         for req in touched:
             if req.is_finished:
                 self.running.remove(req)
@@ -333,8 +331,11 @@ class Scheduler:
                 req.output_logprobs.append(out.logprobs[i])
                 if out.top_logprobs is not None:
                     req.output_top_logprobs.append(out.top_logprobs[i])
-            _guarded(req, "the finish check", self._check_finish, req)
+            guarded(req, "the finish check", self._check_finish, req)
         return reqs
+
+    def _check_finish_guarded(self, req: Req) -> None:
+        guarded(req, "the finish check", self._check_finish, req)
 
     def _check_finish(self, req: Req) -> None:
         self.finish.check(req, self.runner.context_len)
@@ -352,13 +353,3 @@ class Scheduler:
     def _match(self, req: Req) -> tuple[int, object]:
         m = self.kv.match(req)
         return int(m.slots.numel()), m.last_node
-
-
-def _guarded(req: Req, what: str, fn: Callable[..., None], *args: Any) -> None:
-    """Run fn(*args), a step of `req`'s own; if it raises, finish `req` with a 500 error
-    (logged with its traceback) instead of failing the whole step."""
-    try:
-        fn(*args)
-    except Exception as e:
-        logger.exception("request %s failed in %s", req.rid, what)
-        req.finish(FinishReason.error(f"internal error in {what}: {type(e).__name__}: {e}"))

@@ -110,6 +110,11 @@ _HELP = {
     "disable_jump_forward": "decode grammar-forced tokens one step each instead of in one extend",
     "disable_grammar_budget": "let constrained outputs run out of max_new_tokens unfinished "
     "(without it, a length-bounding backend only allows tokens that can finish in time)",
+    "speculative_num_draft_tokens": "speculative decoding: tokens drafted per greedy request "
+    "and step by lookup in its own prompt and output and in the prefix cache's paths, checked "
+    "in the same forward pass (the output is the same as without); 0: off",
+    "speculative_ngram_max": "speculative decoding: the longest suffix n-gram looked up in the "
+    "request's own tokens (shorter ones are tried down to 1)",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
     "scheduler_stall_timeout_s": "seconds without a heartbeat from the scheduler loop after "

@@ -1,0 +1,52 @@
+"""Read-only walks of the radix tree: the cached tokens that follow a whole key (what a
+speculative drafter proposes). Nothing here splits a node, takes a lock or touches LRU state."""
+
+from __future__ import annotations
+
+from radixrt.cache.tree_node import TreeNode, child_key
+
+
+def continuation(
+    root: TreeNode, key: list[int], extra_key: str | None, page_size: int, max_tokens: int
+) -> list[int]:
+    """Up to `max_tokens` tokens cached right after `key` when all of `key` is a cached path
+    in namespace `extra_key` (compared token by token, whatever the page size); [] when it is
+    not. Past the end of `key` the walk follows the most recently used child at each fork."""
+    if not key or max_tokens <= 0:
+        return []
+    node, pos = root, 0
+    while pos < len(key):
+        child = _child_at(node, key, pos, extra_key, page_size)
+        if child is None:
+            return []
+        n = min(len(child.key), len(key) - pos)
+        if child.key[:n] != key[pos : pos + n]:
+            return []
+        if pos + n == len(key):  # the key ends inside this node (or at its end)
+            out = child.key[n : n + max_tokens]
+            return out + _follow(child, max_tokens - len(out))
+        node, pos = child, pos + n
+    return []
+
+
+def _child_at(
+    node: TreeNode, key: list[int], pos: int, extra_key: str | None, page_size: int
+) -> TreeNode | None:
+    """The child of `node` whose key may hold key[pos:]; a scan of the children when fewer
+    than a page of tokens are left (a child's index key is a whole page then)."""
+    if page_size == 1 or len(key) - pos >= page_size:
+        return node.children.get(child_key(extra_key, key, pos, page_size))
+    rest = key[pos:]
+    for child in node.children.values():
+        if child.extra_key == extra_key and child.key[: len(rest)] == rest:
+            return child
+    return None
+
+
+def _follow(node: TreeNode, max_tokens: int) -> list[int]:
+    """Tokens below `node` along its most recently used children, up to `max_tokens`."""
+    out: list[int] = []
+    while len(out) < max_tokens and node.children:
+        node = max(node.children.values(), key=lambda c: (c.last_access_time, c.id))
+        out += node.key[: max_tokens - len(out)]
+    return out

@@ -1,0 +1,41 @@
+"""Speculative decoding by lookup: drafts from the prefix cache and the request's own tokens,
+verified in the step's forward pass (speculation.py says how, and who owns the draft slots).
+
+Speculated: greedy requests without grammar, penalties, logprobs or a pending min_new_tokens
+(drafter.can_speculate); the rest decode one token per step in the same batch. Not yet:
+sampling at temperature > 0, draft trees, a draft model, models with sliding-window layers
+(their window pool), and CUDA graphs for batches that verify drafts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from radixrt.cache.kv_manager import KVCacheManager
+from radixrt.config import SchedulerConfig
+from radixrt.core import Req
+from radixrt.executor.sampler import Sampler
+from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, NoDrafter
+from radixrt.scheduler.speculative.speculation import Speculation
+from radixrt.scheduler.stats import SchedulerStats
+
+__all__ = ["BaseDrafter", "LookupDrafter", "NoDrafter", "Speculation", "build_speculation"]
+
+logger = logging.getLogger("radixrt")
+
+
+def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Sampler,
+                      context_len: int, stats: SchedulerStats,
+                      check_finish: Callable[[Req], None]) -> Speculation:  # fmt: skip
+    """The configured speculation: lookup drafts when speculative_num_draft_tokens > 0, else
+    (and with a window pool, not supported yet) none."""
+    k = config.speculative_num_draft_tokens
+    if k and kv.window.window:
+        logger.warning("speculative decoding is off: models with sliding-window layers are "
+                       "not speculated yet")  # fmt: skip
+        k = 0
+    drafter: BaseDrafter = NoDrafter()
+    if k:
+        drafter = LookupDrafter(kv.cache, config.speculative_ngram_max)
+    return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish)

@@ -1,0 +1,67 @@
+"""Drafters: where speculative tokens come from. `LookupDrafter` is model-free: the prefix
+cache's path after the request's whole sequence, else its own prompt and output (n-gram
+lookup); `NoDrafter` is the "off" null object."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from radixrt.cache.prefix_cache import BasePrefixCache
+from radixrt.core import Req
+from radixrt.scheduler.speculative.ngram import NgramIndex
+
+
+def can_speculate(req: Req) -> bool:
+    """Whether `req` may be speculated: a greedy request whose next tokens depend on nothing
+    but the logits (no grammar, penalties, stop-token ban or logprobs), so each verified
+    position picks what a decode step would. Others decode one token per step as before."""
+    p = req.sampling_params
+    return (
+        p.is_greedy
+        and req.grammar is None
+        and p.regex is None and p.json_schema is None and p.ebnf is None
+        and not p.return_logprob
+        and p.repetition_penalty == 1.0
+        and p.frequency_penalty == 0.0
+        and p.presence_penalty == 0.0
+        and len(req.output_ids) >= p.min_new_tokens
+    )  # fmt: skip
+
+
+class BaseDrafter(ABC):
+    """Proposes the tokens most likely to follow a request's fill_ids."""
+
+    @abstractmethod
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        """Up to `max_tokens` guessed tokens after req.fill_ids ([]: no guess)."""
+
+
+class NoDrafter(BaseDrafter):
+    """Speculation off: never guesses."""
+
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        return []
+
+
+class LookupDrafter(BaseDrafter):
+    """Drafts by lookup, in the request's own namespace only (the cache walk is keyed by its
+    extra_key, so another tenant's paths are never read).
+
+    First the prefix cache: when all of the request's tokens are a cached path (the same
+    question asked and answered before), the cached tokens after it. Then its own tokens:
+    what followed the latest earlier occurrence of its last n tokens (n = ngram_max .. 1);
+    the index lives on `req.draft_state`."""
+
+    def __init__(self, cache: BasePrefixCache, ngram_max: int) -> None:
+        self.cache = cache
+        self.ngram_max = ngram_max
+
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        tokens = req.fill_ids
+        found = self.cache.continuation(tokens, req.extra_key, max_tokens)
+        if found:
+            return found
+        if req.draft_state is None:
+            req.draft_state = NgramIndex(self.ngram_max)
+        index: NgramIndex = req.draft_state
+        return index.draft(tokens, max_tokens)

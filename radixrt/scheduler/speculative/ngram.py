@@ -1,0 +1,48 @@
+"""NgramIndex: a request's own tokens indexed by their suffix n-grams, so the tokens that
+followed the latest earlier occurrence of its last n tokens are found in O(n) per step."""
+
+from __future__ import annotations
+
+
+class NgramIndex:
+    """For n = 1..max_n: each n-gram of the sequence seen so far -> where the tokens after
+    its latest occurrence start. Only occurrences with at least one token after them are
+    indexed, so a lookup of the sequence's own last n tokens finds an earlier one.
+
+    The sequence only grows (prompt + output; a retracted request keeps its output), so
+    `update` indexes just the new positions."""
+
+    def __init__(self, max_n: int) -> None:
+        self.max_n = max_n
+        self._after: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n)]
+        self._indexed = 0  # n-grams ending before this position are indexed
+
+    def update(self, tokens: list[int]) -> None:
+        """Index the n-grams ending at positions _indexed .. len(tokens) - 2."""
+        for end in range(self._indexed, len(tokens) - 1):
+            for n in range(1, min(self.max_n, end + 1) + 1):
+                self._after[n - 1][tuple(tokens[end + 1 - n : end + 1])] = end + 1
+        self._indexed = max(self._indexed, len(tokens) - 1)
+
+    def draft(self, tokens: list[int], max_tokens: int) -> list[int]:
+        """Up to `max_tokens` tokens that followed the latest earlier occurrence of the
+        longest suffix of `tokens` (max_n down to 1 tokens) seen before; [] when none was.
+        A continuation that runs into the end of `tokens` (a repeating pattern shorter than
+        the draft) is looked up again after the tokens drafted so far."""
+        self.update(tokens)
+        out: list[int] = []
+        seq = tokens
+        while len(out) < max_tokens:
+            more = self._lookup(seq, max_tokens - len(out))
+            if not more:
+                break
+            out += more
+            seq = tokens + out
+        return out
+
+    def _lookup(self, seq: list[int], max_tokens: int) -> list[int]:
+        for n in range(min(self.max_n, len(seq) - 1), 0, -1):
+            start = self._after[n - 1].get(tuple(seq[-n:]))
+            if start is not None:
+                return seq[start : start + max_tokens]
+        return []

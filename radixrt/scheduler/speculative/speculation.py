@@ -1,0 +1,128 @@
+"""Speculation: drafts for decoding requests before a step, and after it the longest drafted
+prefix the model agrees with, plus one token of its own, kept.
+
+A speculating request computes 1 + k tokens in the step's forward pass, as an extend next to
+the other requests': its last sampled token and the k drafted ones, with logits at every
+position. Row j's greedy pick is what a decode step after the first j drafted tokens would
+sample, so the drafted tokens are accepted while they equal the row before's pick; the
+picks are emitted one at a time through the finish check, so a stop token, stop string,
+max_new_tokens or the context length ends the output exactly where one-token steps would.
+
+Draft slot ownership: `alloc_for` gives the request slots for all 1 + k positions, like any
+extend (they are the request's). After verification the positions holding tokens of its
+output stay (kv_len moves past them); the slots of the rejected ones are freed in the same
+step, so the pool is whole after every step and no draft slot outlives it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from radixrt.cache.kv_manager import KVCacheManager
+from radixrt.core import FinishReason, Req
+from radixrt.executor.sampler import NO_TOKEN, Sampler
+from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
+from radixrt.scheduler.stats import SchedulerStats
+
+
+class Speculation:
+    """Plans drafts within spare KV slots and verifies them; with `num_draft_tokens` 0 (or a
+    NoDrafter) it drafts nothing and every step is as without speculation."""
+
+    def __init__(self, drafter: BaseDrafter, num_draft_tokens: int, kv: KVCacheManager,
+                 sampler: Sampler, context_len: int, stats: SchedulerStats,
+                 check_finish: Callable[[Req], None]) -> None:  # fmt: skip
+        self.drafter = drafter
+        self.num_draft_tokens = num_draft_tokens
+        self.kv = kv
+        self.sampler = sampler
+        # The last position a request may compute: the context and its req_to_token row.
+        self.max_len = min(context_len, kv.req_to_token_pool.req_to_token.shape[1])
+        self.stats = stats
+        self.check_finish = check_finish  # guarded: a fault finishes that request alone
+
+    def plan(self, decoding: list[Req], spare: int) -> int:
+        """Draft for the eligible of `decoding` (each set to extend 1 token) using at most
+        `spare` KV slots beyond their decode step's; sets draft_ids and extend_len and
+        returns the slots taken."""
+        if self.num_draft_tokens <= 0:
+            return 0
+        used = 0
+        for req in decoding:
+            room = self._room(req)
+            if room <= 0 or not can_speculate(req):
+                continue
+            base = self.kv.slots_needed(req, 1)
+            fit = self.kv.tokens_fitting(req, base + spare - used) - 1
+            draft = self.drafter.propose(req, min(room, fit)) if fit > 0 else []
+            if draft:
+                req.draft_ids = draft[: min(room, fit)]
+                req.extend_len = 1 + len(req.draft_ids)
+                used += self.kv.slots_needed(req, req.extend_len) - base
+        return used
+
+    def _room(self, req: Req) -> int:
+        """The most tokens worth drafting for `req`: all but the bonus token of what is left
+        of max_new_tokens, within the context."""
+        left = req.sampling_params.max_new_tokens - len(req.output_ids) - 1
+        return min(self.num_draft_tokens, left, self.max_len - req.seq_len)
+
+    def verify(self, items: list[tuple[Req, int]], logits: torch.Tensor) -> list[Req]:
+        """For each (request, first logits row) that speculated: accept, emit, free the
+        rejected slots; returns the requests (the caller retires the finished)."""
+        rows = [i for req, start in items for i in range(start, start + req.extend_len)]
+        reqs = [req for req, _ in items for _ in range(req.extend_len)]
+        picks = self.sampler.sample(logits[rows], reqs).next_token_ids
+        now, i = time.monotonic(), 0
+        for req, _ in items:
+            e = req.extend_len
+            self._accept(req, picks[i : i + e], now)
+            i += e
+        return [req for req, _ in items]
+
+    def _accept(self, req: Req, picks: list[int], now: float) -> None:
+        draft, start = req.draft_ids, req.kv_len
+        n = 0  # drafted tokens the model agrees with
+        while n < len(draft) and draft[n] == picks[n]:
+            n += 1
+        emitted = 0
+        for token in picks[: n + 1]:
+            if req.is_finished:
+                break
+            if token == NO_TOKEN:
+                req.finish(FinishReason.error(
+                    "no token can be sampled: every token is disallowed here (non-finite logits)"
+                ))  # fmt: skip
+                break
+            req.output_ids.append(token)
+            emitted += 1
+            self.check_finish(req)
+        req.first_token_time = req.first_token_time or now
+        req.spec_drafted += len(draft)
+        req.spec_accepted += min(n, emitted)
+        self.stats.generated_tokens += emitted
+        self.stats.spec_drafted_tokens += len(draft)
+        self.stats.spec_accepted_tokens += min(n, emitted)
+        # Position start + j computed [last token, *draft][j]; for j <= emitted it is a token
+        # of the output now (drafts equal the picks before them), the rest were rejected.
+        keep = start + max(emitted, 1)
+        self._free_positions(req, keep, start + req.extend_len)
+        req.kv_len = keep
+        req.draft_ids = []
+        self.kv.advance_window(req)
+
+    def _free_positions(self, req: Req, lo: int, hi: int) -> None:
+        """Free the slots of positions [lo, hi) of `req`, which it owns: with pages, only the
+        whole pages past position lo (the partly used last page stays the request's, as
+        after any step)."""
+        p = self.kv.page_size
+        lo = -(-lo // p) * p
+        if lo >= hi:
+            return
+        row = req.req_pool_idx
+        assert row is not None
+        slots = self.kv.req_to_token_pool.req_to_token[row, lo:hi].to(torch.int64)
+        self.kv.allocator.free(slots)

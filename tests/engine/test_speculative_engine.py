@@ -1,0 +1,94 @@
+"""Speculative decoding on the default model through the Engine: greedy text identical with
+and without it (repeated text, chat, stop strings, max_new_tokens, n > 1, mixed batches), the
+acceptance counts in meta_info, and the pool whole after every test."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_pool_whole
+
+from radixrt import Engine
+
+
+@pytest.fixture(scope="module")
+def engines(smollm2_path):
+    with (
+        Engine(str(smollm2_path), max_total_tokens=4096) as plain,
+        Engine(str(smollm2_path), max_total_tokens=4096, speculative_num_draft_tokens=5) as spec,
+    ):
+        yield plain, spec
+
+
+@pytest.fixture(autouse=True)
+def _whole(engines):
+    yield
+    for e in engines:
+        assert_pool_whole(e)
+
+
+def _chat(engine, text: str) -> str:
+    return engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+REPEAT = "The quick brown fox jumps over the lazy dog. " * 3  # continued by more of it
+
+
+def _both(engines, prompt, params):
+    plain, spec = engines
+    return plain.generate(prompt, params), spec.generate(prompt, params)
+
+
+def test_repeated_text_is_identical_and_accepted(engines) -> None:
+    params = {"temperature": 0, "max_new_tokens": 48}
+    ref, got = _both(engines, REPEAT, params)
+    assert got["output_ids"] == ref["output_ids"] and got["text"] == ref["text"]
+    meta = got["meta_info"]
+    assert meta["spec_accepted_tokens"] > 10, meta
+    assert meta["spec_draft_tokens"] >= meta["spec_accepted_tokens"]
+    assert "spec_draft_tokens" not in ref["meta_info"]
+    again = engines[1].generate(REPEAT, params)  # the answer is cached
+    assert again["output_ids"] == ref["output_ids"]
+    assert again["meta_info"]["spec_accepted_tokens"] > meta["spec_accepted_tokens"]
+    stats = engines[1].get_stats()
+    assert stats["spec_accepted_tokens"] > 0
+
+
+def test_chat_stop_strings_and_length(engines) -> None:
+    france = _chat(engines[0], "What is the capital of France?")
+    for params in (
+        {"temperature": 0, "max_new_tokens": 16},
+        {"temperature": 0, "max_new_tokens": 16, "stop": ["of Fr"]},
+        {"temperature": 0, "max_new_tokens": 3},
+        {"temperature": 0, "max_new_tokens": 7},
+    ):
+        engines[1].generate(france, {"temperature": 0, "max_new_tokens": 16})  # drafts cached
+        ref, got = _both(engines, france, params)
+        assert got["text"] == ref["text"] and got["output_ids"] == ref["output_ids"], params
+        assert got["meta_info"]["finish_reason"] == ref["meta_info"]["finish_reason"]
+    assert got["meta_info"]["spec_accepted_tokens"] > 0
+
+
+def test_stop_string_inside_an_accepted_draft(engines) -> None:
+    prompt = REPEAT
+    params = {"temperature": 0, "max_new_tokens": 48, "stop": ["lazy dog. The"]}
+    engines[1].generate(prompt, {"temperature": 0, "max_new_tokens": 48})
+    ref, got = _both(engines, prompt, params)
+    assert got["text"] == ref["text"] and got["output_ids"] == ref["output_ids"]
+    assert got["meta_info"]["finish_reason"] == ref["meta_info"]["finish_reason"]
+    assert ref["meta_info"]["finish_reason"]["type"] == "stop"
+    assert got["meta_info"]["spec_accepted_tokens"] > 0
+
+
+def test_n_greedy_and_a_mixed_batch(engines) -> None:
+    prompts = [REPEAT, _chat(engines[0], "Count from 1 to 20.")]
+    params = [
+        {"temperature": 0, "max_new_tokens": 40, "n": 2},
+        {"temperature": 0.7, "seed": 5, "max_new_tokens": 40},
+    ]
+    ref = engines[0].generate(prompts, params)
+    got = engines[1].generate(prompts, params)
+    assert [g["output_ids"] for g in got] == [r["output_ids"] for r in ref]
+    assert got[0]["meta_info"].get("spec_accepted_tokens", 0) > 0
+    assert "spec_draft_tokens" not in got[2]["meta_info"]  # sampled: not speculated

@@ -1,0 +1,96 @@
+"""The lookup drafter's sources alone: the n-gram index over a request's own tokens and the
+radix tree's continuation after a whole cached path (namespaces, pages, read-only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixrt.cache.memory_pool import TokenSlotAllocator
+from radixrt.cache.paged_allocator import PagedSlotAllocator
+from radixrt.cache.prefix_cache import NoPrefixCache
+from radixrt.cache.radix_cache import RadixCache
+from radixrt.core import Req, SamplingParams
+from radixrt.scheduler.speculative.drafter import LookupDrafter, can_speculate
+from radixrt.scheduler.speculative.ngram import NgramIndex
+
+
+def test_ngram_longest_suffix_latest_occurrence() -> None:
+    idx = NgramIndex(4)
+    seq = [1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3]
+    # [2, 3] last seen before the end at 5..6, followed by 7; [1, 2, 3]+ is not a suffix.
+    assert idx.draft(seq, 3) == [7, 5, 2]
+    assert idx.draft([*seq, 7], 2) == [5, 2]  # [2, 3, 7] now: the 3-gram wins
+    assert NgramIndex(4).draft([1, 2, 3], 4) == []  # nothing seen twice
+    assert NgramIndex(2).draft([], 4) == [] and NgramIndex(2).draft([5], 4) == []
+
+
+def test_ngram_repeats_a_short_period() -> None:
+    assert NgramIndex(4).draft([4, 5, 4, 5, 4, 5], 5) == [4, 5, 4, 5, 4]
+    assert NgramIndex(3).draft([8, 8], 4) == [8, 8, 8, 8]
+
+
+def test_ngram_index_is_incremental() -> None:
+    idx = NgramIndex(3)
+    seq = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    for n in range(1, len(seq) + 1):
+        fresh = NgramIndex(3).draft(seq[:n], 4)
+        assert idx.draft(seq[:n], 4) == fresh
+
+
+def _radix(page_size: int = 1) -> RadixCache:
+    alloc = TokenSlotAllocator(256) if page_size == 1 else PagedSlotAllocator(256, page_size)
+    return RadixCache(alloc, page_size)
+
+
+def _insert(cache: RadixCache, key: list[int], extra_key: str | None = None) -> None:
+    slots = cache.allocator.alloc(len(key))
+    n = cache.insert(key, slots, extra_key)
+    cache.allocator.free(slots[:n])
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_continuation_after_a_whole_cached_path(page_size: int) -> None:
+    cache = _radix(page_size)
+    _insert(cache, list(range(10, 26)), "a")
+    nodes, sizes = cache.num_nodes, (cache.evictable_size, cache.protected_size)
+    assert cache.continuation(list(range(10, 15)), "a", 3) == [15, 16, 17]
+    assert cache.continuation(list(range(10, 23)), "a", 8) == [23, 24, 25]
+    assert cache.continuation(list(range(10, 26)), "a", 4) == []  # nothing after it
+    assert cache.continuation([10, 11, 99], "a", 4) == []  # not a cached path
+    assert cache.continuation(list(range(10, 15)), "b", 4) == []  # another namespace
+    assert cache.continuation(list(range(10, 15)), None, 4) == []
+    assert (cache.num_nodes, (cache.evictable_size, cache.protected_size)) == (nodes, sizes)
+    cache.check_integrity()
+
+
+def test_continuation_follows_the_most_recent_branch() -> None:
+    cache = _radix()
+    _insert(cache, [1, 2, 3, 4, 5, 6])
+    _insert(cache, [1, 2, 3, 7, 8, 9])
+    assert cache.continuation([1, 2], None, 4) == [3, 7, 8, 9]
+    cache.match_prefix([1, 2, 3, 4, 5])  # uses the first branch again
+    assert cache.continuation([1, 2], None, 4) == [3, 4, 5, 6]
+    assert NoPrefixCache(TokenSlotAllocator(8)).continuation([1, 2], None, 4) == []
+
+
+def test_drafter_prefers_the_tree_then_own_tokens() -> None:
+    cache = _radix()
+    _insert(cache, [5, 6, 7, 8, 9, 10])
+    req = Req("r", [5, 6, 7], SamplingParams(temperature=0), output_ids=[8])
+    drafter = LookupDrafter(cache, 4)
+    assert drafter.propose(req, 3) == [9, 10]
+    req = Req("r", [1, 2, 3, 1, 2], SamplingParams(temperature=0))
+    assert drafter.propose(req, 3) == [3, 1, 2]
+
+
+def test_who_is_speculated() -> None:
+    def req(**kw) -> Req:
+        return Req("r", [1, 2], SamplingParams(**kw), output_ids=[3])
+
+    assert can_speculate(req(temperature=0)) and can_speculate(req(top_k=1))
+    assert not can_speculate(req(temperature=0.7))
+    assert not can_speculate(req(temperature=0, return_logprob=True))
+    assert not can_speculate(req(temperature=0, frequency_penalty=0.5))
+    assert not can_speculate(req(temperature=0, repetition_penalty=1.2))
+    assert not can_speculate(req(temperature=0, min_new_tokens=4))
+    assert not can_speculate(req(temperature=0, regex="a+"))
