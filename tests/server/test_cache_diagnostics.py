@@ -154,6 +154,11 @@ def test_openai_responses_diagnostics(server: ServerProcess):
                                       prompt_cache_options=again)  # fmt: skip
     d = changed.prompt_cache_diagnostics
     assert d.type == "cache_miss" and d.reason == "input_changed" and d.cache_missed_tokens > 0
+    stored = client.responses.create(**{**base, "store": True}, input="Name a color.")
+    to_stored = {"comparison_response_id": stored.id}
+    chained = client.responses.create(**base, input="Another?", previous_response_id=stored.id,
+                                      prompt_cache_options=to_stored)  # fmt: skip
+    assert chained.prompt_cache_diagnostics.type == "cache_hit"
     gone = client.responses.create(**base, input="x", prompt_cache_options={
         "comparison_response_id": "resp_nope"})  # fmt: skip
     assert gone.prompt_cache_diagnostics.type == "comparison_response_not_found"
