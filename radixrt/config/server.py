@@ -65,6 +65,10 @@ class ServerConfig(BrowserConfig):
     # rotated past this many MB; `radixrt cost --request-log` replays it.
     request_log: str | None = None
     request_log_max_mb: int = 100
+    # Cache-miss diagnostics (radixrt/server/diagnostics/): fingerprints of answered chat-like
+    # requests kept per tenant, hashes only; past either bound the oldest goes.
+    max_fingerprints: int = 4096
+    max_fingerprint_bytes: int = 16 * 2**20
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,6 +122,8 @@ class ServerConfig(BrowserConfig):
             "max_pending_grammars",
             "max_stored_responses",
             "max_stored_response_bytes",
+            "max_fingerprints",
+            "max_fingerprint_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -146,6 +146,10 @@ _HELP = {
     "request_log": "JSONL file: one line per finished request (counts, cache markers, "
     "salted prefix hashes, no text) for `radixrt cost --request-log`",
     "request_log_max_mb": "rotate the request log past this size (FILE.1, FILE.2, FILE.3)",
+    "max_fingerprints": "cache-miss diagnostics: prompt fingerprints kept per tenant (hashes "
+    "only; past it the oldest goes)",
+    "max_fingerprint_bytes": "cache-miss diagnostics: bytes of prompt fingerprints kept per "
+    "tenant (past it the oldest goes)",
     "router_policy": "how --dp picks a replica per request",
     "cache_threshold": "cache_aware: follow the longest match above this matched/prompt ratio",
     "balance_abs_threshold": "cache_aware: loads differing by more than this are imbalanced...",

@@ -12,6 +12,7 @@ from typing import Any
 from starlette.responses import Response
 
 from radixrt.output.delta import OutputDelta
+from radixrt.server.diagnostics import Diagnosis
 from radixrt.server.req_state import ReqState
 
 Explained = dict[tuple[int, ...], dict[str, Any]]  # a prompt's ids -> why it missed the cache
@@ -42,6 +43,9 @@ class BaseRender(ABC):
     # True: a delta for every new token, even when its text is held back (the native stream,
     # whose events count tokens); False: only once there is new text or the finish.
     every_token = False
+    # Set by the pipeline before any output when the call asked to compare its prompt with an
+    # earlier response's (diagnostics/compare.py); None: not asked.
+    diagnosis: Diagnosis | None = None
 
     @abstractmethod
     def response(self, done: Finished) -> Response | dict[str, Any]:

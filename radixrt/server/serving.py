@@ -10,9 +10,12 @@ wire format). Between the two, in this order and only here:
 2. grammar: a constrained request's grammar is checked in a worker (grammar_check.py);
 3. admission: the tenant's share is checked and held until the submit (Tenancy.admit);
 4. explain (asked for, whole answers only) and the prompt guard (a chat turn with a session);
+   a chat-like call's cache-miss diagnosis against the earlier response it names, set on the
+   render before any output (diagnostics/);
 5. submit, then wait for the whole answer or stream the deltas; a client that goes away
    aborts its requests (unary: DisconnectWatcher; stream: the generator's `finally`), and a
-   failure mid-stream ends it with the render's error event.
+   failure mid-stream ends it with the render's error event;
+6. once answered, a chat-like call's prompt fingerprint is kept under its response id.
 
 Every route that queues work comes through here and runs as its HTTP caller: a cache handle's
 prefill (`make_handle`) and a cache explanation (`explain`) too, admitted and counted as the
@@ -30,7 +33,8 @@ from starlette.responses import Response
 
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.output.delta import OutputDelta
-from radixrt.server.cache_handles import CacheHandle, HandleRender
+from radixrt.server.cache_handles import CacheHandle, HandleRender, owner_of
+from radixrt.server.diagnostics import FingerprintStore, PromptRecord, diagnose
 from radixrt.server.explain import explain_prompts
 from radixrt.server.grammar_check import GrammarChecker
 from radixrt.server.prompt_guard import PromptGuard, Turn
@@ -58,6 +62,7 @@ class ServeRequest:
     session: str | None = None  # a session key from the body (X-Session-Id wins)
     explain: bool = False  # explain each prompt's cache miss (whole answers only)
     messages: list[dict[str, str]] | None = None  # a chat turn's messages, for the guard
+    record: PromptRecord | None = None  # a chat-like call's fingerprint (one prompt), kept
 
     @classmethod
     def prefill(cls, handle: CacheHandle, cache_salt: str | None = None) -> ServeRequest:
@@ -77,18 +82,25 @@ class ServingPipeline:
         self.grammar = grammar
         self.guard = PromptGuard(tm.metrics)
         self.max_logprob_entries = tm.config.max_logprob_entries
+        config = tm.config
+        self.fingerprints = FingerprintStore(config.max_fingerprints, config.max_fingerprint_bytes)
 
     async def serve(self, request: Request, req: ServeRequest, render: BaseRender) -> Response:
         """Submit `req` and answer with `render`: whole, or streamed when `req.stream`."""
         states, explained, turn = await self._submit(request, req)
+        owner = owner_of(request)
+        if req.record is not None:
+            render.diagnosis = diagnose(self.fingerprints, owner, req.record, req.prompts[0])
         if req.stream:
-            return sse_response(self._stream(states, render, turn), render.media_type)
+            stream = self._stream(states, render, turn, (owner, req.record))
+            return sse_response(stream, render.media_type)
         try:
             await wait_finished(request, self.tm, states)
         except ClientGoneError:
             return Response(status_code=499)
         if turn is not None:
             self.guard.record(*turn, states[0].out.output_ids)
+        self._keep(owner, req.record)
         outputs = [_whole(state) for state in states]
         answer = render.response(Finished(states, outputs, explained))
         return answer if isinstance(answer, Response) else json_response(answer)
@@ -151,8 +163,17 @@ class ServingPipeline:
             )
         return states, explained, turn
 
+    def _keep(self, owner: str, record: PromptRecord | None) -> None:
+        """Keep an answered call's fingerprint, for a later call to be compared with."""
+        if record is not None:
+            self.fingerprints.put(owner, record.response_id, record.fingerprint)
+
     async def _stream(
-        self, states: list[ReqState], render: BaseRender, turn: Turn | None
+        self,
+        states: list[ReqState],
+        render: BaseRender,
+        turn: Turn | None,
+        kept: tuple[str, PromptRecord | None],
     ) -> AsyncIterator[bytes]:
         """The stream of one call; however it ends, its unfinished requests are aborted."""
         try:
@@ -172,8 +193,10 @@ class ServingPipeline:
             yield render.error(str(e), e.status_code)
         finally:
             self.tm.abort(states)  # a no-op for the finished ones
-        if turn is not None and states[0].out.is_finished:
-            self.guard.record(*turn, states[0].out.output_ids)
+        if states[0].out.is_finished:
+            if turn is not None:
+                self.guard.record(*turn, states[0].out.output_ids)
+            self._keep(*kept)
         for event in render.close():
             yield event
 

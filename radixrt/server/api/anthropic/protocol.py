@@ -68,6 +68,13 @@ class OutputConfig(msgspec.Struct, kw_only=True):
     format: Any = None  # structured output: refused
 
 
+class DiagnosticsAsk(msgspec.Struct, forbid_unknown_fields=True):
+    """Cache diagnostics (diagnostics.py): the message to compare with; null opts in on a
+    first turn."""
+
+    previous_message_id: str | None = None
+
+
 class MessagesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str
     messages: list[Message]
@@ -84,11 +91,11 @@ class MessagesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metadata: dict[str, Any] | None = None  # metadata.user_id is the session key
     thinking: Choice | None = None
     output_config: OutputConfig | None = None
+    diagnostics: DiagnosticsAsk | None = None  # why this request missed that one's cache
     # Where and how Anthropic would run it: accepted and ignored.
     service_tier: str | None = None
     inference_geo: str | None = None
     speed: str | None = None
-    diagnostics: Any = None
     # Features of Anthropic's own platform: refused when given.
     container: Any = None
     mcp_servers: Any = None

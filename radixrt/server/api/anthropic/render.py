@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from radixrt.core import FinishKind, PinSpec
 from radixrt.output.delta import OutputDelta
+from radixrt.server.api.anthropic.diagnostics import render_diagnostics
 from radixrt.server.api.anthropic.protocol import Breakpoint, usage
 from radixrt.server.api.anthropic.tool_blocks import (
     ToolBlocks,
@@ -144,7 +145,7 @@ class MessagesRender(BaseRender):
             pinned = [(o.tokens, b.ttl) for (b, _), o in outcomes if o.pinned]
         else:
             pinned = [(b.offset, b.ttl) for b, _ in self.planned]
-        return {
+        message = {
             "id": self.msg_id,
             "type": "message",
             "role": "assistant",
@@ -154,6 +155,9 @@ class MessagesRender(BaseRender):
             "stop_sequence": None,
             "usage": usage(req.prompt_len, req.cached_tokens, len(req.output_ids), pinned),
         }
+        if self.diagnosis is not None:  # asked: the message_start of a stream has it too
+            message["diagnostics"] = render_diagnostics(self.diagnosis)
+        return message
 
 
 def _has_block(state: ReqState) -> bool:

@@ -15,10 +15,12 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from radixrt.server.api.anthropic.diagnostics import prompt_record
 from radixrt.server.api.anthropic.prompt import RenderedPrompt, prepare_messages
 from radixrt.server.api.anthropic.protocol import MessagesRequest, pin_specs
 from radixrt.server.api.anthropic.render import MessagesRender, render_error
 from radixrt.server.api.context import ApiContext
+from radixrt.server.diagnostics import PromptRecord
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
@@ -42,7 +44,8 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post(PATH)
     async def messages(request: Request) -> Response:
         raw = await request.body()
-        body, prompt = await tm.run_tokenizer(_parse, raw, ctx, True)
+        msg_id = "msg_" + uuid.uuid4().hex
+        body, prompt, record = await tm.run_tokenizer(_parse_call, raw, ctx, msg_id)
         assert prompt.params is not None
         planned = pin_specs(
             prompt.breakpoints,
@@ -57,8 +60,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             stream=body.stream,
             pins=[spec for _, spec in planned],
             session=user_id if isinstance(user_id, str) else None,
+            record=record,
         )
-        render = MessagesRender("msg_" + uuid.uuid4().hex, ctx.model_name, planned, prompt.plan)
+        render = MessagesRender(msg_id, ctx.model_name, planned, prompt.plan)
         return await ctx.pipeline.serve(request, req, render)
 
 
@@ -66,3 +70,11 @@ def _parse(raw: bytes, ctx: ApiContext, generate: bool) -> tuple[MessagesRequest
     """Decode, render and tokenize a body (on the tokenizer thread)."""
     body = decode_body(raw, MessagesRequest)
     return body, prepare_messages(body, ctx.tokenizer, ctx.limits, generate, ctx.tool_format)
+
+
+def _parse_call(
+    raw: bytes, ctx: ApiContext, msg_id: str
+) -> tuple[MessagesRequest, RenderedPrompt, PromptRecord]:
+    """A /v1/messages body parsed, and its prompt's fingerprint under `msg_id`."""
+    body, prompt = _parse(raw, ctx, True)
+    return body, prompt, prompt_record(msg_id, body, prompt.input_ids)

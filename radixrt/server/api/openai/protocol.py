@@ -131,6 +131,13 @@ class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
         )
 
 
+class ChatCacheOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`prompt_cache_options` on chat: the response to compare this prompt with
+    (diagnostics.py). Pins are asked with prompt_cache_retention here."""
+
+    comparison_response_id: str | None = None
+
+
 class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
     messages: list[ChatMessage]
     response_format: ResponseFormat | None = None
@@ -140,6 +147,7 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     tools: list[ToolDef] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    prompt_cache_options: ChatCacheOptions | None = None
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:

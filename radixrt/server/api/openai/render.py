@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from radixrt.output.delta import OutputDelta
+from radixrt.server.api.openai.diagnostics import render_cache_diagnostics
 from radixrt.server.api.openai.tools import call_items
 from radixrt.server.render import BaseRender, Finished
 from radixrt.server.req_state import ReqState
@@ -63,6 +64,10 @@ class CompletionRender(BaseRender):
         }
         self._offsets: dict[int, int] = {}  # text logprobs: characters of the tokens sent
 
+    @property
+    def response_id(self) -> str:
+        return str(self._head["id"])
+
     def response(self, done: Finished) -> dict[str, Any]:
         choices = []
         for i, delta in enumerate(done.outputs):
@@ -87,14 +92,14 @@ class CompletionRender(BaseRender):
             )
         kind = "chat.completion" if self.is_chat else "text_completion"
         return {**self._head, "object": kind, "created": int(time.time()),
-                "choices": choices, "usage": usage}  # fmt: skip
+                "choices": choices, "usage": usage, **self._diagnostics()}  # fmt: skip
 
     def head(self, states: list[ReqState]) -> Iterator[bytes]:
         if self.is_chat:
             for i in range(len(states)):
                 first = {"index": i, "delta": {"role": "assistant", "content": ""},
                          "logprobs": None, "finish_reason": None}  # fmt: skip
-                yield sse_event({**self._head, "choices": [first]})
+                yield sse_event({**self._head, "choices": [first], **self._diagnostics()})
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
         choice = self._choice(index, state, delta)
@@ -121,6 +126,13 @@ class CompletionRender(BaseRender):
 
     def close(self) -> tuple[bytes, ...]:
         return (SSE_DONE,)
+
+    def _diagnostics(self) -> dict[str, Any]:
+        """`prompt_cache_diagnostics` when asked: on the chat completion, or on a stream's
+        first chunks (known before any output)."""
+        if self.diagnosis is None:
+            return {}
+        return {"prompt_cache_diagnostics": render_cache_diagnostics(self.diagnosis)}
 
     def _choice(self, index: int, state: ReqState, delta: OutputDelta) -> dict[str, Any]:
         """A choice with the delta's text (as `delta`) and its tokens' logprobs."""

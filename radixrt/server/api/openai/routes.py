@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.api.context import ApiContext
+from radixrt.server.api.openai.diagnostics import chat_fingerprint, comparison_of
 from radixrt.server.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -21,6 +22,7 @@ from radixrt.server.api.openai.protocol import (
 )
 from radixrt.server.api.openai.render import CompletionRender, TokenStrings
 from radixrt.server.api.openai.tools import tool_plan
+from radixrt.server.diagnostics import Fingerprint, PromptRecord
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
 from radixrt.server.serving import ServeRequest
 from radixrt.server.tools import CallFormat, ToolPlan
@@ -50,9 +52,15 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     async def serve(request: Request, is_chat: bool) -> Response:
         raw = await request.body()
-        body, prepared, plan = await tm.run_tokenizer(
+        body, prepared, plan, fp = await tm.run_tokenizer(
             _parse, raw, is_chat, tm.tokenizer, ctx.limits, ctx.tool_format
         )
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan)
+        record = None
+        if fp is not None:  # a chat: kept, and compared when it asks
+            compare_to = comparison_of(body)
+            record = PromptRecord(render.response_id, fp, compare_to is not None, compare_to)
         pins = retention_pins(
             body.prompt_cache_retention,
             prepared.prompts,
@@ -69,19 +77,20 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             session=body.prompt_cache_key or body.user,
             explain=body.explain_cache,
             messages=chat_messages(body) if is_chat else None,
+            record=record,
         )
-        usage = body.stream_options is not None and body.stream_options.include_usage
-        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan)
         return await ctx.pipeline.serve(request, req, render)
 
 
 def _parse(
     raw: bytes, is_chat: bool, tokenizer: Any, limits: Limits, fmt: CallFormat
-) -> tuple[Any, PreparedRequest, ToolPlan | None]:
-    """Decode, template and tokenize a body (on the tokenizer thread)."""
+) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None]:
+    """Decode, template and tokenize a body (on the tokenizer thread); a chat's prompt
+    fingerprint too."""
     if is_chat:
         chat = decode_body(raw, ChatCompletionRequest)
         plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
-        return chat, prepare_chat(chat, tokenizer, limits, plan), plan
+        prepared = prepare_chat(chat, tokenizer, limits, plan)
+        return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0])
     body = decode_body(raw, CompletionRequest)
-    return body, prepare_completion(body, tokenizer, limits), None
+    return body, prepare_completion(body, tokenizer, limits), None, None

@@ -223,8 +223,6 @@ def _check_cache_options(options: PromptCacheOptions | None) -> None:
             f"prompt_cache_options.mode: {options.mode!r} is not supported (every prefix is "
             "cached; there are no explicit breakpoints)"
         )
-    if options.comparison_response_id is not None:
-        raise BadRequestError("prompt_cache_options.comparison_response_id: not supported yet")
 
 
 def _check_tools(req: ResponsesRequest) -> None:

@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from radixrt.core import FinishKind, PinSpec
 from radixrt.output.delta import OutputDelta
+from radixrt.server.api.openai.diagnostics import render_cache_diagnostics
 from radixrt.server.api.responses.prompt import Prompt
 from radixrt.server.api.responses.protocol import DEFAULT_TTL, ResponsesRequest
 from radixrt.server.api.responses.store import ResponseStore, StoredResponse
@@ -66,7 +67,9 @@ def echo_of(req: ResponsesRequest, model: str) -> dict[str, Any]:
     }
     if (options := req.prompt_cache_options) is not None:
         echo["prompt_cache_options"] = {"mode": "implicit", "ttl": options.ttl or DEFAULT_TTL,
-                                        "prewarm": options.prewarm}  # fmt: skip
+                                        "prewarm": options.prewarm,
+                                        "comparison_response_id": options.comparison_response_id,
+                                        }  # fmt: skip
     return echo
 
 
@@ -170,7 +173,12 @@ class ResponsesRender(BaseRender):
     def _object(self, status: str, output: list[Any], usage: Any) -> dict[str, Any]:
         return {"id": self.id, "object": "response", "created_at": self.created_at,
                 "status": status, "error": None, "incomplete_details": None, **self.echo,
-                "output": output, "usage": usage}  # fmt: skip
+                "output": output, "usage": usage,
+                "prompt_cache_diagnostics": self._diagnostics()}  # fmt: skip
+
+    def _diagnostics(self) -> dict[str, Any] | None:
+        """Asked with prompt_cache_options.comparison_response_id (diagnostics.py)."""
+        return None if self.diagnosis is None else render_cache_diagnostics(self.diagnosis)
 
     def _message(self, status: str, content: list[Any]) -> dict[str, Any]:
         return {"id": self.msg_id, "type": "message", "role": "assistant", "status": status,

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.server.api.context import ApiContext
+from radixrt.server.api.responses.diagnostics import prompt_record
 from radixrt.server.api.responses.prompt import Conversation, build_prompt, plan_pins
 from radixrt.server.api.responses.protocol import ResponsesRequest, check_request
 from radixrt.server.api.responses.render import ResponsesRender, echo_of, error_body, render_error
@@ -53,6 +54,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             previous = earlier.conversation
         prompt = await tm.run_tokenizer(build_prompt, body, previous, tm.tokenizer, ctx.limits)
         resp_id = "resp_" + uuid.uuid4().hex
+        record = await tm.run_tokenizer(prompt_record, resp_id, body, prompt)
         pin_id = "response-" + resp_id if body.is_stored else None
         tenant = identity_of(request).tenant
         planned = plan_pins(body, prompt, pin_id, config.cache_ttl_scale, tenant)
@@ -64,6 +66,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             pins=[spec for spec, _ in planned],
             session=body.prompt_cache_key or body.user,
             messages=prompt.chat,
+            record=record,
         )
         kept = store if body.is_stored else None
         echo = echo_of(body, ctx.model_name)

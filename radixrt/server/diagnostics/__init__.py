@@ -1,0 +1,16 @@
+"""Cache-miss diagnostics: prompt fingerprints kept per answered request, and the rule that
+compares a request with an earlier one (compare.py)."""
+
+from radixrt.server.diagnostics.compare import Diagnosis, PromptRecord, compare_prompts, diagnose
+from radixrt.server.diagnostics.fingerprint import Fingerprint, fingerprint
+from radixrt.server.diagnostics.store import FingerprintStore
+
+__all__ = [
+    "Diagnosis",
+    "Fingerprint",
+    "FingerprintStore",
+    "PromptRecord",
+    "compare_prompts",
+    "diagnose",
+    "fingerprint",
+]
