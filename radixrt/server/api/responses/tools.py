@@ -42,6 +42,8 @@ def tool_specs(tools: list[dict[str, Any]] | None) -> list[ToolSpec]:
     specs = []
     for i, tool in enumerate(tools or ()):
         kind = tool.get("type")
+        if kind is None:
+            raise BadRequestError(f"tools[{i}].type: required ('function')")
         if kind != "function":
             raise BadRequestError(
                 f"tools[{i}].type: {kind!r} is a built-in tool of OpenAI's, not supported by "
