@@ -1,5 +1,5 @@
 """A Responses turn's prompt: the stored conversation it continues (previous_response_id), its
-instructions and input, rendered with the model's chat template; and, where the rendered text
+instructions, input and tools, rendered through the shared tool layer; and, where the text
 starts with the previous turn's prompt and output, that turn's token ids as they are, so the
 radix tree serves the whole earlier conversation."""
 
