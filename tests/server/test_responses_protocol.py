@@ -10,14 +10,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from radixrt.server.api.responses.input_items import input_messages
 from radixrt.server.api.responses.prompt import Conversation, build_prompt, plan_pins
-from radixrt.server.api.responses.protocol import ResponsesRequest, check_request, input_messages
+from radixrt.server.api.responses.protocol import ResponsesRequest, check_request
 from radixrt.server.api.responses.store import (
     ResponseNotFoundError,
     ResponseStore,
     StoredResponse,
 )
+from radixrt.server.api.responses.tools import tool_plan
 from radixrt.server.protocol import BadRequestError, Limits, decode_body
+from radixrt.server.tools.formats import HERMES
 
 
 def parse(**body: object) -> ResponsesRequest:
@@ -31,6 +34,7 @@ def tokenizer(smollm2_path: Path):
     return load_tokenizer(smollm2_path)
 
 
+IMAGE = {"type": "input_image", "image_url": "u"}
 LIMITS = Limits(context_length=2048, max_total_tokens=4096, vocab_size=49152)
 
 
@@ -41,8 +45,6 @@ LIMITS = Limits(context_length=2048, max_total_tokens=4096, vocab_size=49152)
         ({"reasoning": {"effort": "low"}}, "reasoning"),
         ({"include": ["reasoning.encrypted_content"]}, "include"),
         ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools[0].type"),
-        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "not yet supported"),
-        ({"tool_choice": "required"}, "tool_choice"),
         ({"truncation": "auto"}, "truncation"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"prompt_cache_options": {"ttl": "1h"}}, "prompt_cache_options.ttl"),
@@ -50,9 +52,11 @@ LIMITS = Limits(context_length=2048, max_total_tokens=4096, vocab_size=49152)
         ({"text": {"format": {"type": "grammar"}}}, "text.format.type"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
         ({"frobnicate": 1}, "frobnicate"),
+        ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input[0].arguments"),
+        ({"input": [{"type": "function_call_output", "output": "4"}]}, "input[0].call_id"),
         (
-            {"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]},
-            "not yet supported",
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": [IMAGE]}]},
+            "input[0].output[0].type",
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
@@ -65,7 +69,9 @@ LIMITS = Limits(context_length=2048, max_total_tokens=4096, vocab_size=49152)
 def test_what_cannot_be_honoured_is_a_400_naming_the_field(body: dict, named: str) -> None:
     full = {"input": "hi", **body}
     with pytest.raises(BadRequestError, match=named.replace("[", r"\[").replace("]", r"\]")):
-        sp_of(parse(**full))
+        req = parse(**full)
+        tool_plan(req, HERMES)
+        sp_of(req)
 
 
 def sp_of(req: ResponsesRequest) -> object:
@@ -101,7 +107,7 @@ def test_a_history_resent_as_the_sdk_dumps_output_items_is_taken() -> None:
         {"role": "user", "content": [{"type": "input_text", "text": "Another?"}]},
     ]
     req = parse(input=history, include=[], tools=[], store=False)
-    assert input_messages(req) == [
+    assert input_messages(req.input) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Name a colour."},
         {"role": "assistant", "content": "Blue."},
@@ -111,7 +117,7 @@ def test_a_history_resent_as_the_sdk_dumps_output_items_is_taken() -> None:
 
 def test_a_continued_turn_starts_with_the_earlier_prompt_and_output_ids(tokenizer) -> None:
     first = build_prompt(
-        parse(input="Name a colour.", instructions="Be brief."), None, tokenizer, LIMITS
+        parse(input="Name a colour.", instructions="Be brief."), None, tokenizer, LIMITS, HERMES
     )
     # An output the tokenizer would not produce from its text (" bl" + "ue"), then EOS.
     output = [
@@ -119,12 +125,13 @@ def test_a_continued_turn_starts_with_the_earlier_prompt_and_output_ids(tokenize
         *tokenizer.encode("ue", add_special_tokens=False),
         tokenizer.eos_token_id,
     ]
-    kept = first.conversation(output, " blue")
+    kept = first.conversation(output, " blue", [])
     second = build_prompt(
         parse(input="Another?", instructions="Be brief.", previous_response_id="resp_1"),
         kept,
         tokenizer,
         LIMITS,
+        HERMES,
     )
     assert second.ids[: len(first.ids) + len(output)] == first.ids + output
     assert second.reused == len(first.ids) + len(output)
@@ -136,13 +143,14 @@ def test_a_continued_turn_starts_with_the_earlier_prompt_and_output_ids(tokenize
         kept,
         tokenizer,
         LIMITS,
+        HERMES,
     )
     assert other.reused == 0 and "Be long." in other.text and " blue" in other.text
 
 
 def test_a_stored_turn_pins_its_prompt_with_its_ttl(tokenizer) -> None:
     req = parse(input="hi", prompt_cache_options={"ttl": "12h"}, prompt_cache_retention="24h")
-    prompt = build_prompt(req, None, tokenizer, LIMITS)
+    prompt = build_prompt(req, None, tokenizer, LIMITS, HERMES)
     (own, name), (retained, none) = plan_pins(req, prompt, "response-resp_1", 0.5, "a")
     assert (own.pin_id, own.offset, own.ttl_s, own.owner, name) == (
         "response-resp_1",

@@ -1,5 +1,5 @@
 """A Responses turn's prompt: the stored conversation it continues (previous_response_id), its
-instructions and input, rendered with the model's chat template; and, where the rendered text
+instructions, input and tools, rendered through the shared tool layer; and, where the text
 starts with the previous turn's prompt and output, that turn's token ids as they are, so the
 radix tree serves the whole earlier conversation."""
 
@@ -11,23 +11,26 @@ from typing import Any
 
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.server.api.openai.protocol import retention_pins
+from radixrt.server.api.responses.input_items import input_messages
 from radixrt.server.api.responses.protocol import (
     DEFAULT_TTL,
     TTL_S,
     ResponsesRequest,
-    input_messages,
     sampling_dict,
 )
-from radixrt.server.protocol import Limits, fit_to_context, render_chat, to_sampling_params
+from radixrt.server.api.responses.tools import tool_plan
+from radixrt.server.protocol import BadRequestError, Limits, fit_to_context, to_sampling_params
+from radixrt.server.tools import CallFormat, ToolCall, ToolPlan, render_tool_chat
+from radixrt.server.tools.prompt import text_messages
 
-Messages = list[dict[str, str]]
+Messages = list[dict[str, Any]]  # turns as server/tools/prompt.py takes them
 
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """What a stored response keeps for the next turn: its messages without instructions
-    (input items, then the answer), and the prompt text with the ids it was sent as, plus the
-    output ids (prompt + output: the tokens the radix tree holds)."""
+    (input items, then the answer with its tool calls), and the prompt text with the ids it
+    was sent as, plus the output ids (prompt + output: the tokens the radix tree holds)."""
 
     messages: Messages
     prompt_text: str
@@ -37,7 +40,7 @@ class Conversation:
     @property
     def nbytes(self) -> int:
         """About what it holds in memory, for the store's bound."""
-        text = sum(len(m["content"]) + len(m["role"]) for m in self.messages)
+        text = sum(len(m["content"]) + len(m["role"]) + _calls_size(m) for m in self.messages)
         return text + len(self.prompt_text) + 8 * (len(self.prompt_ids) + len(self.output_ids))
 
     def prefixes(self, tokenizer: Any) -> Iterator[tuple[str, list[int]]]:
@@ -55,32 +58,46 @@ class Conversation:
 @dataclass(frozen=True, slots=True)
 class Prompt:
     """One turn's prompt. `messages`: the conversation without instructions (what is stored
-    with the answer); `chat`: what was rendered; `reused`: leading ids taken from the previous
-    turn as they were sent (0: tokenized afresh)."""
+    with the answer); `chat`: what was rendered, as text turns (tools, calls and results
+    written in the call format), for the prompt guard; `plan`: the turn's tools; `reused`:
+    leading ids taken from the previous turn as they were sent (0: tokenized afresh)."""
 
     messages: Messages
-    chat: Messages
+    chat: list[dict[str, str]]
     text: str
     ids: list[int]
     params: SamplingParams
+    plan: ToolPlan
     reused: int = 0
 
-    def conversation(self, output_ids: list[int], answer: str | None) -> Conversation:
-        """This turn kept for the next: the answer (None: no output) joins the messages."""
+    def conversation(
+        self, output_ids: list[int], answer: str | None, calls: list[ToolCall]
+    ) -> Conversation:
+        """This turn kept for the next: the answer and its calls join the messages (None: no
+        output)."""
         messages = self.messages
         if answer is not None:
-            messages = [*messages, {"role": "assistant", "content": answer}]
+            said: dict[str, Any] = {"role": "assistant", "content": answer}
+            if calls:
+                said["tool_calls"] = list(calls)
+            messages = [*messages, said]
         return Conversation(messages, self.text, self.ids, list(output_ids))
 
 
 def build_prompt(
-    req: ResponsesRequest, previous: Conversation | None, tokenizer: Any, limits: Limits
+    req: ResponsesRequest,
+    previous: Conversation | None,
+    tokenizer: Any,
+    limits: Limits,
+    fmt: CallFormat,
 ) -> Prompt:
-    """Render and tokenize a turn (on the tokenizer thread); 400 when it does not fit."""
-    messages = [*(previous.messages if previous else ()), *input_messages(req)]
+    """Render and tokenize a turn with its tools in `fmt` (on the tokenizer thread); 400 for
+    bad tools, a tool output of no call, or a prompt that does not fit."""
+    plan = tool_plan(req, fmt)
+    messages = name_results([*(previous.messages if previous else ()), *input_messages(req.input)])
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     chat = [*system, *messages]
-    text = render_chat(chat, tokenizer, limits)
+    text = render_tool_chat(chat, plan, tokenizer, limits)
     ids, reused = None, 0
     if previous is not None:
         for prefix_text, prefix_ids in previous.prefixes(tokenizer):
@@ -91,12 +108,37 @@ def build_prompt(
     if ids is None:
         ids = tokenizer.encode(text, add_special_tokens=False)
     d = sampling_dict(req)
+    d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     explicit = "max_new_tokens" in d
     if not explicit:
         sp = sp.replace(max_new_tokens=limits.context_length)  # until EOS; clamped below
     params = fit_to_context(ids, sp, limits, explicit)
-    return Prompt(messages, chat, text, ids, params, reused)
+    return Prompt(messages, text_messages(chat, plan), text, ids, params, plan, reused)
+
+
+def name_results(messages: Messages) -> Messages:
+    """`messages` with each tool result named after its call (templates show the name);
+    400 for a result whose call_id no earlier call has."""
+    names: dict[str, str] = {}
+    out = []
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            names[call.id] = call.name
+        if m["role"] == "tool":
+            call_id = m["tool_call_id"]
+            if call_id not in names:
+                raise BadRequestError(
+                    f"input: no function_call with call_id {call_id!r} for its "
+                    "function_call_output (in the input or the previous response)"
+                )
+            m = {**m, "name": names[call_id]}
+        out.append(m)
+    return out
+
+
+def _calls_size(m: dict[str, Any]) -> int:
+    return sum(len(c.id) + len(c.name) + len(c.arguments) for c in m.get("tool_calls") or ())
 
 
 def plan_pins(

@@ -8,59 +8,15 @@ from typing import Any
 
 import msgspec
 
+from radixrt.server.api.responses.input_items import InputItem, check_input
 from radixrt.server.protocol import BadRequestError, check_id
 
 TTL_S = {"30m": 1800.0, "12h": 43200.0}  # prompt_cache_options.ttl
 DEFAULT_TTL = "30m"  # OpenAI's default, and a stored response's pin when none is asked
-TOOLS_NOT_YET = "tools are not yet supported on /v1/responses"
-ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-TEXT_PARTS = ("input_text", "output_text")
 MAX_METADATA_KEYS, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN = 16, 64, 512
 # Features of OpenAI's own platform: any value but null is refused.
 REFUSED = ("conversation", "prompt", "context_management", "background_options",
            "access_programs", "image", "moderation", "policy")  # fmt: skip
-
-
-class ContentPart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A content part: input_text / output_text are taken; the fields of images and files are
-    named only so that their type, not an unknown field, is what the 400 names."""
-
-    type: str
-    text: str | None = None
-    annotations: list[Any] | None = None
-    logprobs: list[Any] | None = None
-    refusal: str | None = None
-    image_url: str | None = None
-    file_id: str | None = None
-    file_data: str | None = None
-    file_url: str | None = None
-    filename: str | None = None
-    detail: str | None = None
-
-
-class InputItem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """An input item; `type` says which fields it uses (message: role, content; function_call:
-    call_id, name, arguments; function_call_output: call_id, output)."""
-
-    type: str = "message"
-    role: str | None = None
-    content: str | list[ContentPart] | None = None
-    id: str | None = None
-    status: str | None = None
-    phase: str | None = None
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-    output: str | list[Any] | None = None
-    namespace: str | None = None
-
-
-class FunctionTool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    type: str
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
 
 
 class TextFormat(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -96,6 +52,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     max_output_tokens: int | None = None  # 0: compute the prompt only, like prewarm
     temperature: float | None = None
     top_p: float | None = None
+    seed: int | None = None  # radixrt's extension, as on chat: a sampled answer repeats
     text: TextConfig | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -163,23 +120,17 @@ def check_request(req: ResponsesRequest) -> ResponsesRequest:
         raise BadRequestError(f"text.verbosity: {req.text.verbosity!r} is not supported")
     _check_metadata(req.metadata)
     _check_cache_options(req.prompt_cache_options)
-    _check_tools(req)
-    _check_input(req)
+    if not req.input and req.previous_response_id is None and not req.instructions:
+        raise BadRequestError("input: required (text or a list of input items)")
+    check_input(req.input)
     for name in ("previous_response_id", "prompt_cache_key", "user", "cache_salt"):
         check_id(getattr(req, name), name)
     return req
 
 
-def input_messages(req: ResponsesRequest) -> list[dict[str, str]]:
-    """The input as the chat template takes it (developer -> system); checked before."""
-    if isinstance(req.input, str):
-        return [{"role": "user", "content": req.input}] if req.input else []
-    return [{"role": ROLES[item.role or ""], "content": _text(item)} for item in req.input]
-
-
 def sampling_dict(req: ResponsesRequest) -> dict[str, Any]:
     d: dict[str, Any] = {
-        k: v for k in ("temperature", "top_p") if (v := getattr(req, k)) is not None
+        k: v for k in ("temperature", "top_p", "seed") if (v := getattr(req, k)) is not None
     }
     if req.is_prewarm:
         d["max_new_tokens"] = 0
@@ -223,52 +174,3 @@ def _check_cache_options(options: PromptCacheOptions | None) -> None:
             f"prompt_cache_options.mode: {options.mode!r} is not supported (every prefix is "
             "cached; there are no explicit breakpoints)"
         )
-
-
-def _check_tools(req: ResponsesRequest) -> None:
-    for i, tool in enumerate(req.tools or ()):
-        kind = tool.get("type")
-        if kind != "function":
-            raise BadRequestError(
-                f"tools[{i}].type: {kind!r} is a built-in tool of OpenAI's, not supported by "
-                "this server (only function tools are)"
-            )
-        try:
-            msgspec.convert(tool, FunctionTool)
-        except msgspec.ValidationError as e:
-            raise BadRequestError(f"tools[{i}]: {e}") from None
-    if req.tools:
-        raise BadRequestError(f"tools: {TOOLS_NOT_YET}")
-    choice = req.tool_choice
-    if choice is not None and choice not in ("auto", "none"):
-        raise BadRequestError(f"tool_choice: {choice!r} needs tools; {TOOLS_NOT_YET}")
-
-
-def _check_input(req: ResponsesRequest) -> None:
-    if not req.input and req.previous_response_id is None and not req.instructions:
-        raise BadRequestError("input: required (text or a list of input items)")
-    for i, item in enumerate(req.input if isinstance(req.input, list) else ()):
-        where = f"input[{i}]"
-        if item.type in ("function_call", "function_call_output"):
-            raise BadRequestError(f"{where}: {item.type} items: {TOOLS_NOT_YET}")
-        if item.type == "item_reference":
-            raise BadRequestError(f"{where}: item_reference is not supported; use "
-                                  "previous_response_id")  # fmt: skip
-        if item.type != "message":
-            raise BadRequestError(f"{where}.type: items of type {item.type!r} are not supported")
-        if item.role not in ROLES:
-            raise BadRequestError(f"{where}.role: must be one of {', '.join(ROLES)}")
-        if item.content is None:
-            raise BadRequestError(f"{where}.content: required")
-        for j, part in enumerate(item.content if isinstance(item.content, list) else ()):
-            if part.type not in TEXT_PARTS or part.text is None:
-                raise BadRequestError(
-                    f"{where}.content[{j}].type: {part.type!r} is not supported (text only: "
-                    "input_text, output_text)"
-                )
-
-
-def _text(item: InputItem) -> str:
-    if isinstance(item.content, str):
-        return item.content
-    return "".join(part.text or "" for part in item.content or ())

@@ -5,7 +5,6 @@ with `store` is kept in the store (store.py) with the conversation its next turn
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,9 +14,11 @@ from starlette.responses import Response
 from radixrt.core import FinishKind, PinSpec
 from radixrt.output.delta import OutputDelta
 from radixrt.server.api.openai.diagnostics import render_cache_diagnostics
+from radixrt.server.api.responses.output import OutputItems
 from radixrt.server.api.responses.prompt import Prompt
 from radixrt.server.api.responses.protocol import DEFAULT_TTL, ResponsesRequest
 from radixrt.server.api.responses.store import ResponseStore, StoredResponse
+from radixrt.server.api.responses.tools import tools_echo
 from radixrt.server.render import BaseRender, Finished
 from radixrt.server.req_state import ReqState
 from radixrt.web.responses import json_response
@@ -59,7 +60,7 @@ def echo_of(req: ResponsesRequest, model: str) -> dict[str, Any]:
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "text": {"format": fmt, "verbosity": "medium"},
         "tool_choice": req.tool_choice or "auto",
-        "tools": [],
+        "tools": tools_echo(req),
         "top_logprobs": 0,
         "top_p": 1.0 if req.top_p is None else req.top_p,
         "truncation": "disabled",
@@ -97,9 +98,12 @@ def usage_of(state: ReqState, planned: Planned) -> dict[str, Any]:
 
 class ResponsesRender(BaseRender):
     """One call of POST /v1/responses (one request). A stream: response.created,
-    response.in_progress, output_item.added, content_part.added, output_text.delta...,
-    output_text.done, content_part.done, output_item.done, then response.completed (or
-    response.incomplete at max_output_tokens); a prewarm has no item. A failure: `error`."""
+    response.in_progress, then each output item's events (output.py: a message's
+    output_item.added, content_part.added, output_text.delta..., output_text.done,
+    content_part.done, output_item.done; a function call's output_item.added,
+    function_call_arguments.delta..., function_call_arguments.done, output_item.done), then
+    response.completed (or response.incomplete at max_output_tokens); a prewarm has no item.
+    A failure: `error`."""
 
     def __init__(self, resp_id: str, echo: dict[str, Any], prompt: Prompt, planned: Planned,
                  store: ResponseStore | None, owner: str, pin_id: str | None) -> None:  # fmt: skip
@@ -110,42 +114,31 @@ class ResponsesRender(BaseRender):
         self.store = store  # None: not stored
         self.owner = owner
         self.pin_id = pin_id
-        self.msg_id = "msg_" + uuid.uuid4().hex
         self.created_at = int(time.time())
         self.has_item = prompt.params.max_new_tokens > 0  # a prewarm answers no output
         self._seq = 0
-        self._text: list[str] = []
+        self._items = self._new_items()  # the stream's
 
     def response(self, done: Finished) -> dict[str, Any]:
-        return self._final(done.states[0], done.outputs[0].text)
+        items = self._new_items()
+        items.feed(done.outputs[0].text)
+        items.finish(_is_cut(done.states[0]))
+        return self._final(done.states[0], items)
 
     def head(self, states: list[ReqState]) -> Iterator[bytes]:
         start = self._object("in_progress", [], None)
         yield self._event({"type": "response.created", "response": start})
         yield self._event({"type": "response.in_progress", "response": start})
-        if self.has_item:
-            yield self._event({"type": "response.output_item.added", "output_index": 0,
-                               "item": self._message("in_progress", [])})  # fmt: skip
-            yield self._event({"type": "response.content_part.added", **self._where(),
-                               "part": _part("")})  # fmt: skip
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
-        if self.has_item and delta.text:
-            self._text.append(delta.text)
-            yield self._event({"type": "response.output_text.delta", **self._where(),
-                               "delta": delta.text, "logprobs": []})  # fmt: skip
+        if self.has_item:
+            for event in self._items.feed(delta.text):
+                yield self._event(event)
 
     def tail(self, states: list[ReqState]) -> Iterator[bytes]:
-        text = "".join(self._text)
-        body = self._final(states[0], text)
-        if self.has_item:
-            where = self._where()
-            yield self._event({"type": "response.output_text.done", **where, "text": text,
-                               "logprobs": []})  # fmt: skip
-            yield self._event({"type": "response.content_part.done", **where,
-                               "part": _part(text)})  # fmt: skip
-            yield self._event({"type": "response.output_item.done", "output_index": 0,
-                               "item": body["output"][0]})  # fmt: skip
+        for event in self._items.finish(_is_cut(states[0])):
+            yield self._event(event)
+        body = self._final(states[0], self._items)
         kind = "incomplete" if body["status"] == "incomplete" else "completed"
         yield self._event({"type": "response." + kind, "response": body})
 
@@ -153,20 +146,22 @@ class ResponsesRender(BaseRender):
         code = "server_error" if status >= 500 else "invalid_request_error"
         return self._event({"type": "error", "code": code, "message": message, "param": None})
 
-    def _final(self, state: ReqState, text: str) -> dict[str, Any]:
-        """The finished response object; kept in the store when asked."""
-        reason = state.out.finish_reason
-        cut = self.has_item and (reason is None or reason.kind == FinishKind.LENGTH)
+    def _new_items(self) -> OutputItems:
+        return OutputItems(self.prompt.plan.new_parser(), self.has_item)
+
+    def _final(self, state: ReqState, items: OutputItems) -> dict[str, Any]:
+        """The finished response object (`items` finished); kept in the store when asked."""
+        cut = self.has_item and _is_cut(state)
         status = "incomplete" if cut else "completed"
-        output = [self._message(status, [_part(text)])] if self.has_item else []
-        body = self._object(status, output, usage_of(state, self.planned))
+        body = self._object(status, items.items, usage_of(state, self.planned))
         if cut:
             body["incomplete_details"] = {"reason": "max_output_tokens"}
         else:
             body["completed_at"] = int(time.time())
         if self.store is not None:
-            answer = text if self.has_item else None
-            conversation = self.prompt.conversation(state.out.output_ids, answer)
+            answer = items.text if self.has_item else None
+            calls = items.parser.calls
+            conversation = self.prompt.conversation(state.out.output_ids, answer, calls)
             self.store.add(StoredResponse(self.id, self.owner, body, conversation, self.pin_id))
         return body
 
@@ -180,13 +175,6 @@ class ResponsesRender(BaseRender):
         """Asked with prompt_cache_options.comparison_response_id (diagnostics.py)."""
         return None if self.diagnosis is None else render_cache_diagnostics(self.diagnosis)
 
-    def _message(self, status: str, content: list[Any]) -> dict[str, Any]:
-        return {"id": self.msg_id, "type": "message", "role": "assistant", "status": status,
-                "content": content}  # fmt: skip
-
-    def _where(self) -> dict[str, Any]:
-        return {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
-
     def _event(self, obj: dict[str, Any]) -> bytes:
         """A named server-sent event with the next sequence_number."""
         obj["sequence_number"] = self._seq
@@ -194,5 +182,7 @@ class ResponsesRender(BaseRender):
         return b"event: " + obj["type"].encode() + b"\ndata: " + _encoder.encode(obj) + b"\n\n"
 
 
-def _part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _is_cut(state: ReqState) -> bool:
+    """Ended at max_output_tokens (or not ended)."""
+    reason = state.out.finish_reason
+    return reason is None or reason.kind == FinishKind.LENGTH

@@ -52,7 +52,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         if body.previous_response_id is not None:
             earlier = store.get(owner, body.previous_response_id, "previous_response_id")
             previous = earlier.conversation
-        prompt = await tm.run_tokenizer(build_prompt, body, previous, tm.tokenizer, ctx.limits)
+        prompt = await tm.run_tokenizer(
+            build_prompt, body, previous, tm.tokenizer, ctx.limits, ctx.tool_format
+        )
         resp_id = "resp_" + uuid.uuid4().hex
         record = await tm.run_tokenizer(prompt_record, resp_id, body, prompt)
         pin_id = "response-" + resp_id if body.is_stored else None
