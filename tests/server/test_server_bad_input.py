@@ -7,6 +7,7 @@ import pytest
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 # (path, raw body or JSON object, a fragment the error message must contain)
+ARRAY_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}
 CASES = [
     ("/generate", b'{"text": "hi", ', "malformed"),
     ("/generate", b"not json", "malformed"),
@@ -45,7 +46,7 @@ CASES = [
     ("/v1/chat/completions", {"model": "m", "messages": []}, "messages"),
     ("/v1/chat/completions", {"model": "m", "messages": "hi"}, "messages"),
     ("/v1/chat/completions", {"model": "m", "messages": FRANCE, "top_p": 2}, "top_p"),
-    ("/v1/chat/completions", {"model": "m", "messages": FRANCE, "tools": []}, "tools"),
+    ("/v1/chat/completions", {"model": "m", "messages": FRANCE, "tools": [ARRAY_TOOL]}, "tools"),
     ("/v1/chat/completions", {"model": "m", "messages": FRANCE, "max_tokens": 10**6}, "context"),
     ("/v1/chat/completions", {"model": "m", "messages": FRANCE, "top_logprobs": 2}, "logprobs"),
     ("/abort_request", {}, "rid"),
