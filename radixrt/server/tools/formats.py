@@ -4,6 +4,7 @@ tool support. `detect_format` picks the family's format from the chat template's
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -152,8 +153,14 @@ def format_for(name: str, tokenizer: Any) -> CallFormat:
 
 
 def template_takes_tools(tokenizer: Any) -> bool:
-    """Whether the chat template renders a `tools` argument itself."""
-    return bool(TOOLS_IN_TEMPLATE.search(_template_text(tokenizer) or ""))
+    """Whether the chat template renders a `tools` argument itself (asked per chat request:
+    the search of a template's text is done once per template)."""
+    return _mentions_tools(_template_text(tokenizer) or "")
+
+
+@functools.lru_cache(maxsize=16)
+def _mentions_tools(template: str) -> bool:
+    return bool(TOOLS_IN_TEMPLATE.search(template))
 
 
 def _template_text(tokenizer: Any) -> str | None:
