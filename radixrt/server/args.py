@@ -125,6 +125,8 @@ _HELP = {
     "max_stop_string_len": "characters per stop string",
     "max_grammar_bytes": "bytes of a regex, JSON schema or EBNF grammar",
     "max_pending_grammars": "grammar compiles queued or running; more are refused with 503",
+    "max_pending_grammars_per_tenant": "of those, the ones one tenant's requests started; more "
+    "of its own are refused with 429",
     "tool_call_format": "how the model writes tool calls (the prompt's tool list, the parser "
     "of calls, the grammar of forced calls); auto: the format its chat template shows, "
     "hermes when it shows none",
