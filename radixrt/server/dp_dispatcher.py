@@ -141,8 +141,8 @@ class DataParallelManager:
     def tokens_in_flight(self, caller: str) -> int:
         return sum(m.tokens_in_flight(caller) for m in self.managers)
 
-    async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self.managers[0].run_tokenizer(fn, *args)
+    async def run_tokenizer(self, fn: Callable[..., T], *args: Any, caller: str = "") -> T:
+        return await self.managers[0].run_tokenizer(fn, *args, caller=caller)
 
     def abort_all(self) -> None:
         for m in self.managers:
