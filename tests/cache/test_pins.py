@@ -163,3 +163,16 @@ def test_pinned_tokens_count_once_when_pins_share_a_prefix(setup) -> None:
     assert cache.pinned_size == 5
     pins.unpin(a.pin_id)
     assert cache.pinned_size == 3 and cache.evictable_size == 2
+
+
+def test_an_unpinned_id_is_not_pinned_again(setup) -> None:
+    alloc, cache, pins, _ = setup
+    insert(alloc, cache, [1, 2, 3])
+    assert pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-x")).pinned
+    assert pins.unpin("handle-x")
+    out = pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-x"))  # a request from before
+    assert not out.pinned and out.reason == "the pin was deleted"
+    assert not pins.unpin("handle-y")  # dropped by a flush first: refused all the same
+    assert not pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-y")).pinned
+    assert pins.num_pins == 0 and cache.pinned_size == 0
+    assert pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-z")).pinned
