@@ -27,6 +27,7 @@ from radixrt.config import (
     SchedulerConfig,
     ServerConfig,
 )
+from radixrt.config.cache import private_ipc
 from radixrt.grammar import GRAMMAR_BACKENDS
 from radixrt.routing.policy import ROUTING_POLICIES
 
@@ -188,6 +189,16 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         parser.error(str(e))
     i = SERVER_CONFIGS.index(ServerConfig)
     server: Any = configs[i]
+    cache: Any = configs[SERVER_CONFIGS.index(CacheConfig)]
+    events = cache.kv_events
+    if server.api_key_file is not None and events is not None and events.token_ids:
+        ends = events.endpoint, events.replay_endpoint
+        if not all(private_ipc(e) for e in ends):
+            parser.error(
+                "with --api-key-file (tenants), --kv-events-config would send every tenant's "
+                'token ids: set "token_ids": false (routers need only the hashes), or use '
+                "ipc:// endpoints in a folder only this user can open"
+            )
     env_key = os.environ.get("RADIXRT_API_KEY")
     if env_key and server.api_key is None and server.api_key_file is None:
         configs[i] = dataclasses.replace(server, api_key=env_key)
