@@ -13,8 +13,9 @@ per live record: created in `pin`, dropped in `unpin`, `expire` and `clear`. A n
 the lower half as the original node, so a record's node stays the end of its prefix.
 
 Bounds: the tree's pinned tokens stay within `max_tokens`; an owner's (a tenant's) pins, each
-counted at its full length, within `max_tokens_per_owner`. A pin past a bound is refused with
-the reason, and nothing changes.
+counted at its full length, within `max_tokens_per_owner`, and within what the pin leaves free
+of `max_tokens` (so no two tenants can hold the whole budget: each new holder gets at most
+half of what is free). A pin past a bound is refused with the reason, and nothing changes.
 
 A pin id dropped by `unpin` (a deleted handle or stored response) is not pinned again: a
 request that asked for it before the delete and finishes after it does not bring it back.
@@ -223,6 +224,13 @@ class PinTable(BasePinTable):
                     f"pinning {tokens} more tokens would pass this tenant's limit of "
                     f"{self.max_tokens_per_owner} (--max-pinned-fraction-per-tenant); it "
                     f"holds {mine}"
+                )
+            free = self.max_tokens - self.cache.pinned_size - new  # after this pin
+            if mine + tokens > free:
+                return (
+                    f"this tenant would hold {mine + tokens} pinned tokens and leave {free} of "
+                    f"the {self.max_tokens} (--max-pinned-fraction) to the others; a tenant "
+                    "holds at most what it leaves free (--max-pinned-fraction-per-tenant)"
                 )
         return ""
 

@@ -35,7 +35,7 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
         "--max-total-tokens",
         "1024",
         "--max-pinned-fraction",
-        "0.3",
+        "0.5",
         "--api-key-file",
         str(tmp / "keys.json"),
     )
