@@ -24,7 +24,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from radixrt.config import BrowserConfig, ServerConfig
-from radixrt.ray.replica import RadixrtReplica, ServerUnavailableError
+from radixrt.ray.replica import CLIENT_HEADERS, RadixrtReplica, ServerUnavailableError
 from radixrt.ray.router import CacheAwareRequestRouter
 from radixrt.web.browser import BrowserGuardMiddleware
 from radixrt.web.middleware import BodyLimitMiddleware
@@ -53,6 +53,11 @@ class _IngressBrowserGuard:
 
 
 api.add_middleware(_IngressBrowserGuard)
+
+
+def _client_headers(request: Request) -> dict[str, str]:
+    """The client's headers each replica's server needs (its key, its session)."""
+    return {k: v for k in CLIENT_HEADERS if (v := request.headers.get(k)) is not None}
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -85,8 +90,8 @@ class RadixrtIngress:
         return await self._forward("/v1/chat/completions", request)
 
     @api.get("/v1/models")
-    async def models(self) -> JSONResponse:
-        status, answer = await self.replicas.get.remote("/v1/models")
+    async def models(self, request: Request) -> JSONResponse:
+        status, answer = await self.replicas.get.remote("/v1/models", _client_headers(request))
         return JSONResponse(answer, status)
 
     @api.get("/health")
@@ -98,24 +103,25 @@ class RadixrtIngress:
             body = await request.json()
         except ValueError:
             return _error("the body is not JSON", 400)
+        headers = _client_headers(request)
         if isinstance(body, dict) and body.get("stream") is True:
-            return await self._stream(path, body)
+            return await self._stream(path, body, headers)
         deadline = time.monotonic() + RETRY_S
         while True:
             try:
-                status, answer = await self.replicas.forward.remote(path, body)
+                status, answer = await self.replicas.forward.remote(path, body, headers)
                 return JSONResponse(answer, status)
             except (ServerUnavailableError, RayActorError) as e:
                 if time.monotonic() > deadline:
                     return _error(f"no replica could take the request: {e}", 503)
                 await asyncio.sleep(0.5)
 
-    async def _stream(self, path: str, body: Any) -> Response:
+    async def _stream(self, path: str, body: Any, headers: dict[str, str]) -> Response:
         """The replica's events as they come; sent again while no byte has come back."""
         deadline = time.monotonic() + RETRY_S
         handle = self.replicas.options(stream=True)
         while True:
-            gen = handle.forward_stream.remote(path, body)
+            gen = handle.forward_stream.remote(path, body, headers)
             try:
                 head = await gen.__anext__()
                 break
