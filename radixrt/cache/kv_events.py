@@ -105,8 +105,10 @@ class KVEvents(BaseKVEvents):
     b""), sent through `sender` as one batch per `publish`."""
 
     def __init__(self, sender: EventSender, block_size: int, medium: str,
-                 salt: bytes = b"", dp_rank: int | None = None) -> None:  # fmt: skip
+                 salt: bytes = b"", dp_rank: int | None = None,
+                 token_ids: bool = True) -> None:  # fmt: skip
         self.sender = sender
+        self.token_ids = token_ids  # False: BlockStored's token_ids are empty (hashes only)
         self.block_size = block_size
         self.medium = medium
         self.salt = salt
@@ -125,7 +127,7 @@ class KVEvents(BaseKVEvents):
             BlockStored(
                 [block_hash(hashes[i]) for i in blocks],
                 parent,
-                tokens[blocks.start * b : blocks.stop * b],
+                tokens[blocks.start * b : blocks.stop * b] if self.token_ids else [],
                 b,
                 None,
                 self.medium,

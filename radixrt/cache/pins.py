@@ -13,8 +13,13 @@ per live record: created in `pin`, dropped in `unpin`, `expire` and `clear`. A n
 the lower half as the original node, so a record's node stays the end of its prefix.
 
 Bounds: the tree's pinned tokens stay within `max_tokens`; an owner's (a tenant's) pins, each
-counted at its full length, within `max_tokens_per_owner`. A pin past a bound is refused with
-the reason, and nothing changes.
+counted at its full length, within `max_tokens_per_owner`, and within what the pin leaves free
+of `max_tokens` (so no two tenants can hold the whole budget: each new holder gets at most
+half of what is free). A pin past a bound is refused with the reason, and nothing changes.
+
+A pin id dropped by `unpin` (a deleted handle or stored response) is not pinned again: a
+request that asked for it before the delete and finishes after it does not bring it back.
+Ids are never reused (each is made from a uuid), so the last MAX_DROPPED_IDS are kept.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import heapq
 import itertools
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +37,8 @@ from radixrt.cache.tree_node import TreeNode
 from radixrt.core import PinOutcome, PinSpec
 
 __all__ = ["BasePinTable", "NoPinTable", "PinOutcome", "PinSpec", "PinTable"]
+
+MAX_DROPPED_IDS = 16384  # ids unpinned on request that are refused from then on
 
 
 @dataclass(slots=True, eq=False)
@@ -63,7 +71,8 @@ class BasePinTable(ABC):
 
     @abstractmethod
     def unpin(self, pin_id: str) -> bool:
-        """Drop pin `pin_id` now; False when there is no such pin."""
+        """Drop pin `pin_id` now, and refuse that id from then on; False when there is no
+        such pin."""
 
     @abstractmethod
     def expire(self) -> int:
@@ -95,6 +104,7 @@ class PinTable(BasePinTable):
         self._owned: dict[str | None, int] = {}  # owner -> sum of its pins' tokens
         self._heap: list[tuple[float, int, _Pin]] = []  # (expire_at when pushed, seq, pin)
         self._seq = itertools.count()
+        self._dropped: OrderedDict[str, None] = OrderedDict()  # unpinned ids, oldest first
 
     @property
     def num_pins(self) -> int:
@@ -111,6 +121,8 @@ class PinTable(BasePinTable):
             return PinOutcome(spec.offset, False, reason="the prefix is not in the cache")
         node, now = match.last_node, self.clock()
         pin_id = spec.pin_id or f"prefix-{node.id}"
+        if pin_id in self._dropped:
+            return PinOutcome(spec.offset, False, aligned, reason="the pin was deleted")
         old = self._pins.get(pin_id)
         if old is not None and old.node is node:  # later only: its heap entry stays valid
             old.expire_at = max(old.expire_at, now + spec.ttl_s)
@@ -155,6 +167,9 @@ class PinTable(BasePinTable):
         return True
 
     def unpin(self, pin_id: str) -> bool:
+        self._dropped[pin_id] = None  # also when absent: a flush dropped it, a request may not
+        if len(self._dropped) > MAX_DROPPED_IDS:
+            self._dropped.popitem(last=False)
         rec = self._pins.get(pin_id)
         if rec is None:
             return False
@@ -209,6 +224,13 @@ class PinTable(BasePinTable):
                     f"pinning {tokens} more tokens would pass this tenant's limit of "
                     f"{self.max_tokens_per_owner} (--max-pinned-fraction-per-tenant); it "
                     f"holds {mine}"
+                )
+            free = self.max_tokens - self.cache.pinned_size - new  # after this pin
+            if mine + tokens > free:
+                return (
+                    f"this tenant would hold {mine + tokens} pinned tokens and leave {free} of "
+                    f"the {self.max_tokens} (--max-pinned-fraction) to the others; a tenant "
+                    "holds at most what it leaves free (--max-pinned-fraction-per-tenant)"
                 )
         return ""
 

@@ -19,8 +19,13 @@ class KVEventsConfig:
     replay_endpoint: str | None = "tcp://127.0.0.1:5558"
     topic: str = "kv-events"
     buffer_steps: int = 10_000  # batches kept for replay
-    hwm: int = 100_000  # ZMQ send high-water mark (batches a slow subscriber may lag)
+    # ZMQ send high-water mark: batches queued for each subscriber that does not read; past
+    # it that subscriber's batches are dropped (it sees the gap and replays).
+    hwm: int = 1000
     block_size: int = 16  # tokens per block (a multiple of page_size)
+    # BlockStored events carry their blocks' token ids; False: hashes only (routers need
+    # only those). Servers with tenants need False, or ipc endpoints in a private folder.
+    token_ids: bool = True
 
     def endpoints_for(self, rank: int) -> tuple[str, str | None]:
         """Replica `rank`'s (pub, replay) endpoints with `--dp`: both ports move by rank x
@@ -66,6 +71,22 @@ class KVEventsConfig:
                     f"kv_events_config: {name} must be tcp://HOST:PORT or ipc://PATH, not {value!r}"
                 )
         return cfg
+
+
+def private_ipc(endpoint: str | None) -> bool:
+    """`endpoint` is None or an ipc:// path whose folder only this user can open."""
+    if endpoint is None:
+        return True
+    if not endpoint.startswith("ipc://"):
+        return False
+    import os
+
+    folder = os.path.dirname(os.path.abspath(endpoint.removeprefix("ipc://")))
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def _is_tcp(endpoint: str) -> bool:

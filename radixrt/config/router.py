@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from radixrt.config.browser import BrowserConfig
 from radixrt.config.choices import LOG_LEVELS
+from radixrt.config.server import ServerConfig
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RouterServerConfig(BrowserConfig):
     # the client's tenant and role (radixrt/web/keys.py). Required with api_key_file.
     service_key_file: str | None = None
     shared_prefix_cache: bool = False  # one routing namespace for every tenant and key
+    max_request_bytes: int = ServerConfig.max_request_bytes  # larger bodies get 413
     log_level: str = "info"
     health_check_interval_s: float = 2.0
     health_failure_threshold: int = 2  # failed checks in a row that take a worker out
@@ -65,6 +67,8 @@ class RouterServerConfig(BrowserConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes must be >= 1, got {self.max_request_bytes}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65536), got {self.port}")
         if self.log_level not in LOG_LEVELS:

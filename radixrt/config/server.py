@@ -48,6 +48,9 @@ class ServerConfig(BrowserConfig):
     max_stop_string_len: int = 256  # characters per stop string
     max_grammar_bytes: int = 128 * 2**10  # a regex, JSON schema or EBNF grammar, UTF-8
     max_pending_grammars: int = 64  # grammar checks queued or compiling; more get 503
+    # Of those, what one tenant's requests may have started; more of its own get 429, so one
+    # tenant's slow schemas leave the rest of the slots to the others.
+    max_pending_grammars_per_tenant: int = 16
     tool_call_format: str = "auto"  # TOOL_CALL_FORMATS
     # Logprob entries one request may ask for: tokens x (1 + top_logprobs_num), input (from
     # logprob_start_len) and output (max_new_tokens), summed over prompts x n; more get 400.
@@ -120,6 +123,7 @@ class ServerConfig(BrowserConfig):
             "max_stop_string_len",
             "max_grammar_bytes",
             "max_pending_grammars",
+            "max_pending_grammars_per_tenant",
             "max_stored_responses",
             "max_stored_response_bytes",
             "max_fingerprints",

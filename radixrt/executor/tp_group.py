@@ -38,7 +38,13 @@ from radixrt.distributed.comm import (
     secret_name,
     serve_store,
 )
-from radixrt.executor.tp_launch import gloo_env, start_ranks, stop_procs, threads_per_rank
+from radixrt.executor.tp_launch import (
+    NCCL_IFNAME,
+    loopback_env,
+    start_ranks,
+    stop_procs,
+    threads_per_rank,
+)
 
 logger = logging.getLogger("radixrt")
 
@@ -87,6 +93,7 @@ class TPGroup(NullTPGroup):
         store, init_addr = serve_store(model_config.dist_init_addr or "127.0.0.1:0", secret)
         self._store, self._secret = store, secret
         self._stopping = False
+        self._added_env: dict[str, str] = {}  # set in os.environ by this group, until stop
         self.comm = NullComm()
         self.procs = start_ranks(
             model_config,
@@ -101,7 +108,13 @@ class TPGroup(NullTPGroup):
         torch.set_num_threads(threads_per_rank(model_config))
         try:
             self._wait_joined(store, tp)
-            with _env_added(gloo_env(model_config, init_addr)):  # gloo reads it here only
+            env = loopback_env(model_config, init_addr)
+            nccl = env.pop(NCCL_IFNAME, None)
+            if nccl is not None and getattr(device, "type", None) == "cuda":
+                # NCCL reads it when it makes its communicator (the first collective): kept
+                # until stop.
+                self._added_env[NCCL_IFNAME] = os.environ[NCCL_IFNAME] = nccl
+            with _env_added(env):  # gloo reads it here only
                 self.comm = TorchDistComm(store, 0, tp, device)
         except BaseException:
             self.stop()
@@ -121,6 +134,8 @@ class TPGroup(NullTPGroup):
         stop_procs(self.procs)
         if isinstance(self.comm, TorchDistComm):
             self.comm.shutdown()
+        for name in self._added_env:
+            os.environ.pop(name, None)
         torch.set_num_threads(self._threads)
 
     def _wait_joined(self, store: object, tp: int) -> None:

@@ -1,5 +1,6 @@
 """Starting and stopping one host's tensor-parallel rank processes (`radixrt.executor.tp_worker`
-children): their arguments, environment (the group's secret, gloo's interface) and threads."""
+children): their arguments, environment (the group's secret, gloo's and NCCL's interface) and
+threads."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import msgspec
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.distributed.comm import SECRET_ENV, is_loopback
 
-_GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+# The interfaces gloo's pair sockets and NCCL's bootstrap and socket transport listen on.
+GLOO_IFNAME, NCCL_IFNAME = "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"
 
 
 class TPWorkerArgsMsg(msgspec.Struct):
@@ -42,7 +44,7 @@ def start_ranks(
     """Spawn `ranks` as tp_worker processes of this host; returns rank -> process."""
     threads = threads_per_rank(model_config)
     # argv is visible to every user (ps), the environment only to this one.
-    env = {**os.environ, SECRET_ENV: secret, **gloo_env(model_config, init_addr)}
+    env = {**os.environ, SECRET_ENV: secret, **loopback_env(model_config, init_addr)}
     procs = {}
     for rank in ranks:
         args = TPWorkerArgsMsg(
@@ -78,11 +80,12 @@ def stop_procs(procs: dict[int, subprocess.Popen], timeout_s: float = 5.0) -> No
             proc.wait()
 
 
-def gloo_env(model_config: ModelConfig, init_addr: str) -> dict[str, str]:
-    """GLOO_SOCKET_IFNAME=lo for a one-node group meeting on loopback, unless the user set it:
-    else gloo's pair sockets listen on the address the host name resolves to."""
-    if model_config.nnodes > 1 or _GLOO_IFNAME in os.environ or not is_loopback(init_addr):
+def loopback_env(model_config: ModelConfig, init_addr: str) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME=lo and NCCL_SOCKET_IFNAME=lo for a one-node group meeting on
+    loopback, each unless the user set it: else gloo's pair sockets listen on the address the
+    host name resolves to, and NCCL's bootstrap on the first network interface."""
+    if model_config.nnodes > 1 or not is_loopback(init_addr):
         return {}
     if "lo" not in {name for _, name in socket.if_nameindex()}:
         return {}
-    return {_GLOO_IFNAME: "lo"}
+    return {name: "lo" for name in (GLOO_IFNAME, NCCL_IFNAME) if name not in os.environ}

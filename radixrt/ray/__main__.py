@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from radixrt.config import BrowserConfig, RouterConfig
+from radixrt.config import BrowserConfig, RouterConfig, ServerConfig
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,8 @@ def make_parser() -> argparse.ArgumentParser:
         help="torch threads of each server; default: cores / replicas when this starts the "
         "cluster, the server's own default when joining one",
     )
+    p.add_argument("--max-request-bytes", type=int, default=ServerConfig.max_request_bytes,
+                   help="request bodies larger than this get 413 at the ingress")  # fmt: skip
     for f in dataclasses.fields(RouterConfig):
         p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=f.default,
                        type=type(f.default))  # fmt: skip
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.replicas < 1:
         p.error("--replicas must be >= 1")
+    if args.max_request_bytes < 1:
+        p.error("--max-request-bytes must be >= 1")
     router = {f.name: getattr(args, f.name) for f in dataclasses.fields(RouterConfig)}
     try:
         RouterConfig(**router)  # before anything starts
@@ -72,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     if threads is None and args.address is None:
         threads = max(1, (os.cpu_count() or 1) // args.replicas)
     app = build_app(
-        server_flags, args.replicas, router, args.health_check_period_s, threads, browser
+        server_flags,
+        args.replicas,
+        router,
+        args.health_check_period_s,
+        threads,
+        browser,
+        args.max_request_bytes,
     )
     serve.run(app, name="radixrt", route_prefix="/")
     print(f"radixrt on Ray Serve: http://{args.host}:{args.port} ({args.replicas} replicas)",

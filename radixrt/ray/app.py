@@ -23,10 +23,11 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from radixrt.config import BrowserConfig
-from radixrt.ray.replica import RadixrtReplica, ServerUnavailableError
+from radixrt.config import BrowserConfig, ServerConfig
+from radixrt.ray.replica import CLIENT_HEADERS, RadixrtReplica, ServerUnavailableError
 from radixrt.ray.router import CacheAwareRequestRouter
 from radixrt.web.browser import BrowserGuardMiddleware
+from radixrt.web.middleware import BodyLimitMiddleware
 
 RETRY_S = 120.0
 PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
@@ -36,19 +37,27 @@ api = FastAPI(title="radixrt on Ray Serve")
 # serves a frozen copy of `api` made when the class is decorated, so the middleware below is
 # added here and reads the config when a request comes (the strict default until then).
 _BROWSER: list[BrowserConfig] = [BrowserConfig()]
+_MAX_REQUEST_BYTES: list[int] = [ServerConfig.max_request_bytes]  # the same, for the body limit
 
 
 class _IngressBrowserGuard:
-    """The server's and the router's browser check, over the ingress's config."""
+    """The server's and the router's browser check and body limit, over the ingress's
+    config."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await BrowserGuardMiddleware(self.app, _BROWSER[0])(scope, receive, send)
+        limited = BodyLimitMiddleware(self.app, _MAX_REQUEST_BYTES[0])
+        await BrowserGuardMiddleware(limited, _BROWSER[0])(scope, receive, send)
 
 
 api.add_middleware(_IngressBrowserGuard)
+
+
+def _client_headers(request: Request) -> dict[str, str]:
+    """The client's headers each replica's server needs (its key, its session)."""
+    return {k: v for k in CLIENT_HEADERS if (v := request.headers.get(k)) is not None}
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -58,9 +67,15 @@ def _error(message: str, status: int) -> JSONResponse:
 @serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
 @serve.ingress(api)
 class RadixrtIngress:
-    def __init__(self, replicas: DeploymentHandle, browser: BrowserConfig | None = None) -> None:
+    def __init__(
+        self,
+        replicas: DeploymentHandle,
+        browser: BrowserConfig | None = None,
+        max_request_bytes: int = ServerConfig.max_request_bytes,
+    ) -> None:
         self.replicas = replicas
         _BROWSER[0] = browser or BrowserConfig()
+        _MAX_REQUEST_BYTES[0] = max_request_bytes
 
     @api.post("/generate")
     async def generate(self, request: Request) -> Response:
@@ -75,8 +90,8 @@ class RadixrtIngress:
         return await self._forward("/v1/chat/completions", request)
 
     @api.get("/v1/models")
-    async def models(self) -> JSONResponse:
-        status, answer = await self.replicas.get.remote("/v1/models")
+    async def models(self, request: Request) -> JSONResponse:
+        status, answer = await self.replicas.get.remote("/v1/models", _client_headers(request))
         return JSONResponse(answer, status)
 
     @api.get("/health")
@@ -88,24 +103,25 @@ class RadixrtIngress:
             body = await request.json()
         except ValueError:
             return _error("the body is not JSON", 400)
+        headers = _client_headers(request)
         if isinstance(body, dict) and body.get("stream") is True:
-            return await self._stream(path, body)
+            return await self._stream(path, body, headers)
         deadline = time.monotonic() + RETRY_S
         while True:
             try:
-                status, answer = await self.replicas.forward.remote(path, body)
+                status, answer = await self.replicas.forward.remote(path, body, headers)
                 return JSONResponse(answer, status)
             except (ServerUnavailableError, RayActorError) as e:
                 if time.monotonic() > deadline:
                     return _error(f"no replica could take the request: {e}", 503)
                 await asyncio.sleep(0.5)
 
-    async def _stream(self, path: str, body: Any) -> Response:
+    async def _stream(self, path: str, body: Any, headers: dict[str, str]) -> Response:
         """The replica's events as they come; sent again while no byte has come back."""
         deadline = time.monotonic() + RETRY_S
         handle = self.replicas.options(stream=True)
         while True:
-            gen = handle.forward_stream.remote(path, body)
+            gen = handle.forward_stream.remote(path, body, headers)
             try:
                 head = await gen.__anext__()
                 break
@@ -126,12 +142,14 @@ class RadixrtIngress:
 
 def build_app(server_flags: list[str], replicas: int, router: dict[str, Any] | None = None,
               health_check_period_s: float = 5.0, threads: int | None = None,
-              browser: BrowserConfig | None = None) -> Any:  # fmt: skip
+              browser: BrowserConfig | None = None,
+              max_request_bytes: int = ServerConfig.max_request_bytes) -> Any:  # fmt: skip
     """The application to `serve.run`: `replicas` radixrt servers started with `server_flags`
     (the flags of `radixrt serve`, without --host/--port), routed by the policy and thresholds
     in `router` (RouterConfig fields; cache_aware by default); `threads`: each server's torch
     threads (OMP_NUM_THREADS; None: the server's default, all cores); `browser`: the hosts and
-    origins the ingress accepts besides its own (radixrt/web/browser.py)."""
+    origins the ingress accepts besides its own (radixrt/web/browser.py); `max_request_bytes`:
+    larger bodies get 413 at the ingress."""
     env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     replica = serve.deployment(
         RadixrtReplica,
@@ -147,4 +165,4 @@ def build_app(server_flags: list[str], replicas: int, router: dict[str, Any] | N
             request_router_kwargs=dict(router or {}),
         ),
     )
-    return RadixrtIngress.bind(replica.bind(server_flags), browser)
+    return RadixrtIngress.bind(replica.bind(server_flags), browser, max_request_bytes)

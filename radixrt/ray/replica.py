@@ -23,6 +23,9 @@ from typing import Any
 import httpx
 
 START_TIMEOUT_S = 300.0
+# The client's headers the ingress passes on: its key, checked by the replica's server
+# (`--api-key` / `--api-key-file` among the server flags), which also takes its tenant from it.
+CLIENT_HEADERS = ("authorization", "x-api-key", "x-session-id")
 
 
 class ServerUnavailableError(RuntimeError):
@@ -63,12 +66,15 @@ class RadixrtReplica:
                 raise RuntimeError(f"radixrt server not ready after {START_TIMEOUT_S} s")
             time.sleep(0.2)
 
-    async def forward(self, path: str, body: Any) -> tuple[int, Any]:
-        """POST `body` to the server's `path`: (status, JSON answer)."""
+    async def forward(
+        self, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """POST `body` to the server's `path` with the client's `headers` (its key:
+        CLIENT_HEADERS): (status, JSON answer)."""
         if self.proc.poll() is not None:
             raise ServerUnavailableError(f"radixrt server exited with {self.proc.returncode}")
         try:
-            r = await self.client.post(self.url + path, json=body)
+            r = await self.client.post(self.url + path, json=body, headers=headers)
         except httpx.ConnectError as e:  # never reached the server: safe to send elsewhere
             raise ServerUnavailableError(str(e)) from e
         except httpx.HTTPError as e:
@@ -84,14 +90,16 @@ class RadixrtReplica:
         except ValueError:
             return r.status_code, {"error": {"message": r.text[:500], "code": r.status_code}}
 
-    async def forward_stream(self, path: str, body: Any) -> AsyncIterator[Any]:
+    async def forward_stream(
+        self, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[Any]:
         """POST a streaming `body`: first `{"status": code}`, then the answer's bytes as they
         come (server-sent events). ServerUnavailableError before the first item when the server
         is gone; a server that dies mid-stream ends the stream (what was sent stays sent)."""
         if self.proc.poll() is not None:
             raise ServerUnavailableError(f"radixrt server exited with {self.proc.returncode}")
         try:
-            async with self.client.stream("POST", self.url + path, json=body) as r:
+            async with self.client.stream("POST", self.url + path, json=body, headers=headers) as r:
                 yield {"status": r.status_code}
                 async for chunk in r.aiter_raw():
                     yield chunk
@@ -109,8 +117,8 @@ class RadixrtReplica:
         except httpx.HTTPError:
             return False
 
-    async def get(self, path: str) -> tuple[int, Any]:
-        r = await self.client.get(self.url + path)
+    async def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        r = await self.client.get(self.url + path, headers=headers)
         return r.status_code, r.json()
 
     async def check_health(self) -> None:

@@ -32,6 +32,7 @@ from radixrt.web.keys import KeyRing, KeyStore
 from radixrt.web.middleware import (
     ApiKeyMiddleware,
     AuthMiddleware,
+    BodyLimitMiddleware,
     ForbiddenError,
     caller_of,
     identity_of,
@@ -215,6 +216,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
     async def forbidden(request: Request, exc: Exception) -> Response:
         return error_response(str(exc), 403)
 
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     if config.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     elif keys is not None:

@@ -2,8 +2,10 @@
 
 It approximates that replica's real prefix cache: the router never learns what the replica
 evicted, so the tree drops its least recently used leaves itself once it holds more than
-`max_size` items. A key is any sequence of hashable items: a tuple of token ids (the `--dp`
-dispatcher) or a str (the standalone router matches text).
+`max_size` items, down to LOW_WATER of it: a prune walks every node, so it runs once per
+(1 - LOW_WATER) x `max_size` items inserted, not on every insert of a full tree (amortised,
+an insert costs a constant number of node visits). A key is any sequence of hashable items: a
+tuple of token ids (the `--dp` dispatcher) or a str (the standalone router matches text).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import itertools
 from collections.abc import Hashable, Sequence
 
 Key = Sequence[Hashable]
+LOW_WATER = 0.9  # a prune keeps at most this share of max_size
 
 
 class _Node:
@@ -52,7 +55,8 @@ class ApproxTree:
         return pos
 
     def insert(self, key: Key) -> None:
-        """Add `key` (splitting an edge where it diverges), then prune to `max_size`."""
+        """Add `key` (splitting an edge where it diverges); past `max_size`, prune to its
+        low-water mark."""
         node, pos, now = self._root, 0, next(self._clock)
         while pos < len(key):
             child = node.children.get(key[pos])
@@ -66,7 +70,7 @@ class ApproxTree:
                 child = self._split(child, common)
             node, pos = child, pos + common
         if self.size > self.max_size:
-            self.prune(self.max_size)
+            self.prune(int(self.max_size * LOW_WATER))
 
     def prune(self, max_size: int) -> None:
         """Drop least recently used leaves until at most `max_size` items remain."""

@@ -89,7 +89,7 @@ def build_events(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVEvents
     )
     medium = "GPU" if runner.allocator.device.type == "cuda" else "CPU"
     dp_rank = rank if "RADIXRT_DP_RANK" in os.environ else None
-    return KVEvents(sender, config.block_size, medium, dp_rank=dp_rank)
+    return KVEvents(sender, config.block_size, medium, dp_rank=dp_rank, token_ids=config.token_ids)
 
 
 def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:

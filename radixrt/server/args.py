@@ -27,6 +27,7 @@ from radixrt.config import (
     SchedulerConfig,
     ServerConfig,
 )
+from radixrt.config.cache import private_ipc
 from radixrt.grammar import GRAMMAR_BACKENDS
 from radixrt.routing.policy import ROUTING_POLICIES
 
@@ -130,6 +131,8 @@ _HELP = {
     "max_stop_string_len": "characters per stop string",
     "max_grammar_bytes": "bytes of a regex, JSON schema or EBNF grammar",
     "max_pending_grammars": "grammar compiles queued or running; more are refused with 503",
+    "max_pending_grammars_per_tenant": "of those, the ones one tenant's requests started; more "
+    "of its own are refused with 429",
     "tool_call_format": "how the model writes tool calls (the prompt's tool list, the parser "
     "of calls, the grammar of forced calls); auto: the format its chat template shows, "
     "hermes when it shows none",
@@ -195,6 +198,16 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         parser.error(str(e))
     i = SERVER_CONFIGS.index(ServerConfig)
     server: Any = configs[i]
+    cache: Any = configs[SERVER_CONFIGS.index(CacheConfig)]
+    events = cache.kv_events
+    if server.api_key_file is not None and events is not None and events.token_ids:
+        ends = events.endpoint, events.replay_endpoint
+        if not all(private_ipc(e) for e in ends):
+            parser.error(
+                "with --api-key-file (tenants), --kv-events-config would send every tenant's "
+                'token ids: set "token_ids": false (routers need only the hashes), or use '
+                "ipc:// endpoints in a folder only this user can open"
+            )
     env_key = os.environ.get("RADIXRT_API_KEY")
     if env_key and server.api_key is None and server.api_key_file is None:
         configs[i] = dataclasses.replace(server, api_key=env_key)

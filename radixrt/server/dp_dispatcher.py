@@ -99,7 +99,8 @@ class DataParallelManager:
                 raise ValueError(f"rid {rid!r} is already in use")
         key: tuple[Any, ...] = tuple(prompts[0]) if prompts else ()
         if extra_key is not None:  # another cache namespace: never matches the plain prompts
-            key = (extra_key, *key)
+            key = (extra_key, *key)  # ... nor another's session (a tenant's, a salt's)
+            session = f"{extra_key}\x1f{session}" if session is not None else None
         loads = [WorkerLoad(wid, len(m.states)) for wid, m in zip(self._ids, self.managers)]
         idx = self.policy.select(RouteRequest(key, session), loads)
         states = self.managers[idx].submit(
@@ -141,8 +142,8 @@ class DataParallelManager:
     def tokens_in_flight(self, caller: str) -> int:
         return sum(m.tokens_in_flight(caller) for m in self.managers)
 
-    async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self.managers[0].run_tokenizer(fn, *args)
+    async def run_tokenizer(self, fn: Callable[..., T], *args: Any, caller: str = "") -> T:
+        return await self.managers[0].run_tokenizer(fn, *args, caller=caller)
 
     def abort_all(self) -> None:
         for m in self.managers:

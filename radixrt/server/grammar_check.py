@@ -1,6 +1,8 @@
 """The HTTP process checks each constrained request's grammar before it is queued, so a bad spec
 is a 400 and never reaches the scheduler. Compiles run in worker processes (grammar/worker.py)
-that are killed at the time limit; every verdict is remembered, so no spec is compiled twice."""
+that are killed at the time limit; every verdict is remembered, so no spec is compiled twice.
+Each tenant may have started at most `max_pending_per_tenant` of the pending compiles, so one
+tenant's slow specs cannot take every slot from the others."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from radixrt.grammar.worker import WorkerArgs
 from radixrt.grammar.worker_slot import GrammarWorkerError, WorkerDied, WorkerSlot, retrieve
 from radixrt.messages import ReadyMsg
 from radixrt.server.protocol import BadRequestError
+from radixrt.server.tenancy import TooManyRequestsError
 
 NUM_WORKERS = 2
 CACHE_SIZE = 1024  # verdicts kept, least recently used dropped first
@@ -41,10 +44,12 @@ class GrammarChecker:
         ready: ReadyMsg,
         *,
         max_pending: int = ServerConfig.max_pending_grammars,
+        max_pending_per_tenant: int = ServerConfig.max_pending_grammars_per_tenant,
         max_grammar_bytes: int = ServerConfig.max_grammar_bytes,
     ) -> None:
         self.timeout_s = config.grammar_timeout_s
         self.max_pending = max_pending
+        self.max_pending_per_tenant = max_pending_per_tenant
         self.max_grammar_bytes = max_grammar_bytes
         self._args = (config, tokenizer, ready)
         self._workers: list[WorkerSlot] = []  # made on first use: building argv reads the model
@@ -53,21 +58,24 @@ class GrammarChecker:
         # spec digest -> None (compiles in time) or the refusal; digests keep big specs small.
         self._verdicts: OrderedDict[bytes, str | None] = OrderedDict()
         self._pending: dict[bytes, asyncio.Task[str | None]] = {}  # queued or on a worker
+        self._started_by: dict[str, int] = {}  # tenant -> its pending compiles (it started)
 
     def start(self) -> None:
         """Start one worker in the background (call on the event loop, e.g. at server start-up),
         so the first constrained request does not wait seconds for it."""
         self._pool()[0].start()
 
-    async def check(self, params: list[SamplingParams]) -> None:
+    async def check(self, params: list[SamplingParams], tenant: str | None = None) -> None:
         """Check every distinct spec in `params`; BadRequestError with the backend's message (or
         the size or time limit) for the first that fails, GrammarBusyError when `max_pending`
-        checks are already queued or running, GrammarWorkerError if no worker can start."""
+        checks are already queued or running, TooManyRequestsError when `tenant` (None: the
+        server has no tenants) already started its share of them, GrammarWorkerError if no
+        worker can start."""
         found = (GrammarSpec.from_params(p) for p in params)
         specs = list(dict.fromkeys(s for s in found if s is not None))
         digests = [self._digest(spec) for spec in specs]  # size-checks all before compiling any
         for spec, digest in zip(specs, digests):
-            error = await self._verdict(spec, digest)
+            error = await self._verdict(spec, digest, tenant)
             if error is not None:
                 raise BadRequestError(error)
 
@@ -95,24 +103,32 @@ class GrammarChecker:
             )
         return hashlib.blake2b(spec.kind.encode() + b"\0" + text, digest_size=16).digest()
 
-    async def _verdict(self, spec: GrammarSpec, digest: bytes) -> str | None:
+    async def _verdict(self, spec: GrammarSpec, digest: bytes, tenant: str | None) -> str | None:
         if digest in self._verdicts:
             self._verdicts.move_to_end(digest)
             return self._verdicts[digest]
         fut = self._pending.get(digest)  # the same spec already queued: share its verdict
         if fut is None:
+            started = self._started_by.get(tenant, 0) if tenant is not None else 0
+            if started >= self.max_pending_per_tenant:
+                raise TooManyRequestsError(
+                    f"this tenant has {started} grammars waiting to compile; the limit is "
+                    f"{self.max_pending_per_tenant} (--max-pending-grammars-per-tenant)"
+                )
             if len(self._pending) >= self.max_pending:
                 raise GrammarBusyError(
                     f"{len(self._pending)} grammars are already waiting to compile "
                     "(--max-pending-grammars); try again later"
                 )
-            fut = asyncio.create_task(self._compile(spec, digest))
+            fut = asyncio.create_task(self._compile(spec, digest, tenant))
             fut.add_done_callback(retrieve)
             self._pending[digest] = fut
+            if tenant is not None:
+                self._started_by[tenant] = started + 1
         # Shielded: a caller that goes away does not cancel a compile that others may share.
         return await asyncio.shield(fut)
 
-    async def _compile(self, spec: GrammarSpec, digest: bytes) -> str | None:
+    async def _compile(self, spec: GrammarSpec, digest: bytes, tenant: str | None) -> str | None:
         try:
             try:
                 error = await self._run(spec)
@@ -125,6 +141,10 @@ class GrammarChecker:
                     error = str(e2)  # twice: the spec kills workers, so it is refused
         finally:
             del self._pending[digest]
+            if tenant is not None:
+                self._started_by[tenant] -= 1
+                if not self._started_by[tenant]:
+                    del self._started_by[tenant]
         self._verdicts[digest] = error
         while len(self._verdicts) > CACHE_SIZE:
             self._verdicts.popitem(last=False)

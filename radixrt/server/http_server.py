@@ -68,6 +68,7 @@ def create_app(
         tm.tokenizer,
         tm.ready,
         max_pending=args.server.max_pending_grammars,
+        max_pending_per_tenant=args.server.max_pending_grammars_per_tenant,
         max_grammar_bytes=args.server.max_grammar_bytes,
     )
     ctx = ApiContext(

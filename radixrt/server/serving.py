@@ -7,8 +7,10 @@ wire format). Between the two, in this order and only here:
 0. volume: the logprobs it asks for within --max-logprob-entries (protocol.py);
 1. namespace: the tenant's prefix-cache namespace with the request's salt (tenancy.py); a
    cache handle the prompt starts with must be of the same namespace, and is pinned again;
-2. grammar: a constrained request's grammar is checked in a worker (grammar_check.py);
-3. admission: the tenant's share is checked and held until the submit (Tenancy.admit);
+2. admission: the tenant's share is checked and held until the submit (Tenancy.admit), so
+   the work before the submit is bounded by the share too;
+3. grammar: a constrained request's grammar is checked in a worker (grammar_check.py), within
+   the tenant's share of the compile slots;
 4. explain (asked for, whole answers only) and the prompt guard (a chat turn with a session);
    a chat-like call's cache-miss diagnosis against the earlier response it names, set on the
    render before any output (diagnostics/);
@@ -43,7 +45,7 @@ from radixrt.server.render import BaseRender, Explained, Finished
 from radixrt.server.req_state import ReqState, SchedulerDeadError
 from radixrt.server.tenancy import Tenancy, work_of
 from radixrt.server.wait import ClientGoneError, RequestFailedError, updates, wait_finished
-from radixrt.web.middleware import SESSION_HEADER, caller_of
+from radixrt.web.middleware import SESSION_HEADER, caller_of, identity_of
 from radixrt.web.responses import json_response, sse_response
 
 
@@ -138,10 +140,11 @@ class ServingPipeline:
             if namespace != req.handle.namespace:
                 raise BadRequestError("cache_salt differs from the one the cache was made with")
             pins.insert(0, req.handle.pin_spec())  # pinned again if a flush dropped it
-        await self.grammar.check(req.params)
         session = request.headers.get(SESSION_HEADER) or req.session
         caller = caller_of(request)
         with self.tenancy.admit(self.tm, request, *work_of(req.prompts, req.params)):
+            tenant = caller if identity_of(request).tenant is not None else None
+            await self.grammar.check(req.params, tenant)
             explained = None
             if req.explain and not req.stream:
                 explained = await explain_prompts(

@@ -19,7 +19,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import msgspec
@@ -36,6 +35,7 @@ from radixrt.messages import (
 )
 from radixrt.output.detokenizer import IncrementalDetokenizer
 from radixrt.output.state import ReqOutput, fan_out
+from radixrt.server.fair_pool import FairPool
 from radixrt.server.metrics import NoMetrics, RequestObserver
 from radixrt.server.req_state import (
     GroupKey,
@@ -90,8 +90,9 @@ class TokenizerManager(SchedulerQueries):
         self._on_dead: Callable[[str], None] = lambda reason: None
         self.stall = StallWatch(client.last_beat, config.scheduler_stall_timeout_s)
         # Tokenizing and chat templating run here, one at a time (the fast tokenizer is not
-        # safe to call concurrently), so the event loop keeps answering while they run.
-        self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="radixrt-tokenize")
+        # safe to call concurrently), so the event loop keeps answering while they run; in
+        # turn across callers, so one caller's big bodies cannot stall the others'.
+        self._tokenizer_pool = FairPool("radixrt-tokenize")
 
     def start(self, on_dead: Callable[[str], None]) -> None:
         """Start the output loop and the watchdog; `on_dead` runs once if the scheduler dies."""
@@ -107,11 +108,13 @@ class TokenizerManager(SchedulerQueries):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+        self._tokenizer_pool.shutdown()
 
-    async def run_tokenizer(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on the tokenizer thread (tokenize, template, validate a body)."""
-        return await asyncio.get_running_loop().run_in_executor(self._tokenizer_pool, fn, *args)
+    async def run_tokenizer(self, fn: Callable[..., T], *args: Any, caller: str = "") -> T:
+        """fn(*args) on the tokenizer thread (tokenize, template, validate a body), queued
+        behind `caller`'s own earlier jobs and taking turns with other callers'."""
+        fut = self._tokenizer_pool.submit(caller, fn, *args)
+        return await asyncio.wrap_future(fut)  # type: ignore[no-any-return]
 
     @property
     def stall_reason(self) -> str | None:

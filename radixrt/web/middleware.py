@@ -137,7 +137,8 @@ class ApiKeyMiddleware(AuthMiddleware):
 
 class BodyLimitMiddleware:
     """Refuses request bodies over `max_bytes` with 413: at once from Content-Length, else
-    while reading (BodyTooLargeError from `receive`, mapped to 413 by the app)."""
+    while reading (BodyTooLargeError from `receive`: the app may answer it itself, else this
+    does while no answer has started). The server, the router and the Ray ingress use it."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -162,7 +163,19 @@ class BodyLimitMiddleware:
                     raise BodyTooLargeError
             return message
 
-        await self.app(scope, counting_receive, send)
+        started = False
+
+        async def watching_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, watching_send)
+        except BodyTooLargeError:
+            if started:
+                raise
+            await body_too_large(self.max_bytes)(scope, receive, send)
 
 
 def body_too_large(max_bytes: int) -> Response:

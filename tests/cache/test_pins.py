@@ -116,7 +116,20 @@ def test_bounds_refuse_with_the_reason_and_change_nothing(setup) -> None:
     assert pins.pin(list(range(100, 110)), None, PinSpec(10, 60.0, owner="t")).pinned
     out = pins.pin(list(range(20)), None, PinSpec(20, 60.0, owner="t"))
     assert not out.pinned and "this tenant's limit of 20" in (out.reason or "")
-    assert pins.pin(list(range(20)), None, PinSpec(20, 60.0, owner="u")).pinned
+    assert pins.pin(list(range(10)), None, PinSpec(10, 60.0, owner="u")).pinned
+
+
+def test_two_tenants_cannot_hold_the_whole_pin_budget(setup) -> None:
+    alloc, cache, pins, _ = setup  # 32 pinned tokens at most, 20 per tenant
+    for base in (0, 100, 200):
+        insert(alloc, cache, list(range(base, base + 16)))
+    assert pins.pin(list(range(16)), None, PinSpec(16, 60.0, owner="a")).pinned  # 16 free
+    out = pins.pin(list(range(100, 116)), None, PinSpec(16, 60.0, owner="b"))
+    assert not out.pinned and "leave 0 of the 32" in (out.reason or "")  # b gets what is left
+    assert pins.pin(list(range(100, 108)), None, PinSpec(8, 60.0, owner="b")).pinned
+    assert cache.pinned_size == 24  # 8 still free: a third tenant gets 4 of them
+    assert not pins.pin(list(range(200, 208)), None, PinSpec(8, 60.0, owner="c")).pinned
+    assert pins.pin(list(range(200, 204)), None, PinSpec(4, 60.0, owner="c")).pinned
 
 
 def test_a_named_pin_moved_to_another_prefix_releases_the_old_one(setup) -> None:
@@ -163,3 +176,16 @@ def test_pinned_tokens_count_once_when_pins_share_a_prefix(setup) -> None:
     assert cache.pinned_size == 5
     pins.unpin(a.pin_id)
     assert cache.pinned_size == 3 and cache.evictable_size == 2
+
+
+def test_an_unpinned_id_is_not_pinned_again(setup) -> None:
+    alloc, cache, pins, _ = setup
+    insert(alloc, cache, [1, 2, 3])
+    assert pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-x")).pinned
+    assert pins.unpin("handle-x")
+    out = pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-x"))  # a request from before
+    assert not out.pinned and out.reason == "the pin was deleted"
+    assert not pins.unpin("handle-y")  # dropped by a flush first: refused all the same
+    assert not pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-y")).pinned
+    assert pins.num_pins == 0 and cache.pinned_size == 0
+    assert pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-z")).pinned

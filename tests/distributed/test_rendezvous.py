@@ -111,6 +111,7 @@ def test_a_one_node_group_listens_on_loopback_and_keeps_the_secret_out_of_argv(
     tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
     with Engine(str(tiny_llama_path), tp_size=2, max_total_tokens=256) as engine:
         (worker,) = engine.scheduler.runner.tp_group.procs.values()
         for pid in (os.getpid(), worker.pid):  # the store and gloo's pair sockets
@@ -121,4 +122,23 @@ def test_a_one_node_group_listens_on_loopback_and_keeps_the_secret_out_of_argv(
             if v
         )
         assert env["GLOO_SOCKET_IFNAME"] == "lo" and "GLOO_SOCKET_IFNAME" not in os.environ
+        assert env["NCCL_SOCKET_IFNAME"] == "lo"  # NCCL's bootstrap too, on CUDA
         assert env[SECRET_ENV] not in Path(f"/proc/{worker.pid}/cmdline").read_text()
+
+
+def test_the_loopback_env_pins_gloo_and_nccl_on_one_node_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from radixrt.executor.tp_launch import loopback_env
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    one = ModelConfig(tp_size=2)
+    assert loopback_env(one, "127.0.0.1:29500") == {
+        "GLOO_SOCKET_IFNAME": "lo",
+        "NCCL_SOCKET_IFNAME": "lo",
+    }
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")  # the user's choice stays
+    assert loopback_env(one, "127.0.0.1:29500") == {"GLOO_SOCKET_IFNAME": "lo"}
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    assert loopback_env(ModelConfig(**MULTI_NODE), "127.0.0.1:29500") == {}

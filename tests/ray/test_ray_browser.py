@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from radixrt.config import BrowserConfig, RouterConfig
+from radixrt.config import BrowserConfig, RouterConfig, ServerConfig
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("ray is in the test extra: pip install -e '.[test]'", allow_module_level=True)
@@ -52,6 +52,47 @@ def test_the_ingress_refuses_pages() -> None:
                      "named_host_origin": 403}, codes  # fmt: skip
 
 
+LIMIT_PROBE = r"""
+import json
+from fastapi import Request
+from starlette.testclient import TestClient
+from radixrt.ray import app as ingress
+
+ingress._MAX_REQUEST_BYTES[0] = 1000
+
+
+@ingress.api.post("/probe/read")  # the ingress's routes need a Ray replica: one that reads
+async def read(request: Request) -> dict:
+    return {"bytes": len(await request.body())}
+
+
+client = TestClient(ingress.api, base_url="http://127.0.0.1:8000")
+big = json.dumps({"text": "x" * 2000}).encode()
+chunks = iter([b'{"text": "'] + [b"y" * 200] * 10 + [b'"}'])
+out = {
+    "length": client.post("/generate", content=big,
+                          headers={"content-type": "application/json"}).status_code,
+    "chunked": client.post("/probe/read", content=chunks,
+                           headers={"content-type": "application/json"}).status_code,
+    "small": client.post("/probe/read", content=b"{}",
+                         headers={"content-type": "application/json"}).json(),
+}
+client.close()
+print(json.dumps(out))
+"""
+
+
+def test_the_ingress_refuses_big_bodies() -> None:
+    out = subprocess.run([sys.executable, "-c", LIMIT_PROBE], capture_output=True, text=True,
+                         timeout=240)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "length": 413,
+        "chunked": 413,
+        "small": {"bytes": 2},
+    }
+
+
 def test_ray_flags_default_to_the_dataclasses() -> None:
     from radixrt.ray.__main__ import make_parser
 
@@ -61,3 +102,4 @@ def test_ray_flags_default_to_the_dataclasses() -> None:
             assert parser.get_default(f.name) == f.default, (cls.__name__, f.name)
     args = parser.parse_args(["serve", "--allowed-hosts", "a.example", "--allowed-origins", "*"])
     assert (args.allowed_hosts, args.allowed_origins) == ("a.example", "*")
+    assert parser.get_default("max_request_bytes") == ServerConfig.max_request_bytes

@@ -54,3 +54,16 @@ def test_prune_drops_least_recently_used_leaves_first() -> None:
     tree.prune(0)
     tree.check_integrity()
     assert tree.size == 0 and tree.match("c" * 10) == 0
+
+
+def test_a_full_tree_does_not_walk_every_node_on_each_insert(monkeypatch) -> None:
+    tree = ApproxTree(max_size=1000)
+    walks = []
+    nodes = tree._nodes
+    monkeypatch.setattr(tree, "_nodes", lambda: walks.append(1) or nodes())
+    for i in range(600):  # 10 items each: full after 100, then 500 more inserts
+        tree.insert(tuple(range(i * 10, i * 10 + 10)))
+        assert tree.size <= 1000
+    tree.check_integrity()
+    assert len(walks) <= 500 * 10 // 100 + 1  # one prune per 100 items inserted, not 500
+    assert tree.match(tuple(range(5990, 6000))) == 10  # the newest stays

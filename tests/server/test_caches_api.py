@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from .server_proc import start_server
@@ -34,7 +35,7 @@ def server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
         "--max-total-tokens",
         "1024",
         "--max-pinned-fraction",
-        "0.3",
+        "0.5",
         "--api-key-file",
         str(tmp / "keys.json"),
     )
@@ -112,6 +113,21 @@ def test_a_flush_drops_the_pin_and_the_next_use_makes_it_again(server: Any) -> N
     assert _info(server)["num_pins"] == 1  # ...and pinned again until the handle expires
     again = _gen(server, " Item 2?", cache_id=handle["id"])["meta_info"]["cached_tokens"]
     assert again >= handle["tokens"]  # the handle, and " Item" from the last prompt
+
+
+def test_a_generate_running_at_the_delete_does_not_pin_the_handle_again(server: Any) -> None:
+    handle = server.post("/v1/caches", json={"text": DOC, "ttl": 600}).json()
+    body = {"text": " Item 4?", "cache_id": handle["id"], "stream": True,
+            "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}  # fmt: skip
+    with httpx.stream("POST", server.url + "/generate", json=body, headers=server.headers,
+                      timeout=120) as r:  # fmt: skip
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))  # it is running
+        assert server.delete(f"/v1/caches/{handle['id']}").status_code == 200
+        assert _info(server)["num_pins"] == 0
+        assert [line for line in lines if line.startswith("data:")][-1] == "data: [DONE]"
+    info = _info(server)
+    assert info["num_pins"] == 0 and info["pinned_tokens"] == 0  # not made again for 600 s
 
 
 def test_a_pin_past_the_bound_is_refused_with_the_reason(server: Any) -> None:

@@ -85,3 +85,14 @@ def test_replica_envs_split_threads_on_cpu(monkeypatch) -> None:
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["3", "5"]
     with pytest.raises(ValueError, match="needs 3 GPUs"):
         replica_envs(parse_args(["--device", "cuda", "--dp", "3"]))
+
+
+def test_sessions_are_kept_apart_by_namespace() -> None:
+    replicas = [FakeReplica(100), FakeReplica(100)]
+    dp = DataParallelManager(replicas, make_policy(RouterConfig()))  # type: ignore[arg-type]
+    dp.submit([list(range(40))], [], None, "tenant:a", session="s")
+    dp.submit([list(range(500, 540))], [], None, "tenant:b", session="s")  # b names a's session
+    sessions = dp.policy.sessions  # type: ignore[attr-defined]
+    assert "s" not in sessions and len(sessions) == 2  # neither steers nor moves the other's
+    dp.submit([list(range(900, 940))], [], None, None, session="s")  # no namespace: as before
+    assert "s" in sessions

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from radixrt.server.dashboard.recorder import DashboardRecorder
 from radixrt.server.dashboard.render import dashboard_data
-from radixrt.web.middleware import require_admin
+from radixrt.web.middleware import caller_of, require_admin
 from radixrt.web.responses import json_response
 
 MAX_ROWS = 20  # subtree rows the page shows
@@ -43,7 +43,14 @@ def add_dashboard_routes(
         require_admin(request, "/dashboard/data")
         info, summary = await asyncio.gather(tm.get_info(), tm.cache_summary(MAX_ROWS))
         body = await tm.run_tokenizer(
-            dashboard_data, info, summary, recorder, tm.tokenizer, model_name, len(tm.states)
+            dashboard_data,
+            info,
+            summary,
+            recorder,
+            tm.tokenizer,
+            model_name,
+            len(tm.states),
+            caller=caller_of(request),
         )
         return json_response(body)
 

@@ -24,7 +24,7 @@ from radixrt.server.diagnostics import PromptRecord
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
-from radixrt.web.middleware import identity_of
+from radixrt.web.middleware import caller_of, identity_of
 from radixrt.web.responses import json_response
 
 PATH = "/v1/messages"
@@ -38,14 +38,16 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post(PATH + "/count_tokens")
     async def count_tokens(request: Request) -> Response:
         raw = await request.body()
-        _, prompt = await tm.run_tokenizer(_parse, raw, ctx, False)
+        _, prompt = await tm.run_tokenizer(_parse, raw, ctx, False, caller=caller_of(request))
         return json_response({"input_tokens": len(prompt.input_ids)})
 
     @app.post(PATH)
     async def messages(request: Request) -> Response:
         raw = await request.body()
         msg_id = "msg_" + uuid.uuid4().hex
-        body, prompt, record = await tm.run_tokenizer(_parse_call, raw, ctx, msg_id)
+        body, prompt, record = await tm.run_tokenizer(
+            _parse_call, raw, ctx, msg_id, caller=caller_of(request)
+        )
         assert prompt.params is not None
         planned = pin_specs(
             prompt.breakpoints,

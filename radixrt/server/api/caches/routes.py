@@ -23,6 +23,7 @@ from radixrt.server.api.caches.render import render_handle
 from radixrt.server.api.context import ApiContext
 from radixrt.server.cache_handles import HandleRender, expire_time_for, owner_of
 from radixrt.server.protocol import BadRequestError, check_id, decode_body
+from radixrt.web.middleware import caller_of
 from radixrt.web.responses import json_response
 
 BODIES = {  # for the OpenAPI document
@@ -38,7 +39,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post("/v1/caches")
     async def create(request: Request) -> Response:
         body = decode_body(await request.body(), CreateCacheRequest)
-        ids = await tm.run_tokenizer(prefix_ids, body, tm.tokenizer, ctx.limits)
+        ids = await tm.run_tokenizer(
+            prefix_ids, body, tm.tokenizer, ctx.limits, caller=caller_of(request)
+        )
         check_id(body.name, "name")
         expire = expire_time_for(body.ttl, registry)
         namespace = ctx.tenancy.namespace(request, body.cache_salt, None)
@@ -76,5 +79,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post("/v1/cache/explain")
     async def explain(request: Request) -> Response:
         body = decode_body(await request.body(), ExplainRequest)
-        ids = await tm.run_tokenizer(explain_ids, body, tm.tokenizer, ctx.limits)
+        ids = await tm.run_tokenizer(
+            explain_ids, body, tm.tokenizer, ctx.limits, caller=caller_of(request)
+        )
         return json_response(await ctx.pipeline.explain(request, ids, body.cache_salt))

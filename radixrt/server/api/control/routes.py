@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import PurePath
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -22,7 +23,7 @@ from radixrt.server.api.control.render import (
 from radixrt.server.cache_handles import owner_of
 from radixrt.server.metrics import CONTENT_TYPE, handle_figures
 from radixrt.server.protocol import decode_body
-from radixrt.web.middleware import caller_of, require_admin
+from radixrt.web.middleware import caller_of, identity_of, require_admin
 from radixrt.web.responses import error_response, json_response
 
 BODIES = {"/abort_request": AbortRequest}  # for the OpenAPI document
@@ -48,8 +49,13 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         return json_response(figures)
 
     @app.get("/get_model_info")
-    async def get_model_info() -> Response:
-        return json_response(model_info(tm.ready, ctx.model_name, tm.tokenizer, ctx.limits))
+    async def get_model_info(request: Request) -> Response:
+        """The model; its folder's absolute path for admins (and keyless servers) only,
+        others see the folder's name."""
+        info = model_info(tm.ready, ctx.model_name, tm.tokenizer, ctx.limits)
+        if not identity_of(request).is_admin:
+            info["model_path"] = PurePath(info["model_path"]).name
+        return json_response(info)
 
     @app.get("/get_server_info")
     async def get_server_info(request: Request) -> Response:

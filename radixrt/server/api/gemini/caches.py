@@ -33,6 +33,7 @@ from radixrt.server.cache_handles import (
     owner_of,
 )
 from radixrt.server.protocol import BadRequestError, check_id, decode_body
+from radixrt.web.middleware import caller_of
 from radixrt.web.responses import json_response
 
 DEFAULT_TTL_S = 3600.0
@@ -48,11 +49,13 @@ def add_cached_contents_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> No
 
     @app.post(path)
     async def create(request: Request) -> Response:
-        body = await tm.run_tokenizer(decode_body, await request.body(), CreateCachedContentRequest)
+        body = await tm.run_tokenizer(
+            decode_body, await request.body(), CreateCachedContentRequest, caller=caller_of(request)
+        )
         check_id(body.display_name, "displayName")
         expire = _expire_time(registry, body.ttl, body.expire_time, DEFAULT_TTL_S)
         ids, meta = await tm.run_tokenizer(
-            cache_prefix, body, tm.tokenizer, ctx.limits, ctx.tool_format
+            cache_prefix, body, tm.tokenizer, ctx.limits, ctx.tool_format, caller=caller_of(request)
         )
         namespace = ctx.tenancy.namespace(request, None, None)
         handle = registry.new_handle(

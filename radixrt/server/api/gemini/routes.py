@@ -36,6 +36,7 @@ from radixrt.server.cache_handles import CacheHandle
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
+from radixrt.web.middleware import caller_of
 from radixrt.web.responses import json_response
 
 BODIES: dict[str, type] = {}  # the OpenAPI document describes no Gemini body
@@ -91,10 +92,18 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
         raw = await request.body()
         if action == "countTokens":
             return await count_tokens(request, raw, model)
-        body = await tm.run_tokenizer(decode_body, raw, GenerateContentRequest)
+        body = await tm.run_tokenizer(
+            decode_body, raw, GenerateContentRequest, caller=caller_of(request)
+        )
         handle = named_handle(request, body, model)
         prep = await tm.run_tokenizer(
-            prepare_content, body, handle, tm.tokenizer, limits, ctx.tool_format
+            prepare_content,
+            body,
+            handle,
+            tm.tokenizer,
+            limits,
+            ctx.tool_format,
+            caller=caller_of(request),
         )
         is_stream = action == "streamGenerateContent"
         req = ServeRequest(
@@ -111,10 +120,18 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
     async def count_tokens(request: Request, raw: bytes, model: str) -> Response:
         """The prompt's tokens as generateContent would build them (chat template included);
         `cachedContentTokenCount`: those of them a named cache holds."""
-        body = count_request(await tm.run_tokenizer(decode_body, raw, CountTokensRequest))
+        body = count_request(
+            await tm.run_tokenizer(decode_body, raw, CountTokensRequest, caller=caller_of(request))
+        )
         handle = named_handle(request, body, model)
         ids, starts = await tm.run_tokenizer(
-            prompt_ids, body, handle, tm.tokenizer, limits, ctx.tool_format
+            prompt_ids,
+            body,
+            handle,
+            tm.tokenizer,
+            limits,
+            ctx.tool_format,
+            caller=caller_of(request),
         )
         out: dict[str, Any] = {
             "totalTokens": len(ids),

@@ -14,6 +14,7 @@ from radixrt.server.api.openai.render import TokenStrings
 from radixrt.server.cache_handles import owner_of
 from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
+from radixrt.web.middleware import caller_of
 
 BODIES = {"/generate": GenerateRequest}  # for the OpenAPI document
 
@@ -24,12 +25,16 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     @app.post("/generate")
     async def generate(request: Request) -> Response:
-        body = await tm.run_tokenizer(decode_body, await request.body(), GenerateRequest)
+        body = await tm.run_tokenizer(
+            decode_body, await request.body(), GenerateRequest, caller=caller_of(request)
+        )
         handle = None
         if body.cache_id is not None:
             handle = ctx.registry.get(owner_of(request), body.cache_id)
         prefix = handle.input_ids if handle is not None else None
-        prepared = await tm.run_tokenizer(prepare_generate, body, tm.tokenizer, ctx.limits, prefix)
+        prepared = await tm.run_tokenizer(
+            prepare_generate, body, tm.tokenizer, ctx.limits, prefix, caller=caller_of(request)
+        )
         req = ServeRequest(
             prepared.prompts,
             prepared.params,

@@ -26,7 +26,7 @@ from radixrt.server.diagnostics import Fingerprint, PromptRecord
 from radixrt.server.protocol import Limits, PreparedRequest, decode_body
 from radixrt.server.serving import ServeRequest
 from radixrt.server.tools import CallFormat, ToolPlan
-from radixrt.web.middleware import identity_of
+from radixrt.web.middleware import caller_of, identity_of
 from radixrt.web.responses import json_response
 
 BODIES = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}
@@ -53,7 +53,13 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def serve(request: Request, is_chat: bool) -> Response:
         raw = await request.body()
         body, prepared, plan, fp = await tm.run_tokenizer(
-            _parse, raw, is_chat, tm.tokenizer, ctx.limits, ctx.tool_format
+            _parse,
+            raw,
+            is_chat,
+            tm.tokenizer,
+            ctx.limits,
+            ctx.tool_format,
+            caller=caller_of(request),
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
         render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan)

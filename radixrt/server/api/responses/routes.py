@@ -26,7 +26,7 @@ from radixrt.server.cache_handles import owner_of
 from radixrt.server.http_errors import add_error_dialect
 from radixrt.server.protocol import decode_body
 from radixrt.server.serving import ServeRequest
-from radixrt.web.middleware import identity_of
+from radixrt.web.middleware import caller_of, identity_of
 from radixrt.web.responses import json_response
 
 PATH = "/v1/responses"
@@ -46,17 +46,25 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     @app.post(PATH)
     async def create(request: Request) -> Response:
-        body = await tm.run_tokenizer(_decode, await request.body())
+        body = await tm.run_tokenizer(_decode, await request.body(), caller=caller_of(request))
         owner = owner_of(request)
         previous: Conversation | None = None
         if body.previous_response_id is not None:
             earlier = store.get(owner, body.previous_response_id, "previous_response_id")
             previous = earlier.conversation
         prompt = await tm.run_tokenizer(
-            build_prompt, body, previous, tm.tokenizer, ctx.limits, ctx.tool_format
+            build_prompt,
+            body,
+            previous,
+            tm.tokenizer,
+            ctx.limits,
+            ctx.tool_format,
+            caller=caller_of(request),
         )
         resp_id = "resp_" + uuid.uuid4().hex
-        record = await tm.run_tokenizer(prompt_record, resp_id, body, prompt)
+        record = await tm.run_tokenizer(
+            prompt_record, resp_id, body, prompt, caller=caller_of(request)
+        )
         pin_id = "response-" + resp_id if body.is_stored else None
         tenant = identity_of(request).tenant
         planned = plan_pins(body, prompt, pin_id, config.cache_ttl_scale, tenant)
