@@ -133,8 +133,9 @@ def test_quick_run_against_radixrt(tiny_llama_long_path: Path, tmp_path: Path) -
     assert [r["engine"] for r in results] == ["radixrt"]
     rows = results[0]["rows"]
     assert len(rows) == 4 and all(r["prompt_tokens"] > 500 for r in rows)
-    second = [r for r in rows if r["turn"] == 1]
-    assert all(r["cached_tokens"] > 0.8 * r["prompt_tokens"] for r in second)
+    first = {r["session"]: r for r in rows if r["turn"] == 0}
+    for r in (r for r in rows if r["turn"] == 1):  # the whole first prompt is a prefix
+        assert r["cached_tokens"] >= first[r["session"]]["prompt_tokens"] - 8, (r, first)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["workload"]["sessions"] == 2 and "radixrt" in (tmp_path / "report.md").read_text()
 

