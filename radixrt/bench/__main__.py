@@ -1,5 +1,6 @@
 """`python -m radixrt.bench [NAME [ARGS...]]`: list the benchmarks, or run one by its short
-name (`tiers` runs `radixrt.bench.serving.tiers`); the full module paths work as well."""
+name (`tiers` runs `radixrt.bench.serving.tiers`; a `_bench` suffix is dropped: `agent` runs
+`agent_bench`, whose stem works too); the full module paths work as well."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 GROUPS = ("serving", "micro")  # searched in this order for a short name
 # "`python -m ...` (`make bench`): " at the head of a docstring, dropped from the listing
+SUFFIX = "_bench"  # dropped from a module's short name
 LEADING_COMMAND = re.compile(r"^`[^`]*`(\s*\([^)]*\))?:\s*")
 
 
@@ -24,9 +26,9 @@ def benchmarks() -> dict[str, tuple[str, str]]:
             if 'if __name__ == "__main__":' not in source:
                 continue
             doc = ast.get_docstring(ast.parse(source)) or ""
-            name = path.stem
+            name = path.stem.removesuffix(SUFFIX)
             line = LEADING_COMMAND.sub("", doc.split("\n\n")[0].replace("\n", " "))
-            out.setdefault(name, (f"radixrt.bench.{group}.{name}", line))
+            out.setdefault(name, (f"radixrt.bench.{group}.{path.stem}", line))
     return out
 
 
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
         for name, (module, line) in found.items():
             print(f"  {name:<{width}}  {module}: {line}")
         return 0
-    name = argv[0]
+    name = argv[0].removesuffix(SUFFIX)
     if name not in found:
         print(f"no benchmark named {name!r}; one of: {', '.join(found)}", file=sys.stderr)
         return 2

@@ -28,3 +28,12 @@ def test_runs_a_benchmark_with_its_arguments() -> None:
     done = subprocess.run([sys.executable, "-m", "radixrt.bench", "tiers", "--help"],
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0 and "--lengths" in done.stdout
+
+
+def test_a_bench_suffix_is_dropped_from_the_short_name() -> None:
+    found = benchmarks()
+    assert found["agent"][0] == "radixrt.bench.serving.agent_bench"
+    assert found["json"][0] == "radixrt.bench.serving.json_bench"
+    done = subprocess.run([sys.executable, "-m", "radixrt.bench", "agent_bench", "--help"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "--vllm-dtype" in done.stdout

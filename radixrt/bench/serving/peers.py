@@ -111,8 +111,10 @@ class ManagedServer:
         log_path: Path,
         env: dict[str, str] | None = None,
         ready_path: str = "/v1/models",  # answers 200 once up (without keys: /health)
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         self.ready_path = ready_path
+        self.start_timeout_s = start_timeout_s
         self.port = int(cmd[cmd.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = cmd
@@ -151,7 +153,7 @@ class ManagedServer:
 
     def _wait_ready(self) -> None:
         assert self.proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
@@ -162,7 +164,7 @@ class ManagedServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        raise RuntimeError(f"{' '.join(self.cmd)} not ready after {START_TIMEOUT_S} s")
+        raise RuntimeError(f"{' '.join(self.cmd)} not ready after {self.start_timeout_s} s")
 
 
 def free_port() -> int:
