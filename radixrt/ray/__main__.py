@@ -45,6 +45,31 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def unauthenticated_cluster(address: str | None) -> str | None:
+    """Why the local Ray cluster `ray.init()` would start is unsafe, or None when it would be
+    safe (or none is started: joining `--address` runs on a cluster the operator set up).
+
+    Ray's GCS and raylets listen on every interface whatever address they advertise, so the
+    only guard of a cluster started here is Ray's token authentication, on by default for a
+    new local cluster since the release whose `enable_token_auth_by_default` exists."""
+    if address is not None:
+        return None
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() != "token":
+        return (f"RAY_AUTH_MODE={mode}: a local Ray cluster listens on every interface and "
+                "runs any code it is sent; unset RAY_AUTH_MODE (or set it to token), or "
+                "start a cluster yourself and pass --address")  # fmt: skip
+    try:
+        from ray._private.authentication import authentication_token_setup as auth
+    except ImportError:
+        auth = None
+    if auth is None or not hasattr(auth, "enable_token_auth_by_default"):
+        return ("this Ray version starts a local cluster without token authentication, "
+                "listening on every interface; install a Ray that has it (2.60 or later), or "
+                "start a cluster yourself and pass --address")  # fmt: skip
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     server_flags: list[str] = []
@@ -65,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as e:
         p.error(str(e))
+    unsafe = unauthenticated_cluster(args.address)
+    if unsafe is not None:
+        p.error(unsafe)
     import ray
     from ray import serve
 

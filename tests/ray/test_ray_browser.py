@@ -103,3 +103,21 @@ def test_ray_flags_default_to_the_dataclasses() -> None:
     args = parser.parse_args(["serve", "--allowed-hosts", "a.example", "--allowed-origins", "*"])
     assert (args.allowed_hosts, args.allowed_origins) == ("a.example", "*")
     assert parser.get_default("max_request_bytes") == ServerConfig.max_request_bytes
+
+
+def test_no_local_cluster_without_token_authentication(monkeypatch, capsys) -> None:
+    """Ray's GCS and raylet listen on every interface: a cluster this command starts must
+    have Ray's token authentication; joining --address is the operator's cluster."""
+    from radixrt.ray.__main__ import main, unauthenticated_cluster
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert unauthenticated_cluster(None) is None  # the installed Ray turns tokens on
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert unauthenticated_cluster("auto") is None
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--", "--model-path", "x"])  # refused before ray.init
+    assert exc.value.code == 2
+    assert "RAY_AUTH_MODE=disabled" in capsys.readouterr().err
+    import ray
+
+    assert not ray.is_initialized()
