@@ -1,5 +1,6 @@
 """The soak end to end on the tiny model: every kind of request is answered as expected, no
-anomaly, /health stays fast and the KV pool is whole at the end."""
+anomaly while the scheduler is paused (SIGSTOP/SIGCONT) now and then, /health stays fast and
+the KV pool is whole at the end."""
 
 from __future__ import annotations
 
@@ -39,3 +40,5 @@ def test_soak_passes_on_the_tiny_model(tiny_chat_path: Path, tmp_path: Path) -> 
     unserved = [k for k in (*KINDS, "abort_request") if not figures["kinds"].get(k, {}).get("ok")]
     assert not unserved, report
     assert "INFO every kind answered as expected" in run.stdout, report
+    pauses = figures["pauses"]  # the scheduler was stopped and continued mid-load
+    assert pauses["asked"] and pauses["count"] >= 1 and pauses["pids"], report

@@ -1,11 +1,12 @@
 """`python -m radixrt.bench.serving.soak --minutes N`: one server under mixed, partly hostile
-load (the kinds in soak_cases.py and soak_hostile.py) from several client threads; reports
-what was served, every anomaly, /health latency, the server's RSS, and whether the KV pool is
-whole once idle."""
+load (the kinds in soak_kinds.py) from several client threads, its scheduler paused now and
+then (soak_pause.py); reports what was served, every anomaly, /health latency, the server's
+RSS, and whether the KV pool is whole once idle."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import queue
 import random
@@ -24,6 +25,7 @@ import httpx
 from radixrt.bench.serving.peers import ManagedServer, free_port
 from radixrt.bench.serving.soak_cases import TIMEOUT_S, Outcome, SoakContext, abort_rid
 from radixrt.bench.serving.soak_kinds import KINDS
+from radixrt.bench.serving.soak_pause import Pauser
 from radixrt.bench.serving.soak_report import (
     BUSY_KEYS,
     RSS_EVERY_S,
@@ -83,6 +85,15 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--url", default=None, help="use this running server instead of starting one")
     p.add_argument("--json", default=None, help="write every figure to this file")
+    p.add_argument("--pause-every-s", type=float, default=8.0,
+                   help="SIGSTOP the scheduler this often during the load (0: never; only a "
+                   "server this run started)")  # fmt: skip
+    p.add_argument(
+        "--pause-hold-s",
+        type=float,
+        default=2.0,
+        help="how long each pause lasts (keep it under the stall timeout)",
+    )
     return p
 
 
@@ -121,7 +132,15 @@ def run_soak(args: argparse.Namespace, url: str, proc: Any) -> int:
                 run_one(name, partial(kind, client, warm, ctx), obs.warmup)
     obs.warmup_s, start = time.monotonic() - start, time.monotonic()
     obs.rss_start = server_rss(pid) if pid is not None else {}
+    pauser = None
+    if pid is not None and args.pause_every_s > 0 and args.pause_hold_s > 0:
+        pauser = Pauser(pid, args.pause_every_s, args.pause_hold_s)
+        pauser.start()
     load(args, url, ctx, obs.tally, deadline=start + 60.0 * args.minutes)
+    if pauser is not None:
+        pauser.stop.set()
+        pauser.join()  # every stopped process continued
+        obs.pauses = {"asked": True, **dataclasses.asdict(pauser.log)}
     obs.load_s, start = time.monotonic() - start, time.monotonic()
     obs.idle, obs.pool = wait_idle(url)
     obs.idle_wait_s = time.monotonic() - start

@@ -63,20 +63,29 @@ class Observed:
     pool: dict[str, Any] = field(default_factory=dict)  # /get_server_info once idle
     rss_end: Rss = field(default_factory=dict)
     alive: bool = True
+    pauses: dict[str, Any] = field(default_factory=dict)  # soak_pause: asked, count, seconds
 
 
 def server_rss(pid: int) -> Rss:
     """VmRSS of the HTTP process (`http`) and of its descendants, summed per module they run
     (`radixrt.scheduler.process`, `radixrt.grammar.worker`, ...)."""
     rss = {"http": {"kib": _vmrss(pid), "procs": 1}}
+    for child, module in descendants(pid):
+        role = rss.setdefault(module, {"kib": 0, "procs": 0})
+        role["kib"] += _vmrss(child)
+        role["procs"] += 1
+    return rss
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, module it runs) of every descendant of `pid`."""
+    out: list[tuple[int, str]] = []
     todo = _children(pid)
     while todo:
         child = todo.pop()
-        role = rss.setdefault(_module(child), {"kib": 0, "procs": 0})
-        role["kib"] += _vmrss(child)
-        role["procs"] += 1
+        out.append((child, _module(child)))
         todo += _children(child)
-    return rss
+    return out
 
 
 def _children(pid: int) -> list[int]:
@@ -129,6 +138,8 @@ def figures(args: argparse.Namespace, obs: Observed, monitor: Any) -> dict[str, 
         "no_anomalies": not anomalies,
         "health_under_1s": health["max_ms"] < HEALTH_LIMIT_S * 1e3 and not health["failures"],
         "server_alive": obs.alive,
+        "scheduler_paused": not obs.pauses.get("asked")
+        or (obs.pauses["count"] > 0 and not obs.pauses["error"]),
     }
     total = sum(k["requests"] for k in kinds.values())
     return {
@@ -138,7 +149,7 @@ def figures(args: argparse.Namespace, obs: Observed, monitor: Any) -> dict[str, 
         "idle_wait_s": obs.idle_wait_s, "total_requests": total,
         "requests_per_s": total / max(obs.load_s, 1e-9), "kinds": kinds,
         "every_kind_answered": all(kinds.get(k, {}).get("ok") for k in KINDS),
-        "anomalies": anomalies, "health": health, "pool": p,
+        "anomalies": anomalies, "health": health, "pool": p, "pauses": obs.pauses,
         "rss_kib": {"start": obs.rss_start, "end": obs.rss_end, "series": monitor.rss_series},
         "checks": checks, "passed": all(checks.values()),
     }  # fmt: skip
@@ -197,6 +208,7 @@ def format_report(f: dict[str, Any]) -> str:
                f"{h['p99_ms']:.1f} ms, max {h['max_ms']:.1f} ms, {len(h['failures'])} failures "
                f"{h['failures'][:2] or ''}"),
         _check(c["server_alive"], "server alive at the end"),
+        _pause_line(c["scheduler_paused"], f["pauses"]),
         f"{'INFO' if f['every_kind_answered'] else 'WARN'} every kind answered as expected: "
         f"{sum(1 for k in KINDS if f['kinds'].get(k, {}).get('ok'))}/{len(KINDS)}",
         "RESULT: " + ("PASS" if f["passed"] else "FAIL"),
@@ -224,6 +236,16 @@ def _rss_lines(rss: dict[str, Any]) -> list[str]:
         samples = " ".join(f"{x.get(role, 0) / 1024:.0f}" for x in series[::step])
         lines.append(f"  {role:<28}{samples}")
     return lines
+
+
+def _pause_line(ok: bool, pauses: dict[str, Any]) -> str:
+    if not pauses.get("asked"):
+        return "INFO scheduler not paused (off, or a server this run did not start)"
+    return _check(
+        ok,
+        f"scheduler paused (SIGSTOP/SIGCONT) {pauses['count']} times, "
+        f"{pauses['seconds']:.1f} s in all, pids {pauses['pids']} {pauses['error']}",
+    )
 
 
 def _check(ok: bool, text: str) -> str:
