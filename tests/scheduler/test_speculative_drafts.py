@@ -88,7 +88,7 @@ def test_who_is_speculated() -> None:
         return Req("r", [1, 2], SamplingParams(**kw), output_ids=[3])
 
     assert can_speculate(req(temperature=0)) and can_speculate(req(top_k=1))
-    assert not can_speculate(req(temperature=0.7))
+    assert can_speculate(req(temperature=0.7, top_p=0.9, seed=3))
     assert not can_speculate(req(temperature=0, return_logprob=True))
     assert not can_speculate(req(temperature=0, frequency_penalty=0.5))
     assert not can_speculate(req(temperature=0, repetition_penalty=1.2))

@@ -12,13 +12,12 @@ from radixrt.scheduler.speculative.ngram import NgramIndex
 
 
 def can_speculate(req: Req) -> bool:
-    """Whether `req` may be speculated: a greedy request whose next tokens depend on nothing
-    but the logits (no grammar, penalties, stop-token ban or logprobs), so each verified
-    position picks what a decode step would. Others decode one token per step as before."""
+    """Whether `req` may be speculated: a request whose next tokens depend on nothing but the
+    logits and its output (no grammar, penalties, stop-token ban or logprobs), so each
+    verified position picks what a decode step would. Others decode one token per step."""
     p = req.sampling_params
     return (
-        p.is_greedy
-        and req.grammar is None
+        req.grammar is None
         and p.regex is None and p.json_schema is None and p.ebnf is None
         and not p.return_logprob
         and p.repetition_penalty == 1.0
