@@ -89,7 +89,7 @@ def test_who_is_speculated() -> None:
 
     assert can_speculate(req(temperature=0)) and can_speculate(req(top_k=1))
     assert can_speculate(req(temperature=0.7, top_p=0.9, seed=3))
-    assert not can_speculate(req(temperature=0, return_logprob=True))
+    assert can_speculate(req(temperature=0, return_logprob=True, top_logprobs_num=3))
     assert not can_speculate(req(temperature=0, frequency_penalty=0.5))
     assert not can_speculate(req(temperature=0, repetition_penalty=1.2))
     assert not can_speculate(req(temperature=0, min_new_tokens=4))

@@ -13,13 +13,12 @@ from radixrt.scheduler.speculative.ngram import NgramIndex
 
 def can_speculate(req: Req) -> bool:
     """Whether `req` may be speculated: a request whose next tokens depend on nothing but the
-    logits and its output (no grammar, penalties, stop-token ban or logprobs), so each
+    logits and its output (no grammar, penalties or stop-token ban), so each
     verified position picks what a decode step would. Others decode one token per step."""
     p = req.sampling_params
     return (
         req.grammar is None
         and p.regex is None and p.json_schema is None and p.ebnf is None
-        and not p.return_logprob
         and p.repetition_penalty == 1.0
         and p.frequency_penalty == 0.0
         and p.presence_penalty == 0.0

@@ -106,6 +106,10 @@ class Speculation:
                 ))  # fmt: skip
                 break
             req.output_ids.append(token)
+            if req.sampling_params.return_logprob and out.logprobs is not None:
+                req.output_logprobs.append(out.logprobs[first + emitted])  # its own row's
+                if out.top_logprobs is not None:
+                    req.output_top_logprobs.append(out.top_logprobs[first + emitted])
             emitted += 1
             self.check_finish(req)
         req.first_token_time = req.first_token_time or now
