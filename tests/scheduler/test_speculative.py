@@ -160,7 +160,7 @@ def test_mixed_batch(plain, spec) -> None:
     assert _run(spec, reqs) == ref
     drafted = {r.rid: r.spec_drafted for r in reqs}
     assert drafted["g1"] > 0 and drafted["g2"] > 0  # "s" may draft now: seeded, the same
-    assert drafted["lp"] > 0 and drafted["pen"] == 0
+    assert drafted["lp"] > 0  # "pen" too when its output repeats (test_speculative_params)
 
 
 @pytest.mark.parametrize("page_size", [4, 16])

@@ -46,3 +46,41 @@ def test_logprobs_are_each_rows_own(plain, spec) -> None:
         for tg, tr in zip(g.output_top_logprobs, r.output_top_logprobs):
             assert [t for _, t in tg] == [t for _, t in tr]
             assert [v for v, _ in tg] == pytest.approx([v for v, _ in tr], abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"repetition_penalty": 1.3},
+        {"frequency_penalty": 0.8},
+        {"presence_penalty": 1.5, "frequency_penalty": 0.3},
+    ],
+)
+def test_penalties_count_the_accepted_drafts(plain, spec, params) -> None:
+    def make():
+        return [_req("a", _repetitive(33), 40, **params), _req("b", _prompt(34, 20), 40, **params)]
+
+    ref, got = _pair(plain, spec, make)
+    assert [g.output_ids for g in got] == [r.output_ids for r in ref]
+    assert sum(g.spec_accepted for g in got) > 10
+
+
+def test_min_new_tokens_bans_stops_on_the_rows_under_it(plain, spec) -> None:
+    """Stop at a token first picked at position k, with min_new_tokens k (row k is past the
+    ban, the rows before it in the same verified draft are not) and k + 1 (banned there)."""
+    _fresh(plain)
+    ids = _prompt(35, 20)
+    free = _run(plain, [_req("f", ids, 30)])["f"]
+    ks = [k for k in range(2, 12) if free.index(free[k]) == k][:3]
+
+    def make():
+        return [
+            _req(f"m{k}-{m}", ids, 30, stop_token_ids=[free[k]], min_new_tokens=m)
+            for k in ks
+            for m in (k, k + 1)
+        ]
+
+    ref, got = _pair(plain, spec, make)
+    assert [g.output_ids for g in got] == [r.output_ids for r in ref]
+    assert [r.output_ids for r in ref[::2]] == [free[: k + 1] for k in ks]
+    assert sum(g.spec_accepted for g in got) > 10

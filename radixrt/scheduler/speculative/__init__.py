@@ -2,10 +2,10 @@
 verified in the step's forward pass (speculation.py says how, and who owns the draft slots;
 rows.py why sampled requests keep their exact distribution, and seeded ones their tokens).
 
-Speculated: requests without grammar, penalties or a pending min_new_tokens
-(drafter.can_speculate); the rest decode one token per step in the same batch. Not yet:
-draft trees, a draft model, models with sliding-window layers (their window pool), and CUDA
-graphs for batches that verify drafts."""
+Speculated: requests without a grammar (drafter.can_speculate); the rest decode one token per
+step in the same batch. Not yet: grammar masks over drafts, draft trees, a draft model, models
+with sliding-window layers (their window pool), and CUDA graphs for batches that verify drafts.
+"""
 
 from __future__ import annotations
 
