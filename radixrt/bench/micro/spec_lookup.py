@@ -4,8 +4,9 @@ output tokens per second, tokens accepted per token drafted and forward passes p
     python -m radixrt.bench spec_lookup [--model-path DIR] [--draft-tokens 5] [--runs 3]
 
 Workloads: text that repeats (its own tokens give the drafts), a count (the same), a chat
-answer (little repeats), and the chat prompt again with its answer in the prefix cache (the
-tree gives the drafts; the other workloads flush the cache before each run). Each run's output
+answer (little repeats), the chat prompt again with its answer in the prefix cache (the
+tree gives the drafts; the other workloads flush the cache before each run), and a word salad
+(drafts nearly always rejected: what the draft guard must make cheap). Each run's output
 is checked to be the same with and without speculation. Wall-clock figures on a shared machine
 are noisy: read the medians, and the forward passes, which are exact.
 """
@@ -14,16 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 from typing import Any
 
 CHAT = "Explain in a few sentences why the sky is blue."
+# Hostile: a word salad (fixed seed) whose words recur, so one-token n-grams always draft, and
+# what the model writes after it is rarely what followed those words before (the guard's case).
+_WORDS = "amber vault nine drift copper hollow signal maple orbit thimble quartz lantern".split()
+RANDOM = " ".join(random.Random(0).choices(_WORDS, k=60))
 WORKLOADS: dict[str, tuple[str, bool]] = {  # name -> (prompt, keep the cache between runs)
     "repeat-text": ("The quick brown fox jumps over the lazy dog. " * 3, False),
     "count": ("1, 2, 3, 4, 5, 6, 7, 8,", False),
     "chat": (CHAT, False),
     "chat-again": (CHAT, True),
+    "random": (RANDOM, False),
 }
 
 
@@ -54,12 +61,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--draft-tokens", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated names")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     results: dict[str, dict[str, Any]] = {}
     for k in (0, args.draft_tokens):
         with Engine(args.model_path, max_total_tokens=8192, speculative_num_draft_tokens=k) as e:
-            for name, (text, keep) in WORKLOADS.items():
+            for name in args.workloads.split(","):
+                text, keep = WORKLOADS[name]
                 prompt = e.tokenizer.apply_chat_template(
                     [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
                 ) if text == CHAT else text  # fmt: skip

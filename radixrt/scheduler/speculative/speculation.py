@@ -26,6 +26,7 @@ from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core import FinishReason, Req
 from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
+from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, row_reqs
 from radixrt.scheduler.stats import SchedulerStats
 
@@ -54,8 +55,12 @@ class Speculation:
             return 0
         used = 0
         for req in decoding:
-            room = self._room(req)
-            if room <= 0 or not can_speculate(req):
+            if not can_speculate(req):
+                continue
+            if req.draft_guard is None:
+                req.draft_guard = DraftGuard(self.num_draft_tokens)
+            room = min(self._room(req), req.draft_guard.allowed())  # the guard: recent acceptance
+            if room <= 0:
                 continue
             base = self.kv.slots_needed(req, 1)
             fit = self.kv.tokens_fitting(req, base + spare - used) - 1
@@ -113,6 +118,7 @@ class Speculation:
             emitted += 1
             self.check_finish(req)
         req.first_token_time = req.first_token_time or now
+        req.draft_guard.record(len(draft), min(n, emitted))
         req.spec_drafted += len(draft)
         req.spec_accepted += min(n, emitted)
         self.stats.generated_tokens += emitted
