@@ -53,6 +53,8 @@ def test_repeated_text_is_identical_and_accepted(engines) -> None:
     assert again["meta_info"]["spec_accepted_tokens"] > meta["spec_accepted_tokens"]
     stats = engines[1].get_stats()
     assert stats["spec_accepted_tokens"] > 0
+    accepted, steps = stats["spec_accepted_tokens"], stats["spec_verify_steps"]
+    assert accepted < stats["spec_emitted_tokens"] <= accepted + steps  # + each step's own
 
 
 def test_chat_stop_strings_and_length(engines) -> None:

@@ -124,6 +124,8 @@ class Speculation:
         self.stats.generated_tokens += emitted
         self.stats.spec_drafted_tokens += len(draft)
         self.stats.spec_accepted_tokens += min(n, emitted)
+        self.stats.spec_verify_steps += 1
+        self.stats.spec_emitted_tokens += emitted
         # Position start + j computed [last token, *draft][j]; for j <= emitted it is a token
         # of the output now (drafts equal the picks before them), the rest were rejected.
         keep = start + max(emitted, 1)
