@@ -168,8 +168,12 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     pinned_tokens: int = 0
     num_pins: int = 0
     tiers: list[TierInfoMsg] = []  # the lower KV tiers, top first
-    spec_drafted_tokens: int = 0  # speculative decoding: tokens drafted and accepted
+    # Speculative decoding: tokens drafted and accepted, request steps that verified a draft
+    # and the tokens they emitted (SchedulerStats).
+    spec_drafted_tokens: int = 0
     spec_accepted_tokens: int = 0
+    spec_verify_steps: int = 0
+    spec_emitted_tokens: int = 0
 
 
 class FlushCacheReplyMsg(msgspec.Struct, tag=True):

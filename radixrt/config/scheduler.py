@@ -34,8 +34,9 @@ class SchedulerConfig:
     disable_jump_forward: bool = False
     disable_grammar_budget: bool = False
     # Speculative decoding by lookup (scheduler/speculative/): draft up to this many tokens per
-    # greedy request and step from its own prompt and output and from the prefix cache's paths,
-    # verified in the same forward pass; 0: off. The longest suffix n-gram matched is
+    # request (not grammar-constrained) and step from its own prompt and output and from the
+    # prefix cache's paths, verified in the same forward pass (fewer while they are rejected:
+    # speculative/guard.py); 0: off. The longest suffix n-gram matched is
     # speculative_ngram_max tokens (then shorter ones down to 1).
     speculative_num_draft_tokens: int = 0
     speculative_ngram_max: int = 4

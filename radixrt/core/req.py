@@ -59,9 +59,11 @@ class Req:
     # Speculative decoding (scheduler/speculative/): tokens drafted after fill_ids for this
     # step to verify (empty: not speculating this step; extend_len is then 1 + len of them,
     # and their KV slots are the request's until the step keeps or frees them), the drafter's
-    # per-request state, and the tokens drafted and accepted so far (the metric).
+    # per-request state, its draft budget (speculative/guard.py: DraftGuard), and the tokens
+    # drafted and accepted so far (the metric).
     draft_ids: list[int] = field(default_factory=list)
     draft_state: Any = None
+    draft_guard: Any = None
     spec_drafted: int = 0
     spec_accepted: int = 0
 

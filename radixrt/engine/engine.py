@@ -128,6 +128,8 @@ class Engine:
             "tiers": [msgspec.structs.asdict(t) for t in info.tiers],
             "spec_drafted_tokens": info.spec_drafted_tokens,
             "spec_accepted_tokens": info.spec_accepted_tokens,
+            "spec_verify_steps": info.spec_verify_steps,
+            "spec_emitted_tokens": info.spec_emitted_tokens,
         }
 
     def shutdown(self) -> None:

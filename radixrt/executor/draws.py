@@ -109,15 +109,20 @@ def _uniforms(reqs: list[Req], device: torch.device) -> torch.Tensor:
     u = torch.rand(len(reqs), device=device)
     seeded = [i for i, r in enumerate(reqs) if r.sampling_params.seed is not None]
     if seeded:
-        draws = []
-        for i in seeded:
-            req = reqs[i]
-            if req.generator is None:
-                req.generator = torch.Generator(device=device)
-                req.generator.manual_seed(req.sampling_params.seed)
-            draws.append(torch.rand(1, generator=req.generator, device=device))
+        draws = [
+            torch.rand(1, generator=request_generator(reqs[i], device), device=device)
+            for i in seeded
+        ]
         u[row_index(seeded, device)] = torch.cat(draws)
     return u
+
+
+def request_generator(req: Req, device: torch.device) -> torch.Generator:
+    """A seeded request's generator, made from its seed on first use (one uniform per token)."""
+    if req.generator is None:
+        req.generator = torch.Generator(device=device)
+        req.generator.manual_seed(req.sampling_params.seed)
+    return req.generator
 
 
 def _drop_below(probs: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:

@@ -141,8 +141,7 @@ class Scheduler:
             "generated_tokens": s.generated_tokens, "cache_hit_rate": s.hit_rate,
             "forward_passes": s.forward_passes, "retractions": s.retractions,
             "pinned_tokens": kv.cache.pinned_size, "num_pins": self.pins.num_pins,
-            "tiers": kv.tiers.info(), "spec_drafted_tokens": s.spec_drafted_tokens,
-            "spec_accepted_tokens": s.spec_accepted_tokens,
+            "tiers": kv.tiers.info(), **s.spec_figures(),
         }  # fmt: skip
 
     @property

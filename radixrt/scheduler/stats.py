@@ -23,13 +23,23 @@ class SchedulerStats:
     forward_passes: int = 0
     retractions: int = 0
     input_logprob_rows: int = 0  # prompt positions whose logprobs were computed
-    # Speculative decoding: draft tokens verified, and those the model agreed with.
+    # Speculative decoding: draft tokens verified, those the model agreed with, the request
+    # steps that verified a draft and the tokens those steps emitted (accepted + their own).
     spec_drafted_tokens: int = 0
     spec_accepted_tokens: int = 0
+    spec_verify_steps: int = 0
+    spec_emitted_tokens: int = 0
 
     @property
     def hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def spec_figures(self) -> dict[str, int]:
+        """The speculation counters, as InfoReplyMsg names them."""
+        return {"spec_drafted_tokens": self.spec_drafted_tokens,
+                "spec_accepted_tokens": self.spec_accepted_tokens,
+                "spec_verify_steps": self.spec_verify_steps,
+                "spec_emitted_tokens": self.spec_emitted_tokens}  # fmt: skip
 
 
 def guarded(req: Req, what: str, fn: Callable[..., None], *args: Any) -> None:

@@ -111,9 +111,10 @@ _HELP = {
     "disable_jump_forward": "decode grammar-forced tokens one step each instead of in one extend",
     "disable_grammar_budget": "let constrained outputs run out of max_new_tokens unfinished "
     "(without it, a length-bounding backend only allows tokens that can finish in time)",
-    "speculative_num_draft_tokens": "speculative decoding: tokens drafted per greedy request "
-    "and step by lookup in its own prompt and output and in the prefix cache's paths, checked "
-    "in the same forward pass (the output is the same as without); 0: off",
+    "speculative_num_draft_tokens": "speculative decoding: the most tokens drafted per request "
+    "(not grammar-constrained) and step by lookup in its own prompt and output and in the prefix "
+    "cache's paths, checked in the same forward pass (greedy output is the same as without, "
+    "sampled output has the same distribution); fewer while drafts are rejected; 0: off",
     "speculative_ngram_max": "speculative decoding: the longest suffix n-gram looked up in the "
     "request's own tokens (shorter ones are tried down to 1)",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg
 from radixrt.output.state import ReqOutput
 from radixrt.server.metrics_gateway import GatewayCollector
+from radixrt.server.metrics_spec import SpecCollector
 from radixrt.server.metrics_tiers import TierCollector
 from radixrt.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
 
@@ -156,6 +157,7 @@ class Metrics(NoMetrics):
             "cause",
         )
         self.tiers = TierCollector()
+        self.spec = SpecCollector()
         self.gateway = GatewayCollector(model_name)  # the inference gateway's names
         self.cached_by_tier = Counter(
             "radixrt_cached_tokens_by_tier",
@@ -164,7 +166,7 @@ class Metrics(NoMetrics):
             registry=r,
         )
         for counter in (self.token_hours, self.misses, self.miss_causes, self.tiers,
-                        self.gateway):  # fmt: skip
+                        self.spec, self.gateway):  # fmt: skip
             r.register(counter)
 
     def observe_first_token(self, seconds: float) -> None:
@@ -215,6 +217,7 @@ class Metrics(NoMetrics):
         self.misses.values = {"": summary.num_misses}
         self.miss_causes.values = dict(summary.misses_by_cause)
         self.tiers.tiers = list(info.tiers)
+        self.spec.info = info
         self.gateway.info = info
         return generate_latest(self.registry)
 

@@ -139,7 +139,7 @@ def test_stop_token_cuts_inside_an_accepted_draft(plain, spec, at: int) -> None:
 
 
 def test_mixed_batch(plain, spec) -> None:
-    """Speculating requests next to ones that are not (sampled, logprobs, penalties)."""
+    """Speculating requests (greedy, seeded sampling) next to ones that are not."""
     _fresh(plain, spec)
 
     def batch() -> list[Req]:
@@ -159,8 +159,8 @@ def test_mixed_batch(plain, spec) -> None:
     reqs = batch()
     assert _run(spec, reqs) == ref
     drafted = {r.rid: r.spec_drafted for r in reqs}
-    assert drafted["g1"] > 0 and drafted["g2"] > 0
-    assert drafted["s"] == drafted["lp"] == drafted["pen"] == 0
+    assert drafted["g1"] > 0 and drafted["g2"] > 0  # "s" may draft now: seeded, the same
+    assert drafted["lp"] > 0  # "pen" too when its output repeats (test_speculative_params)
 
 
 @pytest.mark.parametrize("page_size", [4, 16])

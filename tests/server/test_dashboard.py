@@ -120,6 +120,7 @@ def test_the_data_endpoint_shows_the_tree_the_pool_and_the_misses(dashboard_serv
     assert counters["requests"] == 5 == sum(counters["requests_by_finish"].values())
     assert 0 < counters["cache_hit_rate"] < 1
     assert counters["cached_tokens"] < counters["prompt_tokens"]
+    assert counters["spec_drafted_tokens"] == 0 == counters["spec_acceptance_rate"]  # off
     points = data["series"]["points"]
     assert points and any(p["hit_rate"] for p in points)
     assert data["recent"]["requests"] == 5 and data["recent"]["ttft_p50"] > 0

@@ -1,10 +1,10 @@
 """Speculative decoding by lookup: drafts from the prefix cache and the request's own tokens,
-verified in the step's forward pass (speculation.py says how, and who owns the draft slots).
+verified in the step's forward pass (speculation.py says how, and who owns the draft slots;
+rows.py why sampled requests keep their exact distribution, and seeded ones their tokens).
 
-Speculated: greedy requests without grammar, penalties, logprobs or a pending min_new_tokens
-(drafter.can_speculate); the rest decode one token per step in the same batch. Not yet:
-sampling at temperature > 0, draft trees, a draft model, models with sliding-window layers
-(their window pool), and CUDA graphs for batches that verify drafts.
+Speculated: requests without a grammar (drafter.can_speculate); the rest decode one token per
+step in the same batch. Not yet: grammar masks over drafts, draft trees, a draft model, models
+with sliding-window layers (their window pool), and CUDA graphs for batches that verify drafts.
 """
 
 from __future__ import annotations

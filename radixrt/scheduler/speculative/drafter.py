@@ -12,20 +12,11 @@ from radixrt.scheduler.speculative.ngram import NgramIndex
 
 
 def can_speculate(req: Req) -> bool:
-    """Whether `req` may be speculated: a greedy request whose next tokens depend on nothing
-    but the logits (no grammar, penalties, stop-token ban or logprobs), so each verified
-    position picks what a decode step would. Others decode one token per step as before."""
+    """Whether `req` may be speculated: any request without a grammar (its mask would have to
+    follow the draft). Penalties, the stop-token ban before min_new_tokens, logprobs and
+    sampling are each applied per verified row (rows.py); the rest decode one token a step."""
     p = req.sampling_params
-    return (
-        p.is_greedy
-        and req.grammar is None
-        and p.regex is None and p.json_schema is None and p.ebnf is None
-        and not p.return_logprob
-        and p.repetition_penalty == 1.0
-        and p.frequency_penalty == 0.0
-        and p.presence_penalty == 0.0
-        and len(req.output_ids) >= p.min_new_tokens
-    )  # fmt: skip
+    return req.grammar is None and p.regex is None and p.json_schema is None and p.ebnf is None
 
 
 class BaseDrafter(ABC):

@@ -3,9 +3,10 @@ prefix the model agrees with, plus one token of its own, kept.
 
 A speculating request computes 1 + k tokens in the step's forward pass, as an extend next to
 the other requests': its last sampled token and the k drafted ones, with logits at every
-position. Row j's greedy pick is what a decode step after the first j drafted tokens would
-sample, so the drafted tokens are accepted while they equal the row before's pick; the
-picks are emitted one at a time through the finish check, so a stop token, stop string,
+position. Row j's pick is what a decode step after the first j drafted tokens would sample
+(greedy: its argmax; sampled: a draw from its distribution, rows.py says why that is exact),
+so the drafted tokens are accepted while they equal the row before's pick; the picks are
+emitted one at a time through the finish check, so a stop token, stop string,
 max_new_tokens or the context length ends the output exactly where one-token steps would.
 
 Draft slot ownership: `alloc_for` gives the request slots for all 1 + k positions, like any
@@ -23,8 +24,10 @@ import torch
 
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core import FinishReason, Req
-from radixrt.executor.sampler import NO_TOKEN, Sampler
+from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
+from radixrt.scheduler.speculative.guard import DraftGuard
+from radixrt.scheduler.speculative.rows import SeededDraws, row_reqs
 from radixrt.scheduler.stats import SchedulerStats
 
 
@@ -52,8 +55,12 @@ class Speculation:
             return 0
         used = 0
         for req in decoding:
-            room = self._room(req)
-            if room <= 0 or not can_speculate(req):
+            if not can_speculate(req):
+                continue
+            if req.draft_guard is None:
+                req.draft_guard = DraftGuard(self.num_draft_tokens)
+            room = min(self._room(req), req.draft_guard.allowed())  # the guard: recent acceptance
+            if room <= 0:
                 continue
             base = self.kv.slots_needed(req, 1)
             fit = self.kv.tokens_fitting(req, base + spare - used) - 1
@@ -71,20 +78,25 @@ class Speculation:
         return min(self.num_draft_tokens, left, self.max_len - req.seq_len)
 
     def verify(self, items: list[tuple[Req, int]], logits: torch.Tensor) -> list[Req]:
-        """For each (request, first logits row) that speculated: accept, emit, free the
-        rejected slots; returns the requests (the caller retires the finished)."""
+        """For each (request, first logits row) that speculated: sample its rows, accept,
+        emit, free the rejected slots; returns the requests (the caller retires the
+        finished)."""
         rows = [i for req, start in items for i in range(start, start + req.extend_len)]
-        reqs = [req for req, _ in items for _ in range(req.extend_len)]
-        picks = self.sampler.sample(logits[rows], reqs).next_token_ids
+        seeded = SeededDraws([req for req, _ in items], logits.device)  # before the rows
+        out = self.sampler.sample(logits[rows], [row for req, _ in items for row in row_reqs(req)])
         now, i = time.monotonic(), 0
         for req, _ in items:
             e = req.extend_len
-            self._accept(req, picks[i : i + e], now)
+            emitted = self._accept(req, out, i, now)
+            seeded.settle(req, emitted)
             i += e
         return [req for req, _ in items]
 
-    def _accept(self, req: Req, picks: list[int], now: float) -> None:
+    def _accept(self, req: Req, out: SampleOutput, first: int, now: float) -> int:
+        """Emit the picks of rows first.. while they equal the drafts (and the first that
+        does not); returns the tokens emitted."""
         draft, start = req.draft_ids, req.kv_len
+        picks = out.next_token_ids[first : first + req.extend_len]
         n = 0  # drafted tokens the model agrees with
         while n < len(draft) and draft[n] == picks[n]:
             n += 1
@@ -94,18 +106,26 @@ class Speculation:
                 break
             if token == NO_TOKEN:
                 req.finish(FinishReason.error(
-                    "no token can be sampled: every token is disallowed here (non-finite logits)"
+                    "no token can be sampled: every token is disallowed here (the stop-token "
+                    "ban before min_new_tokens, or non-finite logits)"
                 ))  # fmt: skip
                 break
             req.output_ids.append(token)
+            if req.sampling_params.return_logprob and out.logprobs is not None:
+                req.output_logprobs.append(out.logprobs[first + emitted])  # its own row's
+                if out.top_logprobs is not None:
+                    req.output_top_logprobs.append(out.top_logprobs[first + emitted])
             emitted += 1
             self.check_finish(req)
         req.first_token_time = req.first_token_time or now
+        req.draft_guard.record(len(draft), min(n, emitted))
         req.spec_drafted += len(draft)
         req.spec_accepted += min(n, emitted)
         self.stats.generated_tokens += emitted
         self.stats.spec_drafted_tokens += len(draft)
         self.stats.spec_accepted_tokens += min(n, emitted)
+        self.stats.spec_verify_steps += 1
+        self.stats.spec_emitted_tokens += emitted
         # Position start + j computed [last token, *draft][j]; for j <= emitted it is a token
         # of the output now (drafts equal the picks before them), the rest were rejected.
         keep = start + max(emitted, 1)
@@ -113,6 +133,7 @@ class Speculation:
         req.kv_len = keep
         req.draft_ids = []
         self.kv.advance_window(req)
+        return emitted
 
     def _free_positions(self, req: Req, lo: int, hi: int) -> None:
         """Free the slots of positions [lo, hi) of `req`, which it owns: with pages, only the

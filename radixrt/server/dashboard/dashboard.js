@@ -142,6 +142,10 @@ function renderCounters(data) {
   rows.push(["prompt tokens", c.prompt_tokens], ["  served from the cache", c.cached_tokens],
     ["generated tokens", c.generated_tokens], ["misses (under half cached)", data.misses.total],
     ["radix tree nodes", data.tree.num_nodes]);
+  if (c.spec_drafted_tokens) {
+    rows.push(["speculation: drafted tokens", c.spec_drafted_tokens], ["  accepted", c.spec_accepted_tokens],
+      ["  acceptance rate", c.spec_acceptance_rate.toFixed(2)], ["  tokens per step", c.spec_tokens_per_step.toFixed(2)]);
+  }
   $("counters").replaceChildren(...rows.map(([k, v]) => el("tr", {}, el("td", { text: k }), el("td", { text: num(v) }))));
 }
 

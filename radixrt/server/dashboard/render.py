@@ -9,7 +9,8 @@ Runs on the tokenizer thread (it decodes). Shape, every figure also a Prometheus
 | `pool`     | tokens `free`, `evictable`, `locked`, `pinned`, `held` (by running requests: |
 |            | the rest), `total` (they add up to it), `num_pins`                          |
 | `queue`    | `running`, `waiting`, `in_flight` (HTTP side)                               |
-| `counters` | scheduler token counters, `cache_hit_rate` since start, requests by finish  |
+| `counters` | scheduler token counters, `cache_hit_rate` since start, requests by finish, |
+|            | speculation's drafted / accepted tokens, acceptance rate, tokens per step   |
 | `recent`   | the recorder's last minute: hit rate, TTFT quantiles                        |
 | `series`   | the recorder's points (`bucket_s` apart)                                    |
 | `tree`     | `num_nodes`, `walked_nodes`, `truncated`, `subtrees` (rows, `text` decoded) |
@@ -24,6 +25,7 @@ from typing import Any
 from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
 from radixrt.server.dashboard.recorder import BUCKET_S, DashboardRecorder
 from radixrt.server.explain import render_explanation
+from radixrt.server.metrics_spec import spec_rates
 
 TEXT_CHARS = 60  # decoded characters shown of each subtree's first tokens
 _NS_SEP = "\x1f"  # between a namespace's tenant and its salt (radixrt/web/keys.py)
@@ -52,6 +54,10 @@ def dashboard_data(
             "prompt_tokens": info.prompt_tokens,
             "cached_tokens": info.cached_tokens,
             "generated_tokens": info.generated_tokens,
+            "spec_drafted_tokens": info.spec_drafted_tokens,
+            "spec_accepted_tokens": info.spec_accepted_tokens,
+            "spec_acceptance_rate": spec_rates(info)[0],
+            "spec_tokens_per_step": spec_rates(info)[1],
             "requests": sum(recorder.requests_by_finish.values()),
             "requests_by_finish": dict(recorder.requests_by_finish),
         },

@@ -1,0 +1,55 @@
+"""DraftGuard: how many tokens a request may draft next, from its recent acceptance, so text
+that drafts never predict (random or freely sampled text) costs little more than no
+speculation at all.
+
+The draft length grows by doubling while drafts are accepted whole and shrinks to one past the
+accepted tokens on a rejection. After `MISSES_TO_PAUSE` verifications in a row that accept
+nothing, drafting pauses for a number of steps; each miss right after a pause starts a pause
+twice as long (up to `MAX_PAUSE`), and any accepted token ends the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MISSES_TO_PAUSE = 2  # verifications in a row with nothing accepted before a pause
+FIRST_PAUSE = 2  # steps without drafting after the first such run
+MAX_PAUSE = 64
+
+
+@dataclass(slots=True)
+class DraftGuard:
+    """One request's draft budget (on `req.draft_guard`, made on its first plan)."""
+
+    limit: int  # the configured most tokens per draft
+    length: int = 0  # tokens the next draft may have (0 until first used: the limit)
+    misses: int = 0  # verifications in a row that accepted nothing
+    pause: int = 0  # the length of the last pause (0: none yet since an acceptance)
+    wait: int = 0  # steps left before drafting again
+
+    def allowed(self) -> int:
+        """Tokens this step may draft (0 while paused); each call during a pause is one of
+        its steps."""
+        if self.wait > 0:
+            self.wait -= 1
+            return 0
+        if self.length <= 0:
+            self.length = self.limit
+        return self.length
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Adapt after a verification of `drafted` tokens of which `accepted` were kept."""
+        if drafted <= 0:
+            return
+        if accepted >= drafted:
+            self.length = min(self.limit, 2 * drafted)
+        else:
+            self.length = max(1, accepted + 1)
+        if accepted > 0:
+            self.misses, self.pause = 0, 0
+            return
+        self.misses += 1
+        if self.misses >= MISSES_TO_PAUSE:
+            self.pause = min(MAX_PAUSE, 2 * self.pause) if self.pause else FIRST_PAUSE
+            # One more miss after the pause starts the next (longer) one.
+            self.wait, self.misses = self.pause, MISSES_TO_PAUSE - 1
