@@ -24,7 +24,7 @@ MAX_NFA_NODES = 20_000
 MAX_COUNTED = 64
 MAX_DFA_STATES = 512  # characters' states; outlines' byte-level automaton has up to ~2.5x
 _COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
-_PARSE_ERRORS = (C.error, RecursionError, OverflowError, ValueError, TypeError)
+PARSE_ERRORS = (C.error, RecursionError, OverflowError, ValueError, TypeError)
 _MAX_CHAR = 0x10FFFF
 _CATEGORIES = {
     C.CATEGORY_DIGIT: [(48, 57)],
@@ -117,7 +117,7 @@ def dfa_states(regex: str, cap: int) -> int | None:
     try:
         nfa = _Nfa()
         nfa.build(list(sre_parse.parse(regex)), nfa.node())  # where it ends: not needed
-    except (_TooBig, *_PARSE_ERRORS):
+    except (_TooBig, *PARSE_ERRORS):
         return None
     cuts = sorted(
         {c for out in nfa.edges for ivs, _ in out for lo, hi in ivs for c in (lo, hi + 1)}

@@ -1,6 +1,7 @@
-"""Numeric bounds of a JSON schema on outlines' regex path, which ignores them: a bounded
-integer or number subschema is swapped for a placeholder const that outlines writes
-verbatim, then the placeholder in its regex for the range's own regex (number_regex.py)."""
+"""Keywords that outlines' regex of a JSON schema ignores or writes loosely, written exactly
+where they can be: numeric bounds (number_regex.py) and string patterns (pattern_regex.py).
+Such a subschema is swapped for a placeholder const that outlines writes verbatim, then the
+placeholder in outlines' regex for the subschema's own regex."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from typing import Any
 
 from radixrt.grammar.number_regex import integer_bounds, integer_range_regex, number_range_regex
+from radixrt.grammar.pattern_regex import pattern_regex
 
 BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 MAX_BOUND = 10**18  # larger bounds stay on llguidance (a regex per digit position)
@@ -19,8 +21,19 @@ _SUBSCHEMAS = ("items", "additionalProperties")
 _PLACEHOLDER = "radixrtbound"
 
 
-def has_bounds(schema: dict[str, Any]) -> bool:
-    return any(k in schema for k in BOUND_KEYS)
+def needs_own_regex(schema: dict[str, Any]) -> bool:
+    """Whether `schema` (one subschema) has a keyword that only `own_regex` enforces."""
+    return "pattern" in schema or any(k in schema for k in BOUND_KEYS)
+
+
+def own_regex(schema: dict[str, Any]) -> str | None:
+    """The exact regex of a subschema that is a bounded number or a string with a pattern
+    and nothing else but annotations; None for any other subschema."""
+    if schema.get("type") == "string" and "pattern" in schema:
+        if all(k in ANNOTATIONS or k in ("type", "pattern") for k in schema):
+            return pattern_regex(schema["pattern"])
+        return None  # with minLength, format, ...: not written here
+    return bound_regex(schema)
 
 
 def bound_regex(schema: dict[str, Any]) -> str | None:
@@ -28,7 +41,7 @@ def bound_regex(schema: dict[str, Any]) -> str | None:
     (inclusive or exclusive, finite, integers for a number) and nothing else but
     annotations; None when it is not, or when no value is in range."""
     kind = schema.get("type")
-    if kind not in ("integer", "number") or not has_bounds(schema):
+    if kind not in ("integer", "number") or not any(k in schema for k in BOUND_KEYS):
         return None
     if any(k not in ANNOTATIONS and k not in BOUND_KEYS and k != "type" for k in schema):
         return None
@@ -46,7 +59,7 @@ def bound_regex(schema: dict[str, Any]) -> str | None:
 
 
 def with_placeholders(schema: Any, taken: str) -> tuple[Any, dict[str, str]]:
-    """`schema` with each subschema that `bound_regex` writes replaced by a const string
+    """`schema` with each subschema that `own_regex` writes replaced by a const string
     found nowhere in `taken` (the schema's text), and {that const as outlines writes it
     (quoted): the regex}."""
     prefix = _PLACEHOLDER
@@ -59,7 +72,7 @@ def with_placeholders(schema: Any, taken: str) -> tuple[Any, dict[str, str]]:
             return [walk(n) for n in node]
         if not isinstance(node, dict):
             return node
-        regex = bound_regex(node)
+        regex = own_regex(node)
         if regex is not None:
             name = f"{prefix}{len(regexes)}z"
             regexes[f'"{name}"'] = f"(?:{regex})"

@@ -1,6 +1,6 @@
 """JSON schemas as outlines regexes, without the backends (no torch): the regex a schema is
-compiled from (numeric bounds written over the digits, schema_bounds.py), and whether that
-regex enforces every keyword of the schema."""
+compiled from (numeric bounds and string patterns written by schema_bounds.py), and whether
+that regex enforces every keyword of the schema."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 import outlines_core  # type: ignore[import-untyped]
 
 from radixrt.grammar.base import GrammarError, GrammarSpec
-from radixrt.grammar.schema_bounds import ANNOTATIONS, bound_regex, has_bounds, with_placeholders
+from radixrt.grammar.schema_bounds import ANNOTATIONS, needs_own_regex, own_regex, with_placeholders
 
 # JSON whitespace between tokens: at most one space, so a schema's output length stays bounded.
 JSON_WHITESPACE = r"[ ]?"
-# JSON-schema keywords whose every constraint the outlines regex enforces (numeric bounds: where
-# schema_bounds.bound_regex writes them). A schema using any other keyword goes to llguidance.
+# JSON-schema keywords whose every constraint the outlines regex enforces (numeric bounds and
+# patterns: where schema_bounds.own_regex writes them). Any other keyword goes to llguidance.
 _ENFORCED = frozenset(
     {"type", "properties", "required", "additionalProperties", "items", "enum", "const"}
     | {"anyOf", "$ref", "$defs", "definitions", "minLength", "maxLength", "minItems", "maxItems"}
@@ -24,7 +24,7 @@ _ENFORCED = frozenset(
 
 def schema_regex(schema_text: str, whitespace: str = JSON_WHITESPACE) -> str:
     """The regex outlines compiles a JSON schema (a JSON string) into, with `whitespace`
-    between tokens and the numeric bounds that bound_regex writes; GrammarError if it cannot."""
+    between tokens and the subschemas that own_regex writes; GrammarError if it cannot."""
     try:
         schema, bounds = with_placeholders(json.loads(schema_text), schema_text)
     except (ValueError, RecursionError):
@@ -51,14 +51,14 @@ def outlines_enforces(spec: GrammarSpec) -> bool:
 
 def schema_enforced(schema: Any) -> bool:
     """Whether every keyword of `schema` and of its subschemas is in _ENFORCED or
-    ANNOTATIONS, or is a numeric bound that bound_regex writes (True and False, the
-    trivial schemas, are)."""
+    ANNOTATIONS, or is one that own_regex writes (True and False, the trivial schemas,
+    are)."""
     if isinstance(schema, bool):
         return True
     if not isinstance(schema, dict):
         return False
-    if has_bounds(schema):
-        return bound_regex(schema) is not None
+    if needs_own_regex(schema):
+        return own_regex(schema) is not None
     if any(k not in _ENFORCED and k not in ANNOTATIONS for k in schema):
         return False
     subs: list[Any] = []

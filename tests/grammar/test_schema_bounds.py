@@ -1,6 +1,6 @@
-"""A schema's numeric bounds on the regex path: written into outlines' regex wherever the
-subschema sits (properties, items, anyOf, $defs), counted as enforced only where written, and
-placeholders that never collide with the schema's own text."""
+"""A schema's numeric bounds and string patterns on the regex path: written into outlines'
+regex wherever the subschema sits (properties, items, anyOf, $defs), counted as enforced only
+where written exactly, and placeholders that never collide with the schema's own text."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import random
 import re
 
 import jsonschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from radixrt.bench.serving.agent_tools import example_value, make_tools
 from radixrt.grammar.schema_regex import schema_enforced, schema_regex
@@ -61,3 +63,48 @@ def test_the_agent_benchmarks_tools_are_enforced_by_the_regex() -> None:
         regex = re.compile(schema_regex(json.dumps(params), whitespace=""))
         value = example_value(params, rng)
         assert regex.fullmatch(json.dumps(value, separators=(",", ":")))
+
+
+PATTERNS = [r"^[A-Z]{2}-\d{1,3}$", r"^(?:ab|c)+\.x?$", r"^[a-z &~#.-]*$", r"^(a|b\w)?z{2,}$"]
+
+
+ALPHABET = "aAbBcxz09-. &~#._\"\\'"
+
+
+@st.composite
+def _pattern_and_value(draw) -> tuple[str, str]:
+    """A pattern and a string near it: one that matches, maybe with one character changed."""
+    pattern = draw(st.sampled_from(PATTERNS))
+    value = draw(st.from_regex(pattern, fullmatch=True, alphabet=ALPHABET))
+    if value and draw(st.booleans()):
+        i = draw(st.integers(0, len(value) - 1))
+        value = value[:i] + draw(st.sampled_from(ALPHABET)) + value[i + 1 :]
+    return pattern, value
+
+
+@settings(max_examples=300, deadline=None)
+@given(_pattern_and_value())
+def test_a_pattern_matches_exactly_the_json_strings_that_validate(case) -> None:
+    pattern, value = case
+    schema = {"type": "string", "pattern": pattern, "description": "a code"}
+    assert schema_enforced(schema)
+    regex = schema_regex(json.dumps(schema), whitespace="")
+    valid = jsonschema.Draft202012Validator(schema).is_valid(value)
+    assert bool(re.fullmatch(regex, json.dumps(value))) == valid, (pattern, value, regex)
+
+
+def test_patterns_the_regex_cannot_write_exactly_stay_on_llguidance() -> None:
+    for pattern in (
+        "abc",  # unanchored: a search
+        "^[^,]+$",  # a negated class holds the quote
+        '^a"b$',
+        r"^a\\b$",
+        "^a.b$",
+        r"^\s+$",
+        "^a{,3}$",  # Python and ECMA read `{,3}` differently
+        "^(?=a)a$",
+        "^é+$",
+        "^(",
+    ):
+        assert not schema_enforced({"type": "string", "pattern": pattern}), pattern
+    assert not schema_enforced({"type": "string", "pattern": "^a+$", "maxLength": 3})

@@ -26,7 +26,7 @@ ADD = ToolSpec(
         "additionalProperties": False,
     },
 )
-WIDE = ToolSpec(  # a range of any size, and a one-sided exclusive bound: on the regex too
+WIDE = ToolSpec(  # a range of any size, a one-sided exclusive bound, a pattern: regexes too
     "span",
     "",
     {
@@ -34,8 +34,9 @@ WIDE = ToolSpec(  # a range of any size, and a one-sided exclusive bound: on the
         "properties": {
             "start": {"type": "integer", "minimum": 0, "maximum": 99999},
             "step": {"type": "integer", "exclusiveMinimum": -3},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-[a-z&~#.-]+$"},
         },
-        "required": ["start", "step"],
+        "required": ["start", "step", "code"],
     },
 )
 OPEN = ToolSpec(  # a keyword the regex cannot write: llguidance
@@ -74,11 +75,13 @@ def test_forced_calls_take_the_bounded_path_where_they_can(backend: Any) -> None
     wide = forced_call_spec(HERMES, [WIDE], ToolChoice("named", name="span"))
     assert list(wide) == ["regex"]
     assert isinstance(b.compile(GrammarSpec("regex", wide["regex"])), TokenAutomaton)
-    call = '<tool_call>\n{"name":"span","arguments":{"start":%s,"step":%s}}\n</tool_call>'
-    assert _accepts(backend, wide, call % (99999, -2))
-    assert _accepts(backend, wide, call % (0, 123456))
-    assert not _accepts(backend, wide, call % (100000, 0))
-    assert not _accepts(backend, wide, call % (5, -3))
+    args = '{"start":%s,"step":%s,"code":"%s"}'
+    call = '<tool_call>\n{"name":"span","arguments":' + args + "}\n</tool_call>"
+    assert _accepts(backend, wide, call % (99999, -2, "AB-x&~#.-y"))
+    assert _accepts(backend, wide, call % (0, 123456, "QQ-a"))
+    assert not _accepts(backend, wide, call % (100000, 0, "AB-a"))
+    assert not _accepts(backend, wide, call % (5, -3, "AB-a"))
+    assert not _accepts(backend, wide, call % (5, 0, "AB-A"))
     open_spec = forced_call_spec(HERMES, [OPEN], ToolChoice("required"))
     assert list(open_spec) == ["ebnf"]
     assert _accepts(
