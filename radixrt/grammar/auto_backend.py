@@ -1,10 +1,11 @@
 """auto: each spec on the backend that serves it best. Regexes and JSON schemas go to outlines
 when its token automaton is small and enforces the whole spec, since only that backend bounds
 an output's length (an output always ends complete within its token budget); everything else
-(ebnf grammars, schemas with numeric bounds or keywords outlines does not enforce, large
-counted repetitions, specs outlines cannot compile) goes to llguidance.
+(ebnf grammars, schemas with keywords the regex does not enforce, numeric bounds it cannot
+write over the digits (schema_bounds.py), large counted repetitions, specs outlines cannot
+compile) goes to llguidance.
 
-Small: its DFA has fewer than MAX_DFA_STATES states (counted by regex_size.py, in
+Small (regex_size.is_small_regex): its DFA has fewer than MAX_DFA_STATES states (counted in
 milliseconds and with a cap: a DFA can be exponential in its regex, and a compile thread
 cannot be stopped), and the counted repetitions of the regex (`{m,n}`, as a JSON schema's
 maxLength becomes) add up to at most MAX_COUNTED. Each count multiplies automaton states,
@@ -19,20 +20,15 @@ answers in about a millisecond; outlines is compiled only for a spec llguidance 
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
 from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarError, GrammarSpec
 from radixrt.grammar.llguidance_backend import LLGuidanceBackend
 from radixrt.grammar.outlines_backend import OutlinesBackend
-from radixrt.grammar.regex_size import dfa_states
+from radixrt.grammar.regex_size import is_small_regex
 from radixrt.grammar.schema_regex import outlines_enforces
 from radixrt.grammar.token_automaton import TokenAutomaton
-
-MAX_COUNTED = 64
-MAX_DFA_STATES = 512  # characters' states; outlines' byte-level automaton has up to ~2.5x
-_COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
 
 
 class AutoBackend(BaseGrammarBackend):
@@ -59,7 +55,7 @@ class AutoBackend(BaseGrammarBackend):
         if spec.kind != "ebnf" and outlines_enforces(spec):
             try:
                 regex = OutlinesBackend.regex_of(spec)
-                if _is_small(regex):
+                if is_small_regex(regex):
                     return self._outlines.compile_regex(spec, regex)
             except GrammarError:
                 pass  # outside what outlines parses: llguidance says whether it is valid
@@ -75,16 +71,3 @@ class AutoBackend(BaseGrammarBackend):
         if isinstance(compiled, TokenAutomaton):
             return self._outlines.new_matcher(compiled)
         return self._llguidance.new_matcher(compiled)
-
-
-def _is_small(regex: str) -> bool:
-    if counted_size(regex) > MAX_COUNTED:
-        return False
-    states = dfa_states(regex, MAX_DFA_STATES)
-    return states is not None and states < MAX_DFA_STATES
-
-
-def counted_size(regex: str) -> int:
-    """The sum of the counts of `regex`'s counted repetitions (the upper bound of `{m,n}`,
-    m for `{m}` and `{m,}`)."""
-    return sum(int(hi) if hi else int(lo) for lo, hi in _COUNTED.findall(regex))

@@ -5,7 +5,8 @@ walks the vocabulary once per automaton state); masks are then table lookups. No
 Matchers walk the automaton's tables (token_automaton.py, which also works around outlines-core
 refusing some continuations where the regex could end); its exact distances to the end let
 them bound the output's length: with a budget, only tokens that can still finish in time.
-Numeric bounds of a JSON schema (minimum, maximum) are not enforced.
+A JSON schema's numeric bounds are written over the digits where they can be (integers;
+numbers with integer bounds: schema_bounds.py) and not enforced otherwise.
 """
 
 from __future__ import annotations

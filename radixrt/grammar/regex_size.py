@@ -14,13 +14,17 @@ too big. A count, not the DFA: the result only has to be of the right size.
 
 from __future__ import annotations
 
+import re
 import re._constants as C  # type: ignore[import-not-found]
 import re._parser as sre_parse  # type: ignore[import-not-found]
 from bisect import bisect_right
 from typing import Any
 
 MAX_NFA_NODES = 20_000
-_PARSE_ERRORS = (C.error, RecursionError, OverflowError, ValueError, TypeError)
+MAX_COUNTED = 64
+MAX_DFA_STATES = 512  # characters' states; outlines' byte-level automaton has up to ~2.5x
+_COUNTED = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
+PARSE_ERRORS = (C.error, RecursionError, OverflowError, ValueError, TypeError)
 _MAX_CHAR = 0x10FFFF
 _CATEGORIES = {
     C.CATEGORY_DIGIT: [(48, 57)],
@@ -92,13 +96,28 @@ class _Nfa:
         raise _TooBig  # backreferences, lookarounds, conditionals
 
 
+def is_small_regex(regex: str) -> bool:
+    """Whether outlines compiles `regex` quickly (auto_backend.py says why these limits):
+    counted repetitions adding up to at most MAX_COUNTED, under MAX_DFA_STATES states."""
+    if counted_size(regex) > MAX_COUNTED:
+        return False
+    states = dfa_states(regex, MAX_DFA_STATES)
+    return states is not None and states < MAX_DFA_STATES
+
+
+def counted_size(regex: str) -> int:
+    """The sum of the counts of `regex`'s counted repetitions (the upper bound of `{m,n}`,
+    m for `{m}` and `{m,}`)."""
+    return sum(int(hi) if hi else int(lo) for lo, hi in _COUNTED.findall(regex))
+
+
 def dfa_states(regex: str, cap: int) -> int | None:
     """The number of states of `regex`'s DFA, or `cap` if it has at least that many; None
     if this parser cannot read the regex."""
     try:
         nfa = _Nfa()
         nfa.build(list(sre_parse.parse(regex)), nfa.node())  # where it ends: not needed
-    except (_TooBig, *_PARSE_ERRORS):
+    except (_TooBig, *PARSE_ERRORS):
         return None
     cuts = sorted(
         {c for out in nfa.edges for ivs, _ in out for lo, hi in ivs for c in (lo, hi + 1)}

@@ -145,7 +145,11 @@ def test_end_on_exit_ends_a_value_where_the_models_text_would(smollm2_path, engi
 
 
 def test_running_out_of_tokens_finishes_with_length(engine) -> None:
+    """Without a length bound (`multipleOf` keeps the schema on llguidance; a bounded one
+    refuses a budget below its minimum instead: test_structured_budget.py)."""
     prompt, schema = SCHEMAS[0]
+    schema = copy.deepcopy(schema)
+    schema["properties"]["age"]["multipleOf"] = 1
     out = engine.generate(prompt, {"json_schema": schema, "temperature": 0, "max_new_tokens": 4})
     assert out["meta_info"]["finish_reason"]["type"] == "length"
     assert len(out["output_ids"]) == 4

@@ -16,9 +16,8 @@ import pytest
 import torch
 
 from radixrt.grammar import create_grammar_backend
-from radixrt.grammar.auto_backend import MAX_COUNTED, counted_size
 from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, GrammarSpec
-from radixrt.grammar.regex_size import dfa_states
+from radixrt.grammar.regex_size import MAX_COUNTED, counted_size, dfa_states
 from radixrt.grammar.token_automaton import TokenAutomaton
 
 VOCAB = 49152
@@ -152,7 +151,8 @@ def test_an_unreachable_end_has_no_distance() -> None:
     [
         (GrammarSpec("regex", r"[0-9]{3}-[a-z]+"), True),
         (GrammarSpec("json_schema", json.dumps(TOWN)), True),
-        (GrammarSpec("json_schema", json.dumps({"type": "integer", "minimum": 3})), False),
+        (GrammarSpec("json_schema", json.dumps({"type": "integer", "minimum": 3})), True),
+        (GrammarSpec("json_schema", json.dumps({"type": "integer", "multipleOf": 3})), False),
         (GrammarSpec("json_schema", json.dumps({"type": "string", "format": "email"})), False),
         (GrammarSpec("json_schema", json.dumps({"type": "string", "maxLength": 200})), False),
         (GrammarSpec("regex", r"[a-z]{1,120}"), False),

@@ -42,10 +42,10 @@ ORDER = {  # a small integer range (written as an enum) and a nested object
     "required": ["item", "count", "address"],
     "additionalProperties": False,
 }
-RATE = {  # a bound the length-bounded path cannot write: llguidance, one call when named
+RATE = {  # a fractional bound the length-bounded path cannot write: llguidance, one call
     "type": "object",
     "properties": {
-        "stars": {"type": "integer", "minimum": 0},
+        "stars": {"type": "number", "minimum": 0.5, "maximum": 5},
         "text": {"type": "string", "maxLength": 40},
     },
     "required": ["stars"],

@@ -14,7 +14,7 @@ from radixrt.grammar.token_automaton import TokenAutomaton
 from radixrt.server.protocol import BadRequestError
 from radixrt.server.tools import ToolCall, ToolChoice, ToolPlan, ToolSpec
 from radixrt.server.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL
-from radixrt.server.tools.grammar import auto_call_spec, forced_call_spec, ranges_as_enums
+from radixrt.server.tools.grammar import auto_call_spec, forced_call_spec
 
 ADD = ToolSpec(
     "add",
@@ -26,8 +26,23 @@ ADD = ToolSpec(
         "additionalProperties": False,
     },
 )
-OPEN = ToolSpec(  # an open bound: llguidance
-    "rate", "", {"type": "object", "properties": {"s": {"type": "integer", "minimum": 0}}}
+WIDE = ToolSpec(  # a range of any size, a one-sided exclusive bound, a pattern: regexes too
+    "span",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "start": {"type": "integer", "minimum": 0, "maximum": 99999},
+            "step": {"type": "integer", "exclusiveMinimum": -3},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-[a-z&~#.-]+$"},
+        },
+        "required": ["start", "step", "code"],
+    },
+)
+OPEN = ToolSpec(  # a keyword the regex cannot write: llguidance
+    "rate",
+    "",
+    {"type": "object", "properties": {"s": {"type": "integer", "minimum": 0, "multipleOf": 5}}},
 )
 
 
@@ -57,15 +72,36 @@ def test_forced_calls_take_the_bounded_path_where_they_can(backend: Any) -> None
         text = text.removeprefix(MISTRAL.opener or "") if fmt is MISTRAL else text
         assert _accepts(backend, spec, text), fmt.name
         assert not _accepts(backend, spec, text.replace("7", "12")), fmt.name  # out of range
-    assert ranges_as_enums(ADD.parameters)["properties"]["a"] == {"enum": list(range(10))}
+    wide = forced_call_spec(HERMES, [WIDE], ToolChoice("named", name="span"))
+    assert list(wide) == ["regex"]
+    assert isinstance(b.compile(GrammarSpec("regex", wide["regex"])), TokenAutomaton)
+    args = '{"start":%s,"step":%s,"code":"%s"}'
+    call = '<tool_call>\n{"name":"span","arguments":' + args + "}\n</tool_call>"
+    assert _accepts(backend, wide, call % (99999, -2, "AB-x&~#.-y"))
+    assert _accepts(backend, wide, call % (0, 123456, "QQ-a"))
+    assert not _accepts(backend, wide, call % (100000, 0, "AB-a"))
+    assert not _accepts(backend, wide, call % (5, -3, "AB-a"))
+    assert not _accepts(backend, wide, call % (5, 0, "AB-A"))
     open_spec = forced_call_spec(HERMES, [OPEN], ToolChoice("required"))
     assert list(open_spec) == ["ebnf"]
     assert _accepts(
         backend, open_spec, '<tool_call>\n{"name":"rate","arguments":{"s":5}}\n</tool_call>'
     )
     assert not _accepts(
-        backend, open_spec, '<tool_call>\n{"name":"rate","arguments":{"s":-5}}\n</tool_call>'
+        backend, open_spec, '<tool_call>\n{"name":"rate","arguments":{"s":7}}\n</tool_call>'
     )
+
+
+def test_a_regex_too_large_for_outlines_is_one_call_on_llguidance(backend: Any) -> None:
+    """Sixteen tools of strings up to 16 characters: a regex the outlines path would refuse,
+    so the call has no length bound, and the grammar writes one call, never a run of them."""
+    string16 = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 16}}}
+    tools = [ToolSpec(f"t{i}", "", string16) for i in range(16)]
+    spec = forced_call_spec(HERMES, tools, ToolChoice("required", parallel=True))
+    assert list(spec) == ["ebnf"]
+    one = '<tool_call>\n{"name":"t3","arguments":{"s":"ab"}}\n</tool_call>'
+    assert _accepts(backend, spec, one)
+    assert not _accepts(backend, spec, one + "\n" + one)
 
 
 def test_auto_is_free_text_until_a_call_opens(backend: Any) -> None:

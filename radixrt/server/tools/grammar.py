@@ -1,8 +1,9 @@
 """A forced call as a grammar: the allowed tools' schemas as one choice, each call
 `{"name": <its name>, "<args key>": <its parameters>}` in the family's wrapper, one call or
-(with `parallel`) several. Written as a regex when outlines enforces every keyword of the
-schemas, so the budget-aware masks end the call within max_tokens whenever it fits; as a
-Lark grammar (llguidance, numeric bounds and the rest enforced, no length bound) otherwise.
+(with `parallel`) several. Written as a regex when that regex enforces every keyword of the
+schemas (numeric bounds included: grammar/schema_bounds.py) and is small enough for outlines
+(the `auto` backend's test), so the budget-aware masks end the call within max_tokens whenever
+it fits; as a Lark grammar (llguidance, every keyword enforced, no length bound) otherwise.
 Without a length bound a model that repeats calls would run out of tokens inside one, so
 that grammar writes exactly one call even when parallel calls are allowed."""
 
@@ -13,6 +14,7 @@ import re
 from typing import Any
 
 from radixrt.grammar.base import GrammarError
+from radixrt.grammar.regex_size import is_small_regex
 from radixrt.grammar.schema_regex import schema_enforced, schema_regex
 from radixrt.server.protocol import BadRequestError
 from radixrt.server.tools.formats import CallFormat
@@ -22,11 +24,6 @@ from radixrt.server.tools.spec import ToolChoice, ToolSpec, allowed_tools
 # so a call replayed in the next turn's prompt (formats.call_text, compact_json) has the
 # tokens the model produced, and the turn after it reads them from the cache.
 _LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-# An integer range this small is written as its values (an enum the regex enforces), so a
-# tool with a bounded count or rating keeps the length-bounded path.
-MAX_RANGE_AS_ENUM = 128
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SUBSCHEMAS = ("items", "additionalProperties")
 
 
 def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
@@ -34,7 +31,7 @@ def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, fmt.args_key: ranges_as_enums(t.parameters)},
+            "properties": {"name": {"const": t.name}, fmt.args_key: t.parameters},
             "required": ["name", fmt.args_key],
             "additionalProperties": False,
         }
@@ -53,7 +50,9 @@ def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice)
             raise BadRequestError(f"tools: {e}") from None
         one = _literal(fmt.forced_prefix) + f"(?:{call})" + _literal(fmt.forced_suffix)
         calls = f"{one}(?:{_literal(fmt.forced_sep)}{one})*" if choice.parallel else one
-        return {"regex": _literal(fmt.forced_open) + calls + _literal(fmt.forced_close)}
+        regex = _literal(fmt.forced_open) + calls + _literal(fmt.forced_close)
+        if is_small_regex(regex):  # else llguidance would take it, with no length bound
+            return {"regex": regex}
     body = json.dumps({**schema, "x-guidance": _LAYOUT})
     lark = (
         f"start: {_lark(fmt.forced_open)} call {_lark(fmt.forced_close)}\n"
@@ -62,36 +61,9 @@ def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice)
     return {"ebnf": lark}
 
 
-def ranges_as_enums(schema: Any) -> Any:
-    """`schema` with every integer bounded on both sides by at most MAX_RANGE_AS_ENUM values
-    written as the enum of those values (the same set of valid documents)."""
-    if isinstance(schema, list):
-        return [ranges_as_enums(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {k: ranges_as_enums(v) for k, v in out[key].items()}
-    for key in (*_SUBSCHEMAS, "anyOf"):
-        if key in out:
-            out[key] = ranges_as_enums(out[key])
-    lo, hi = out.get("minimum"), out.get("maximum")
-    if out.get("type") == "integer" and _is_int(lo) and _is_int(hi) and "enum" not in out:
-        if 0 <= hi - lo < MAX_RANGE_AS_ENUM:
-            for key in ("type", "minimum", "maximum"):
-                out.pop(key)
-            out["enum"] = list(range(lo, hi + 1))
-    return out
-
-
 def compact_json(value: Any) -> str:
     """JSON in the forced calls' layout (arguments a client sends back as an object)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def auto_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, str]:
