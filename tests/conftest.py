@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from pool_checks import assert_pool_whole
+from tiny_models import make_tiny
 
 from radixrt.cpu.runtime import AUTO_DTYPE_ENV
 from radixrt.models.loader import resolve_model_path
@@ -19,13 +19,6 @@ __all__ = ["assert_pool_whole"]  # older tests import it from here
 # stays float32 here (and in every server a test starts) on every machine; tests of
 # bfloat16 ask for it by name.
 os.environ[AUTO_DTYPE_ENV] = "float32"
-
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,46 +36,15 @@ def smollm2_path() -> Path:
     return resolve_model_path(None)
 
 
-def _make_tiny(tmp: Path, smollm2: Path, kind: str, **overrides: object) -> Path:
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
-    common = dict(
-        vocab_size=49152,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-        eos_token_id=2,
-        bos_token_id=1,
-    )
-    common.update(overrides)
-    cfg = LlamaConfig(**common) if kind == "llama" else Qwen2Config(**common)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
-    with torch.no_grad():  # larger weights so random models give peaked, stable argmaxes
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.08)
-    model.save_pretrained(tmp, safe_serialization=True)
-    for name in _TOKENIZER_FILES:
-        if (smollm2 / name).exists():
-            shutil.copy(smollm2 / name, tmp / name)
-    return tmp
-
-
 @pytest.fixture(scope="session")
 def tiny_llama_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
-    return _make_tiny(tmp_path_factory.mktemp("tiny_llama"), smollm2_path, "llama")
+    return make_tiny(tmp_path_factory.mktemp("tiny_llama"), smollm2_path, "llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_llama_long_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
     """The tiny Llama with 2048 positions (long outputs)."""
-    return _make_tiny(
+    return make_tiny(
         tmp_path_factory.mktemp("tiny_llama_long"),
         smollm2_path,
         "llama",
@@ -92,7 +54,7 @@ def tiny_llama_long_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path:
 
 @pytest.fixture(scope="session")
 def tiny_qwen2_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
-    return _make_tiny(
+    return make_tiny(
         tmp_path_factory.mktemp("tiny_qwen2"), smollm2_path, "qwen2", tie_word_embeddings=True
     )
 
@@ -107,7 +69,7 @@ def tiny_llama3_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Pat
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64,
     }
-    return _make_tiny(
+    return make_tiny(
         tmp_path_factory.mktemp("tiny_llama3"),
         smollm2_path,
         "llama",

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import _make_tiny, assert_pool_whole
+from pool_checks import assert_pool_whole
+from tiny_models import make_tiny
 
 from radixrt import Engine
 
@@ -27,7 +28,7 @@ BLOCK = 16
 @pytest.fixture(scope="module")
 def tiny_long(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
     """A tiny Llama with a 4k context (the 2k-token prefix below)."""
-    return _make_tiny(
+    return make_tiny(
         tmp_path_factory.mktemp("tiny_long"), smollm2_path, "llama", max_position_embeddings=4096
     )
 
@@ -149,7 +150,7 @@ def test_damaged_file_is_recomputed(tiny_long, reference, tmp_path, caplog, dama
 
 
 def test_other_model_never_reads_the_files(tiny_long, smollm2_path, tmp_path) -> None:
-    other = _make_tiny(tmp_path / "other", smollm2_path, "llama", max_position_embeddings=4096,
+    other = make_tiny(tmp_path / "other", smollm2_path, "llama", max_position_embeddings=4096,
                        rms_norm_eps=1e-6)  # fmt: skip
     doc = _prompts(7, 1, 1100)[0]
     with _disk_engine(tiny_long, tmp_path / "kv") as eng:

@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import _make_tiny, assert_pool_whole
+from pool_checks import assert_pool_whole
+from tiny_models import make_tiny
 
 from radixrt.engine import Engine
 
@@ -31,7 +32,7 @@ MODELS = {  # id -> (kind, overrides)
 def tiny_path(request, tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
     """Tiny random models with 4 query heads."""
     kind, overrides = MODELS[request.param]
-    return _make_tiny(tmp_path_factory.mktemp(request.param), smollm2_path, kind, **overrides)
+    return make_tiny(tmp_path_factory.mktemp(request.param), smollm2_path, kind, **overrides)
 
 
 def generate_twice(engine: Engine) -> tuple[list[list[int]], list[dict]]:

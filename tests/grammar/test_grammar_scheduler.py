@@ -4,13 +4,13 @@ tokenizer's vocabulary, and when a compile exceeds the time limit."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from tiny_models import make_tiny
 
 import radixrt as rt
 from radixrt.grammar.base import GrammarError
@@ -22,11 +22,7 @@ IPV4 = r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9
 @pytest.fixture(scope="module")
 def wide_llama_path(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
     """The tiny Llama with 64 logits past the tokenizer's vocabulary."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_root_conftest", path)
-    root = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(root)
-    return root._make_tiny(
+    return make_tiny(
         tmp_path_factory.mktemp("wide_llama"), smollm2_path, "llama", vocab_size=49152 + 64
     )
 

@@ -9,8 +9,8 @@ import math
 from collections import Counter
 
 import pytest
-from conftest import _make_tiny
 from safetensors.torch import load_file, save_file
+from tiny_models import make_tiny
 
 from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import Req, SamplingParams
@@ -24,7 +24,7 @@ POSITIONS = 5  # the output positions whose histograms are compared
 @pytest.fixture(scope="module")
 def small_vocab_path(tmp_path_factory, smollm2_path):
     """Its output layer scaled up, so the next token is likely, not near uniform."""
-    path = _make_tiny(tmp_path_factory.mktemp("tiny_v16"), smollm2_path, "llama",
+    path = make_tiny(tmp_path_factory.mktemp("tiny_v16"), smollm2_path, "llama",
                       vocab_size=VOCAB)  # fmt: skip
     weights = load_file(path / "model.safetensors")
     weights["lm_head.weight"] *= 6.0
