@@ -1,5 +1,6 @@
-// Causal attention for prefill/extend over the token-slot KV pool, float32 (flash-style: one
-// pass over the keys with an online softmax, no (query x key) matrix in memory).
+// Causal attention for prefill/extend over the token-slot KV pool, float32 arithmetic over
+// float32 or bfloat16 KV (kv.h; extend_attention_kvbf16.c builds the latter), flash-style: one
+// pass over the keys with an online softmax, no (query x key) matrix in memory.
 //
 // One request: `e` new query rows at positions p .. p+e-1 (q rows `ldq` apart, heads of d
 // floats side by side); its keys and values for positions 0 .. p+e-1 are already in k_buf /
@@ -17,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kv.h"
 #include "rt_cpu.h"
 #include "simd.h"
 
@@ -52,10 +54,10 @@ static void tile_init(tile_t* t, const float* q, int64_t ldq, int64_t rows, int6
 }
 
 // sc[2t + h] = scores of key t for lanes of half h, keys 0 .. nk-1 (rows kr[t]).
-static void scores(const float* qt, const float* const* kr, int64_t nk, int64_t d, vf* sc) {
+static void scores(const float* qt, const kv_t* const* kr, int64_t nk, int64_t d, vf* sc) {
   int64_t t = 0;
   for (; t + KU <= nk; t += KU) {
-    const float* k[KU];
+    const kv_t* k[KU];
     vf s0[KU], s1[KU];
     for (int u = 0; u < KU; ++u) {
       k[u] = kr[t + u];
@@ -65,7 +67,7 @@ static void scores(const float* qt, const float* const* kr, int64_t nk, int64_t 
     for (int64_t c = 0; c < d; ++c) {
       const vf qa = vload(qt + c * QB), qb = vload(qt + c * QB + VW);
       for (int u = 0; u < KU; ++u) {
-        const vf kv = vset1(k[u][c]);
+        const vf kv = vset1(kv_get(k[u], c));
         s0[u] = vfma(qa, kv, s0[u]);
         s1[u] = vfma(qb, kv, s1[u]);
       }
@@ -78,7 +80,7 @@ static void scores(const float* qt, const float* const* kr, int64_t nk, int64_t 
   for (; t < nk; ++t) {
     vf s0 = vzero(), s1 = vzero();
     for (int64_t c = 0; c < d; ++c) {
-      const vf kv = vset1(kr[t][c]);
+      const vf kv = vset1(kv_get(kr[t], c));
       s0 = vfma(vload(qt + c * QB), kv, s0);
       s1 = vfma(vload(qt + c * QB + VW), kv, s1);
     }
@@ -133,7 +135,7 @@ static void softmax_half(tile_t* tl, int h, int64_t j0, int64_t nk, int64_t d, v
 }
 
 // ot (d, QB) += sum over keys t of vr[t] (d) x p[t] (QB lanes), KU value elements at a time.
-static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
+static void accumulate(float* ot, const kv_t* const* vr, int64_t nk, int64_t d,
                        const vf* sc) {
   int64_t c0 = 0;
   for (; c0 + KU <= d; c0 += KU) {
@@ -144,9 +146,9 @@ static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
     }
     for (int64_t t = 0; t < nk; ++t) {
       const vf pa = sc[2 * t], pb = sc[2 * t + 1];
-      const float* v = vr[t] + c0;
+      const kv_t* v = vr[t] + c0;
       for (int r = 0; r < KU; ++r) {
-        const vf vv = vset1(v[r]);
+        const vf vv = vset1(kv_get(v, r));
         a0[r] = vfma(pa, vv, a0[r]);
         a1[r] = vfma(pb, vv, a1[r]);
       }
@@ -159,7 +161,7 @@ static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
   for (; c0 < d; ++c0) {
     vf a0 = vload(ot + c0 * QB), a1 = vload(ot + c0 * QB + VW);
     for (int64_t t = 0; t < nk; ++t) {
-      const vf vv = vset1(vr[t][c0]);
+      const vf vv = vset1(kv_get(vr[t], c0));
       a0 = vfma(sc[2 * t], vv, a0);
       a1 = vfma(sc[2 * t + 1], vv, a1);
     }
@@ -169,8 +171,8 @@ static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
 }
 
 // Keys j0 .. j0+nk-1 (rows kr[t], vr[t]) into the tile's online softmax.
-static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const float* const* kr,
-                       const float* const* vr, int64_t d, vf* sc) {
+static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const kv_t* const* kr,
+                       const kv_t* const* vr, int64_t d, vf* sc) {
   scores(tl->qt, kr, nk, d, sc);
   // The upper half's rows see more keys than the lower's; a half sees some key of the block
   // unless the block starts past its last row, or (with a window) ends before its first
@@ -194,10 +196,10 @@ static void tile_finish(const tile_t* t, float* out, int64_t ldo, int64_t d) {
 }
 #endif
 
-int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
-                            const float* v_buf, const int32_t* slots, int64_t p, int64_t e,
-                            float* out, int64_t ldo, int64_t hq, int64_t hkv, int64_t d,
-                            float scale, int64_t window) {
+int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_buf,
+                                     const kv_t* v_buf, const int32_t* slots, int64_t p,
+                                     int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                     int64_t d, float scale, int64_t window) {
 #if defined(RT_SIMD)
   // A work item is one KV head's g query heads over one row block: its g tiles share every
   // K/V block read (from memory once, then from cache).
@@ -208,8 +210,8 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
     float* buf = (float*)malloc(sizeof(float) * (size_t)(2 * d * QB * g));
     tile_t* tiles = (tile_t*)aligned_alloc(64, sizeof(tile_t) * (size_t)g);
     vf* sc = (vf*)aligned_alloc(64, sizeof(vf) * 2 * KB);
-    const float* kr[KB];
-    const float* vr[KB];
+    const kv_t* kr[KB];
+    const kv_t* vr[KB];
     failed = !buf || !tiles || !sc;
     // Last row blocks (most keys) first, so the threads finish together.
 #pragma omp for schedule(dynamic, 1)

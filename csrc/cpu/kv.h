@@ -1,0 +1,33 @@
+// The KV pool's element type as the attention kernels read it (internal header): float32, or
+// with RT_KV_BF16 defined bfloat16 (raw bits), widened to float32 in registers on every read
+// (exact: the bits shifted up) and rounded to nearest even when a new K/V row is stored. The
+// attention sources are compiled once per element type (the *_kvbf16.c files define
+// RT_KV_BF16 and include them); KV_NAME gives the bfloat16 build's exported names a suffix.
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+
+#include "simd.h"
+
+#if defined(RT_KV_BF16)
+typedef uint16_t kv_t;
+#define KV_NAME(f) f##_kvbf16
+static inline float kv_get(const kv_t* p, int64_t j) { return rt_bf16_to_f32(p[j]); }
+static inline void kv_store_row(kv_t* dst, const float* src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = rt_round_bf16(src[j]);
+}
+#if defined(RT_VEC)
+static inline vf vload_kv(const kv_t* p) { return vload_bf16(p); }
+#endif
+#else
+typedef float kv_t;
+#define KV_NAME(f) f
+static inline float kv_get(const kv_t* p, int64_t j) { return p[j]; }
+static inline void kv_store_row(kv_t* dst, const float* src, int64_t n) {
+  memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+#if defined(RT_VEC)
+static inline vf vload_kv(const kv_t* p) { return vload(p); }
+#endif
+#endif
