@@ -100,7 +100,10 @@ def test_store_rounds_to_nearest_even() -> None:
     """Ties go to the even bfloat16 (one below and one above), others to the nearest; a NaN
     stays NaN, infinities stay infinite."""
     hkv, d = 1, 16
-    k_buf, v_buf = torch.zeros(4, hkv, d, dtype=torch.bfloat16), torch.zeros(4, hkv, d, dtype=torch.bfloat16)
+    k_buf, v_buf = (
+        torch.zeros(4, hkv, d, dtype=torch.bfloat16),
+        torch.zeros(4, hkv, d, dtype=torch.bfloat16),
+    )
     bits = torch.tensor(
         [0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x7F7FFFFF, 0x7FC00001, 0xFF800000]
         + [0x40490FDB] * 9,
