@@ -16,12 +16,14 @@ from pool_checks import assert_pool_whole
 from tiny_families import make_family
 
 from radixrt import Engine
+from radixrt.cpu.fused_layer import FusedDecodeLayer
 
 # bfloat16 keeps 8 significant bits: K/V carry a relative error of at most 2^-9 each. On
 # these models that moved logprobs by 0.005 nats at most (the same through both backends);
 # greedy outputs agreed exactly with transformers' on 8 of 12 checks, the rest a near-tie
 # apart (a token within TOL of the argmax).
 TOL = 0.02  # nats
+TOL_REAL = 0.03  # the real model's 30 layers
 NEW = 8
 
 
@@ -46,21 +48,21 @@ def _hf_prompt_logprobs(hf, ids: list[int]) -> list[float]:
     return [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
 
 
-def _check(out: dict, ids: list[int], start: int, hf) -> None:
+def _check(out: dict, ids: list[int], start: int, hf, tol: float = TOL) -> None:
     """Prompt logprobs from `start` on; then, teacher-forced on our own output, each greedy
     token is transformers' argmax up to TOL (tiny random models have near-ties that the
     rounding may flip) and its logprob is transformers' within TOL."""
     meta = out["meta_info"]
     got = [lp for lp, _, _ in meta["input_token_logprobs"]][1 if start == 0 else 0 :]
     ref = _hf_prompt_logprobs(hf, ids)[max(start, 1) - 1 :]
-    assert got == pytest.approx(ref, abs=TOL)
+    assert got == pytest.approx(ref, abs=tol)
     seq = ids + out["output_ids"]
     with torch.inference_mode():
         lp = torch.log_softmax(hf(torch.tensor([seq])).logits[0].float(), -1)
     for j, (tok, (ours, _, _)) in enumerate(zip(out["output_ids"], meta["output_token_logprobs"])):
         row = lp[len(ids) - 1 + j]
-        assert row[tok].item() >= row.max().item() - TOL, (j, tok, int(row.argmax()))
-        assert ours == pytest.approx(row[tok].item(), abs=TOL)
+        assert row[tok].item() >= row.max().item() - tol, (j, tok, int(row.argmax()))
+        assert ours == pytest.approx(row[tok].item(), abs=tol)
 
 
 @pytest.mark.parametrize("backend", ["cpu", "torch_native"])
@@ -73,6 +75,8 @@ def test_bf16_kv_matches_transformers(family: Path, backend: str) -> None:
         runner = engine.scheduler.runner
         assert runner.token_to_kv_pool.k_buffer[0].dtype == torch.bfloat16
         assert runner.attn_backend_name == backend
+        if backend == "cpu" and family.name.startswith("mistral"):  # decode layers as one call
+            assert any(isinstance(m, FusedDecodeLayer) for m in runner.model.modules())
         first = engine.generate(input_ids=A, sampling_params={**greedy, "logprob_start_len": 0})
         _check(first, A, 0, hf)
         second = engine.generate(
@@ -81,4 +85,19 @@ def test_bf16_kv_matches_transformers(family: Path, backend: str) -> None:
         for out, ids in zip(second, (B, D)):
             assert out["meta_info"]["cached_tokens"] >= 40
             _check(out, ids, 50, hf)
+        assert_pool_whole(engine)
+
+
+def test_bf16_kv_real_model(smollm2_path: Path) -> None:
+    """The default model (30 layers) on a short prompt, on the default (kernel) path: its
+    prompt logprobs moved by 0.010 nats at most on an AMX Xeon."""
+    from transformers import AutoTokenizer
+
+    hf = load_hf(smollm2_path)
+    text = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
+    ids = AutoTokenizer.from_pretrained(smollm2_path)(text)["input_ids"]
+    greedy = {"temperature": 0, "max_new_tokens": NEW, "ignore_eos": True, "return_logprob": True}
+    with Engine(str(smollm2_path), max_total_tokens=1024, kv_cache_dtype="bfloat16") as engine:
+        out = engine.generate(input_ids=ids, sampling_params={**greedy, "logprob_start_len": 0})
+        _check(out, ids, 0, hf, TOL_REAL)
         assert_pool_whole(engine)
