@@ -75,3 +75,20 @@ def test_unreadable_combinations_are_refused() -> None:
         resolve_kv_dtype("bfloat16", torch.float32, cpu, "triton", False)
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
         CacheConfig(kv_cache_dtype="fp8_e4m3")
+
+
+def test_cli_and_server_sizing_follow_the_kv_dtype(smollm2_path: Path) -> None:
+    from radixrt.messages import ReadyMsg
+    from radixrt.server.api.control.render import pool_sizing
+    from radixrt.server.args import parse_args
+
+    assert parse_args(["--kv-cache-dtype", "bfloat16"]).cache.kv_cache_dtype == "bfloat16"
+    assert parse_args([]).cache.kv_cache_dtype == "auto"
+    with pytest.raises(SystemExit):
+        parse_args(["--kv-cache-dtype", "fp8"])
+    ready = ReadyMsg(str(smollm2_path), 1000, 0, 2048, 49152, "cpu", "float32")
+    f32 = pool_sizing(ready, 1)
+    bf16 = pool_sizing(ReadyMsg(*[getattr(ready, f) for f in ready.__struct_fields__][:7],
+                                kv_dtype="bfloat16"), 1)  # fmt: skip
+    assert (f32["kv_dtype"], bf16["kv_dtype"]) == ("fp32", "bf16")
+    assert bf16["bytes_per_token"] * 2 == f32["bytes_per_token"]
