@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from radixrt.attention import create_attention_backend
-from radixrt.cache.kv_dtype import kv_dtype_name, resolve_kv_dtype
+from radixrt.cache.kv_dtype import KV_TORCH_DTYPES, kv_dtype_name, resolve_kv_dtype
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
 from radixrt.cpu.guard import KernelPlan
@@ -211,8 +211,9 @@ class ModelRunner:
             )
         if self.device.type == "cpu":
             keep_freed_memory()
+            kv = KV_TORCH_DTYPES.get(self.cache_config.kv_cache_dtype, torch.float32)
             self.cpu_kernels = init_cpu_kernels(
-                self.model, self.model_config, self.dtype, self.bf16_weights
+                self.model, self.model_config, self.dtype, self.bf16_weights, kv
             )
         if self.model_config.quantization or self.bf16_weights:
             self.weight_bytes = _decode_read_bytes(self.model)
