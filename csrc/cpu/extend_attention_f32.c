@@ -1,6 +1,7 @@
 // Causal attention for prefill/extend over the token-slot KV pool, float32 arithmetic over
-// float32 or bfloat16 KV (kv.h; extend_attention_kvbf16.c builds the latter), flash-style: one
-// pass over the keys with an online softmax, no (query x key) matrix in memory.
+// float32 or bfloat16 KV (kv.h; extend_attention_kvbf16.c builds the latter; a block of
+// bfloat16 K/V rows is widened once for the tiles that read it), flash-style: one pass over
+// the keys with an online softmax, no (query x key) matrix in memory.
 //
 // One request: `e` new query rows at positions p .. p+e-1 (q rows `ldq` apart, heads of d
 // floats side by side); its keys and values for positions 0 .. p+e-1 are already in k_buf /
@@ -54,10 +55,10 @@ static void tile_init(tile_t* t, const float* q, int64_t ldq, int64_t rows, int6
 }
 
 // sc[2t + h] = scores of key t for lanes of half h, keys 0 .. nk-1 (rows kr[t]).
-static void scores(const float* qt, const kv_t* const* kr, int64_t nk, int64_t d, vf* sc) {
+static void scores(const float* qt, const float* const* kr, int64_t nk, int64_t d, vf* sc) {
   int64_t t = 0;
   for (; t + KU <= nk; t += KU) {
-    const kv_t* k[KU];
+    const float* k[KU];
     vf s0[KU], s1[KU];
     for (int u = 0; u < KU; ++u) {
       k[u] = kr[t + u];
@@ -67,7 +68,7 @@ static void scores(const float* qt, const kv_t* const* kr, int64_t nk, int64_t d
     for (int64_t c = 0; c < d; ++c) {
       const vf qa = vload(qt + c * QB), qb = vload(qt + c * QB + VW);
       for (int u = 0; u < KU; ++u) {
-        const vf kv = vset1(kv_get(k[u], c));
+        const vf kv = vset1(k[u][c]);
         s0[u] = vfma(qa, kv, s0[u]);
         s1[u] = vfma(qb, kv, s1[u]);
       }
@@ -80,7 +81,7 @@ static void scores(const float* qt, const kv_t* const* kr, int64_t nk, int64_t d
   for (; t < nk; ++t) {
     vf s0 = vzero(), s1 = vzero();
     for (int64_t c = 0; c < d; ++c) {
-      const vf kv = vset1(kv_get(kr[t], c));
+      const vf kv = vset1(kr[t][c]);
       s0 = vfma(vload(qt + c * QB), kv, s0);
       s1 = vfma(vload(qt + c * QB + VW), kv, s1);
     }
@@ -135,7 +136,7 @@ static void softmax_half(tile_t* tl, int h, int64_t j0, int64_t nk, int64_t d, v
 }
 
 // ot (d, QB) += sum over keys t of vr[t] (d) x p[t] (QB lanes), KU value elements at a time.
-static void accumulate(float* ot, const kv_t* const* vr, int64_t nk, int64_t d,
+static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
                        const vf* sc) {
   int64_t c0 = 0;
   for (; c0 + KU <= d; c0 += KU) {
@@ -146,9 +147,9 @@ static void accumulate(float* ot, const kv_t* const* vr, int64_t nk, int64_t d,
     }
     for (int64_t t = 0; t < nk; ++t) {
       const vf pa = sc[2 * t], pb = sc[2 * t + 1];
-      const kv_t* v = vr[t] + c0;
+      const float* v = vr[t] + c0;
       for (int r = 0; r < KU; ++r) {
-        const vf vv = vset1(kv_get(v, r));
+        const vf vv = vset1(v[r]);
         a0[r] = vfma(pa, vv, a0[r]);
         a1[r] = vfma(pb, vv, a1[r]);
       }
@@ -161,7 +162,7 @@ static void accumulate(float* ot, const kv_t* const* vr, int64_t nk, int64_t d,
   for (; c0 < d; ++c0) {
     vf a0 = vload(ot + c0 * QB), a1 = vload(ot + c0 * QB + VW);
     for (int64_t t = 0; t < nk; ++t) {
-      const vf vv = vset1(kv_get(vr[t], c0));
+      const vf vv = vset1(vr[t][c0]);
       a0 = vfma(sc[2 * t], vv, a0);
       a1 = vfma(sc[2 * t + 1], vv, a1);
     }
@@ -171,8 +172,8 @@ static void accumulate(float* ot, const kv_t* const* vr, int64_t nk, int64_t d,
 }
 
 // Keys j0 .. j0+nk-1 (rows kr[t], vr[t]) into the tile's online softmax.
-static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const kv_t* const* kr,
-                       const kv_t* const* vr, int64_t d, vf* sc) {
+static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const float* const* kr,
+                       const float* const* vr, int64_t d, vf* sc) {
   scores(tl->qt, kr, nk, d, sc);
   // The upper half's rows see more keys than the lower's; a half sees some key of the block
   // unless the block starts past its last row, or (with a window) ends before its first
@@ -210,9 +211,12 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
     float* buf = (float*)malloc(sizeof(float) * (size_t)(2 * d * QB * g));
     tile_t* tiles = (tile_t*)aligned_alloc(64, sizeof(tile_t) * (size_t)g);
     vf* sc = (vf*)aligned_alloc(64, sizeof(vf) * 2 * KB);
-    const kv_t* kr[KB];
-    const kv_t* vr[KB];
-    failed = !buf || !tiles || !sc;
+    const float* kr[KB];
+    const float* vr[KB];
+    // A block's K/V rows as float32: read in place from a float32 pool; widened once per
+    // block here from a bfloat16 one, for all the work item's tiles (kv_row_f32).
+    float* wide = (float*)malloc(sizeof(float) * (size_t)(2 * KB * d));
+    failed = !buf || !tiles || !sc || !wide;
     // Last row blocks (most keys) first, so the threads finish together.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < hkv * blocks; ++w) {
@@ -230,8 +234,9 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
       for (int64_t j0 = start; j0 < len; j0 += KB) {
         const int64_t nk = len - j0 < KB ? len - j0 : KB;
         for (int64_t t = 0; t < nk; ++t) {
-          kr[t] = k_buf + (int64_t)slots[j0 + t] * slot_len + h * d;
-          vr[t] = v_buf + (int64_t)slots[j0 + t] * slot_len + h * d;
+          const int64_t row = (int64_t)slots[j0 + t] * slot_len + h * d;
+          kr[t] = kv_row_f32(k_buf + row, d, wide + t * d);
+          vr[t] = kv_row_f32(v_buf + row, d, wide + (KB + t) * d);
         }
         for (int64_t r = 0; r < g; ++r) tile_block(&tiles[r], j0, nk, kr, vr, d, sc);
       }
@@ -241,6 +246,7 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
     free(buf);
     free(tiles);
     free(sc);
+    free(wide);
   }
   return failed ? -1 : 0;
 #else
