@@ -132,6 +132,7 @@ class ReadyMsg(msgspec.Struct, tag=True):
     # layers keep their K/V there; 0: none, every layer in the max_total_tokens pool.
     window_pool_tokens: int = 0
     num_window_layers: int = 0
+    kv_dtype: str = ""  # the KV pool's element type ("": the same as dtype)
 
 
 class TierInfoMsg(msgspec.Struct):

@@ -1,6 +1,7 @@
-// Paged decode attention over the token-slot KV pool, float32: each request's new K/V is
-// stored in its slot, then its query heads attend over req_to_token[row, :seq_len]. Torch
-// definition: decode_attention_ref in radixrt/kernels/cpu.py.
+// Paged decode attention over the token-slot KV pool, float32 arithmetic over float32 or
+// bfloat16 KV (kv.h; attention_kvbf16.c builds the latter): each request's new K/V is stored
+// in its slot (rounded to the pool's type), then its query heads attend over
+// req_to_token[row, :seq_len]. Torch definition: decode_attention_ref in radixrt/cpu/kernels.py.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@
 // all heads leaving its unnormalised output and (max, sum) per query head in
 // part[(i * ranges + r) * hq * (d + 2) ..] (outputs, then the pairs); then per request and
 // head the ranges are merged: out = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r.
-static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
+static void attend_ranges(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                           const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                           const int64_t* seq_lens, float* out, int64_t ldo, int64_t b,
                           int64_t hq, int64_t hkv, int64_t d, float scale, int64_t ranges,
@@ -61,8 +62,9 @@ static void attend_ranges(const float* q, int64_t ldq, const float* k_buf, const
     }
 }
 
-void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
-                             const float* v_new, int64_t ld_new, float* k_buf, float* v_buf,
+void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* k_new,
+                                      const float* v_new, int64_t ld_new, kv_t* k_buf,
+                                      kv_t* v_buf,
                              const int64_t* out_loc, const int32_t* req_to_token,
                              int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
                              float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
@@ -73,8 +75,8 @@ void rt_decode_attention_f32(const float* q, int64_t ldq, const float* k_new,
   // Request i owns slot out_loc[i]: storing its new K/V races with no other request.
   // k_new == NULL: the new K/V are in the pool already (stored by the caller), out_loc unused.
   for (int64_t i = 0; k_new && i < b; ++i) {
-    memcpy(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, sizeof(float) * (size_t)slot_len);
-    memcpy(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, sizeof(float) * (size_t)slot_len);
+    kv_store_row(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, slot_len);
+    kv_store_row(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, slot_len);
   }
   // Requests sharing a cached prefix: it is read once for all of them (attend_shared).
   if (b > 1 && attend_shared(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens, out,

@@ -17,7 +17,7 @@
 // sum of exp(score - max) of query head q0 + j go to ml[2j], ml[2j + 1] (one key range's
 // part of a split softmax).
 static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int64_t h1,
-                         const float* k_buf, const float* v_buf, const int32_t* slots,
+                         const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots,
                          int64_t len, int64_t slot_len, int64_t d, float scale, float* sc,
                          float* ml) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
@@ -33,10 +33,10 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   }
 #endif
   for (int64_t l = l0; l < len; ++l) {
-    const float* krow = k_buf + (int64_t)slots[l] * slot_len;
+    const kv_t* krow = k_buf + (int64_t)slots[l] * slot_len;
     for (int64_t h = h0, j = 0; h < h1; ++h)
       for (int64_t r = 0; r < g; ++r, ++j)
-        sc[j * len + l] = scale * dot_f32(q + (q0 + j) * d, krow + h * d, d);
+        sc[j * len + l] = scale * dot_kv(q + (q0 + j) * d, krow + h * d, d);
   }
   for (int64_t j = 0; j < nq; ++j) {
     float* row = sc + j * len;
@@ -65,9 +65,9 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
 #endif
   memset(o, 0, sizeof(float) * (size_t)(nq * d));
   for (int64_t l = 0; l < len; ++l) {
-    const float* vrow = v_buf + (int64_t)slots[l] * slot_len;
+    const kv_t* vrow = v_buf + (int64_t)slots[l] * slot_len;
     for (int64_t h = h0, j = 0; h < h1; ++h)
-      for (int64_t r = 0; r < g; ++r, ++j) axpy_f32(o + j * d, sc[j * len + l], vrow + h * d, d);
+      for (int64_t r = 0; r < g; ++r, ++j) axpy_kv(o + j * d, sc[j * len + l], vrow + h * d, d);
   }
 }
 
@@ -93,7 +93,8 @@ static inline void merge_parts(const float* const* o, const float* const* ml, in
 // Cascade decode (attention_shared.c): requests sharing the first 64+ slots of their rows attend
 // over them once per group. Returns 0, or -1 when no group formed or memory for the plan ran
 // out (the caller then attends per request).
-int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
+#define attend_shared KV_NAME(attend_shared)
+int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                   const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                   const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
                   int64_t hkv, int64_t d, float scale);

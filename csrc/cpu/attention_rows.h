@@ -1,11 +1,13 @@
 // Vector pieces of the decode attention (internal header of attention_f32.c): dot products,
 // the softmax's max and numerators, and the weighted sum of V rows, each over simd.h's
-// vectors with a portable tail (or whole loop where the build has no vector ISA).
+// vectors with a portable tail (or whole loop where the build has no vector ISA). K/V rows
+// are kv_t (kv.h): widened to float32 as they are loaded.
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
 
+#include "kv.h"
 #include "simd.h"
 
 static inline float dot_f32(const float* a, const float* b, int64_t d) {
@@ -18,6 +20,29 @@ static inline float dot_f32(const float* a, const float* b, int64_t d) {
 #endif
   for (; j < d; ++j) dot += a[j] * b[j];
   return dot;
+}
+
+// q (d) . k (d), k a K row of the pool.
+static inline float dot_kv(const float* q, const kv_t* k, int64_t d) {
+  float dot = 0.0f;
+  int64_t j = 0;
+#if defined(RT_VEC)
+  vf acc = vzero();
+  for (; j + VW <= d; j += VW) acc = vfma(vload(q + j), vload_kv(k + j), acc);
+  dot = vhsum(acc);
+#endif
+  for (; j < d; ++j) dot += q[j] * kv_get(k, j);
+  return dot;
+}
+
+// o (d) += p * v (d), v a V row of the pool.
+static inline void axpy_kv(float* o, float p, const kv_t* v, int64_t d) {
+  int64_t j = 0;
+#if defined(RT_VEC)
+  const vf pv = vset1(p);
+  for (; j + VW <= d; j += VW) vstore(o + j, vfma(pv, vload_kv(v + j), vload(o + j)));
+#endif
+  for (; j < d; ++j) o[j] += p * kv_get(v, j);
 }
 
 // o (d) += p * v (d)
@@ -68,15 +93,15 @@ static inline float softmax_numerators(float* sc, int64_t len, float m) {
 // o (D) = sum_l p[l] * v[slots[l] * slot_len : + D], the D/VW accumulators held in registers
 // (D = 128 on AVX2 takes all 16: the compiler spills one or two).
 #define WEIGHTED_ROWS(D)                                                                    \
-  static inline void weighted_rows_##D(const float* p, const float* v,                      \
+  static inline void weighted_rows_##D(const float* p, const kv_t* v,                       \
                                        const int32_t* slots, int64_t len, int64_t slot_len,   \
                                        float* o) {                                            \
     vf acc[D / VW];                                                                         \
     for (int j = 0; j < D / VW; ++j) acc[j] = vzero();                                      \
     for (int64_t l = 0; l < len; ++l) {                                                     \
-      const float* row = v + (int64_t)slots[l] * slot_len;                                  \
+      const kv_t* row = v + (int64_t)slots[l] * slot_len;                                   \
       const vf pl = vset1(p[l]);                                                            \
-      for (int j = 0; j < D / VW; ++j) acc[j] = vfma(pl, vload(row + VW * j), acc[j]);      \
+      for (int j = 0; j < D / VW; ++j) acc[j] = vfma(pl, vload_kv(row + VW * j), acc[j]);   \
     }                                                                                       \
     for (int j = 0; j < D / VW; ++j) vstore(o + VW * j, acc[j]);                            \
   }
@@ -85,14 +110,14 @@ WEIGHTED_ROWS(128)
 #undef WEIGHTED_ROWS
 
 // Lane t = q . k_base[slots[t] * slot_len : + d] for VW keys; d a multiple of VW.
-static inline vf dots_keys(const float* q, const float* k_base, const int32_t* slots,
+static inline vf dots_keys(const float* q, const kv_t* k_base, const int32_t* slots,
                            int64_t slot_len, int64_t d) {
   vf acc[VW];
   for (int t = 0; t < VW; ++t) acc[t] = vzero();
   for (int64_t j = 0; j < d; j += VW) {
     const vf qv = vload(q + j);
     for (int t = 0; t < VW; ++t)
-      acc[t] = vfma(qv, vload(k_base + (int64_t)slots[t] * slot_len + j), acc[t]);
+      acc[t] = vfma(qv, vload_kv(k_base + (int64_t)slots[t] * slot_len + j), acc[t]);
   }
   return vsum_lanes(acc);
 }

@@ -1,5 +1,6 @@
-// Cascade decode attention, float32: a prefix shared by several requests of a decode batch
-// is read once per layer for all of them (see attend_shared below).
+// Cascade decode attention, float32 arithmetic over float32 or bfloat16 KV (kv.h): a prefix
+// shared by several requests of a decode batch is read once per layer for all of them (see
+// attend_shared below).
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -103,16 +104,16 @@ static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j
 // (d, lenp), lenp = len rounded up to 2*VW (zeros past len), and each block of QB queries
 // takes its scores as a small matrix product, 2*VW keys at a time: broadcast FMAs, no
 // per-key reductions. sc: scratch (hkv * gq, lenp).
-static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, const float* k_buf,
-                         const float* v_buf, const int32_t* slots, int64_t len, int64_t slot_len,
+static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, const kv_t* k_buf,
+                         const kv_t* v_buf, const int32_t* slots, int64_t len, int64_t slot_len,
                          int64_t d, float scale, float* sc, float* kt, float* ml) {
   const int64_t lenp = (len + 2 * VW - 1) / (2 * VW) * (2 * VW);
   const vf vs = vset1(scale);
   float qb[QB * 128];
   for (int64_t h = 0; h < hkv; ++h) {
     for (int64_t l = 0; l < len; ++l) {
-      const float* krow = k_buf + (int64_t)slots[l] * slot_len + h * d;
-      for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = krow[c];
+      const kv_t* krow = k_buf + (int64_t)slots[l] * slot_len + h * d;
+      for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = kv_get(krow, c);
     }
     for (int64_t c = 0; c < d; ++c)
       for (int64_t l = len; l < lenp; ++l) kt[c * lenp + l] = 0.0f;
@@ -155,13 +156,13 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
       } else {
         memset(o, 0, sizeof(float) * (size_t)d);
         for (int64_t l = 0; l < len; ++l)
-          axpy_f32(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * d, d);
+          axpy_kv(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * d, d);
       }
     }
 }
 #endif
 
-int attend_shared(const float* q, int64_t ldq, const float* k_buf, const float* v_buf,
+int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
                          int64_t hkv, int64_t d, float scale) {

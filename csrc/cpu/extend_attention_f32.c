@@ -1,5 +1,7 @@
-// Causal attention for prefill/extend over the token-slot KV pool, float32 (flash-style: one
-// pass over the keys with an online softmax, no (query x key) matrix in memory).
+// Causal attention for prefill/extend over the token-slot KV pool, float32 arithmetic over
+// float32 or bfloat16 KV (kv.h; extend_attention_kvbf16.c builds the latter; a block of
+// bfloat16 K/V rows is widened once for the tiles that read it), flash-style: one pass over
+// the keys with an online softmax, no (query x key) matrix in memory.
 //
 // One request: `e` new query rows at positions p .. p+e-1 (q rows `ldq` apart, heads of d
 // floats side by side); its keys and values for positions 0 .. p+e-1 are already in k_buf /
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kv.h"
 #include "rt_cpu.h"
 #include "simd.h"
 
@@ -194,10 +197,10 @@ static void tile_finish(const tile_t* t, float* out, int64_t ldo, int64_t d) {
 }
 #endif
 
-int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
-                            const float* v_buf, const int32_t* slots, int64_t p, int64_t e,
-                            float* out, int64_t ldo, int64_t hq, int64_t hkv, int64_t d,
-                            float scale, int64_t window) {
+int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_buf,
+                                     const kv_t* v_buf, const int32_t* slots, int64_t p,
+                                     int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                     int64_t d, float scale, int64_t window) {
 #if defined(RT_SIMD)
   // A work item is one KV head's g query heads over one row block: its g tiles share every
   // K/V block read (from memory once, then from cache).
@@ -210,7 +213,10 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
     vf* sc = (vf*)aligned_alloc(64, sizeof(vf) * 2 * KB);
     const float* kr[KB];
     const float* vr[KB];
-    failed = !buf || !tiles || !sc;
+    // A block's K/V rows as float32: read in place from a float32 pool; widened once per
+    // block here from a bfloat16 one, for all the work item's tiles (kv_row_f32).
+    float* wide = (float*)malloc(sizeof(float) * (size_t)(2 * KB * d));
+    failed = !buf || !tiles || !sc || !wide;
     // Last row blocks (most keys) first, so the threads finish together.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < hkv * blocks; ++w) {
@@ -228,8 +234,9 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
       for (int64_t j0 = start; j0 < len; j0 += KB) {
         const int64_t nk = len - j0 < KB ? len - j0 : KB;
         for (int64_t t = 0; t < nk; ++t) {
-          kr[t] = k_buf + (int64_t)slots[j0 + t] * slot_len + h * d;
-          vr[t] = v_buf + (int64_t)slots[j0 + t] * slot_len + h * d;
+          const int64_t row = (int64_t)slots[j0 + t] * slot_len + h * d;
+          kr[t] = kv_row_f32(k_buf + row, d, wide + t * d);
+          vr[t] = kv_row_f32(v_buf + row, d, wide + (KB + t) * d);
         }
         for (int64_t r = 0; r < g; ++r) tile_block(&tiles[r], j0, nk, kr, vr, d, sc);
       }
@@ -239,6 +246,7 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
     free(buf);
     free(tiles);
     free(sc);
+    free(wide);
   }
   return failed ? -1 : 0;
 #else

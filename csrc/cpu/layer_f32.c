@@ -3,7 +3,7 @@
 //
 //   residual += x; x = rmsnorm(residual) * ln1          (in place)
 //   qkv = x @ Wqkv^T + bqkv; rotate q and k              (scratch)
-//   store k, v at out_loc; attn = attention(q)           (scratch)
+//   store k, v at out_loc; attn = attention(q)           (scratch; KV float32 or bfloat16)
 //   x = attn @ Wo^T + bo
 //   residual += x; x = rmsnorm(residual) * ln2
 //   x = down(silu(gate) * up) with gate_up = x @ Wgu^T + bgu
@@ -33,10 +33,10 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* b_o, const float* s_o, const void* w_gu,
                          const float* b_gu, const float* s_gu, const void* w_down,
                          const float* b_down, const float* s_down, int64_t hq, int64_t hkv, int64_t d, int64_t inter,
-                         const float* cos, const float* sin, float* k_buf, float* v_buf,
+                         const float* cos, const float* sin, void* k_buf, void* v_buf,
                          const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
                          const int64_t* rows, const int64_t* seq_lens, float scale,
-                         float* scratch, int64_t bf16_weights) {
+                         float* scratch, int64_t bf16_weights, int64_t kv_bf16) {
   const int64_t bf = bf16_weights;
   const int64_t width = (hq + 2 * hkv) * d;
   // scratch: qkv (b, width) | attn (b, hq*d) | gate_up (b, 2*inter) | act (b, inter)
@@ -48,9 +48,14 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln1, b, hidden, eps);
   lin(x, hidden, b, hidden, w_qkv, s_qkv, width, b_qkv, qkv, width, bf);
   rt_rotary_f32(qkv, width, hq, qkv + hq * d, width, hkv, cos, sin, d, b, d);
-  rt_decode_attention_f32(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
-                          out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq,
-                          hkv, d, scale);
+  if (kv_bf16)
+    rt_decode_attention_f32_kvbf16(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width,
+                                   (uint16_t*)k_buf, (uint16_t*)v_buf, out_loc, req_to_token,
+                                   ld_table, rows, seq_lens, attn, hq * d, b, hq, hkv, d, scale);
+  else
+    rt_decode_attention_f32(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width,
+                            (float*)k_buf, (float*)v_buf, out_loc, req_to_token, ld_table, rows,
+                            seq_lens, attn, hq * d, b, hq, hkv, d, scale);
   lin(attn, hq * d, b, hq * d, w_o, s_o, hidden, b_o, x, hidden, bf);
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln2, b, hidden, eps);
   lin(x, hidden, b, hidden, w_gu, s_gu, 2 * inter, b_gu, gate_up, 2 * inter, bf);

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
-// bfloat16 <-> float32 bits, scalar (the weights' packing and the portable tiles): widening
-// is exact; rounding is to nearest even (the weights are finite).
+// bfloat16 <-> float32 bits, scalar (the weights' packing, the portable tiles, K/V stores):
+// widening is exact; rounding is to nearest even, a NaN stays a (quiet) NaN.
 static inline float rt_bf16_to_f32(uint16_t h) {
   const uint32_t bits = (uint32_t)h << 16;
   float f;
@@ -25,6 +25,7 @@ static inline float rt_bf16_to_f32(uint16_t h) {
 static inline uint16_t rt_round_bf16(float v) {
   uint32_t bits;
   memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return (uint16_t)(bits >> 16);
 }
@@ -179,6 +180,7 @@ static inline vf vsum_lanes(vf a[8]) {
 #define VW 4
 typedef float vf __attribute__((vector_size(16)));
 typedef int32_t vi __attribute__((vector_size(16)));
+typedef uint32_t vu __attribute__((vector_size(16)));
 
 static inline vf vzero(void) { return (vf){0.0f, 0.0f, 0.0f, 0.0f}; }
 static inline vf vset1(float x) { return (vf){x, x, x, x}; }
@@ -210,6 +212,10 @@ static inline vf vscale2(vf p, vf n) {  // p * 2^n for integral n in [-126, 127]
 }
 static inline vf vsum_lanes(vf a[4]) {
   return (vf){vhsum(a[0]), vhsum(a[1]), vhsum(a[2]), vhsum(a[3])};
+}
+static inline vf vload_bf16(const uint16_t* p) {  // widened exactly (bits << 16)
+  const vu w = {p[0], p[1], p[2], p[3]};
+  return (vf)(w << 16);
 }
 #define RT_VEC 1
 #else

@@ -56,9 +56,14 @@ class BaseAttnBackend(ABC):
       layers as one C call each (cpu/fused_layer.py), which attend over the pool and store
       the new K/V exactly as this backend's decode does; the runner decides it once, when it
       builds the model and this backend.
+    - `reads_other_kv_dtypes`: True when the pool may hold K/V in another dtype than the
+      activations' (--kv-cache-dtype): the backend widens what it reads and attends over
+      exactly what the pool holds (new tokens' K/V as rounded by storing them too); else the
+      runner refuses such a pool at start-up.
     """
 
     fuses_cpu_decode_layers: bool = False
+    reads_other_kv_dtypes: bool = False
     supports: frozenset[str] = frozenset()
     reads_window_pool: bool = False
 

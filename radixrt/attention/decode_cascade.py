@@ -80,8 +80,8 @@ def attend_decode(
     g = num_heads // num_kv_heads
     qg = q.view(bd, num_kv_heads, g, d)
     shape = (*plan.kv_idx.shape, num_kv_heads, d)
-    kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
-    vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
+    kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2).to(q.dtype)
+    vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2).to(q.dtype)
     scores = (torch.matmul(qg, kk.transpose(-1, -2)) * scaling).float()  # (Bd, Hkv, g, Ls)
     scores = cap_scores(scores, softcap).masked_fill(~plan.mask, float("-inf"))
     m_u = scores.amax(-1, keepdim=True)  # (Bd, Hkv, g, 1)
@@ -118,8 +118,8 @@ def _attend_shared(
     Returns o (n, Hkv, g, D), l and m (n, Hkv, g, 1), all float32.
     """
     n, hkv, g, d = qg.shape
-    kp = k_buf.index_select(0, slots).permute(1, 2, 0)  # (Hkv, D, Lp)
-    vp = v_buf.index_select(0, slots).transpose(0, 1)  # (Hkv, Lp, D)
+    kp = k_buf.index_select(0, slots).permute(1, 2, 0).to(qg.dtype)  # (Hkv, D, Lp)
+    vp = v_buf.index_select(0, slots).transpose(0, 1).to(qg.dtype)  # (Hkv, Lp, D)
     qh = qg.permute(1, 0, 2, 3).reshape(hkv, n * g, d)  # every member's heads as one batch
     s = cap_scores((torch.matmul(qh, kp) * scaling).float(), softcap)  # (Hkv, n*g, Lp)
     m = s.amax(-1, keepdim=True)

@@ -60,6 +60,7 @@ class TorchNativeAttnBackend(BaseAttnBackend):
 
     supports = frozenset(LAYER_FEATURES)
     reads_window_pool = True
+    reads_other_kv_dtypes = True  # gathers widen to the activations' dtype
 
     def __init__(
         self,
@@ -118,10 +119,11 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         slot_map = fb.token_to_kv_pool.slot_map(layer.layer_id)
         for piece in self._extend_pieces(layer.sliding_window, slot_map):
-            if piece.kv_idx is None:
-                kk, vv = k[piece.q], v[piece.q]
+            if piece.kv_idx is None:  # as the pool holds them: a later hit reads the same
+                kk, vv = as_stored(k[piece.q], k_buf.dtype), as_stored(v[piece.q], v_buf.dtype)
             else:
-                kk, vv = k_buf.index_select(0, piece.kv_idx), v_buf.index_select(0, piece.kv_idx)
+                kk = k_buf.index_select(0, piece.kv_idx).to(q.dtype)
+                vv = v_buf.index_select(0, piece.kv_idx).to(q.dtype)
             out[piece.q] = _attend(q[piece.q], kk, vv, piece.mask, layer)
         self._attend_decode_rows(q, out, k_buf, v_buf, layer, slot_map)
         return out
@@ -184,6 +186,7 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         shape = (*plan.kv_idx.shape, *k_buf.shape[1:])
         kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
         vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
+        kk, vv = kk.to(q.dtype), vv.to(q.dtype)  # a narrower pool, widened
         out = F.scaled_dot_product_attention(
             q.unsqueeze(2),
             kk,
@@ -193,6 +196,11 @@ class TorchNativeAttnBackend(BaseAttnBackend):
             enable_gqa=layer.num_heads != layer.num_kv_heads,
         )
         return out.squeeze(2)  # (Bd, H, D)
+
+
+def as_stored(x: torch.Tensor, pool_dtype: torch.dtype) -> torch.Tensor:
+    """x as a pool of `pool_dtype` holds it, back in x's dtype (x itself when they agree)."""
+    return x if x.dtype == pool_dtype else x.to(pool_dtype).to(x.dtype)
 
 
 def _decode_plan(g: _DecodeGroup, window: int, slot_map: torch.Tensor | None) -> DecodePlan:

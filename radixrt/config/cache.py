@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from radixrt.config.choices import KV_CACHE_DTYPES
+
 
 @dataclass(frozen=True)
 class KVEventsConfig:
@@ -112,6 +114,10 @@ class CacheConfig:
     max_total_tokens: int | None = None  # KV pool size in tokens; overrides the fraction
     mem_fraction_static: float | None = None  # None: 0.85 of GPU memory, 0.25 of RAM on CPU
     page_size: int = 1
+    # The pool's element type (cache/kv_dtype.py): auto = the activations' dtype; bfloat16
+    # on the CPU halves a token's bytes (twice the tokens, and prefix, per GiB), compute
+    # staying float32 (K/V rounded once as they are stored, widened as they are read).
+    kv_cache_dtype: str = "auto"
     disable_radix_cache: bool = False
     # Pinned prefixes (radixrt/cache/pins.py): at most this share of the pool, and of it at
     # most this share per tenant (each pin counted at its full length).
@@ -158,6 +164,10 @@ class CacheConfig:
             raise ValueError(f"mem_fraction_static must be in (0, 1), got {f}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}"
+            )
         for name in ("max_pinned_fraction", "max_pinned_fraction_per_tenant"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")

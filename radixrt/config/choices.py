@@ -4,6 +4,8 @@ from __future__ import annotations
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+# The KV pool's element type; auto: the activations' dtype (float32 on the CPU).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16")
 # radixrt/cpu/guard.py: auto times each C kernel against torch once per machine, keeps the faster.
 CPU_KERNEL_MODES = ("auto", "on", "off")
 # Weight-only quantization at load, from float checkpoints (CPU kernels; radixrt/cpu/layers.py).

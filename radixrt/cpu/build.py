@@ -43,8 +43,12 @@ CPU_SOURCES = (
     "attention_shared.c",
     "extend_attention_f32.c",
     "layer_f32.c",
+    # the attention sources again over a bfloat16 KV pool (kv.h)
+    "attention_kvbf16.c",
+    "attention_shared_kvbf16.c",
+    "extend_attention_kvbf16.c",
 )
-CPU_HEADERS = ("rt_cpu.h", "simd.h", "attention_rows.h", "attention_heads.h")
+CPU_HEADERS = ("rt_cpu.h", "simd.h", "kv.h", "attention_rows.h", "attention_heads.h")
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 ISAS = ("amx", "avx512", "avx2", "portable")  # best first
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
@@ -104,6 +108,7 @@ SIGNATURES: dict[str, list] = {
         _F,
     ],
     "rt_extend_attention_f32": [_P, _I, _P, _P, _P, _I, _I, _P, _I, _I, _I, _I, _F, _I],
+    "rt_extend_attention_f32_kvbf16": [_P, _I, _P, _P, _P, _I, _I, _P, _I, _I, _I, _I, _F, _I],
     "rt_decode_layer_f32": [
         _P,
         _P,
@@ -124,11 +129,14 @@ SIGNATURES: dict[str, list] = {
         _F,
         _P,
         _I,
+        _I,
     ],
 }
+SIGNATURES["rt_decode_attention_f32_kvbf16"] = SIGNATURES["rt_decode_attention_f32"]
 # Every other function returns void.
 RESTYPES = {
     "rt_extend_attention_f32": ctypes.c_int,
+    "rt_extend_attention_f32_kvbf16": ctypes.c_int,
     "rt_isa": ctypes.c_char_p,
     "rt_bf16_packed_size": ctypes.c_int64,
     "rt_amx_ready": ctypes.c_int,

@@ -1,7 +1,7 @@
 """float32 CPU kernels (csrc/cpu) behind torch-tensor functions, with their torch references.
 
 Every function here expects CPU float32 activations whose rows are contiguous (stride(-1) == 1;
-a linear layer's packed weight may also be bfloat16 or int8);
+a linear layer's packed weight may also be bfloat16 or int8, a KV pool bfloat16);
 callers check `available()` once and keep to that layout. Each `*_ref` function is the torch
 definition the kernel is tested against (tests/kernels/test_cpu_kernels.py).
 """
@@ -182,6 +182,20 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# The attention kernels' name suffix per KV pool dtype (csrc/cpu/kv.h).
+KV_SUFFIX = {torch.float32: "", torch.bfloat16: "_kvbf16"}
+
+
+def kv_suffix(k_buf: torch.Tensor, v_buf: torch.Tensor) -> str:
+    """Which build of the attention kernels reads this pool (ValueError for another dtype)."""
+    if k_buf.dtype != v_buf.dtype or k_buf.dtype not in KV_SUFFIX:
+        raise ValueError(
+            f"the CPU attention kernels read float32 or bfloat16 KV, got {k_buf.dtype} and "
+            f"{v_buf.dtype}"
+        )
+    return KV_SUFFIX[k_buf.dtype]
+
+
 def decode_attention(
     q: torch.Tensor,
     k_new: torch.Tensor | None,
@@ -197,7 +211,9 @@ def decode_attention(
     """Store k_new, v_new (B, Hkv*D) at slots out_loc (B,) int64 of k_buf, v_buf (S, Hkv, D),
     then attend q (B, Hq*D) over req_to_token[rows[i], :seq_lens[i]] (int32 table; rows and
     seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]. With k_new,
-    v_new and out_loc None the new K/V are in the pool already: nothing is stored."""
+    v_new and out_loc None the new K/V are in the pool already: nothing is stored. A bfloat16
+    pool stores k_new, v_new rounded to nearest even and is widened as it is read."""
+    fn = getattr(lib(), "rt_decode_attention_f32" + kv_suffix(k_buf, v_buf))
     b, hq_d = q.shape
     hkv, d = k_buf.shape[1], k_buf.shape[2]
     if (k_new is None) != (v_new is None) or (k_new is None) != (out_loc is None):
@@ -214,7 +230,7 @@ def decode_attention(
     ):
         raise ValueError("k_new and v_new must share one layout")
     out = torch.empty(b, hq_d, dtype=torch.float32)
-    lib().rt_decode_attention_f32(
+    fn(
         q.data_ptr(),
         q.stride(0),
         0 if k_new is None else k_new.data_ptr(),
@@ -263,13 +279,14 @@ def extend_attention(
     contiguous, at positions prefix_len .. prefix_len+e-1 over the K/V at slots[:prefix_len+e]
     (int32, contiguous) of k_buf, v_buf (S, Hkv, D), which already hold the new tokens; with
     `window` > 0 row i sees only the keys prefix_len+i-window+1 .. prefix_len+i. Writes out
-    (e, Hq*D) rows."""
+    (e, Hq*D) rows. k_buf, v_buf float32 or bfloat16 (widened as they are read)."""
+    fn_name = "rt_extend_attention_f32" + kv_suffix(k_buf, v_buf)
     e = q.shape[0]
     hkv, d = k_buf.shape[1], k_buf.shape[2]
     if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
         raise ValueError("slots must be contiguous int32 covering every key")
     hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows
-    rc = lib().rt_extend_attention_f32(
+    rc = getattr(lib(), fn_name)(
         q.data_ptr(),
         q.stride(0),
         k_buf.data_ptr(),
@@ -286,7 +303,7 @@ def extend_attention(
         window,
     )
     if rc != 0:
-        raise RuntimeError(f"rt_extend_attention_f32 failed ({rc})")
+        raise RuntimeError(f"{fn_name} failed ({rc})")
 
 
 # ---- torch references ----------------------------------------------------------------------
@@ -304,14 +321,15 @@ def decode_attention_ref(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """What `decode_attention` computes, one request at a time with SDPA."""
+    """What `decode_attention` computes, one request at a time with SDPA (a bfloat16 pool
+    stores k_new, v_new rounded and is read widened to float32)."""
     hkv, d = k_buf.shape[1], k_buf.shape[2]
-    k_buf[out_loc] = k_new.reshape(-1, hkv, d)
-    v_buf[out_loc] = v_new.reshape(-1, hkv, d)
+    k_buf[out_loc] = k_new.reshape(-1, hkv, d).to(k_buf.dtype)
+    v_buf[out_loc] = v_new.reshape(-1, hkv, d).to(v_buf.dtype)
     outs = []
     for i in range(q.shape[0]):
         slots = req_to_token[rows[i], : seq_lens[i]].long()
-        kk, vv = k_buf[slots].transpose(0, 1), v_buf[slots].transpose(0, 1)  # (Hkv, L, D)
+        kk, vv = k_buf[slots].float().transpose(0, 1), v_buf[slots].float().transpose(0, 1)
         qi = q[i].view(-1, 1, d)  # (Hq, 1, D)
         o = F.scaled_dot_product_attention(qi, kk, vv, scale=scale, enable_gqa=True)
         outs.append(o.reshape(-1))
@@ -330,7 +348,7 @@ def extend_attention_ref(
     """What `extend_attention` computes, with SDPA and an explicit causal (windowed) mask."""
     e, d = q.shape[0], k_buf.shape[2]
     idx = slots[: prefix_len + e].long()
-    kk, vv = k_buf[idx].transpose(0, 1), v_buf[idx].transpose(0, 1)  # (Hkv, L, D)
+    kk, vv = k_buf[idx].float().transpose(0, 1), v_buf[idx].float().transpose(0, 1)
     qq = q.view(e, -1, d).transpose(0, 1)  # (Hq, e, D)
     keys = torch.arange(prefix_len + e)
     pos = (prefix_len + torch.arange(e))[:, None]

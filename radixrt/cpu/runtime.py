@@ -78,7 +78,11 @@ def bf16_on_kernels(config: ModelConfig) -> bool:
 
 
 def init_cpu_kernels(
-    model: nn.Module, config: ModelConfig, dtype: torch.dtype, bf16_weights: bool = False
+    model: nn.Module,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    bf16_weights: bool = False,
+    kv_dtype: torch.dtype = torch.float32,
 ) -> KernelPlan:
     """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/cpu/layers.py) as
     config.cpu_kernels plans them (radixrt/cpu/guard.py); returns the plan (`KernelPlan()`,
@@ -86,7 +90,8 @@ def init_cpu_kernels(
     config.quantization "int8" every linear layer is quantized and runs the int8 kernel
     (ValueError where the kernels cannot run); with `bf16_weights` (see `bf16_on_kernels`)
     every linear layer holds bfloat16 weights, on the kernel or on torch's bfloat16 matmul
-    per size as the plan says. Logs one line: the ISA and which ops run on which path."""
+    per size as the plan says; the attention kernels are timed over a `kv_dtype` pool. Logs
+    one line: the ISA and which ops run on which path."""
     from radixrt.cpu import kernels as ck
     from radixrt.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
     from radixrt.cpu.layers import use_cpu_kernels
@@ -105,14 +110,16 @@ def init_cpu_kernels(
         return KernelPlan()
     fixed = LINEAR_OPS if int8 else frozenset()
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
-    plan = plan_for(config.cpu_kernels, Shapes.of(model, bf16_weights), fixed=fixed)
+    shapes = Shapes.of(model, bf16_weights, kv_dtype)
+    plan = plan_for(config.cpu_kernels, shapes, fixed=fixed)
     swapped = use_cpu_kernels(model, plan, weights)
     on_tiles = weights == "bfloat16" and plan.isa == "amx"
     logger.info(
-        "%s; activations float32, linear weights %s%s; %d modules swapped",
+        "%s; activations float32, linear weights %s%s, KV %s; %d modules swapped",
         plan.summary(),
         weights,
         " (AMX tiles where on the kernels)" if on_tiles else "",
+        str(kv_dtype).removeprefix("torch."),
         swapped,
     )
     return plan

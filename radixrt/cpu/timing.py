@@ -42,13 +42,17 @@ class Shapes:
     heads: tuple[tuple[int, int, int], ...]
     weights: dict[tuple[int, int], torch.Tensor]  # one (out, in) weight per linear shape
     bf16_weights: bool = False  # the linear layers will hold bfloat16 weights
+    kv_dtype: torch.dtype = torch.float32  # the KV pool's (attention is timed over it)
 
     def key(self) -> list:
         key = [list(self.linears), list(self.norms), list(self.mlps), list(self.heads)]
-        return key + ["bf16 weights"] if self.bf16_weights else key
+        key += ["bf16 weights"] if self.bf16_weights else []
+        return key + ["bf16 kv"] if self.kv_dtype == torch.bfloat16 else key
 
     @staticmethod
-    def of(model: nn.Module, bf16_weights: bool = False) -> Shapes:
+    def of(
+        model: nn.Module, bf16_weights: bool = False, kv_dtype: torch.dtype = torch.float32
+    ) -> Shapes:
         linears: dict[tuple[int, int, bool], int] = {}
         weights: dict[tuple[int, int], torch.Tensor] = {}
         norms, mlps, heads = set(), set(), set()
@@ -73,6 +77,7 @@ class Shapes:
             tuple(sorted(heads)),
             weights,
             bf16_weights,
+            kv_dtype,
         )
 
 
@@ -160,7 +165,13 @@ def _rotary_pair(hq: int, hk: int, d: int, t: int) -> Pair:
 
 
 def decode_attention_pair(
-    hq: int, hk: int, d: int, shared: int, b: int = DECODE_BATCH, n: int = DECODE_KEYS
+    hq: int,
+    hk: int,
+    d: int,
+    shared: int,
+    b: int = DECODE_BATCH,
+    n: int = DECODE_KEYS,
+    kv_dtype: torch.dtype = torch.float32,
 ) -> Pair:
     """A decode batch of b requests over n keys each: store each request's new K/V, attend
     over its keys (scattered slots, the first `shared` the same in every request); torch
@@ -168,7 +179,8 @@ def decode_attention_pair(
     plan where rows share slots)."""
     scale = d**-0.5
     own = n - shared
-    k_buf, v_buf = torch.randn(shared + b * own, hk, d), torch.randn(shared + b * own, hk, d)
+    k_buf = torch.randn(shared + b * own, hk, d).to(kv_dtype)
+    v_buf = torch.randn(shared + b * own, hk, d).to(kv_dtype)
     perm = torch.randperm(shared + b * own).int()
     table = torch.cat([perm[:shared].expand(b, shared), perm[shared:].view(b, own)], dim=1)
     rows, lens, out_loc = torch.arange(b), torch.full((b,), n), table[:, -1].long()
@@ -176,8 +188,8 @@ def decode_attention_pair(
     plan = build_decode_plan(table.long(), [n] * b)
 
     def ref() -> None:
-        k_buf.index_copy_(0, out_loc, k.reshape(-1, hk, d))
-        v_buf.index_copy_(0, out_loc, v.reshape(-1, hk, d))
+        k_buf.index_copy_(0, out_loc, k.reshape(-1, hk, d).to(kv_dtype))
+        v_buf.index_copy_(0, out_loc, v.reshape(-1, hk, d).to(kv_dtype))
         attend_decode(q.reshape(b, -1, d), plan, k_buf, v_buf, hk, scale)
 
     def kern() -> None:
@@ -186,18 +198,19 @@ def decode_attention_pair(
     return (kern, ref, 1)
 
 
-def _extend_attention_pair(hq: int, hk: int, d: int) -> Pair:
-    """One prompt of EXTEND_ROWS new tokens, causal, no cached prefix (SDPA for torch)."""
+def _extend_attention_pair(hq: int, hk: int, d: int, kv_dtype: torch.dtype) -> Pair:
+    """One prompt of EXTEND_ROWS new tokens, causal, no cached prefix (SDPA for torch, over
+    the pool's K/V widened as torch_native reads them)."""
     e, scale = EXTEND_ROWS, d**-0.5
-    k_buf, v_buf = torch.randn(e, hk, d), torch.randn(e, hk, d)
+    k_buf, v_buf = torch.randn(e, hk, d).to(kv_dtype), torch.randn(e, hk, d).to(kv_dtype)
     slots = torch.arange(e, dtype=torch.int32)
     q, out = torch.randn(e, hq, d), torch.empty(e, hq * d)
 
     def ref() -> None:
         F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
-            k_buf.transpose(0, 1).unsqueeze(0),
-            v_buf.transpose(0, 1).unsqueeze(0),
+            k_buf.to(q.dtype).transpose(0, 1).unsqueeze(0),
+            v_buf.to(q.dtype).transpose(0, 1).unsqueeze(0),
             is_causal=True,
             scale=scale,
             enable_gqa=hq != hk,
@@ -213,9 +226,11 @@ _PAIRS: dict[str, Callable[[Shapes, int], list[Pair]]] = {
     "silu_mul": lambda s, _: [_silu_mul_pair(i, t) for i in s.mlps for t in ROW_SIZES],
     "rotary": lambda s, _: [_rotary_pair(*h, t) for h in s.heads for t in ROW_SIZES],
     "decode_attention": lambda s, _: [
-        decode_attention_pair(*h, shared) for h in s.heads for shared in DECODE_SHARED
+        decode_attention_pair(*h, shared, kv_dtype=s.kv_dtype)
+        for h in s.heads
+        for shared in DECODE_SHARED
     ],
-    "extend_attention": lambda s, _: [_extend_attention_pair(*h) for h in s.heads],
+    "extend_attention": lambda s, _: [_extend_attention_pair(*h, s.kv_dtype) for h in s.heads],
 }
 
 

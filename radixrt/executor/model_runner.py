@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from radixrt.attention import create_attention_backend
+from radixrt.cache.kv_dtype import KV_TORCH_DTYPES, kv_dtype_name, resolve_kv_dtype
 from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
 from radixrt.cpu.guard import KernelPlan
@@ -210,8 +211,9 @@ class ModelRunner:
             )
         if self.device.type == "cpu":
             keep_freed_memory()
+            kv = KV_TORCH_DTYPES.get(self.cache_config.kv_cache_dtype, torch.float32)
             self.cpu_kernels = init_cpu_kernels(
-                self.model, self.model_config, self.dtype, self.bf16_weights
+                self.model, self.model_config, self.dtype, self.bf16_weights, kv
             )
         if self.model_config.quantization or self.bf16_weights:
             self.weight_bytes = _decode_read_bytes(self.model)
@@ -220,16 +222,19 @@ class ModelRunner:
         from radixrt.attention import get_attention_backend_cls
 
         self.attn_backend_name = self._choose_attention_backend()
-        window_pool = (
-            self.comm.world_size == 1
-            and get_attention_backend_cls(self.attn_backend_name).reads_window_pool
-        )
+        backend_cls = get_attention_backend_cls(self.attn_backend_name)
+        window_pool = self.comm.world_size == 1 and backend_cls.reads_window_pool
+        self.kv_dtype = resolve_kv_dtype(
+            self.cache_config.kv_cache_dtype, self.dtype, self.device, self.attn_backend_name,
+            backend_cls.reads_other_kv_dtypes,
+        )  # fmt: skip
         mem = build_kv_memory(
-            self.arch, self._partition_heads()[1], self.dtype, self.device, self.cache_config,
+            self.arch, self._partition_heads()[1], self.kv_dtype, self.device, self.cache_config,
             self.weight_bytes, self.comm, max_running_requests, self.context_len, window_pool,
         )  # fmt: skip
         self.token_to_kv_pool, self.allocator = mem.token_to_kv_pool, mem.allocator
         self.req_to_token_pool, self.max_total_tokens = mem.req_to_token_pool, mem.capacity
+        logger.info("KV pool: %d slots of %s", mem.capacity, kv_dtype_name(self.kv_dtype))
         window, layers = self.allocator.window, self.token_to_kv_pool.window_layers
         if window.window:
             logger.info("KV pool: %d slots, and %d slots for the %d sliding-window layers",

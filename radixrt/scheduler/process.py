@@ -182,6 +182,7 @@ def ready_msg(runner: ModelRunner) -> ReadyMsg:
         dtype=str(runner.dtype).removeprefix("torch."),
         window_pool_tokens=runner.allocator.window.capacity,
         num_window_layers=len(runner.token_to_kv_pool.window_layers),
+        kv_dtype=str(runner.token_to_kv_pool.dtype).removeprefix("torch."),
     )
 
 

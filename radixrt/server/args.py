@@ -17,6 +17,7 @@ from radixrt.config import (
     CPU_KERNEL_MODES,
     DEVICES,
     DTYPES,
+    KV_CACHE_DTYPES,
     LOG_LEVELS,
     QUANTIZATIONS,
     SCHEDULE_POLICIES,
@@ -38,6 +39,7 @@ _ALIASES = {"tp_size": ("--tp",), "dp_size": ("--dp",)}
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "device": DEVICES,
+    "kv_cache_dtype": KV_CACHE_DTYPES,
     "cpu_kernels": CPU_KERNEL_MODES,
     "quantization": QUANTIZATIONS,
     "schedule_policy": SCHEDULE_POLICIES,
@@ -67,6 +69,9 @@ _HELP = {
     "max_total_tokens": "KV pool size in tokens; overrides --mem-fraction-static",
     "mem_fraction_static": "memory fraction for weights + KV pool; None: 0.85 of GPU, 0.25 of RAM",
     "page_size": "tokens per KV page",
+    "kv_cache_dtype": "KV pool element type (auto: the activations' dtype, float32 on the "
+    "CPU); bfloat16 on the CPU holds twice the tokens per GiB, attention still computed in "
+    "float32 (K/V rounded once when stored)",
     "disable_radix_cache": "turn off prefix caching",
     "max_pinned_fraction": "share of the KV pool pinned prefixes (caching APIs) may hold; a pin "
     "past it is refused with the reason",

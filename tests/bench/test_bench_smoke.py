@@ -144,3 +144,20 @@ def test_exact_prefill_flops_counts_layers_causal_attention_and_one_head() -> No
         expect = 30 * (2 * layer * n + 4 * 576 * pairs) + 2 * 576 * 49152
         assert engine_rows.exact_prefill_flops(arch, n) == pytest.approx(expect)
         assert engine_rows.exact_prefill_flops(arch, n, tp=3) == pytest.approx(expect / 3)
+
+
+def test_kv_dtype_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
+    from radixrt.bench.micro import kv_dtype
+
+    out = tmp_path / "kv.json"
+    data = kv_dtype.main(["--model-path", str(tiny_llama_path), "--context", "40",
+                          "--batch-sizes", "1", "3", "--steps", "2", "--rounds", "2",
+                          "--json", str(out)])  # fmt: skip
+    assert json.loads(out.read_text()) == data
+    tokens = data["pool_tokens"]
+    assert tokens["float32"] == tokens["bfloat16"]  # one size asked for: half the bytes
+    assert data["pool_bytes"]["bfloat16"] * 2 == data["pool_bytes"]["float32"]
+    assert all(v > 0 for v in data["prefill_tok_s"].values())
+    kinds = [(r["batch"], r["kind"]) for r in data["decode_ms_per_step"]]
+    assert kinds == [(1, "own contexts"), (3, "own contexts"), (3, "shared prefix")]
+    assert all(r["float32"] > 0 and r["bfloat16"] > 0 for r in data["decode_ms_per_step"])

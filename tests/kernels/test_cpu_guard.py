@@ -134,3 +134,21 @@ def test_a_partial_plan_runs_and_matches_torch(
         la = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
         lb = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
         assert la == pytest.approx(lb, abs=1e-4)
+
+
+def test_attention_is_timed_over_the_kv_dtype(tiny_llama_path: Path, cache: Path) -> None:
+    """A bfloat16 pool is its own plan (attention timed over bfloat16 K/V on both sides)."""
+    import dataclasses
+
+    import torch
+
+    from radixrt.cpu.timing import time_ops
+
+    shapes = _shapes(tiny_llama_path)
+    narrow = dataclasses.replace(shapes, kv_dtype=torch.bfloat16)
+    assert guard.plan_path("amx", narrow) != guard.plan_path("amx", shapes)
+    ops = frozenset(
+        {"decode_attention"} | ({"extend_attention"} if ck.has_extend_attention() else set())
+    )
+    timings = time_ops(narrow, ops, guard.DECODE_ROWS)
+    assert set(timings) == ops and all(t > 0 for pair in timings.values() for t in pair)

@@ -34,6 +34,7 @@ from radixrt.bench.micro.roofline import (
 )
 from radixrt.config import (
     CPU_KERNEL_MODES,
+    KV_CACHE_DTYPES,
     QUANTIZATIONS,
     CacheConfig,
     ModelConfig,
@@ -68,7 +69,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cpu_kernels=args.cpu_kernels,
             quantization=args.quantization,
         ),
-        CacheConfig(max_total_tokens=pool, disable_radix_cache=True),
+        CacheConfig(
+            max_total_tokens=pool, disable_radix_cache=True, kv_cache_dtype=args.kv_cache_dtype
+        ),
         SchedulerConfig(
             max_running_requests=max(max_batch, 64), chunked_prefill_size=max(max_len, 2048)
         ),
@@ -110,6 +113,7 @@ def _run(sched: Any, machine: dict[str, Any], args: argparse.Namespace) -> dict:
         "cpu_kernels": {"isa": plan.isa, "kernels": sorted(plan.kernels)},
         "quantization": args.quantization,
         "dtype": args.dtype,
+        "kv_cache_dtype": str(sched.runner.token_to_kv_pool.dtype).removeprefix("torch."),
         "repeats": args.repeats,
         "rounds": args.rounds,
         "decode_prompt_len": args.decode_prompt_len,
@@ -167,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("float32", "bfloat16"),
         default="float32",
         help="the model's dtype in both engines (and the roofline's matmul)",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=KV_CACHE_DTYPES,
+        default=CacheConfig.kv_cache_dtype,
+        help="radixrt's KV pool (transformers keeps the model's dtype)",
     )
     p.add_argument("--json", metavar="OUT", default=None, help="also write the results here")
     add_roofline_args(p)

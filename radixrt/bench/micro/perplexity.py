@@ -17,12 +17,15 @@ from typing import Any
 
 TEXT = Path(__file__).resolve().parents[2] / "testing" / "perplexity.txt"
 # Engine settings by name: float32 ("none"), bfloat16 linear weights on the kernels (AMX tiles
-# where the CPU has them), a whole bfloat16 model on torch ops, weight-only int8.
+# where the CPU has them), a whole bfloat16 model on torch ops, weight-only int8; "+kv-bf16":
+# the same with a bfloat16 KV pool (--kv-cache-dtype bfloat16).
 SETTINGS: dict[str, dict[str, Any]] = {
     "none": {"dtype": "float32"},
     "bfloat16": {"dtype": "bfloat16"},
     "bfloat16-torch": {"dtype": "bfloat16", "cpu_kernels": "off"},
     "int8": {"dtype": "float32", "quantization": "int8"},
+    "kv-bf16": {"dtype": "float32", "kv_cache_dtype": "bfloat16"},
+    "bfloat16+kv-bf16": {"dtype": "bfloat16", "kv_cache_dtype": "bfloat16"},
 }
 
 

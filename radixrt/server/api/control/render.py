@@ -37,6 +37,7 @@ def server_info(
         "kv_sizing": kv_sizing,
         "device": ready.device,
         "dtype": ready.dtype,
+        "kv_dtype": ready.kv_dtype or ready.dtype,
         "model_config": dataclasses.asdict(args.model),
         "cache_config": dataclasses.asdict(args.cache),
         "scheduler_config": dataclasses.asdict(args.scheduler),
@@ -64,7 +65,8 @@ def pool_sizing(ready: ReadyMsg, tp_size: int) -> dict[str, Any]:
 
     try:
         facts = facts_from_folder(Path(ready.model_path), exact_params=False)
-        return pool_figures(facts, ready.dtype, ready.max_total_tokens, ready.kv_pool_bytes,
+        kv_dtype = ready.kv_dtype or ready.dtype
+        return pool_figures(facts, kv_dtype, ready.max_total_tokens, ready.kv_pool_bytes,
                             ready.context_length, tp_size, ready.window_pool_tokens,
                             ready.num_window_layers)  # fmt: skip
     except (OSError, ValueError, KeyError) as e:

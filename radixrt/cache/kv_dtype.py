@@ -1,0 +1,43 @@
+"""The KV pool's element type (`--kv-cache-dtype`, CacheConfig.kv_cache_dtype): resolved once
+at start-up against the activations' dtype, the device and the attention backend; a pool the
+chosen path cannot read is refused with a message naming it, never ignored."""
+
+from __future__ import annotations
+
+import torch
+
+KV_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def resolve_kv_dtype(
+    name: str,
+    act_dtype: torch.dtype,
+    device: torch.device,
+    backend: str,
+    backend_reads_other: bool,
+) -> torch.dtype:
+    """The pool's dtype for `name` ("auto": the activations' own). Another dtype than the
+    activations' needs the CPU and a backend that widens what it reads (ValueError else)."""
+    if name == "auto":
+        return act_dtype
+    if name not in KV_TORCH_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be auto or one of {sorted(KV_TORCH_DTYPES)}")
+    kv = KV_TORCH_DTYPES[name]
+    if kv == act_dtype:
+        return kv
+    act = str(act_dtype).removeprefix("torch.")
+    if device.type != "cpu":
+        raise ValueError(
+            f"--kv-cache-dtype {name}: on {device.type} the attention backends read KV in the "
+            f"activations' dtype ({act}); leave it auto or set --dtype {name}"
+        )
+    if not backend_reads_other:
+        raise ValueError(
+            f"--kv-cache-dtype {name}: attention backend {backend!r} reads KV in the "
+            f"activations' dtype ({act}) only; choose --attention-backend cpu or torch_native"
+        )
+    return kv
+
+
+def kv_dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
