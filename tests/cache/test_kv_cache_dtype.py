@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import _make_tiny, assert_pool_whole
+from pool_checks import assert_pool_whole
+from tiny_models import make_tiny
 
 from radixrt import Engine
 from radixrt.cache.kv_dtype import resolve_kv_dtype
@@ -35,7 +36,7 @@ def test_memory_sized_pool_holds_twice_the_tokens(tiny_llama_path: Path) -> None
 def test_disk_blocks_follow_the_kv_dtype(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
 ) -> None:
-    model = _make_tiny(tmp_path_factory.mktemp("tiny_long"), smollm2_path, "llama",
+    model = make_tiny(tmp_path_factory.mktemp("tiny_long"), smollm2_path, "llama",
                        max_position_embeddings=4096)  # fmt: skip
     rng = random.Random(3)
     doc = [rng.randrange(100, 40000) for _ in range(1088)]  # 17 blocks, written through
