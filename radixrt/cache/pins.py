@@ -17,8 +17,10 @@ counted at its full length, within `max_tokens_per_owner`, and within what the p
 of `max_tokens` (so no two tenants can hold the whole budget: each new holder gets at most
 half of what is free). A pin past a bound is refused with the reason, and nothing changes.
 
-A pin id dropped by `unpin` (a deleted handle or stored response) is not pinned again: a
-request that asked for it before the delete and finishes after it does not bring it back.
+A named pin id dropped by `unpin` (a deleted handle or stored response) is not pinned again: a
+request that asked for it before the delete and finishes after it does not bring it back. A
+prefix's own pin (an id of AUTO_ID_PREFIX, from a request that named none) may be pinned again
+by a later request.
 Ids are never reused (each is made from a uuid), so the last MAX_DROPPED_IDS are kept.
 """
 
@@ -39,6 +41,7 @@ from radixrt.core import PinOutcome, PinSpec
 __all__ = ["BasePinTable", "NoPinTable", "PinOutcome", "PinSpec", "PinTable"]
 
 MAX_DROPPED_IDS = 16384  # ids unpinned on request that are refused from then on
+AUTO_ID_PREFIX = "prefix-"  # a pin that names no id is its node's: prefix-<node id>
 
 
 @dataclass(slots=True, eq=False)
@@ -120,7 +123,7 @@ class PinTable(BasePinTable):
         if int(match.slots.numel()) < aligned or window.usable_len(match.slots) < aligned:
             return PinOutcome(spec.offset, False, reason="the prefix is not in the cache")
         node, now = match.last_node, self.clock()
-        pin_id = spec.pin_id or f"prefix-{node.id}"
+        pin_id = spec.pin_id or f"{AUTO_ID_PREFIX}{node.id}"
         if pin_id in self._dropped:
             return PinOutcome(spec.offset, False, aligned, reason="the pin was deleted")
         old = self._pins.get(pin_id)
@@ -167,9 +170,10 @@ class PinTable(BasePinTable):
         return True
 
     def unpin(self, pin_id: str) -> bool:
-        self._dropped[pin_id] = None  # also when absent: a flush dropped it, a request may not
-        if len(self._dropped) > MAX_DROPPED_IDS:
-            self._dropped.popitem(last=False)
+        if not pin_id.startswith(AUTO_ID_PREFIX):  # a prefix's own pin may come back
+            self._dropped[pin_id] = None  # also when absent: a flush dropped it, a request may not
+            if len(self._dropped) > MAX_DROPPED_IDS:
+                self._dropped.popitem(last=False)
         rec = self._pins.get(pin_id)
         if rec is None:
             return False

@@ -189,3 +189,6 @@ def test_an_unpinned_id_is_not_pinned_again(setup) -> None:
     assert not pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-y")).pinned
     assert pins.num_pins == 0 and cache.pinned_size == 0
     assert pins.pin([1, 2, 3], None, PinSpec(3, 60.0, "handle-z")).pinned
+    own = pins.pin([1, 2], None, PinSpec(2, 60.0))  # a breakpoint's pin: the prefix's own id
+    assert own.pinned and pins.unpin(own.pin_id)
+    assert pins.pin([1, 2], None, PinSpec(2, 60.0)).pinned  # a later request pins it again

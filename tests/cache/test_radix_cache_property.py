@@ -253,6 +253,7 @@ class PinnedRadixCacheMachine(RadixCacheMachine):
         self.now = 1000.0
         self.pins = PinTable(self.cache, MAX_PINNED, MAX_PER_OWNER, clock=lambda: self.now)
         self.ref_pins: dict[str, RefPin] = {}
+        self.deleted: set[str] = set()  # named ids unpinned: refused from then on
 
     def pinned_pages(self, pins: list[RefPin] | None = None) -> set[Prefix]:
         out: set[Prefix] = set()
@@ -287,6 +288,9 @@ class PinnedRadixCacheMachine(RadixCacheMachine):
         if cached < len(key):
             assert not out.pinned and out.reason == "the prefix is not in the cache"
             return
+        if pin_id in self.deleted:
+            assert not out.pinned and out.reason == "the pin was deleted"
+            return
         prefix = (extra_key, tuple(key))
         same = [i for i, p in self.ref_pins.items() if (p.extra_key, p.key) == prefix]
         own = next((i for i in same if i.startswith("prefix-")), None)  # the prefix's own pin
@@ -304,8 +308,11 @@ class PinnedRadixCacheMachine(RadixCacheMachine):
         mine = sum(len(p.key) for p in self.ref_pins.values() if p.owner == owner)
         if old is not None and old.owner == owner:
             mine -= len(old.key)
+        # A tenant holds at most its own bound, and at most what its pin leaves free of the
+        # whole budget (so two tenants cannot hold all of it).
+        free_after = MAX_PINNED - pinned_before - new
         refuse = pinned_before + new > MAX_PINNED or (
-            owner is not None and mine + len(key) > MAX_PER_OWNER
+            owner is not None and mine + len(key) > min(MAX_PER_OWNER, free_after)
         )
         assert out.pinned != refuse, (out, refuse)
         if refuse:
@@ -321,6 +328,8 @@ class PinnedRadixCacheMachine(RadixCacheMachine):
         pin_id = data.draw(st.sampled_from(sorted(self.ref_pins)))
         assert self.pins.unpin(pin_id)
         del self.ref_pins[pin_id]
+        if not pin_id.startswith("prefix-"):
+            self.deleted.add(pin_id)
 
     @rule(dt=st.sampled_from([0.5, 2.0, 6.0]))
     def advance_time(self, dt: float) -> None:
@@ -345,7 +354,7 @@ class PinnedRadixCacheMachine(RadixCacheMachine):
 
     def before_reset(self) -> None:
         self.pins.clear()
-        self.ref_pins.clear()
+        self.ref_pins.clear()  # the table still refuses the deleted ids
 
     @invariant()
     def pins_consistent(self) -> None:
