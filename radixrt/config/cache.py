@@ -114,10 +114,6 @@ class CacheConfig:
     max_total_tokens: int | None = None  # KV pool size in tokens; overrides the fraction
     mem_fraction_static: float | None = None  # None: 0.85 of GPU memory, 0.25 of RAM on CPU
     page_size: int = 1
-    # The pool's element type (cache/kv_dtype.py): auto = the activations' dtype; bfloat16
-    # on the CPU halves a token's bytes (twice the tokens, and prefix, per GiB), compute
-    # staying float32 (K/V rounded once as they are stored, widened as they are read).
-    kv_cache_dtype: str = "auto"
     disable_radix_cache: bool = False
     # Pinned prefixes (radixrt/cache/pins.py): at most this share of the pool, and of it at
     # most this share per tenant (each pin counted at its full length).
@@ -143,6 +139,10 @@ class CacheConfig:
     # pool is sized from memory, 1 with max_total_tokens. Below 1 a request longer than the
     # window takes less memory, one shorter than it no less (it needs a window slot a token).
     window_kv_fraction: float | None = None
+    # The pool's element type (cache/kv_dtype.py): auto = the activations' dtype; bfloat16
+    # on the CPU halves a token's bytes (twice the tokens, and prefix, per GiB), compute
+    # staying float32 (K/V rounded once as they are stored, widened as they are read).
+    kv_cache_dtype: str = "auto"
 
     @property
     def kv_events(self) -> KVEventsConfig | None:
