@@ -10,18 +10,6 @@
 #include "kv.h"
 #include "simd.h"
 
-static inline float dot_f32(const float* a, const float* b, int64_t d) {
-  float dot = 0.0f;
-  int64_t j = 0;
-#if defined(RT_VEC)
-  vf acc = vzero();
-  for (; j + VW <= d; j += VW) acc = vfma(vload(a + j), vload(b + j), acc);
-  dot = vhsum(acc);
-#endif
-  for (; j < d; ++j) dot += a[j] * b[j];
-  return dot;
-}
-
 // q (d) . k (d), k a K row of the pool.
 static inline float dot_kv(const float* q, const kv_t* k, int64_t d) {
   float dot = 0.0f;
