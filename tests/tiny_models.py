@@ -7,13 +7,9 @@ import shutil
 from pathlib import Path
 
 import torch
+from tiny_families import TOKENIZER_FILES
 
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
+_TOKENIZER_FILES = (*TOKENIZER_FILES, "chat_template.jinja")  # chat tests need the template
 
 
 def make_tiny(tmp: Path, smollm2: Path, kind: str, **overrides: object) -> Path:
