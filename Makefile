@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml lang/pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m radixrt.demo
+	$(PY) examples/demo.py
 
 # An aarch64 cross compiler (Debian's gcc-aarch64-linux-gnu), for the test that the CPU kernels
 # build for ARM; best effort: without root or apt the test is skipped.
@@ -43,8 +43,8 @@ chromium:
 
 # Lint, format and type checks first (seconds), then the suite.
 test: $(STAMP) cross-cc chromium
-	$(PY) -m ruff check radixrt lang tests examples
-	$(PY) -m ruff format --check radixrt lang tests examples
+	$(PY) -m ruff check radixrt lang benchmarks tests examples
+	$(PY) -m ruff format --check radixrt lang benchmarks tests examples
 	$(PY) -m mypy
 	$(PY) -m pytest -q tests
 
@@ -52,7 +52,7 @@ test: $(STAMP) cross-cc chromium
 # torch build also build and load the extension (cached in TORCH_EXTENSIONS_DIR).
 compile-cuda: $(STAMP)
 	$(PY) -m pytest -q tests/kernels/test_kernel_compile.py
-	$(PY) -m radixrt.kernels
+	$(PY) -m radixrt.model.cuda
 
 # Install triton (the `gpu` extra) and run the triton attention backend's tests: its kernels
 # under Triton's CPU interpreter against torch_native, and compiled for sm_90/sm_80 (no GPU).
@@ -80,7 +80,7 @@ peers: $(STAMP)
 	test -x $(PEERS)/llama/bin/llama-cpp-server || $(PEERS)/llama/bin/pip install -q $(LLAMA_BIN_PIN)
 
 bench-peers: peers
-	$(PY) -m radixrt.bench.serving.cpu_peers $(PEERS_ARGS)
+	$(PY) -m benchmarks.serving.cpu_peers $(PEERS_ARGS)
 
 # The full suite (radixrt cache on/off, llama.cpp through llama-cpp-python, transformers) on
 # the default model: rewrites the generated section of docs/benchmarks.md and docs/bench/
@@ -96,15 +96,15 @@ bench-suite-peers: $(STAMP)
 		$(PIP) install --no-cache-dir 'llama-cpp-python[server]'
 
 bench: bench-suite-peers
-	$(PY) -m radixrt.bench.serving.suite $(BENCH_ARGS)
+	$(PY) -m benchmarks.serving.suite $(BENCH_ARGS)
 
 # Every code path at tiny sizes (a few minutes); prints the tables instead of writing docs.
 bench-quick: bench-suite-peers
-	$(PY) -m radixrt.bench.serving.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
+	$(PY) -m benchmarks.serving.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check radixrt lang tests examples
-	$(PY) -m ruff format --check radixrt lang tests examples
+	$(PY) -m ruff check radixrt lang benchmarks tests examples
+	$(PY) -m ruff format --check radixrt lang benchmarks tests examples
 	$(PY) -m mypy
 
 clean-venv:

@@ -1,5 +1,5 @@
 // Torch bindings for radixrt's CUDA kernels: check tensors, then call the torch-free launchers.
-// Built by radixrt/kernels/build.py with torch.utils.cpp_extension.load; see launchers.h.
+// Built by radixrt/model/cuda/build.py with torch.utils.cpp_extension.load; see launchers.h.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>

@@ -17,7 +17,7 @@ from radixrt.lang import *  # noqa: F403 - the language's public names, listed i
 SamplingParams = _RuntimeSamplingParams  # the runtime's, not the one the star import brings
 
 if TYPE_CHECKING:
-    from radixrt.engine import Engine as Engine
+    from radixrt.serve.engine import Engine as Engine
 
 __version__ = "0.1.0"
 _RUNTIME_NAMES = ["Engine", "FinishKind", "FinishReason", "SamplingParams", "__version__"]
@@ -26,7 +26,7 @@ __all__ = sorted({*lang.__all__, *_RUNTIME_NAMES})
 
 def __getattr__(name: str) -> Any:
     if name == "Engine":
-        from radixrt.engine import Engine
+        from radixrt.serve.engine import Engine
 
         return Engine
     raise AttributeError(f"module 'radixrt' has no attribute {name!r}")

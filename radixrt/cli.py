@@ -28,11 +28,11 @@ def main(argv: list[str] | None = None) -> None:
 
         serve(rest)
     elif command == "router":
-        from radixrt.router.__main__ import main as router
+        from radixrt.serve.router.__main__ import main as router
 
         router(rest)
     elif command == "keys":
-        from radixrt.web.keys_cli import main as keys
+        from radixrt.serve.web.keys_cli import main as keys
 
         sys.exit(keys(rest))
     elif command == "kv-size":

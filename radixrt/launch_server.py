@@ -6,8 +6,8 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from radixrt.server.args import parse_args
-    from radixrt.server.launch import run_server
+    from radixrt.serve.http.args import parse_args
+    from radixrt.serve.http.launch import run_server
 
     sys.exit(run_server(parse_args(argv)))
 

@@ -10,8 +10,8 @@ import torch
 from pool_checks import assert_pool_whole
 from tiny_models import make_tiny
 
-from radixrt.cpu.runtime import AUTO_DTYPE_ENV
-from radixrt.models.loader import resolve_model_path
+from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV
+from radixrt.model.families.loader import resolve_model_path
 
 __all__ = ["assert_pool_whole"]  # older tests import it from here
 

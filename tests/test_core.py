@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from radixrt.config import split_kwargs
 from radixrt.core import FinishKind, FinishReason, SamplingParams
+from radixrt.core.config import split_kwargs
 
 
 @pytest.mark.parametrize(

@@ -9,23 +9,44 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Bottom first. A module may import its own unit and any lower floor; units on one floor may
-# not import each other. A unit is a top-level module or package of radixrt (or lang).
-FLOORS: list[tuple[str, ...]] = [
-    ("radixrt.config", "radixrt.core", "radixrt.lang"),  # lang imports nothing of the runtime
-    ("radixrt.messages", "radixrt.text", "radixrt.forward_batch", "radixrt.kernels"),
-    ("radixrt.distributed", "radixrt.cache", "radixrt.output"),
-    ("radixrt.attention",),
-    ("radixrt.layers",),
-    ("radixrt.cpu",),  # the float32 CPU fast path; the attention registry names its backend
-    ("radixrt.models",),
+# The rooms, bottom first: a room's modules import their own room and lower rooms only.
+ROOMS: list[tuple[str, ...]] = [
+    ("radixrt.core", "radixrt.lang"),  # nouns, config, messages, batches, text; the frontend
+    ("radixrt.cache",),
+    ("radixrt.model",),  # families, layers, attention, CPU and CUDA kernels, parallel comms
     ("radixrt.grammar",),
     ("radixrt.executor",),
-    ("radixrt.scheduler", "radixrt.routing", "radixrt.economics"),  # economics: models.arch only
-    ("radixrt.engine", "radixrt.web"),
-    ("radixrt.server",),
-    ("radixrt.router", "radixrt.testing", "radixrt.ray"),  # testing: fixtures for tests/
-    ("radixrt.launch_server", "radixrt.demo", "radixrt.bench"),
+    ("radixrt.scheduler", "radixrt.economics"),
+    ("radixrt.serve",),  # HTTP server and dialects, Engine, router, placement, Ray, web
+    ("radixrt.launch_server", "radixrt.bench"),
+    ("radixrt.cli",),
+    ("radixrt",),
+]
+ROOM = {room: i for i, rooms in enumerate(ROOMS) for room in rooms}
+
+# Within and across rooms, the units, bottom first. A module may import its own unit and any
+# lower floor; units on one floor may not import each other. A unit is the longest of these
+# names that prefixes the module's.
+FLOORS: list[tuple[str, ...]] = [
+    ("radixrt.core.config", "radixrt.core", "radixrt.lang"),  # lang: nothing of the runtime
+    (
+        "radixrt.core.messages",
+        "radixrt.core.text",
+        "radixrt.core.forward_batch",
+        "radixrt.model.cuda",
+    ),  # fmt: skip
+    ("radixrt.model.parallel", "radixrt.cache", "radixrt.serve.results"),
+    ("radixrt.model.attention",),
+    ("radixrt.model.layers",),
+    ("radixrt.model.cpu",),  # the CPU fast path; the attention registry names its backend
+    ("radixrt.model", "radixrt.model.families"),  # model: the room's own package
+    ("radixrt.grammar",),
+    ("radixrt.executor",),
+    ("radixrt.scheduler", "radixrt.serve.placement", "radixrt.economics"),  # economics: arch
+    ("radixrt.serve.engine", "radixrt.serve.web"),
+    ("radixrt.serve.http",),
+    ("radixrt.serve.router", "radixrt.serve.ray"),
+    ("radixrt.serve", "radixrt.launch_server", "radixrt.bench"),  # bench: benchmarks/' door
     ("radixrt.cli",),
     ("radixrt",),
 ]
@@ -41,11 +62,21 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _longest(module: str, names: dict[str, int], what: str) -> str:
+    """The longest of `names` that is `module` or a package above it."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in names:
+            return ".".join(parts[:n])
+    raise AssertionError(f"{module} is in no {what}: add it to {what.upper()}S")
+
+
 def _unit(module: str) -> str:
-    """radixrt.<first part>, or radixrt itself for the package's __init__."""
-    unit = ".".join(module.split(".")[:2])
-    assert unit in FLOOR, f"{module} is on no floor: add {unit} to FLOORS"
-    return unit
+    return _longest(module, FLOOR, "floor")
+
+
+def _room(module: str) -> str:
+    return _longest(module, ROOM, "room")
 
 
 def _runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -93,6 +124,35 @@ def test_imports_point_down_the_floors() -> None:
                     f"{name} -> {target} ({unit} floor {FLOOR[unit]}, {other} floor {FLOOR[other]})"
                 )
     assert not upward, "imports that do not point down:\n" + "\n".join(sorted(upward))
+
+
+def test_rooms_import_their_own_and_lower_rooms() -> None:
+    upward = []
+    for name, targets in _graph().items():
+        room = _room(name)
+        for target in targets:
+            other = _room(target)
+            if other != room and ROOM[other] >= ROOM[room]:
+                upward.append(f"{name} -> {target} ({room} above {other}?)")
+    assert not upward, "imports into a higher room:\n" + "\n".join(sorted(upward))
+
+
+def test_the_runtime_imports_no_benchmark() -> None:
+    """benchmarks/ (and its fixtures) live outside the wheel: nothing in radixrt imports them,
+    but for `radixrt.bench`, the door that runs them from a checkout."""
+    found = []
+    for name, path in _modules().items():
+        if name == "radixrt.bench":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [f"{name}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
+    assert not found, found
 
 
 def test_no_import_cycles() -> None:

@@ -1,7 +1,7 @@
 // Paged decode attention over the token-slot KV pool, float32 arithmetic over float32 or
 // bfloat16 KV (kv.h; attention_kvbf16.c builds the latter): each request's new K/V is stored
 // in its slot (rounded to the pool's type), then its query heads attend over
-// req_to_token[row, :seq_len]. Torch definition: decode_attention_ref in radixrt/cpu/kernels.py.
+// req_to_token[row, :seq_len]. Torch definition: decode_attention_ref in radixrt/model/cpu/kernels.py.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 // KU keys at a time (2 * KU accumulators, each q load feeding KU broadcasts), outputs KU
 // value elements at a time (2 * KU accumulators over the block's keys). A work item (one
 // per OpenMP task) is a KV head's g query heads over one row block, all reading each block
-// of KB keys together. Torch definition: extend_attention_ref in radixrt/kernels/cpu.py.
+// of KB keys together. Torch definition: extend_attention_ref in radixrt/model/cpu/kernels.py.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

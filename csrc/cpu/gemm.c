@@ -74,7 +74,7 @@ void rt_pack_f32(const float* w, int64_t n, int64_t k, float* wp) {
 // Per output column n: scale[n] = max_k |w[n, k]| / 127 (1 for an all-zero column), the
 // column's values round(w / scale) in [-127, 127], packed like rt_pack_f32; scale has
 // ceil(n / NR) * NR entries, zero past n. (bfloat16 panels are laid out by the caller, the
-// same way: radixrt/cpu/kernels.py pack_weight_bf16.)
+// same way: radixrt/model/cpu/kernels.py pack_weight_bf16.)
 void rt_pack_q8(const float* w, int64_t n, int64_t k, int8_t* wp, float* scale) {
   const int64_t panels = (n + NR - 1) / NR;
 #pragma omp parallel for schedule(static)

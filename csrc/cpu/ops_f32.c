@@ -1,5 +1,5 @@
 // float32 element-wise kernels: RMSNorm (optionally fused with the residual add), rotate-half
-// rotary in place, SiLU(gate) * up. Their torch definitions: radixrt/layers/{norm,rotary,
+// rotary in place, SiLU(gate) * up. Their torch definitions: radixrt/model/layers/{norm,rotary,
 // activation}.py.
 #include <math.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 // radixrt's CPU kernels: plain C over raw float32 pointers, no torch headers, so they build in
-// about a second with the system compiler; radixrt/cpu/build.py compiles them into one shared
+// about a second with the system compiler; radixrt/model/cpu/build.py compiles them into one shared
 // library per ISA variant (simd.h) and loads the one this CPU runs best with ctypes.
 // Strides ("ld*") are in elements between rows.
 #pragma once

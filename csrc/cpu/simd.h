@@ -1,6 +1,6 @@
 // One vector vocabulary for the CPU kernels (internal header): the kernels are written once
 // against `vf` (VW float32 lanes) and the operations below, and each library variant is built
-// with its ISA's flags (radixrt/cpu/build.py):
+// with its ISA's flags (radixrt/model/cpu/build.py):
 //   AVX-512F (+DQ/BW/VL): VW = 16, masks are __mmask16 (the "amx" variant is this one plus
 //                         AMX-BF16 tiles for bfloat16 linear layers, gemm_amx.c);
 //   AVX2 + FMA:           VW = 8, masks are __m256 lanes of all ones or zeros;

@@ -19,7 +19,7 @@ from collections import deque
 import msgspec
 
 from radixrt.cache.kv_event_schema import END_SEQ, KVEventBatch
-from radixrt.config import KVEventsConfig
+from radixrt.core.config import KVEventsConfig
 
 logger = logging.getLogger("radixrt")
 

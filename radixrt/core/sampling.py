@@ -48,7 +48,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     seed: int | None = None
     stop: list[str] = []
     stop_token_ids: list[int] = []
-    # Stop once the output contains a match of one of these (radixrt/text/stop_regex.py says
+    # Stop once the output contains a match of one of these (radixrt/core/text/stop_regex.py says
     # which regexes are taken); the match is cut from the text like a stop string.
     stop_regex: list[str] = []
     no_stop_trim: bool = False  # keep the matched stop string or regex text in the output

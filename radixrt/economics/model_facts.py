@@ -12,9 +12,9 @@ from typing import Any
 
 from radixrt.economics.data import PRESET_DIR, preset_names, read_data
 from radixrt.economics.gguf_header import read_gguf_header
-from radixrt.models.arch import ArchConfig
+from radixrt.model.families.arch import ArchConfig
 
-# What a family's decoder layer holds beyond the Llama layer (radixrt/models/<family>.py):
+# What a family's decoder layer holds beyond the Llama layer (radixrt/model/families/<family>.py):
 # its norms of hidden size (Llama's two: before attention and before the MLP), and its q/k
 # norms: "head" (head_dim weights each, shared by the heads) or "full" (over the whole q and k
 # projections). A test counts every family's parameters against transformers'.

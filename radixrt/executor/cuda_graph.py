@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from radixrt.forward_batch import ForwardBatch, ForwardMode
+from radixrt.core.forward_batch import ForwardBatch, ForwardMode
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from radixrt.attention.base import BaseAttnBackend
     from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
-    from radixrt.config import ModelConfig
+    from radixrt.core.config import ModelConfig
+    from radixrt.model.attention.base import BaseAttnBackend
 
 logger = logging.getLogger("radixrt")
 

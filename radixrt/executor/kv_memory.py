@@ -19,9 +19,9 @@ from radixrt.cache.memory_pool import ReqToTokenPool, TokenSlotAllocator, TokenT
 from radixrt.cache.paged_allocator import PagedSlotAllocator
 from radixrt.cache.window_base import BaseWindowSlots
 from radixrt.cache.window_slots import WindowSlots
-from radixrt.config import CacheConfig
-from radixrt.distributed.comm import BaseComm
-from radixrt.models.arch import ArchConfig
+from radixrt.core.config import CacheConfig
+from radixrt.model.families.arch import ArchConfig
+from radixrt.model.parallel.comm import BaseComm
 
 CPU_MEM_FRACTION = 0.25  # of physical memory, weights included, when not configured
 CUDA_MEM_FRACTION = 0.85  # of the device's memory, weights included

@@ -9,32 +9,32 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from radixrt.attention import create_attention_backend
 from radixrt.cache.kv_dtype import KV_TORCH_DTYPES, kv_dtype_name, resolve_kv_dtype
-from radixrt.config import CacheConfig, ModelConfig
 from radixrt.core import Batch
-from radixrt.cpu.guard import KernelPlan
-from radixrt.cpu.runtime import (
+from radixrt.core.config import CacheConfig, ModelConfig
+from radixrt.core.forward_batch import ForwardBatch
+from radixrt.executor.cuda_graph import capture_decode_graphs
+from radixrt.executor.kv_memory import build_kv_memory
+from radixrt.executor.tp_batch import BatchDesc, BatchLink
+from radixrt.executor.tp_group import NullTPGroup, TPGroup
+from radixrt.model.attention import create_attention_backend
+from radixrt.model.cpu.guard import KernelPlan
+from radixrt.model.cpu.runtime import (
     bf16_on_kernels,
     fuse_cpu_decode_layers,
     init_cpu_kernels,
     keep_freed_memory,
 )
-from radixrt.distributed.comm import BaseComm
-from radixrt.executor.cuda_graph import capture_decode_graphs
-from radixrt.executor.kv_memory import build_kv_memory
-from radixrt.executor.tp_batch import BatchDesc, BatchLink
-from radixrt.executor.tp_group import NullTPGroup, TPGroup
-from radixrt.forward_batch import ForwardBatch
-from radixrt.models import get_model_cls
-from radixrt.models.arch import ArchConfig
-from radixrt.models.loader import (
+from radixrt.model.families import get_model_cls
+from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.loader import (
     load_hf_config,
     load_weight_slices,
     load_weights,
     resolve_model_path,
 )
-from radixrt.models.tp_partition import check_tp_size
+from radixrt.model.families.tp_partition import check_tp_size
+from radixrt.model.parallel.comm import BaseComm
 
 logger = logging.getLogger("radixrt")
 
@@ -58,7 +58,7 @@ def _decode_read_bytes(model: nn.Module) -> int:
     bfloat16): what each packed linear runs decode-sized calls on (its panels and scales, or
     its torch copy) and its bias, and every parameter but the embedding tables (looked up by
     row)."""
-    from radixrt.cpu.layers import PackedLinear
+    from radixrt.model.cpu.layers import PackedLinear
 
     embedding = {id(p) for m in model.modules() if "Embedding" in type(m).__name__
                  for p in m.parameters()}  # fmt: skip
@@ -219,7 +219,7 @@ class ModelRunner:
             self.weight_bytes = _decode_read_bytes(self.model)
 
     def _init_memory_pool(self, max_running_requests: int) -> None:
-        from radixrt.attention import get_attention_backend_cls
+        from radixrt.model.attention import get_attention_backend_cls
 
         self.attn_backend_name = self._choose_attention_backend()
         backend_cls = get_attention_backend_cls(self.attn_backend_name)
@@ -243,7 +243,7 @@ class ModelRunner:
     def _choose_attention_backend(self) -> str:
         """The configured backend, else the CPU kernels' or the device's default; then one
         that implements the model's layers (`_backend_for_layers`)."""
-        from radixrt.attention import default_backend
+        from radixrt.model.attention import default_backend
 
         plan = self.cpu_kernels
         attention_kernels = plan.uses("decode_attention") or plan.uses("extend_attention")
@@ -273,9 +273,9 @@ class ModelRunner:
     def _backend_for_layers(self, name: str, chosen: bool) -> str:
         """`name`, if it implements every feature the model's attention layers use (sliding
         windows, soft caps); else torch_native, or a ValueError when the user chose `name`."""
-        from radixrt.attention import get_attention_backend_cls
-        from radixrt.attention.base import layer_features
-        from radixrt.layers.attention import RadixAttention
+        from radixrt.model.attention import get_attention_backend_cls
+        from radixrt.model.attention.base import layer_features
+        from radixrt.model.layers.attention import RadixAttention
 
         needs: set[str] = set()
         for m in self.model.modules():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from radixrt.cache.memory_pool import ReqToTokenPool
-from radixrt.distributed.comm import BaseComm
+from radixrt.model.parallel.comm import BaseComm
 
 _HEADER_LEN = 6
 _FORWARD, _STOP = 1, 0

@@ -27,8 +27,15 @@ from typing import Any
 
 import torch
 
-from radixrt.config import CacheConfig, ModelConfig
-from radixrt.distributed.comm import (
+from radixrt.core.config import CacheConfig, ModelConfig
+from radixrt.executor.tp_launch import (
+    NCCL_IFNAME,
+    loopback_env,
+    start_ranks,
+    stop_procs,
+    threads_per_rank,
+)
+from radixrt.model.parallel.comm import (
     SECRET_ENV,
     BaseComm,
     NullComm,
@@ -37,13 +44,6 @@ from radixrt.distributed.comm import (
     load_secret,
     secret_name,
     serve_store,
-)
-from radixrt.executor.tp_launch import (
-    NCCL_IFNAME,
-    loopback_env,
-    start_ranks,
-    stop_procs,
-    threads_per_rank,
 )
 
 logger = logging.getLogger("radixrt")

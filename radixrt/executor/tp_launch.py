@@ -12,8 +12,8 @@ import time
 
 import msgspec
 
-from radixrt.config import CacheConfig, ModelConfig
-from radixrt.distributed.comm import SECRET_ENV, is_loopback
+from radixrt.core.config import CacheConfig, ModelConfig
+from radixrt.model.parallel.comm import SECRET_ENV, is_loopback
 
 # The interfaces gloo's pair sockets and NCCL's bootstrap and socket transport listen on.
 GLOO_IFNAME, NCCL_IFNAME = "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"

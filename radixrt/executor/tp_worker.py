@@ -29,8 +29,8 @@ def run_worker(args: TPWorkerArgsMsg) -> int:
     """Join the group as `args.rank` and run batches until stopped; returns the exit status."""
     import torch
 
-    from radixrt.distributed.comm import SECRET_ENV, TorchDistComm, connect_store
     from radixrt.executor.model_runner import ModelRunner, resolve_device
+    from radixrt.model.parallel.comm import SECRET_ENV, TorchDistComm, connect_store
 
     torch.set_num_threads(args.num_threads)
     secret = os.environ.get(SECRET_ENV)

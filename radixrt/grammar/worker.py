@@ -90,7 +90,7 @@ def main(argv: list[str]) -> None:
     # Started before the (seconds-long) backend build, so a parent that dies early is noticed.
     threading.Thread(target=_read_requests, args=(sys.stdin.buffer, requests), daemon=True).start()
 
-    from radixrt.models.loader import load_tokenizer  # imports torch: only in the worker
+    from radixrt.model.families.loader import load_tokenizer  # imports torch: only in the worker
 
     tokenizer = load_tokenizer(Path(args.model_path))
     backend = create_grammar_backend(args.backend, tokenizer, args.vocab_size, args.eos_token_ids)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from radixrt.core import FitLimits, Req, check_fit
-from radixrt.text.stop_regex import stop_regex_error
+from radixrt.core.text.stop_regex import stop_regex_error
 
 
 def reject_reason(req: Req, context_len: int, capacity: int, vocab_size: int) -> str | None:

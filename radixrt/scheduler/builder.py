@@ -18,11 +18,11 @@ from radixrt.cache.tiers.disk import DiskTier
 from radixrt.cache.tiers.disk_format import BlockSpec
 from radixrt.cache.tiers.hierarchy import KVTiers
 from radixrt.cache.tiers.host import HostTier
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
-from radixrt.models.fingerprint import model_fingerprint
-from radixrt.models.loader import eos_token_ids, load_tokenizer
+from radixrt.model.families.fingerprint import model_fingerprint
+from radixrt.model.families.loader import eos_token_ids, load_tokenizer
 from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler

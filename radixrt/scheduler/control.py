@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from radixrt.messages import (
+from radixrt.core.messages import (
     CacheSummaryReplyMsg,
     CacheSummaryReqMsg,
     ExplainReplyMsg,

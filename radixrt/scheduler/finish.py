@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from radixrt.core import FinishKind, FinishReason, Req
-from radixrt.text.decode_stream import DecodeStream
-from radixrt.text.stop_matcher import StopMatcher
-from radixrt.text.stops import BothStopMatcher, stop_matcher
+from radixrt.core.text.decode_stream import DecodeStream
+from radixrt.core.text.stop_matcher import StopMatcher
+from radixrt.core.text.stops import BothStopMatcher, stop_matcher
 
 
 @dataclass(slots=True)

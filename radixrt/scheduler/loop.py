@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from radixrt.core import FinishReason, Req, SamplingParams
-from radixrt.messages import (
+from radixrt.core.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
     ControlErrorMsg,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import zmq
 
-from radixrt.messages import (
+from radixrt.core.messages import (
     FatalErrorMsg,
     FromSchedulerMsg,
     ReadyMsg,

@@ -17,8 +17,8 @@ from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable
 from radixrt.cache.tree_summary import TreeSummary
-from radixrt.config import SchedulerConfig
 from radixrt.core import Batch, FinishKind, FinishReason, Req
+from radixrt.core.config import SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import NO_TOKEN, Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs

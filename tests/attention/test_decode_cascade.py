@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from radixrt.attention.decode_cascade import (
+from radixrt.model.attention.decode_cascade import (
     MIN_SHARED_LEN,
     attend_decode,
     build_decode_plan,

@@ -12,14 +12,14 @@ import fake_flashinfer
 import pytest
 import torch
 
-from radixrt.attention.base import AttentionLayer
-from radixrt.attention.flashinfer_backend import (
+from benchmarks.fixtures.synthetic import SyntheticPools
+from radixrt.model.attention.base import AttentionLayer
+from radixrt.model.attention.flashinfer_backend import (
     AttentionGeometry,
     FlashInferAttnBackend,
     LayerKind,
 )
-from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.testing.synthetic import SyntheticPools
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend
 
 H, HKV, D = 4, 2, 16
 LAYER = AttentionLayer(layer_id=0, num_heads=H, num_kv_heads=HKV, head_dim=D, scaling=D**-0.5)

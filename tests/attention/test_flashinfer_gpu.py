@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from radixrt.attention.base import AttentionLayer
-from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.testing.synthetic import SyntheticPools
+from benchmarks.fixtures.synthetic import SyntheticPools
+from radixrt.model.attention.base import AttentionLayer
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +33,7 @@ def test_flashinfer_matches_torch_native(
     geometry: tuple[int, int, int], batch: str, page_size: int
 ) -> None:
     pytest.importorskip("flashinfer")
-    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
+    from radixrt.model.attention.flashinfer_backend import FlashInferAttnBackend
 
     torch.manual_seed(0)
     h, hkv, d = geometry
@@ -77,7 +77,7 @@ def test_graph_decode_wrapper_matches_torch_native(
     """One attention layer captured at batch size 8 (every row on the padding slot), then
     replayed for real decode batches of 5, 8 and 1 rows over long, scattered contexts."""
     pytest.importorskip("flashinfer")
-    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
+    from radixrt.model.attention.flashinfer_backend import FlashInferAttnBackend
 
     torch.manual_seed(0)
     h, hkv, d = geometry

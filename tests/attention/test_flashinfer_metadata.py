@@ -9,16 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixrt.attention.base import AttentionLayer
-from radixrt.attention.flashinfer_metadata import (
+from benchmarks.fixtures.synthetic import SyntheticPools
+from radixrt.core.forward_batch import ForwardBatch, ForwardMode
+from radixrt.model.attention.base import AttentionLayer
+from radixrt.model.attention.flashinfer_metadata import (
     FlashInferMetadata,
     PageTables,
     build_flashinfer_metadata,
     paged_kv,
 )
-from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.forward_batch import ForwardBatch, ForwardMode
-from radixrt.testing.synthetic import SyntheticPools
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend
 
 LAYER = AttentionLayer(layer_id=1, num_heads=4, num_kv_heads=2, head_dim=16, scaling=16**-0.5)
 MIXED = ([0, 7, 12, 3, 0], [9, 1, 5, 1, 1])  # prefills, decodes, an extend after a prefix
@@ -178,14 +178,14 @@ def test_paged_kv_views_pages_of_the_pool() -> None:
 
 
 def test_flashinfer_backend_refuses_cpu() -> None:
-    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
+    from radixrt.model.attention.flashinfer_backend import FlashInferAttnBackend
 
     with pytest.raises(ValueError, match="CUDA"):
         FlashInferAttnBackend("cpu", num_heads=4, num_kv_heads=2, head_dim=16)
 
 
 def test_registry_lists_flashinfer_and_defaults_to_torch_native_on_cpu() -> None:
-    from radixrt.attention import ATTENTION_BACKENDS, default_backend
+    from radixrt.model.attention import ATTENTION_BACKENDS, default_backend
 
     assert "flashinfer" in ATTENTION_BACKENDS
     assert default_backend("cpu") == "torch_native"
@@ -194,7 +194,7 @@ def test_registry_lists_flashinfer_and_defaults_to_torch_native_on_cpu() -> None
 
 
 def test_create_attention_backend_takes_the_head_layout_up_front() -> None:
-    from radixrt.attention import create_attention_backend
+    from radixrt.model.attention import create_attention_backend
 
     backend = create_attention_backend(
         "torch_native", "cpu", num_heads=4, num_kv_heads=2, head_dim=16

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from radixrt.attention.base import AttentionLayer
-from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.testing.synthetic import SyntheticPools
+from benchmarks.fixtures.synthetic import SyntheticPools
+from radixrt.model.attention.base import AttentionLayer
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend
 
 pytestmark = pytest.mark.gpu
 
@@ -42,10 +42,10 @@ def _backend(name: str) -> Any:
     """The named backend (with its CUDA-graph methods) for LAYER's head layout."""
     pytest.importorskip(name)
     if name == "triton":
-        from radixrt.attention.triton_backend import TritonAttnBackend
+        from radixrt.model.attention.triton_backend import TritonAttnBackend
 
         return TritonAttnBackend("cuda", num_heads=H, num_kv_heads=HKV, head_dim=D)
-    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
+    from radixrt.model.attention.flashinfer_backend import FlashInferAttnBackend
 
     return FlashInferAttnBackend("cuda", num_heads=H, num_kv_heads=HKV, head_dim=D)
 

@@ -23,10 +23,10 @@ pytest.importorskip("triton")
 
 from conftest import assert_pool_whole  # noqa: E402
 
-from radixrt.attention.base import AttentionLayer  # noqa: E402
-from radixrt.attention.torch_native import TorchNativeAttnBackend  # noqa: E402
-from radixrt.attention.triton_backend import TritonAttnBackend  # noqa: E402
-from radixrt.testing.synthetic import SyntheticPools  # noqa: E402
+from benchmarks.fixtures.synthetic import SyntheticPools  # noqa: E402
+from radixrt.model.attention.base import AttentionLayer  # noqa: E402
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend  # noqa: E402
+from radixrt.model.attention.triton_backend import TritonAttnBackend  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # masked rows' 0/0 in numpy
 

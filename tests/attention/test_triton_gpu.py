@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from radixrt.attention.base import AttentionLayer
-from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.testing.synthetic import SyntheticPools
+from benchmarks.fixtures.synthetic import SyntheticPools
+from radixrt.model.attention.base import AttentionLayer
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def _setup(geometry: tuple[int, int, int], capacity: int, max_reqs: int, seed: int) -> tuple:
     pytest.importorskip("triton")
-    from radixrt.attention.triton_backend import TritonAttnBackend
+    from radixrt.model.attention.triton_backend import TritonAttnBackend
 
     torch.manual_seed(0)
     h, hkv, d = geometry

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from radixrt.attention import ATTENTION_BACKENDS, create_attention_backend, default_backend
+from radixrt.model.attention import ATTENTION_BACKENDS, create_attention_backend, default_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ def test_default_backend_falls_back_to_triton_on_cuda(monkeypatch: pytest.Monkey
 
 def test_missing_triton_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "triton", None)
-    for name in [m for m in sys.modules if m.startswith("radixrt.attention.triton_kernels")]:
+    for name in [m for m in sys.modules if m.startswith("radixrt.model.attention.triton_kernels")]:
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ImportError, match="needs the triton package"):
         create_attention_backend("triton", "cuda", num_heads=4, num_kv_heads=2, head_dim=16)
@@ -54,7 +54,8 @@ def test_missing_triton_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_import_radixrt_never_imports_triton() -> None:
     code = (
-        "import sys, radixrt, radixrt.engine, radixrt.attention, radixrt.executor.model_runner\n"
+        "import sys, radixrt, radixrt.serve.engine, radixrt.model.attention,"
+        " radixrt.executor.model_runner\n"
         "assert 'triton' not in sys.modules, 'triton imported'\n"
     )
     res = _python(code)
@@ -64,7 +65,7 @@ def test_import_radixrt_never_imports_triton() -> None:
 def test_cpu_without_the_interpreter_is_refused() -> None:
     pytest.importorskip("triton")
     code = (
-        "from radixrt.attention import create_attention_backend\n"
+        "from radixrt.model.attention import create_attention_backend\n"
         "try:\n"
         "    create_attention_backend('triton', 'cpu', num_heads=4, num_kv_heads=2, head_dim=16)\n"
         "except ValueError as e:\n"
@@ -80,6 +81,6 @@ def test_every_kernel_compiles_for_sm90_and_sm80() -> None:
     triton = pytest.importorskip("triton")
     if not hasattr(triton, "knobs"):
         pytest.skip("the compile check needs triton >= 3.4")
-    res = _python("from radixrt.attention.triton_kernels.compile_check import main; main()")
+    res = _python("from radixrt.model.attention.triton_kernels.compile_check import main; main()")
     assert res.returncode == 0, res.stderr[-4000:]
     assert "sm_90: compiled 12 kernels" in res.stdout and "sm_80: compiled 12 kernels" in res.stdout

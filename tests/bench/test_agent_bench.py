@@ -12,11 +12,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from radixrt.bench.serving import agent_bench
-from radixrt.bench.serving.agent_peer import HERMES_CHATML_TEMPLATE, best_dtype
-from radixrt.bench.serving.agent_report import format_report, summarize
-from radixrt.bench.serving.agent_session import Workload, check_call, first_messages, script
-from radixrt.bench.serving.agent_tools import example_value, make_tools
+from benchmarks.serving import agent_bench
+from benchmarks.serving.agent_peer import HERMES_CHATML_TEMPLATE, best_dtype
+from benchmarks.serving.agent_report import format_report, summarize
+from benchmarks.serving.agent_session import Workload, check_call, first_messages, script
+from benchmarks.serving.agent_tools import example_value, make_tools
 
 
 def test_tools_are_deterministic_and_scripted_calls_validate() -> None:
@@ -35,10 +35,10 @@ def test_tools_are_deterministic_and_scripted_calls_validate() -> None:
 
 
 def _as_radixrt_renders(messages: list[dict[str, Any]], tools: list[dict], tok: Any) -> str:
-    from radixrt.server.tools.formats import HERMES
-    from radixrt.server.tools.plan import ToolPlan
-    from radixrt.server.tools.prompt import text_messages
-    from radixrt.server.tools.spec import ToolCall, ToolChoice, ToolSpec
+    from radixrt.serve.http.tools.formats import HERMES
+    from radixrt.serve.http.tools.plan import ToolPlan
+    from radixrt.serve.http.tools.prompt import text_messages
+    from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
 
     specs = tuple(ToolSpec(**t["function"]) for t in tools)
     turns = []

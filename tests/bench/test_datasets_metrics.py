@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from radixrt.bench.serving.datasets import DATASETS, WordSource, make_dataset
-from radixrt.bench.serving.metrics import RequestRecord, stats, summarize, ttft_by_turn
+from benchmarks.serving.datasets import DATASETS, WordSource, make_dataset
+from benchmarks.serving.metrics import RequestRecord, stats, summarize, ttft_by_turn
 
 WORDS = [f"w{i}" for i in range(500)]
 
@@ -72,7 +72,7 @@ def test_multi_turn_and_agent_optimal_hits() -> None:
 
 
 def test_words_are_single_tokens(smollm2_path) -> None:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
     d = make_dataset(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from radixrt.cpu import kernels as ck
+from radixrt.model.cpu import kernels as ck
 
 
 @pytest.mark.skipif(not ck.available(), reason="no C compiler for the CPU kernels")
 @pytest.mark.parametrize("shared", [0, 70])
 def test_case_times_kernel_and_torch(shared: int) -> None:
-    from radixrt.bench.micro import decode_attention as bench
+    from benchmarks.micro import decode_attention as bench
 
     got = bench._case(3, 80, shared)
     assert set(got) == {"kernel", "torch"} and all(t > 0 for t in got.values())

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from radixrt.bench.serving import pinned_doc
-from radixrt.bench.serving.pinned_doc import Plan, Query, compare, summarize
+from benchmarks.serving import pinned_doc
+from benchmarks.serving.pinned_doc import Plan, Query, compare, summarize
 
 
 @pytest.mark.parametrize(

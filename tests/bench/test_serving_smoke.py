@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from radixrt.bench.serving import loadgen as serving
-from radixrt.bench.serving import peers, programs, report, suite
-from radixrt.bench.serving.datasets import DATASETS, WordSource
+from benchmarks.serving import loadgen as serving
+from benchmarks.serving import peers, programs, report, suite
+from benchmarks.serving.datasets import DATASETS, WordSource
 
 WORDS = [f"w{i}" for i in range(300)]
 TINY = {

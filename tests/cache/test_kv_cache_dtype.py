@@ -15,7 +15,7 @@ from tiny_models import make_tiny
 
 from radixrt import Engine
 from radixrt.cache.kv_dtype import resolve_kv_dtype
-from radixrt.config import CacheConfig
+from radixrt.core.config import CacheConfig
 
 GREEDY = {"temperature": 0, "max_new_tokens": 6}
 
@@ -79,9 +79,9 @@ def test_unreadable_combinations_are_refused() -> None:
 
 
 def test_cli_and_server_sizing_follow_the_kv_dtype(smollm2_path: Path) -> None:
-    from radixrt.messages import ReadyMsg
-    from radixrt.server.api.control.render import pool_sizing
-    from radixrt.server.args import parse_args
+    from radixrt.core.messages import ReadyMsg
+    from radixrt.serve.http.api.control.render import pool_sizing
+    from radixrt.serve.http.args import parse_args
 
     assert parse_args(["--kv-cache-dtype", "bfloat16"]).cache.kv_cache_dtype == "bfloat16"
     assert parse_args([]).cache.kv_cache_dtype == "auto"

@@ -26,8 +26,8 @@ from radixrt.cache.kv_events import (
     KVEventBatch,
     block_hash,
 )
-from radixrt.config import CacheConfig
-from radixrt.engine import Engine
+from radixrt.core.config import CacheConfig
+from radixrt.serve.engine import Engine
 
 BLOCK = 16
 
@@ -246,7 +246,7 @@ def busy_port_scenario(tiny_llama_path: str) -> None:
 
 
 def test_dp_replicas_never_share_a_port() -> None:
-    from radixrt.config import KVEventsConfig
+    from radixrt.core.config import KVEventsConfig
 
     ports = set()
     for cfg in (KVEventsConfig(), KVEventsConfig(replay_endpoint="tcp://127.0.0.1:5560")):

@@ -13,8 +13,8 @@ import pytest
 from radixrt.cache.kv_events import BlockStored, KVEventBatch, KVEvents
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.radix_cache import RadixCache
-from radixrt.config import KVEventsConfig
-from radixrt.server.args import parse_args
+from radixrt.core.config import KVEventsConfig
+from radixrt.serve.http.args import parse_args
 
 
 class Recorder:

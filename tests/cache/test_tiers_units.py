@@ -239,7 +239,7 @@ def test_host_tier_larger_than_memory_is_refused_before_any_allocation() -> None
 
 
 def test_config_refuses_what_cannot_work() -> None:
-    from radixrt.config import CacheConfig
+    from radixrt.core.config import CacheConfig
 
     for bad, match in (
         ({"cache_dir": "kv", "disk_cache_size": 0}, "disk_cache_size"),

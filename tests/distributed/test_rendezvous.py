@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from radixrt.config import ModelConfig
-from radixrt.distributed.comm import SECRET_ENV, connect_store, serve_store, split_addr
-from radixrt.engine import Engine
+from radixrt.core.config import ModelConfig
 from radixrt.executor.tp_group import (
     announce_joined,
     group_secret,
     report_failure,
     reported_failure,
 )
-from radixrt.server.args import parse_args
+from radixrt.model.parallel.comm import SECRET_ENV, connect_store, serve_store, split_addr
+from radixrt.serve.engine import Engine
+from radixrt.serve.http.args import parse_args
 
 SECRET = "0123456789abcdef0123456789abcdef"
 TIMEOUT = datetime.timedelta(seconds=5)

@@ -14,7 +14,7 @@ import pytest
 from pool_checks import assert_pool_whole
 from tiny_models import make_tiny
 
-from radixrt.engine import Engine
+from radixrt.serve.engine import Engine
 
 PROMPTS = [[1, 450, 7483, 310, 3444, 338], [1, 9038, 2501, 263, 931, 727, 471, 263, 2319]]
 GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}

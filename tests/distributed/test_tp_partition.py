@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixrt.distributed.comm import NullComm
-from radixrt.models.arch import ArchConfig
-from radixrt.models.llama import LlamaForCausalLM
-from radixrt.models.loader import load_hf_config, load_weight_slices, load_weights
-from radixrt.models.tp_partition import TPPartition, check_tp_size, valid_tp_sizes
+from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.llama import LlamaForCausalLM
+from radixrt.model.families.loader import load_hf_config, load_weight_slices, load_weights
+from radixrt.model.families.tp_partition import TPPartition, check_tp_size, valid_tp_sizes
+from radixrt.model.parallel.comm import NullComm
 
 
 def arch(heads: int, kv_heads: int, inter: int = 64, vocab: int = 101) -> ArchConfig:

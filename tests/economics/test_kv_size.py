@@ -107,7 +107,7 @@ def test_defaults_agree_with_the_runtime() -> None:
     import torch
 
     from radixrt.cache.memory_pool import TokenToKVPool
-    from radixrt.config import CacheConfig
+    from radixrt.core.config import CacheConfig
     from radixrt.executor.kv_memory import (
         CUDA_MEM_FRACTION,
         WINDOW_KV_FRACTION,
@@ -279,9 +279,9 @@ def test_the_window_split_is_the_servers(monkeypatch: pytest.MonkeyPatch) -> Non
     import torch
 
     import radixrt.executor.kv_memory as kv_memory
-    from radixrt.config import CacheConfig
-    from radixrt.distributed.comm import NullComm
-    from radixrt.models.arch import ArchConfig
+    from radixrt.core.config import CacheConfig
+    from radixrt.model.families.arch import ArchConfig
+    from radixrt.model.parallel.comm import NullComm
 
     arch = ArchConfig.from_hf(read_data("presets/gemma3-270m.json")["config"])
     per_token = kv_bytes_per_token(GEMMA3, "fp32")

@@ -18,7 +18,7 @@ from radixrt.economics.model_facts import (
     facts_from_preset,
     load_facts,
 )
-from radixrt.models.arch import ArchConfig
+from radixrt.model.families.arch import ArchConfig
 
 PRESETS = {
     "llama-3-8b", "llama-3-70b", "llama-3-405b", "qwen2-7b", "qwen2-72b", "mistral-7b",
@@ -70,7 +70,7 @@ def test_count_params_matches_transformers_for_every_family() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from radixrt.models.families import FAMILIES
+    from radixrt.model.families.families import FAMILIES
 
     seen = set()
     for name, cfg in _tiny_configs():
@@ -177,7 +177,7 @@ def test_not_a_gguf_file(tmp_path: Path) -> None:
 
 
 def test_default_model_gguf_matches_its_preset() -> None:
-    from radixrt.models.loader import ModelNotFoundError, default_gguf_path
+    from radixrt.model.families.loader import ModelNotFoundError, default_gguf_path
 
     try:
         path = default_gguf_path()

@@ -16,11 +16,11 @@ import torch
 from hf_reference import hf_greedy_nocache, load_hf
 from pool_checks import assert_pool_whole
 
+from benchmarks.micro.perplexity import TEXT, perplexity
 from radixrt import Engine
-from radixrt.bench.micro.perplexity import TEXT, perplexity
-from radixrt.cpu import build as cpu_build
-from radixrt.cpu import kernels as ck
-from radixrt.cpu.layers import PackedLinear
+from radixrt.model.cpu import build as cpu_build
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.layers import PackedLinear
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
@@ -146,8 +146,8 @@ def test_bf16_perplexity_within_one_percent_of_float32(smollm2_path: Path) -> No
 def test_auto_dtype_on_the_cpu(tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: bfloat16 weights where the kernels have AMX tiles, float32 elsewhere and under
     the pin (the test suite's); a bad pin is named."""
-    from radixrt.config import ModelConfig
-    from radixrt.cpu.runtime import AUTO_DTYPE_ENV, bf16_on_kernels
+    from radixrt.core.config import ModelConfig
+    from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV, bf16_on_kernels
 
     monkeypatch.delenv(AUTO_DTYPE_ENV)
     assert bf16_on_kernels(ModelConfig()) == (ck.isa() == "amx")

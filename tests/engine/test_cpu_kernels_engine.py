@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_pool_whole
 
 from radixrt import Engine
-from radixrt.cpu import kernels as ck
+from radixrt.model.cpu import kernels as ck
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixrt.engine import Engine
+from radixrt.serve.engine import Engine
 
 PROMPT = list(range(5, 45))  # 40 tokens: longer than the scheduler's shared-prefix run
 LOGPROBS = {"return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 3}

@@ -11,11 +11,11 @@ import pytest
 import torch
 from conftest import assert_pool_whole
 
+from benchmarks.micro.perplexity import TEXT, perplexity
 from radixrt import Engine
-from radixrt.bench.micro.perplexity import TEXT, perplexity
-from radixrt.config import ModelConfig
-from radixrt.cpu import kernels as ck
-from radixrt.cpu.layers import PackedLinear
+from radixrt.core.config import ModelConfig
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.layers import PackedLinear
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 

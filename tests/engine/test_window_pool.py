@@ -73,8 +73,8 @@ def test_the_server_reports_the_window_pool(tmp_path: Path, smollm2_path: Path) 
     the padding rows) and the requests of the full context it holds, and those of one pool of
     the same bytes; the launch line names it."""
     from radixrt.scheduler.process import ready_msg
-    from radixrt.server.api.control.render import pool_sizing
-    from radixrt.server.launch import kv_pool_text
+    from radixrt.serve.http.api.control.render import pool_sizing
+    from radixrt.serve.http.launch import kv_pool_text
 
     path = make_family(tmp_path / "gemma3", "gemma3", smollm2_path)  # layers: window, window, full
     with Engine(

@@ -14,7 +14,7 @@ import pytest
 # mapped for the next pass instead of being returned and faulted in again).
 _PROBE = """
 import sys, torch
-from radixrt.cpu.runtime import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory
+from radixrt.model.cpu.runtime import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory
 
 def heap():
     line = next(x for x in open("/proc/self/maps") if x.rstrip().endswith("[heap]"))

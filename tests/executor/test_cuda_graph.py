@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from radixrt.attention.torch_native import TorchNativeAttnBackend
-from radixrt.config import CacheConfig, ModelConfig
+from benchmarks.fixtures.runner_driver import RunnerDriver
+from radixrt.core.config import CacheConfig, ModelConfig
+from radixrt.core.forward_batch import ForwardBatch
 from radixrt.executor.cuda_graph import (
     CudaGraphRunner,
     GraphAttnBackend,
@@ -20,8 +21,7 @@ from radixrt.executor.cuda_graph import (
     capture_decode_graphs,
 )
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.forward_batch import ForwardBatch
-from radixrt.testing.runner_driver import RunnerDriver
+from radixrt.model.attention.torch_native import TorchNativeAttnBackend
 from tests.gpu import common as gb
 from tests.gpu.shared_prefix import build_scheduler, greedy, run_to_completion
 
@@ -39,7 +39,7 @@ def test_capture_batch_sizes() -> None:
 
 
 def test_only_flashinfer_implements_the_graph_protocol() -> None:
-    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
+    from radixrt.model.attention.flashinfer_backend import FlashInferAttnBackend
 
     assert issubclass(FlashInferAttnBackend, GraphAttnBackend)
     assert not issubclass(TorchNativeAttnBackend, GraphAttnBackend)

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from radixrt.config import CacheConfig, ModelConfig
+from benchmarks.fixtures.runner_driver import RunnerDriver
 from radixrt.core import SamplingParams
+from radixrt.core.config import CacheConfig, ModelConfig
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.testing.runner_driver import RunnerDriver
 from tests.gpu import common as gb
 from tests.gpu.shared_prefix import build_scheduler, run_to_completion
 

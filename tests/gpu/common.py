@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from radixrt.attention import create_attention_backend
-from radixrt.attention.base import BaseAttnBackend
+from benchmarks.fixtures.synthetic import SyntheticPools
 from radixrt.executor.cuda_graph import CudaGraphRunner
-from radixrt.models.arch import ArchConfig
-from radixrt.models.llama import LlamaForCausalLM
-from radixrt.testing.synthetic import SyntheticPools
+from radixrt.model.attention import create_attention_backend
+from radixrt.model.attention.base import BaseAttnBackend
+from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.llama import LlamaForCausalLM
 
 _LLAMA_COMMON: dict = dict(
     architecture="LlamaForCausalLM",

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixrt.config import CacheConfig, ModelConfig
+from benchmarks.fixtures.runner_driver import RunnerDriver
+from radixrt.core.config import CacheConfig, ModelConfig
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.testing.runner_driver import RunnerDriver
 
 if TYPE_CHECKING:
     from tests.gpu.check import Check

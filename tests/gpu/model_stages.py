@@ -181,7 +181,7 @@ def _measure(c: Check, backend: str, jobs: list[tuple[str, Any, tuple]]) -> list
 
 
 def _engine_greedy(c: Check, d: dict[str, Any], path: Path, backend: str, max_new: int) -> list:
-    from radixrt.engine import Engine
+    from radixrt.serve.engine import Engine
 
     t0 = time.perf_counter()
     with Engine(
@@ -234,7 +234,7 @@ def _random_greedy(c: Check, d: dict[str, Any], backends: tuple[str, str], max_n
 def _pools(
     arch: Any, dtype: Any, device: Any, capacity: int, max_reqs: int, max_context: int
 ) -> Any:
-    from radixrt.testing.synthetic import SyntheticPools
+    from benchmarks.fixtures.synthetic import SyntheticPools
 
     return SyntheticPools(
         num_layers=arch.num_hidden_layers,

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import Req, SamplingParams
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.scheduler.builder import assemble_scheduler
 from radixrt.scheduler.scheduler import Scheduler, SchedulerStats

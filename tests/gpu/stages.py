@@ -26,7 +26,7 @@ GEOMETRIES = ((32, 8, 128), (9, 3, 64))  # (heads, kv heads, head_dim): Llama-3-
 def stage_env(c: Check, d: dict[str, Any]) -> str:
     import torch
 
-    from radixrt.kernels.build import cuda_home, nvcc_path
+    from radixrt.model.cuda.build import cuda_home, nvcc_path
 
     d.update(
         python=sys.version.split()[0],
@@ -91,8 +91,8 @@ def stage_install(c: Check, d: dict[str, Any], args: argparse.Namespace) -> str:
 def stage_build_kernels(c: Check, d: dict[str, Any]) -> str:
     import torch
 
-    from radixrt import kernels
-    from radixrt.kernels import build
+    from radixrt.model import cuda as kernels
+    from radixrt.model.cuda import build
 
     reason = build.cannot_build_reason()
     if reason is not None:
@@ -125,9 +125,9 @@ def stage_flashinfer_warmup(c: Check, d: dict[str, Any]) -> str:
     t0 = time.perf_counter()
     d["prebuilt_or_compiled"] = _compile_flashinfer_modules(c)
     d["compile_s"] = time.perf_counter() - t0
-    from radixrt.attention.base import AttentionLayer
-    from radixrt.attention.flashinfer_backend import FlashInferAttnBackend
-    from radixrt.testing.synthetic import SyntheticPools
+    from benchmarks.fixtures.synthetic import SyntheticPools
+    from radixrt.model.attention.base import AttentionLayer
+    from radixrt.model.attention.flashinfer_backend import FlashInferAttnBackend
 
     for h, hkv, hd in GEOMETRIES:
         t1 = time.perf_counter()

@@ -31,7 +31,7 @@ PERSON = {
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 
@@ -229,7 +229,7 @@ def test_sampling_filters_never_pick_a_masked_token(params) -> None:
 
 
 def test_the_registry_and_the_config_know_the_same_backends() -> None:
-    from radixrt.config import GRAMMAR_BACKEND_NAMES
+    from radixrt.core.config import GRAMMAR_BACKEND_NAMES
     from radixrt.grammar import DEFAULT_GRAMMAR_BACKEND
 
     assert tuple(GRAMMAR_BACKENDS) == GRAMMAR_BACKEND_NAMES

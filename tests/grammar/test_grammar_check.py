@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from radixrt.config import SchedulerConfig
 from radixrt.core import SamplingParams
+from radixrt.core.config import SchedulerConfig
+from radixrt.core.messages import ReadyMsg
 from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarError, GrammarSpec
 from radixrt.grammar.compiler import GrammarCompiler
-from radixrt.messages import ReadyMsg
-from radixrt.server.grammar_check import GrammarBusyError, GrammarChecker, GrammarWorkerError
-from radixrt.server.protocol import BadRequestError
+from radixrt.serve.http.grammar_check import GrammarBusyError, GrammarChecker, GrammarWorkerError
+from radixrt.serve.http.protocol import BadRequestError
 
 VOCAB = 49152
 SLOW = "[a-z]{1,20000}"  # outlines builds its automaton for minutes (and ~30 MB/s)

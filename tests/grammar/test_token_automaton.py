@@ -37,7 +37,7 @@ SPECS = [
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 

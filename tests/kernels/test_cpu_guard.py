@@ -1,4 +1,4 @@
-"""The CPU kernel guard (radixrt/cpu/guard.py): `--cpu-kernels auto` times each kernel against
+"""The CPU kernel guard (radixrt/model/cpu/guard.py): `--cpu-kernels auto` times each kernel against
 torch on the model's shapes once per machine, keeps the faster per op, and the model runs the
 plan it made (a linear layer may run the kernel at decode sizes and torch at prefill sizes)."""
 
@@ -12,12 +12,12 @@ import pytest
 from conftest import assert_pool_whole
 
 from radixrt import Engine
-from radixrt.config import ModelConfig
-from radixrt.cpu import guard
-from radixrt.cpu import kernels as ck
-from radixrt.cpu.layers import PackedLinear
-from radixrt.cpu.timing import Shapes
-from radixrt.layers.rotary import QKVRotary
+from radixrt.core.config import ModelConfig
+from radixrt.model.cpu import guard
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.layers import PackedLinear
+from radixrt.model.cpu.timing import Shapes
+from radixrt.model.layers.rotary import QKVRotary
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
@@ -142,7 +142,7 @@ def test_attention_is_timed_over_the_kv_dtype(tiny_llama_path: Path, cache: Path
 
     import torch
 
-    from radixrt.cpu.timing import time_ops
+    from radixrt.model.cpu.timing import time_ops
 
     shapes = _shapes(tiny_llama_path)
     narrow = dataclasses.replace(shapes, kv_dtype=torch.bfloat16)

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from radixrt.cpu import build as cpu_build
-from radixrt.cpu import kernels as ck
-from radixrt.layers.norm import RMSNorm
-from radixrt.layers.rotary import apply_rotary
+from radixrt.model.cpu import build as cpu_build
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.layers.norm import RMSNorm
+from radixrt.model.layers.rotary import apply_rotary
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixrt.cpu import build as cpu_build
-from radixrt.cpu import kernels as ck
+from radixrt.model.cpu import build as cpu_build
+from radixrt.model.cpu import kernels as ck
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 

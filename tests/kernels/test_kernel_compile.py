@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from radixrt.kernels.build import BINDING_SOURCE, CSRC_DIR, KERNEL_SOURCES, cuda_home, nvcc_path
+from radixrt.model.cuda.build import BINDING_SOURCE, CSRC_DIR, KERNEL_SOURCES, cuda_home, nvcc_path
 
 # The defines torch.utils.cpp_extension passes to nvcc: the kernels must build under them.
 TORCH_NVCC_DEFINES = (

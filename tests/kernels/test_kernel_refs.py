@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixrt import kernels
-from radixrt.kernels.reference import (
+from radixrt.model import cuda as kernels
+from radixrt.model.cuda.reference import (
     apply_rotary_ref,
     build_kv_indices_ref,
     fused_add_rmsnorm_ref,
     store_kv_ref,
 )
-from radixrt.layers.norm import RMSNorm
-from radixrt.layers.rotary import RotaryEmbedding, apply_rotary
+from radixrt.model.layers.norm import RMSNorm
+from radixrt.model.layers.rotary import RotaryEmbedding, apply_rotary
 
 
 def test_store_kv_ref_matches_loop() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixrt import kernels
-from radixrt.kernels.reference import (
+from radixrt.model import cuda as kernels
+from radixrt.model.cuda.reference import (
     apply_rotary_ref,
     build_kv_indices_ref,
     fused_add_rmsnorm_ref,

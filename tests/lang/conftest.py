@@ -96,7 +96,7 @@ class LangServer:
 def _server_available() -> bool:
     try:
         import radixrt.launch_server  # noqa: F401
-        import radixrt.server.http_server  # noqa: F401
+        import radixrt.serve.http.http_server  # noqa: F401
     except ImportError:
         return False
     return True

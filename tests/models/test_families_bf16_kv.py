@@ -16,7 +16,7 @@ from pool_checks import assert_pool_whole
 from tiny_families import make_family
 
 from radixrt import Engine
-from radixrt.cpu.fused_layer import FusedDecodeLayer
+from radixrt.model.cpu.fused_layer import FusedDecodeLayer
 
 # bfloat16 keeps 8 significant bits: K/V carry a relative error of at most 2^-9 each. On
 # these models that moved logprobs by 0.005 nats at most (the same through both backends);

@@ -13,7 +13,7 @@ from hf_reference import hf_greedy_nocache, load_hf
 from pool_checks import assert_pool_whole
 from tiny_families import make_family
 
-from radixrt.engine import Engine
+from radixrt.serve.engine import Engine
 
 PROMPT = [random.Random(5).randrange(3, 49000) for _ in range(50)]
 PARAMS = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True, "return_logprob": True,

@@ -11,7 +11,7 @@ import pytest
 from tiny_families import FAMILIES, make_family
 
 from radixrt import Engine
-from radixrt.models.arch import ArchConfig
+from radixrt.model.families.arch import ArchConfig
 
 BASE = {"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32,
         "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}  # fmt: skip

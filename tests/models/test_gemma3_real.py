@@ -16,8 +16,8 @@ from pool_checks import assert_pool_whole
 
 from radixrt import Engine
 from radixrt.economics.model_facts import facts_from_gguf
-from radixrt.models.known_models import KNOWN_MODELS
-from radixrt.models.loader import eos_token_ids, load_tokenizer, resolve_model_path
+from radixrt.model.families.known_models import KNOWN_MODELS
+from radixrt.model.families.loader import eos_token_ids, load_tokenizer, resolve_model_path
 
 NEW = 32
 GREEDY = {"temperature": 0, "max_new_tokens": NEW, "ignore_eos": True, "return_logprob": True}

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from radixrt.models import gguf_convert, known_models
-from radixrt.models.loader import (
+from radixrt.model.families import gguf_convert, known_models
+from radixrt.model.families.loader import (
     ModelLoadError,
     ModelNotFoundError,
     eos_token_ids,

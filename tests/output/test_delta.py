@@ -4,11 +4,11 @@ new, and `take_text` holds tokens whose text is held back until there is text to
 from __future__ import annotations
 
 from radixrt.core import FinishKind, FinishReason, SamplingParams
-from radixrt.messages import ReqOutMsg
-from radixrt.output.delta import DeltaCursor
-from radixrt.output.detokenizer import IncrementalDetokenizer
-from radixrt.output.result import build_result
-from radixrt.output.state import ReqOutput
+from radixrt.core.messages import ReqOutMsg
+from radixrt.serve.results.delta import DeltaCursor
+from radixrt.serve.results.detokenizer import IncrementalDetokenizer
+from radixrt.serve.results.result import build_result
+from radixrt.serve.results.state import ReqOutput
 
 
 class CharTokenizer:

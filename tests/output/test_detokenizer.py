@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixrt.output.detokenizer import IncrementalDetokenizer
+from radixrt.serve.results.detokenizer import IncrementalDetokenizer
 
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path):
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 

@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from radixrt.ray.replica import RadixrtReplica
+from radixrt.serve.ray.replica import RadixrtReplica
 from tests.router.recording_worker import RecordingWorker
 
 if importlib.util.find_spec("ray") is None:
@@ -21,7 +21,7 @@ if importlib.util.find_spec("ray") is None:
 INGRESS_PROBE = r"""
 import asyncio, json
 from starlette.requests import Request
-from radixrt.ray.app import RadixrtIngress
+from radixrt.serve.ray.app import RadixrtIngress
 
 seen = []
 

@@ -1,8 +1,8 @@
-"""The Ray ingress runs the server's and the router's browser check (radixrt/web/browser.py)
-on its configured hosts and origins: a `text/plain` POST gets 415, a foreign Origin 403, a
+"""The Ray ingress runs the server's and the router's browser check (radixrt/serve/web/browser.py)
+on its configured hosts and origins: a `core/text/plain` POST gets 415, a foreign Origin 403, a
 rebinding Host 421, before any replica is asked. Checked on the ingress's ASGI app in a
 process of its own (no Ray cluster, no Ray state in the test process); the flags of
-`python -m radixrt.ray` take their defaults from BrowserConfig and RouterConfig."""
+`python -m radixrt.serve.ray` take their defaults from BrowserConfig and RouterConfig."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from radixrt.config import BrowserConfig, RouterConfig, ServerConfig
+from radixrt.core.config import BrowserConfig, RouterConfig, ServerConfig
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("ray is in the test extra: pip install -e '.[test]'", allow_module_level=True)
@@ -22,8 +22,8 @@ if importlib.util.find_spec("ray") is None:
 PROBE = r"""
 import json
 from starlette.testclient import TestClient
-from radixrt.config import BrowserConfig
-from radixrt.ray import app as ingress
+from radixrt.core.config import BrowserConfig
+from radixrt.serve.ray import app as ingress
 
 ingress._BROWSER[0] = BrowserConfig(allowed_hosts="ray.internal")
 client = TestClient(ingress.api, base_url="http://127.0.0.1:8000")
@@ -56,7 +56,7 @@ LIMIT_PROBE = r"""
 import json
 from fastapi import Request
 from starlette.testclient import TestClient
-from radixrt.ray import app as ingress
+from radixrt.serve.ray import app as ingress
 
 ingress._MAX_REQUEST_BYTES[0] = 1000
 
@@ -94,7 +94,7 @@ def test_the_ingress_refuses_big_bodies() -> None:
 
 
 def test_ray_flags_default_to_the_dataclasses() -> None:
-    from radixrt.ray.__main__ import make_parser
+    from radixrt.serve.ray.__main__ import make_parser
 
     parser = make_parser()
     for cls in (RouterConfig, BrowserConfig):
@@ -108,7 +108,7 @@ def test_ray_flags_default_to_the_dataclasses() -> None:
 def test_no_local_cluster_without_token_authentication(monkeypatch, capsys) -> None:
     """Ray's GCS and raylet listen on every interface: a cluster this command starts must
     have Ray's token authentication; joining --address is the operator's cluster."""
-    from radixrt.ray.__main__ import main, unauthenticated_cluster
+    from radixrt.serve.ray.__main__ import main, unauthenticated_cluster
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     assert unauthenticated_cluster(None) is None  # the installed Ray turns tokens on

@@ -1,4 +1,4 @@
-"""radixrt on Ray Serve, started the README's way (`python -m radixrt.ray serve`, which starts
+"""radixrt on Ray Serve, started the README's way (`python -m radixrt.serve.ray serve`, which starts
 its own local Ray cluster, in a process of its own): two replicas of the tiny model behind the
 ingress; errors pass through and streams equal plain answers; the cache-aware router's hit
 rate on interleaved prefix groups is within 5% of the optimum and above round-robin's; a
@@ -31,11 +31,11 @@ if importlib.util.find_spec("ray") is None:
 GROUPS, PER_GROUP, PREFIX, SUFFIX = 3, 8, 200, 10
 JSON = {"content-type": "application/json"}  # a body is refused without it
 START_S = 240
-READY = "radixrt on Ray Serve: "  # what `python -m radixrt.ray serve` prints when up
+READY = "radixrt on Ray Serve: "  # what `python -m radixrt.serve.ray serve` prints when up
 
 
 class RayApp:
-    """`python -m radixrt.ray serve` in its own process group, logging to a file."""
+    """`python -m radixrt.serve.ray serve` in its own process group, logging to a file."""
 
     def __init__(self, model: Path, policy: str, log: Path) -> None:
         with socket.socket() as s:
@@ -43,7 +43,7 @@ class RayApp:
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
-        cmd = [sys.executable, "-m", "radixrt.ray", "serve", "--replicas", "2", "--port",
+        cmd = [sys.executable, "-m", "radixrt.serve.ray", "serve", "--replicas", "2", "--port",
                str(port), "--router-policy", policy, "--health-check-period-s", "1", "--",
                "--model-path", str(model), "--max-total-tokens", "4096"]  # fmt: skip
         with open(log, "wb") as out:
@@ -52,7 +52,7 @@ class RayApp:
         deadline = time.monotonic() + START_S
         while True:
             if self.proc.poll() is not None:
-                pytest.fail(f"python -m radixrt.ray serve exited:\n{self._tail()}")
+                pytest.fail(f"python -m radixrt.serve.ray serve exited:\n{self._tail()}")
             # The line is printed once serve.run has seen every replica healthy; the ingress
             # answers /v1/models as soon as one is, and routing then would see one replica.
             if READY in self.log.read_text(errors="replace"):
@@ -152,7 +152,7 @@ def _is_server(pid: int) -> bool:
         parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
     except OSError:
         return False
-    return cmd[1:3] == [b"-m", b"radixrt.launch_server"] and b"radixrt.ray.child" in parent
+    return cmd[1:3] == [b"-m", b"radixrt.launch_server"] and b"radixrt.serve.ray.child" in parent
 
 
 def test_routing_errors_streams_and_hit_rate(app_factory) -> None:
@@ -161,7 +161,7 @@ def test_routing_errors_streams_and_hit_rate(app_factory) -> None:
     url = aware_app.url
     r = httpx.post(url + "/generate", content=b"not json", headers=JSON, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["message"], r.text
-    # Web pages are refused at the ingress (radixrt/web/browser.py), before any replica.
+    # Web pages are refused at the ingress (radixrt/serve/web/browser.py), before any replica.
     r = httpx.post(url + "/generate", content=b'{"text": "hi"}', timeout=60,
                    headers={"content-type": "text/plain"})  # fmt: skip
     assert r.status_code == 415, r.text
@@ -206,6 +206,15 @@ def test_cli_refuses_bad_flags_before_starting_anything() -> None:
     for flags, message in ((["--replicas", "0"], "--replicas must be >= 1"),
                            (["--cache-threshold", "2"], "cache_threshold"),
                            (["--router-policy"], "expected one argument")):  # fmt: skip
-        cmd = [sys.executable, "-m", "radixrt.ray", "serve", *flags, "--", "--model-path", "x"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "radixrt.serve.ray",
+            "serve",
+            *flags,
+            "--",
+            "--model-path",
+            "x",
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and message in r.stderr, r.stderr

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from radixrt.cli import main as cli_main
-from radixrt.config import RouterConfig, RouterServerConfig
-from radixrt.router.args import ROUTER_CONFIGS, make_parser, parse_args
-from radixrt.routing.keys import route_request
+from radixrt.core.config import RouterConfig, RouterServerConfig
+from radixrt.serve.placement.keys import route_request
+from radixrt.serve.router.args import ROUTER_CONFIGS, make_parser, parse_args
 
 
 def test_router_defaults_equal_the_dataclasses() -> None:

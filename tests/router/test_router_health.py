@@ -8,9 +8,9 @@ import asyncio
 
 import httpx
 
-from radixrt.config import RouterConfig, RouterServerConfig
-from radixrt.router.workers import WorkerPool
-from radixrt.routing.policy import RouteRequest, make_policy
+from radixrt.core.config import RouterConfig, RouterServerConfig
+from radixrt.serve.placement.policy import RouteRequest, make_policy
+from radixrt.serve.router.workers import WorkerPool
 
 URLS = ["http://a", "http://b"]
 

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from radixrt.cache.kv_event_schema import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
-from radixrt.config import RouterConfig
-from radixrt.routing.block_index import BlockIndex, prompt_blocks
-from radixrt.routing.cache_aware import CacheAwarePolicy
-from radixrt.routing.policy import RouteRequest, WorkerLoad
+from radixrt.core.config import RouterConfig
+from radixrt.serve.placement.block_index import BlockIndex, prompt_blocks
+from radixrt.serve.placement.cache_aware import CacheAwarePolicy
+from radixrt.serve.placement.policy import RouteRequest, WorkerLoad
 from tests.router.test_router_server import RouterProcess
 from tests.server.server_proc import ServerProcess, free_port, start_server
 
@@ -152,7 +152,7 @@ def test_kv_events_needs_cache_aware(tmp_path: Path) -> None:
     import sys
 
     r = subprocess.run(
-        [sys.executable, "-m", "radixrt.router", "--worker-urls", f"http://127.0.0.1:{free_port()}",
+        [sys.executable, "-m", "radixrt.serve.router", "--worker-urls", f"http://127.0.0.1:{free_port()}",
          "--kv-events", "--router-policy", "round_robin"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

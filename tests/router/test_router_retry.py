@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from radixrt.web.middleware import NOT_STARTED_HEADER
+from radixrt.serve.web.middleware import NOT_STARTED_HEADER
 from tests.router.test_router_server import RouterProcess
 from tests.server.server_proc import free_port
 

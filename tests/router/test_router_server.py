@@ -31,7 +31,7 @@ class RouterProcess:
         cmd = [
             sys.executable,
             "-m",
-            "radixrt.router",
+            "radixrt.serve.router",
             "--worker-urls",
             *urls,
             "--port",

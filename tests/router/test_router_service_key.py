@@ -95,7 +95,7 @@ def test_the_worker_believes_the_tenant_header_only_with_the_service_key(stack) 
 
 def _router_start(tmp: Path, worker: RecordingWorker, *flags: str) -> tuple[int, str]:
     """Start a router over `worker`; its exit code and output (it must not keep serving)."""
-    cmd = [sys.executable, "-m", "radixrt.router", "--worker-urls", worker.url,
+    cmd = [sys.executable, "-m", "radixrt.serve.router", "--worker-urls", worker.url,
            "--port", str(free_port()), *flags]  # fmt: skip
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

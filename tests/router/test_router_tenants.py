@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from radixrt.config import RouterConfig
-from radixrt.routing.cache_aware import CacheAwarePolicy
-from radixrt.routing.keys import route_request
-from radixrt.routing.policy import WorkerLoad
+from radixrt.core.config import RouterConfig
+from radixrt.serve.placement.cache_aware import CacheAwarePolicy
+from radixrt.serve.placement.keys import route_request
+from radixrt.serve.placement.policy import WorkerLoad
 from tests.router.recording_worker import SERVICE_KEY, RecordingWorker
 from tests.router.test_router_server import RouterProcess
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixrt.routing.approx_tree import ApproxTree
+from radixrt.serve.placement.approx_tree import ApproxTree
 
 
 def _lcp(a, b) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from radixrt.config import RouterConfig
-from radixrt.routing.consistent_hash import ConsistentHashPolicy
-from radixrt.routing.policy import ROUTING_POLICIES, RouteRequest, WorkerLoad, make_policy
+from radixrt.core.config import RouterConfig
+from radixrt.serve.placement.consistent_hash import ConsistentHashPolicy
+from radixrt.serve.placement.policy import ROUTING_POLICIES, RouteRequest, WorkerLoad, make_policy
 
 PREFIX = tuple(range(100, 180))  # an 80-token shared prefix
 

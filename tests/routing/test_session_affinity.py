@@ -3,10 +3,10 @@ one replica while the loads are balanced, moves when they are not, and the recor
 
 from __future__ import annotations
 
-from radixrt.config import RouterConfig
-from radixrt.routing import cache_aware as cache_aware_module
-from radixrt.routing.cache_aware import CacheAwarePolicy
-from radixrt.routing.policy import RouteRequest, WorkerLoad, make_policy
+from radixrt.core.config import RouterConfig
+from radixrt.serve.placement import cache_aware as cache_aware_module
+from radixrt.serve.placement.cache_aware import CacheAwarePolicy
+from radixrt.serve.placement.policy import RouteRequest, WorkerLoad, make_policy
 
 
 def loads(*values: int) -> list[WorkerLoad]:

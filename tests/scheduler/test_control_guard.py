@@ -8,9 +8,9 @@ import queue
 import threading
 
 from radixrt.cache.tiers.disk import DiskTier
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import SamplingParams
-from radixrt.messages import (
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core.messages import (
     BatchTokenOutMsg,
     CacheSummaryReqMsg,
     ControlErrorMsg,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import FinishKind, Req, SamplingParams
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
 from radixrt.scheduler.grammar_queue import GrammarState, GrammarStats
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import FinishKind, Req, SamplingParams
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
 
 

@@ -12,8 +12,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 from tiny_models import make_tiny
 
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import Req, SamplingParams
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
 
 VOCAB = 16

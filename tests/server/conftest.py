@@ -23,7 +23,7 @@ def api_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def chat_prompt(smollm2_path: Path) -> str:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path).apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],

@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 from fastapi import FastAPI
 
-from radixrt.config import ModelConfig, SchedulerConfig, ServerConfig
-from radixrt.config.cache import CacheConfig
 from radixrt.core import PinOutcome
-from radixrt.messages import (
+from radixrt.core.config import ModelConfig, SchedulerConfig, ServerConfig
+from radixrt.core.config.cache import CacheConfig
+from radixrt.core.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
     ExplainReplyMsg,
@@ -28,16 +28,16 @@ from radixrt.messages import (
     ReadyMsg,
     ReqOutMsg,
 )
-from radixrt.server.api.context import ApiContext
-from radixrt.server.args import ServerArgs
-from radixrt.server.cache_handles import CacheRegistry
-from radixrt.server.grammar_check import GrammarChecker
-from radixrt.server.http_errors import add_error_handlers
-from radixrt.server.metrics import NoMetrics
-from radixrt.server.protocol import Limits
-from radixrt.server.serving import ServingPipeline
-from radixrt.server.tenancy import Tenancy
-from radixrt.server.tokenizer_manager import TokenizerManager
+from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.args import ServerArgs
+from radixrt.serve.http.cache_handles import CacheRegistry
+from radixrt.serve.http.grammar_check import GrammarChecker
+from radixrt.serve.http.http_errors import add_error_handlers
+from radixrt.serve.http.metrics import NoMetrics
+from radixrt.serve.http.protocol import Limits
+from radixrt.serve.http.serving import ServingPipeline
+from radixrt.serve.http.tenancy import Tenancy
+from radixrt.serve.http.tokenizer_manager import TokenizerManager
 
 READY = ReadyMsg("fake", 4096, 0, 1024, 0x110000, "cpu", "float32")
 

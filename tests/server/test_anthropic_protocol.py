@@ -11,16 +11,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from radixrt.server.api.anthropic.prompt import prepare_messages, token_offsets
-from radixrt.server.api.anthropic.protocol import (
+from radixrt.serve.http.api.anthropic.prompt import prepare_messages, token_offsets
+from radixrt.serve.http.api.anthropic.protocol import (
     Breakpoint,
     MessagesRequest,
     check_request,
     pin_specs,
     usage,
 )
-from radixrt.server.protocol import BadRequestError, Limits
-from radixrt.server.tools.formats import HERMES
+from radixrt.serve.http.protocol import BadRequestError, Limits
+from radixrt.serve.http.tools.formats import HERMES
 
 EPHEMERAL = {"type": "ephemeral"}
 HOUR = {"type": "ephemeral", "ttl": "1h"}
@@ -39,7 +39,7 @@ def text(tag: str, tokens: int) -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 

@@ -7,8 +7,14 @@ import dataclasses
 import pytest
 
 from radixrt.cli import main as cli_main
-from radixrt.config import CacheConfig, ModelConfig, RouterConfig, SchedulerConfig, ServerConfig
-from radixrt.server.args import SERVER_CONFIGS, make_parser, parse_args
+from radixrt.core.config import (
+    CacheConfig,
+    ModelConfig,
+    RouterConfig,
+    SchedulerConfig,
+    ServerConfig,
+)
+from radixrt.serve.http.args import SERVER_CONFIGS, make_parser, parse_args
 
 ISSUE_FLAGS = [
     "--model-path",

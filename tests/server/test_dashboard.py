@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from radixrt.core import FinishKind, FinishReason, SamplingParams
-from radixrt.output.state import ReqOutput
-from radixrt.server.dashboard.recorder import BUCKET_S, DashboardRecorder, quantile
-from radixrt.web.keys import hash_key
+from radixrt.serve.http.dashboard.recorder import BUCKET_S, DashboardRecorder, quantile
+from radixrt.serve.results.state import ReqOutput
+from radixrt.serve.web.keys import hash_key
 
 from .server_proc import start_server
 

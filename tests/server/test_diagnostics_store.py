@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixrt.server.diagnostics import (
+from radixrt.serve.http.diagnostics import (
     Fingerprint,
     FingerprintStore,
     PromptRecord,
@@ -14,8 +14,8 @@ from radixrt.server.diagnostics import (
     diagnose,
     fingerprint,
 )
-from radixrt.server.diagnostics import compare as rule
-from radixrt.server.diagnostics.fingerprint import BLOCK_TOKENS
+from radixrt.serve.http.diagnostics import compare as rule
+from radixrt.serve.http.diagnostics.fingerprint import BLOCK_TOKENS
 
 SYSTEM = "You answer in one word."
 TOOLS = [{"name": "add", "parameters": {"type": "object"}}]

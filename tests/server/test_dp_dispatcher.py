@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from radixrt.config import RouterConfig, ServerConfig
-from radixrt.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
-from radixrt.routing.policy import make_policy
-from radixrt.server.args import parse_args
-from radixrt.server.dp_dispatcher import DataParallelManager, replica_envs
+from radixrt.core.config import RouterConfig, ServerConfig
+from radixrt.core.messages import CacheSummaryReplyMsg, InfoReplyMsg, MissMsg, SubtreeMsg
+from radixrt.serve.http.args import parse_args
+from radixrt.serve.http.dp_dispatcher import DataParallelManager, replica_envs
+from radixrt.serve.placement.policy import make_policy
 
 
 class FakeReplica:

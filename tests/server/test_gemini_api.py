@@ -14,8 +14,8 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from radixrt.server.protocol import Limits
-from radixrt.web.keys import hash_key
+from radixrt.serve.http.protocol import Limits
+from radixrt.serve.web.keys import hash_key
 
 from .server_proc import start_server
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from radixrt.server.api.gemini.protocol import (
+from radixrt.serve.http.api.gemini.protocol import (
     Content,
     FunctionDeclaration,
     GenerateContentRequest,
@@ -25,9 +25,9 @@ from radixrt.server.api.gemini.protocol import (
     prepare_content,
     sampling_dict,
 )
-from radixrt.server.cache_handles import CacheHandle, CacheRegistry
-from radixrt.server.protocol import BadRequestError, Limits, render_chat
-from radixrt.server.tools.formats import HERMES
+from radixrt.serve.http.cache_handles import CacheHandle, CacheRegistry
+from radixrt.serve.http.protocol import BadRequestError, Limits, render_chat
+from radixrt.serve.http.tools.formats import HERMES
 
 SYSTEM = "You answer in one short sentence about geography."
 FACTS = "Facts: " + " ".join(f"City {i} lies on river {i}." for i in range(12))
@@ -102,7 +102,7 @@ def test_generation_config_maps_to_sampling_params() -> None:
 
 
 def test_a_prompt_on_a_cache_starts_with_its_exact_tokens(smollm2_path: Path) -> None:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
     cached = conversation([Content([Part(FACTS)])], Content([Part(SYSTEM)]), [], HERMES)

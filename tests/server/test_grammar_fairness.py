@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 
 from radixrt.grammar.base import GrammarSpec
-from radixrt.server.api.native.routes import add_routes
-from radixrt.server.tenancy import Tenancy
-from radixrt.web.keys import KeyRing, KeyStore
+from radixrt.serve.http.api.native.routes import add_routes
+from radixrt.serve.http.tenancy import Tenancy
+from radixrt.serve.web.keys import KeyRing, KeyStore
 
 from .fake_scheduler import make_app
 

@@ -1,4 +1,4 @@
-"""Key files, identities and namespaces (radixrt/web/keys.py), `radixrt keys`, and the
+"""Key files, identities and namespaces (radixrt/serve/web/keys.py), `radixrt keys`, and the
 scheduler's wait for a shared prefill staying inside a namespace; no server runs here."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from radixrt.core import Req, SamplingParams
 from radixrt.scheduler.admission import shares_uncached_prefix
-from radixrt.web.keys import OPEN, Identity, KeyFileError, KeyRing, KeyStore, hash_key
-from radixrt.web.keys_cli import main as keys_main
+from radixrt.serve.web.keys import OPEN, Identity, KeyFileError, KeyRing, KeyStore, hash_key
+from radixrt.serve.web.keys_cli import main as keys_main
 
 
 def _file(tmp_path: Path, keys: object) -> Path:

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from radixrt.config import ServerConfig
-from radixrt.server.api.context import ApiContext
-from radixrt.server.api.native.routes import add_routes
+from radixrt.core.config import ServerConfig
+from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.api.native.routes import add_routes
 
 from .fake_scheduler import FakeScheduler, make_app
 

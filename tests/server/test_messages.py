@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import msgspec
 import zmq
 
-from radixrt.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core import FinishKind, FinishReason, Req, SamplingParams
-from radixrt.messages import (
+from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
     CacheSummaryReplyMsg,

@@ -8,8 +8,8 @@ import re
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from radixrt.messages import InfoReplyMsg
-from radixrt.server.metrics_spec import SpecCollector, spec_rates
+from radixrt.core.messages import InfoReplyMsg
+from radixrt.serve.http.metrics_spec import SpecCollector, spec_rates
 
 
 def _info(**spec: int) -> InfoReplyMsg:

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from radixrt.server.api.control.routes import add_routes
-from radixrt.server.tenancy import Tenancy
-from radixrt.web.keys import KeyRing, KeyStore
+from radixrt.serve.http.api.control.routes import add_routes
+from radixrt.serve.http.tenancy import Tenancy
+from radixrt.serve.web.keys import KeyRing, KeyStore
 
 from .fake_scheduler import make_app
 

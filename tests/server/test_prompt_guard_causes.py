@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radixrt.server.prompt_guard import PromptGuard
+from radixrt.serve.http.prompt_guard import PromptGuard
 
 
 class _Metrics:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from radixrt.server.prompt_guard import PromptGuard
+from radixrt.serve.http.prompt_guard import PromptGuard
 
 SECRET = "the launch code is 1234"
 SYS = {"role": "system", "content": "You help."}

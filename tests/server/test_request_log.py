@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from radixrt.cli import main as cli_main
-from radixrt.config import ServerConfig
 from radixrt.core import PinSpec, SamplingParams
-from radixrt.output.state import ReqOutput
-from radixrt.server.request_log import BLOCK, RequestLog, open_request_log, prefix_hashes
+from radixrt.core.config import ServerConfig
+from radixrt.serve.http.request_log import BLOCK, RequestLog, open_request_log, prefix_hashes
+from radixrt.serve.results.state import ReqOutput
 
 from .server_proc import start_server
 

@@ -16,7 +16,7 @@ import jsonschema
 import openai
 import pytest
 
-from radixrt.web.keys import hash_key
+from radixrt.serve.web.keys import hash_key
 
 from .server_proc import ServerProcess, start_server
 

@@ -10,17 +10,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from radixrt.server.api.responses.input_items import input_messages
-from radixrt.server.api.responses.prompt import Conversation, build_prompt, plan_pins
-from radixrt.server.api.responses.protocol import ResponsesRequest, check_request
-from radixrt.server.api.responses.store import (
+from radixrt.serve.http.api.responses.input_items import input_messages
+from radixrt.serve.http.api.responses.prompt import Conversation, build_prompt, plan_pins
+from radixrt.serve.http.api.responses.protocol import ResponsesRequest, check_request
+from radixrt.serve.http.api.responses.store import (
     ResponseNotFoundError,
     ResponseStore,
     StoredResponse,
 )
-from radixrt.server.api.responses.tools import tool_plan
-from radixrt.server.protocol import BadRequestError, Limits, decode_body
-from radixrt.server.tools.formats import HERMES
+from radixrt.serve.http.api.responses.tools import tool_plan
+from radixrt.serve.http.protocol import BadRequestError, Limits, decode_body
+from radixrt.serve.http.tools.formats import HERMES
 
 
 def parse(**body: object) -> ResponsesRequest:
@@ -29,7 +29,7 @@ def parse(**body: object) -> ResponsesRequest:
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path: Path):
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 
@@ -75,7 +75,7 @@ def test_what_cannot_be_honoured_is_a_400_naming_the_field(body: dict, named: st
 
 
 def sp_of(req: ResponsesRequest) -> object:
-    from radixrt.server.api.responses.protocol import sampling_dict
+    from radixrt.serve.http.api.responses.protocol import sampling_dict
 
     return sampling_dict(req)
 

@@ -12,14 +12,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from radixrt.server.api.responses.input_items import input_messages
-from radixrt.server.api.responses.output import OutputItems
-from radixrt.server.api.responses.prompt import build_prompt
-from radixrt.server.api.responses.protocol import ResponsesRequest, check_request
-from radixrt.server.api.responses.tools import tool_plan
-from radixrt.server.protocol import BadRequestError, Limits, decode_body
-from radixrt.server.tools import ToolCall, ToolChoice
-from radixrt.server.tools.formats import HERMES
+from radixrt.serve.http.api.responses.input_items import input_messages
+from radixrt.serve.http.api.responses.output import OutputItems
+from radixrt.serve.http.api.responses.prompt import build_prompt
+from radixrt.serve.http.api.responses.protocol import ResponsesRequest, check_request
+from radixrt.serve.http.api.responses.tools import tool_plan
+from radixrt.serve.http.protocol import BadRequestError, Limits, decode_body
+from radixrt.serve.http.tools import ToolCall, ToolChoice
+from radixrt.serve.http.tools.formats import HERMES
 
 WEATHER = {
     "type": "object",
@@ -42,7 +42,7 @@ def parse(**body: Any) -> ResponsesRequest:
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path: Path):
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from radixrt.web.middleware import NOT_STARTED_HEADER
+from radixrt.serve.web.middleware import NOT_STARTED_HEADER
 
 from .server_proc import ServerProcess, start_server
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from radixrt.messages import TierInfoMsg
-from radixrt.server.dp_dispatcher import merge_tiers
+from radixrt.core.messages import TierInfoMsg
+from radixrt.serve.http.dp_dispatcher import merge_tiers
 
 from .server_proc import start_server
 

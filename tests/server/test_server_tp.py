@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from radixrt.engine import Engine
+from radixrt.serve.engine import Engine
 
 from .server_proc import ServerProcess, free_port, start_server
 

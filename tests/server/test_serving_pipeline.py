@@ -15,14 +15,14 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from radixrt.output.delta import OutputDelta
-from radixrt.server.api.context import ApiContext
-from radixrt.server.protocol import decode_body, fit_to_context, to_sampling_params
-from radixrt.server.render import BaseRender, Finished
-from radixrt.server.req_state import ReqState
-from radixrt.server.serving import ServeRequest
-from radixrt.server.tenancy import Tenancy, TooManyRequestsError
-from radixrt.web.keys import Identity
+from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.protocol import decode_body, fit_to_context, to_sampling_params
+from radixrt.serve.http.render import BaseRender, Finished
+from radixrt.serve.http.req_state import ReqState
+from radixrt.serve.http.serving import ServeRequest
+from radixrt.serve.http.tenancy import Tenancy, TooManyRequestsError
+from radixrt.serve.results.delta import OutputDelta
+from radixrt.serve.web.keys import Identity
 
 from .fake_scheduler import make_app
 

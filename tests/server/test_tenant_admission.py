@@ -12,13 +12,13 @@ from typing import Any
 
 import httpx
 
-from radixrt.server import cache_handles
-from radixrt.server.api.caches.routes import add_routes as add_cache_routes
-from radixrt.server.api.context import ApiContext
-from radixrt.server.api.native.routes import add_routes as add_native_routes
-from radixrt.server.request_log import RequestLog
-from radixrt.server.tenancy import Tenancy
-from radixrt.web.keys import KeyRing, KeyStore
+from radixrt.serve.http import cache_handles
+from radixrt.serve.http.api.caches.routes import add_routes as add_cache_routes
+from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.api.native.routes import add_routes as add_native_routes
+from radixrt.serve.http.request_log import RequestLog
+from radixrt.serve.http.tenancy import Tenancy
+from radixrt.serve.web.keys import KeyRing, KeyStore
 
 from .fake_scheduler import FakeScheduler, make_app
 

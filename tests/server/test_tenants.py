@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from radixrt.web.keys import hash_key
+from radixrt.serve.web.keys import hash_key
 
 from .server_proc import start_server
 

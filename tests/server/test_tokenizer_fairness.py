@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 
-from radixrt.server.api.native.routes import add_routes
-from radixrt.server.fair_pool import FairPool
-from radixrt.server.tenancy import Tenancy
-from radixrt.web.keys import KeyRing, KeyStore
+from radixrt.serve.http.api.native.routes import add_routes
+from radixrt.serve.http.fair_pool import FairPool
+from radixrt.serve.http.tenancy import Tenancy
+from radixrt.serve.web.keys import KeyRing, KeyStore
 
 from .fake_scheduler import make_app
 

@@ -9,9 +9,9 @@ import time
 import msgspec
 import pytest
 
-from radixrt.config import ServerConfig
 from radixrt.core import SamplingParams
-from radixrt.messages import (
+from radixrt.core.config import ServerConfig
+from radixrt.core.messages import (
     AbortReqMsg,
     BatchTokenOutMsg,
     ControlErrorMsg,
@@ -21,9 +21,9 @@ from radixrt.messages import (
     ReqOutMsg,
     ToSchedulerMsg,
 )
-from radixrt.server.metrics import NoMetrics
-from radixrt.server.scheduler_queries import SchedulerQueryError
-from radixrt.server.tokenizer_manager import (
+from radixrt.serve.http.metrics import NoMetrics
+from radixrt.serve.http.scheduler_queries import SchedulerQueryError
+from radixrt.serve.http.tokenizer_manager import (
     QueueFullError,
     SchedulerDeadError,
     SchedulerUnavailableError,

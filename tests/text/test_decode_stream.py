@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixrt.text.decode_stream import MAX_PENDING_TOKENS, REPLACEMENT, DecodeStream
+from radixrt.core.text.decode_stream import MAX_PENDING_TOKENS, REPLACEMENT, DecodeStream
 
 
 class ByteTokenizer:

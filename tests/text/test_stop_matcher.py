@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixrt.text.stop_matcher import StopMatch, StopMatcher
+from radixrt.core.text.stop_matcher import StopMatch, StopMatcher
 
 
 def first_match(text: str, stops: list[str]) -> StopMatch | None:

@@ -11,11 +11,11 @@ import re
 import pytest
 
 from radixrt.core import FinishKind, Req, SamplingParams
-from radixrt.output.detokenizer import IncrementalDetokenizer
+from radixrt.core.text.stop_regex import MAX_NFA_NODES, RegexStopMatcher, stop_regex_error
+from radixrt.core.text.stops import stop_matcher
 from radixrt.scheduler.admission import reject_reason
 from radixrt.scheduler.finish import FinishChecker
-from radixrt.text.stop_regex import MAX_NFA_NODES, RegexStopMatcher, stop_regex_error
-from radixrt.text.stops import stop_matcher
+from radixrt.serve.results.detokenizer import IncrementalDetokenizer
 
 PATTERNS = [r"\d+\.", r"ab|b", r"(?i)answer:\s*\w+\n", r"[^a-c]{2}x", r"a.?c", r"\n\n", "é+!"]
 

@@ -11,10 +11,10 @@ import pytest
 
 from radixrt.grammar.base import GrammarSpec
 from radixrt.grammar.token_automaton import TokenAutomaton
-from radixrt.server.protocol import BadRequestError
-from radixrt.server.tools import ToolCall, ToolChoice, ToolPlan, ToolSpec
-from radixrt.server.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL
-from radixrt.server.tools.grammar import auto_call_spec, forced_call_spec
+from radixrt.serve.http.protocol import BadRequestError
+from radixrt.serve.http.tools import ToolCall, ToolChoice, ToolPlan, ToolSpec
+from radixrt.serve.http.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL
+from radixrt.serve.http.tools.grammar import auto_call_spec, forced_call_spec
 
 ADD = ToolSpec(
     "add",
@@ -49,7 +49,7 @@ OPEN = ToolSpec(  # a keyword the regex cannot write: llguidance
 @pytest.fixture(scope="module")
 def backend(smollm2_path: Path) -> Any:
     from radixrt.grammar.auto_backend import AutoBackend
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
     return tok, AutoBackend(tok, len(tok), [tok.eos_token_id])

@@ -9,9 +9,15 @@ import random
 
 import pytest
 
-from radixrt.server.tools import ArgsPiece, CallStart, TextPiece, ToolCall, ToolChoice, ToolPlan
-from radixrt.server.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL, detect_format
-from radixrt.server.tools.parser import ToolCallParser
+from radixrt.serve.http.tools import ArgsPiece, CallStart, TextPiece, ToolCall, ToolChoice, ToolPlan
+from radixrt.serve.http.tools.formats import (
+    CALL_FORMATS,
+    HERMES,
+    LLAMA3_JSON,
+    MISTRAL,
+    detect_format,
+)
+from radixrt.serve.http.tools.parser import ToolCallParser
 
 NAMES = {"get_weather", "add"}
 

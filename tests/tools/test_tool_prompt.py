@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from radixrt.config import TOOL_CALL_FORMATS
-from radixrt.server.protocol import Limits
-from radixrt.server.tools import CALL_FORMATS, ToolCall, ToolPlan, ToolSpec, render_tool_chat
-from radixrt.server.tools.formats import HERMES, format_for, template_takes_tools
+from radixrt.core.config import TOOL_CALL_FORMATS
+from radixrt.serve.http.protocol import Limits
+from radixrt.serve.http.tools import CALL_FORMATS, ToolCall, ToolPlan, ToolSpec, render_tool_chat
+from radixrt.serve.http.tools.formats import HERMES, format_for, template_takes_tools
 
 LIMITS = Limits(context_length=4096, max_total_tokens=8192, vocab_size=49152)
 TOOLS = (ToolSpec("add", "Add two integers", {"type": "object", "properties": {}}),)
@@ -34,7 +34,7 @@ TURNS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.models.loader import load_tokenizer
+    from radixrt.model.families.loader import load_tokenizer
 
     return load_tokenizer(smollm2_path)
 

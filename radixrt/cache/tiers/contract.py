@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from radixrt.cache.tree_node import TreeNode
-from radixrt.messages import TierInfoMsg as TierInfo  # one tier's figures, sent as is
+from radixrt.core.messages import TierInfoMsg as TierInfo  # one tier's figures, sent as is
 
 
 @dataclass(slots=True)

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable
 
 from radixrt.cache.kv_manager import KVCacheManager
-from radixrt.config import SchedulerConfig
 from radixrt.core import Req
+from radixrt.core.config import SchedulerConfig
 from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, NoDrafter
 from radixrt.scheduler.speculative.speculation import Speculation

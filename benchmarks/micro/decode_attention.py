@@ -1,0 +1,89 @@
+"""Decode attention per ISA variant: radixrt's C kernel against the torch path it replaces
+(the torch_native backend's gather with its own cascade plan), shared and unshared batches.
+
+    python -m benchmarks.micro.decode_attention [--isas avx512 avx2 portable] [--json OUT]
+
+Each variant runs in its own child process (RADIXRT_CPU_ISA is read when the library loads);
+kernel and torch alternate within it. Prints the median ms per layer of each case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# (label, requests, keys per request, of them shared by all requests)
+CASES = (
+    ("4 x 554 shared", 4, 554, 530),
+    ("16 x 554 shared", 16, 554, 530),
+    ("16 x 4000 shared", 16, 4000, 3976),
+    ("8 x 256 shared", 8, 256, 232),
+    ("16 x 554 unshared", 16, 554, 0),
+    ("16 x 4000 unshared", 16, 4000, 0),
+)
+HEADS = (9, 3, 64)  # query heads, KV heads, head dim (SmolLM2-135M)
+ROUNDS, CALLS = 9, 10
+
+
+def _case(b: int, n: int, shared: int) -> dict[str, float]:
+    """Median ms per call of the kernel and of torch on one batch (this process's variant)."""
+    import torch
+
+    from radixrt.model.cpu.timing import decode_attention_pair
+
+    kern, ref, _ = decode_attention_pair(*HEADS, shared, b, n)
+    times: dict[str, list[float]] = {"kernel": [], "torch": []}
+    with torch.inference_mode():
+        kern(), ref()
+        for _ in range(ROUNDS):
+            for name, fn in (("kernel", kern), ("torch", ref)):
+                t0 = time.perf_counter()
+                for _ in range(CALLS):
+                    fn()
+                times[name].append((time.perf_counter() - t0) / CALLS * 1e3)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _child() -> None:
+    from radixrt.model.cpu import kernels as ck
+
+    out = {"isa": ck.isa(), "cases": {c[0]: _case(*c[1:]) for c in CASES}}
+    print(json.dumps(out))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from radixrt.model.cpu import build
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--isas", nargs="+", default=list(build.supported_isas()))
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    results = []
+    for isa in args.isas:
+        env = {**os.environ, "RADIXRT_CPU_ISA": isa}
+        cmd = [sys.executable, "-m", "benchmarks.micro.decode_attention", "--child"]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{build.cpu_model()}; ms per layer, {HEADS[0]}/{HEADS[1]} heads, d {HEADS[2]}")
+    print("| variant | " + " | ".join(c[0] for c in CASES) + " |")
+    print("|---|" + "---|" * len(CASES))
+    for r in results:
+        cells = [
+            f"{r['cases'][c[0]]['kernel']:.3g} / {r['cases'][c[0]]['torch']:.3g}" for c in CASES
+        ]
+        print(f"| {r['isa']}: kernel / torch | " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--child"]:
+        _child()
+    else:
+        main()

@@ -1,0 +1,22 @@
+"""The values the configs accept for their enumerated fields (the CLI lists them too)."""
+
+from __future__ import annotations
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+# The KV pool's element type; auto: the activations' dtype (float32 on the CPU).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16")
+# radixrt/model/cpu/guard.py: auto times each C kernel against torch once per machine
+# and keeps the faster.
+CPU_KERNEL_MODES = ("auto", "on", "off")
+# Weight-only quantization at load, from float checkpoints
+# (CPU kernels; radixrt/model/cpu/layers.py).
+QUANTIZATIONS = ("int8",)
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the
+# default.
+GRAMMAR_BACKEND_NAMES = ("auto", "llguidance", "outlines")
+# How the model writes tool calls (radixrt/serve/http/tools/formats.py; a test keeps the two
+# equal); auto: the format the chat template shows, Hermes when it shows none.
+TOOL_CALL_FORMATS = ("auto", "hermes", "llama3_json", "mistral")

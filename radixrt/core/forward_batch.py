@@ -1,0 +1,104 @@
+"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+    from radixrt.model.attention.base import BaseAttnBackend
+
+
+class ForwardMode(enum.Enum):
+    EXTEND = "extend"  # any mix of prefill chunks and single-token steps
+    DECODE = "decode"  # every request computes exactly one token after a non-empty prefix
+
+
+@dataclass
+class ForwardBatch:
+    """Packed (ragged) batch: B requests, T = sum(extend_seq_lens) new tokens, no padding.
+
+    Request i computes tokens at positions extend_prefix_lens[i] .. seq_lens[i]-1; their new
+    K/V go to out_loc[extend_start_loc[i] : extend_start_loc[i] + extend_seq_lens[i]], and
+    req_to_token[req_pool_indices[i], :seq_lens[i]] already lists every slot it attends to.
+    """
+
+    mode: ForwardMode
+    batch_size: int
+    input_ids: torch.Tensor  # (T,) int64
+    positions: torch.Tensor  # (T,) int64
+    out_loc: torch.Tensor  # (T,) int64 KV slots for the new tokens
+    req_pool_indices: torch.Tensor  # (B,) int64
+    seq_lens: torch.Tensor  # (B,) int64: prefix + extend
+    extend_prefix_lens: torch.Tensor  # (B,) int64
+    extend_seq_lens: torch.Tensor  # (B,) int64
+    extend_start_loc: torch.Tensor  # (B,) int64
+    # Host copies, for backends and loops that need Python ints.
+    seq_lens_cpu: list[int]
+    extend_prefix_lens_cpu: list[int]
+    extend_seq_lens_cpu: list[int]
+    # Rows of the packed hidden states whose logits are wanted: (N,) int64.
+    logits_indices: torch.Tensor
+    req_to_token_pool: ReqToTokenPool
+    token_to_kv_pool: TokenToKVPool
+    attn_backend: BaseAttnBackend
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        input_ids: list[int],
+        out_loc: torch.Tensor,
+        req_pool_indices: list[int],
+        prefix_lens: list[int],
+        extend_lens: list[int],
+        logits_indices: list[int],
+        req_to_token_pool: ReqToTokenPool,
+        token_to_kv_pool: TokenToKVPool,
+        attn_backend: BaseAttnBackend,
+        device: torch.device,
+    ) -> ForwardBatch:
+        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1."""
+        batch_size = len(extend_lens)
+        seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
+        positions: list[int] = []
+        starts: list[int] = []
+        for p, e in zip(prefix_lens, extend_lens):
+            starts.append(len(positions))
+            positions.extend(range(p, p + e))
+        is_decode = all(e == 1 and p > 0 for p, e in zip(prefix_lens, extend_lens))
+
+        # One host-to-device copy for all eight index lists (each a blocking copy on CUDA);
+        # the fields are views of its pieces.
+        lists = (input_ids, positions, req_pool_indices, seq_lens, prefix_lens, extend_lens,
+                 starts, logits_indices)  # fmt: skip
+        flat = torch.tensor([v for x in lists for v in x], dtype=torch.int64).to(device)
+        ids, pos, rows, lens, prefix, extend, start, logits = flat.split([len(x) for x in lists])
+
+        return cls(
+            mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
+            batch_size=batch_size,
+            input_ids=ids,
+            positions=pos,
+            out_loc=out_loc.to(device=device, dtype=torch.int64),
+            req_pool_indices=rows,
+            seq_lens=lens,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=extend,
+            extend_start_loc=start,
+            seq_lens_cpu=seq_lens,
+            extend_prefix_lens_cpu=list(prefix_lens),
+            extend_seq_lens_cpu=list(extend_lens),
+            logits_indices=logits,
+            req_to_token_pool=req_to_token_pool,
+            token_to_kv_pool=token_to_kv_pool,
+            attn_backend=attn_backend,
+        )

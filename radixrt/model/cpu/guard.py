@@ -1,0 +1,160 @@
+"""Which of radixrt's C kernels a model runs (`--cpu-kernels`, ModelConfig.cpu_kernels).
+
+"off" runs torch ops; "on" every kernel the library has; "auto" (the default) times each
+kernel against the torch op it replaces on the model's own shapes and keeps the faster, so
+that on no machine do the kernels make a model slower than torch. Linear layers are judged
+twice, at decode sizes (at most DECODE_ROWS rows) and at prefill sizes, and may run the
+kernel for one and torch for the other. A kernel is kept unless torch beats it by more than
+TIE (the kernels are what lets a decode layer run as one fused call).
+
+The timings run once per machine: the plan is kept as JSON under
+$RADIXRT_CACHE/kernels/plans/, keyed by the CPU's model and flags, the library's variant and
+build, torch's version and thread count, and the shapes (`plan_path`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from radixrt.model.cpu import build as cpu_build
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.timing import Shapes, time_ops
+
+logger = logging.getLogger("radixrt")
+
+MODES = ("auto", "on", "off")
+DECODE_ROWS = 16  # a linear call with at most this many rows is decode-sized
+TIE = 1.05
+PLAN_VERSION = 2  # 2: decode attention also timed on a batch sharing a prefix
+OPS = (
+    "linear_decode",
+    "linear_prefill",
+    "rmsnorm",
+    "silu_mul",
+    "rotary",
+    "decode_attention",
+    "extend_attention",
+)
+LINEAR_OPS = frozenset({"linear_decode", "linear_prefill"})
+# What a decoder layer needs to run its decode steps as one C call (fused_layer.py).
+FUSED_DECODE_OPS = frozenset({"linear_decode", "rmsnorm", "silu_mul", "rotary", "decode_attention"})
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The ops that run on the kernels (a subset of OPS) and the library variant they use.
+    `KernelPlan()` is the plan of "off": every op on torch."""
+
+    isa: str = "none"
+    kernels: frozenset[str] = frozenset()
+    # Per timed op: (kernel, torch) seconds, as measured ("auto" only).
+    timings: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
+
+    def uses(self, op: str) -> bool:
+        return op in self.kernels
+
+    @property
+    def any(self) -> bool:
+        return bool(self.kernels)
+
+    @property
+    def fuses_decode_layers(self) -> bool:
+        return FUSED_DECODE_OPS <= self.kernels
+
+    def summary(self) -> str:
+        """One line: the ISA and which ops run on which path."""
+        if not self.kernels:
+            return "CPU kernels off: every op on torch"
+        on = [op for op in OPS if op in self.kernels]
+        off = [op for op in OPS if op not in self.kernels]
+        speed = [
+            f"{op} {t_torch / t_kernel:.2f}x"
+            for op, (t_kernel, t_torch) in self.timings.items()
+            if t_kernel > 0
+        ]
+        line = f"CPU kernels ({self.isa}, {cpu_build.cpu_model()}): kernels for {', '.join(on)}"
+        line += f"; torch for {', '.join(off)}" if off else ""
+        return line + (f" (kernel speed-up over torch: {', '.join(speed)})" if speed else "")
+
+
+def plan_for(mode: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> KernelPlan:
+    """The plan of `mode` for a model of these shapes (the library must be available); the
+    ops in `fixed` run on the kernels whatever the mode (int8 linear layers: there is no
+    torch op to time them against)."""
+    if mode not in MODES:
+        raise ValueError(f"cpu_kernels must be one of {MODES}, got {mode!r}")
+    if mode == "off":  # (ModelConfig refuses int8, the one user of `fixed`, with "off")
+        return KernelPlan()
+    isa = ck.isa()
+    ops = frozenset(OPS) if ck.has_extend_attention() else frozenset(OPS) - {"extend_attention"}
+    if mode == "on":
+        return KernelPlan(isa, ops)
+    path = plan_path(isa, shapes, fixed)
+    cached = _read(path, ops)
+    if cached is not None:
+        return cached
+    t0 = time.perf_counter()
+    timings = time_ops(shapes, ops - fixed, DECODE_ROWS)
+    kept = frozenset(op for op, (tk, tt) in timings.items() if tk <= tt * TIE) | fixed
+    plan = KernelPlan(isa, kept, timings)
+    _write(path, plan)
+    logger.info("CPU kernels timed against torch in %.1f s: %s", time.perf_counter() - t0, path)
+    return plan
+
+
+def plan_path(isa: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> Path:
+    """Where the plan for this machine, library, torch and model shapes is kept."""
+    cc = cpu_build.compiler() or ""
+    key = {
+        "version": PLAN_VERSION,
+        "cpu": cpu_build.cpu_model(),
+        "flags": cpu_build.cpu_flags(),
+        "library": cpu_build.library_path(cc, isa).name,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "shapes": shapes.key(),
+        "fixed": sorted(fixed),
+        "decode_rows": DECODE_ROWS,
+        "tie": TIE,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
+    return cache / "kernels" / "plans" / f"{isa}-{digest}.json"
+
+
+def _read(path: Path, ops: frozenset[str]) -> KernelPlan | None:
+    """The plan kept at `path`, or None when there is none or it is unreadable."""
+    try:
+        data = json.loads(path.read_text())
+        kernels = frozenset(data["kernels"])
+        timings = {op: (float(t[0]), float(t[1])) for op, t in data["timings"].items()}
+        isa = str(data["isa"])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    if not kernels <= ops:
+        return None
+    return KernelPlan(isa, kernels, timings)
+
+
+def _write(path: Path, plan: KernelPlan) -> None:
+    data = {
+        "isa": plan.isa,
+        "kernels": sorted(plan.kernels),
+        "timings": {op: list(t) for op, t in plan.timings.items()},
+        "cpu": cpu_build.cpu_model(),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)  # readers never see a partial file
+    except OSError as e:  # an unwritable cache costs a re-measurement next start, no more
+        logger.warning("could not keep the CPU kernel plan at %s: %s", path, e)

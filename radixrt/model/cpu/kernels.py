@@ -1,0 +1,359 @@
+"""float32 CPU kernels (csrc/cpu) behind torch-tensor functions, with their torch references.
+
+Every function here expects CPU float32 activations whose rows are contiguous (stride(-1) == 1;
+a linear layer's packed weight may also be bfloat16 or int8, a KV pool bfloat16);
+callers check `available()` once and keep to that layout. Each `*_ref` function is the torch
+definition the kernel is tested against (tests/kernels/test_cpu_kernels.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from radixrt.model.cpu.build import build_error, get_cpu_lib
+
+__all__ = [
+    "available",
+    "build_error",
+    "decode_attention",
+    "decode_attention_ref",
+    "extend_attention",
+    "extend_attention_ref",
+    "has_extend_attention",
+    "isa",
+    "linear",
+    "pack_weight",
+    "pack_weight_bf16",
+    "unpack_weight_bf16",
+    "pack_weight_int8",
+    "unpack_weight",
+    "rmsnorm_",
+    "rotary_",
+    "silu_mul",
+]
+
+PANEL = 32  # output columns per packed panel (NR in gemm.c)
+
+
+def available() -> bool:
+    """True when the library builds (or is cached) and loads on this machine."""
+    return get_cpu_lib() is not None
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (RuntimeError naming the reason when it is unavailable)."""
+    loaded = get_cpu_lib()
+    if loaded is None:
+        raise RuntimeError(f"radixrt CPU kernels unavailable: {build_error()}")
+    return loaded
+
+
+def _rows(t: torch.Tensor, name: str) -> None:
+    if t.dtype != torch.float32 or t.device.type != "cpu" or t.stride(-1) != 1:
+        raise ValueError(
+            f"{name} must be a CPU float32 tensor with contiguous rows, "
+            f"got {t.dtype} on {t.device} with strides {t.stride()}"
+        )
+
+
+def pack_weight(w: torch.Tensor) -> torch.Tensor:
+    """(ceil(N/32), K, 32) packed copy of a float32 weight w (N, K); see gemm.c."""
+    w = w.detach().to(torch.float32).contiguous()
+    n, k = w.shape
+    out = torch.empty((n + PANEL - 1) // PANEL, k, PANEL, dtype=torch.float32)
+    lib().rt_pack_f32(w.data_ptr(), n, k, out.data_ptr())
+    return out
+
+
+def pack_weight_bf16(w: torch.Tensor) -> torch.Tensor:
+    """A weight w (N, K) rounded to bfloat16 (nearest even, as `w.bfloat16()` rounds) and
+    packed, 1-D, in the loaded variant's layout: panels as pack_weight's, or AMX tiles (the
+    "amx" variant; see gemm.c and gemm_amx.c). Use it only with the library that packed it."""
+    w = w.detach().to(torch.float32).contiguous()
+    n, k = w.shape
+    out = torch.empty(lib().rt_bf16_packed_size(n, k), dtype=torch.bfloat16)
+    lib().rt_pack_bf16(w.data_ptr(), n, k, out.data_ptr())
+    return out
+
+
+def unpack_weight_bf16(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """The (n, k) float32 values of a pack_weight_bf16 weight."""
+    if packed.dtype != torch.bfloat16 or packed.numel() != lib().rt_bf16_packed_size(n, k):
+        raise ValueError(f"not a bfloat16 weight of ({n}, {k}) packed by this library")
+    w = torch.empty(n, k, dtype=torch.float32)
+    lib().rt_unpack_bf16(packed.data_ptr(), n, k, w.data_ptr())
+    return w
+
+
+def pack_weight_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weight-only int8 of a float weight w (N, K): the packed int8 values (ceil(N/32), K, 32)
+    and one float32 scale per output column (ceil(N/32) * 32,), max |w[n]| / 127, so that
+    w[n, k] ~= q[n, k] * scale[n] with q = round(w / scale) in [-127, 127]; see gemm.c."""
+    w = w.detach().to(torch.float32).contiguous()
+    n, k = w.shape
+    panels = (n + PANEL - 1) // PANEL
+    out = torch.empty(panels, k, PANEL, dtype=torch.int8)
+    scale = torch.empty(panels * PANEL, dtype=torch.float32)
+    lib().rt_pack_q8(w.data_ptr(), n, k, out.data_ptr(), scale.data_ptr())
+    return out, scale
+
+
+def unpack_weight(packed: torch.Tensor, n: int, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The (n, K) float32 weight a packed one stands for (int8 values times their scales)."""
+    w = packed.permute(0, 2, 1).reshape(-1, packed.shape[1])[:n].to(torch.float32)
+    return w if scale is None else w * scale[:n, None]
+
+
+def linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    n: int,
+    bias: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x (M, K) @ W^T + bias -> (M, n), W (n, K) given as pack_weight(W), pack_weight_bf16(W)
+    or pack_weight_int8(W) (int8 `packed` with its `scale`); float32 arithmetic throughout."""
+    _rows(x, "x")
+    m, k = x.shape
+    y = torch.empty(m, n, dtype=torch.float32)
+    bias_ptr = None if bias is None else bias.data_ptr()
+    if packed.dtype == torch.int8:
+        if scale is None:
+            raise ValueError("an int8 packed weight needs its scale")
+        lib().rt_linear_q8(
+            x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), scale.data_ptr(), n, bias_ptr,
+            y.data_ptr(), n,
+        )  # fmt: skip
+        return y
+    if packed.dtype == torch.bfloat16:
+        if packed.numel() != lib().rt_bf16_packed_size(n, k):
+            raise ValueError(f"not a bfloat16 weight of ({n}, {k}) packed by this library")
+        lib().rt_linear_bf16(
+            x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n
+        )
+        return y
+    lib().rt_linear_f32(
+        x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n
+    )
+    return y
+
+
+def rmsnorm_(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> None:
+    """In place on x (T, H): with residual, residual += x then x = rmsnorm(residual) * weight;
+    without, x = rmsnorm(x) * weight."""
+    _rows(x, "x")
+    t, h = x.shape
+    r_ptr, r_ld = (None, 0) if residual is None else (residual.data_ptr(), residual.stride(0))
+    lib().rt_rmsnorm_f32(x.data_ptr(), x.stride(0), r_ptr, r_ld, weight.data_ptr(), t, h, eps)
+
+
+def rotary_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, d: int) -> None:
+    """Rotate-half rotary in place on q (T, Hq*d) and k (T, Hk*d) (views with contiguous
+    rows, e.g. slices of one qkv tensor) by cos, sin (T, d) float32."""
+    t = q.shape[0]
+    lib().rt_rotary_f32(
+        q.data_ptr(),
+        q.stride(0),
+        q.shape[1] // d,
+        k.data_ptr(),
+        k.stride(0),
+        k.shape[1] // d,
+        cos.data_ptr(),
+        sin.data_ptr(),
+        cos.stride(0),
+        t,
+        d,
+    )
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate_up[:, :I]) * gate_up[:, I:] -> (T, I)."""
+    _rows(gate_up, "gate_up")
+    t, two_i = gate_up.shape
+    out = torch.empty(t, two_i // 2, dtype=torch.float32)
+    lib().rt_silu_mul_f32(
+        gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), two_i // 2, t, two_i // 2
+    )
+    return out
+
+
+# The attention kernels' name suffix per KV pool dtype (csrc/cpu/kv.h).
+KV_SUFFIX = {torch.float32: "", torch.bfloat16: "_kvbf16"}
+
+
+def kv_suffix(k_buf: torch.Tensor, v_buf: torch.Tensor) -> str:
+    """Which build of the attention kernels reads this pool (ValueError for another dtype)."""
+    if k_buf.dtype != v_buf.dtype or k_buf.dtype not in KV_SUFFIX:
+        raise ValueError(
+            f"the CPU attention kernels read float32 or bfloat16 KV, got {k_buf.dtype} and "
+            f"{v_buf.dtype}"
+        )
+    return KV_SUFFIX[k_buf.dtype]
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_new: torch.Tensor | None,
+    v_new: torch.Tensor | None,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    out_loc: torch.Tensor | None,
+    req_to_token: torch.Tensor,
+    rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Store k_new, v_new (B, Hkv*D) at slots out_loc (B,) int64 of k_buf, v_buf (S, Hkv, D),
+    then attend q (B, Hq*D) over req_to_token[rows[i], :seq_lens[i]] (int32 table; rows and
+    seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]. With k_new,
+    v_new and out_loc None the new K/V are in the pool already: nothing is stored. A bfloat16
+    pool stores k_new, v_new rounded to nearest even and is widened as it is read."""
+    fn = getattr(lib(), "rt_decode_attention_f32" + kv_suffix(k_buf, v_buf))
+    b, hq_d = q.shape
+    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    if (k_new is None) != (v_new is None) or (k_new is None) != (out_loc is None):
+        raise ValueError("k_new, v_new and out_loc come together (or all None)")
+    # One row stride serves both (it is never used for a single row).
+    if (
+        k_new is not None
+        and v_new is not None
+        and (
+            k_new.stride(-1) != 1
+            or v_new.stride(-1) != 1
+            or (b > 1 and k_new.stride() != v_new.stride())
+        )
+    ):
+        raise ValueError("k_new and v_new must share one layout")
+    out = torch.empty(b, hq_d, dtype=torch.float32)
+    fn(
+        q.data_ptr(),
+        q.stride(0),
+        0 if k_new is None else k_new.data_ptr(),
+        0 if v_new is None else v_new.data_ptr(),
+        0 if k_new is None else k_new.stride(0),
+        k_buf.data_ptr(),
+        v_buf.data_ptr(),
+        0 if out_loc is None else out_loc.data_ptr(),
+        req_to_token.data_ptr(),
+        req_to_token.stride(0),
+        rows.data_ptr(),
+        seq_lens.data_ptr(),
+        out.data_ptr(),
+        hq_d,
+        b,
+        hq_d // d,
+        hkv,
+        d,
+        scale,
+    )
+    return out
+
+
+def isa() -> str:
+    """The vector ISA of the loaded library: "amx", "avx512", "avx2" or "portable"."""
+    return lib().rt_isa().decode()
+
+
+def has_extend_attention() -> bool:
+    """True when the library has a vector extend-attention path (every variant but the
+    portable one, which answers -2 and leaves the extends to torch)."""
+    return isa() != "portable"
+
+
+def extend_attention(
+    q: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    slots: torch.Tensor,
+    prefix_len: int,
+    scale: float,
+    out: torch.Tensor,
+    window: int = 0,
+) -> None:
+    """Causal attention of one request's new rows q (e, Hq*D) or (e, Hq, D), heads of each row
+    contiguous, at positions prefix_len .. prefix_len+e-1 over the K/V at slots[:prefix_len+e]
+    (int32, contiguous) of k_buf, v_buf (S, Hkv, D), which already hold the new tokens; with
+    `window` > 0 row i sees only the keys prefix_len+i-window+1 .. prefix_len+i. Writes out
+    (e, Hq*D) rows. k_buf, v_buf float32 or bfloat16 (widened as they are read)."""
+    fn_name = "rt_extend_attention_f32" + kv_suffix(k_buf, v_buf)
+    e = q.shape[0]
+    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
+        raise ValueError("slots must be contiguous int32 covering every key")
+    hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows
+    rc = getattr(lib(), fn_name)(
+        q.data_ptr(),
+        q.stride(0),
+        k_buf.data_ptr(),
+        v_buf.data_ptr(),
+        slots.data_ptr(),
+        prefix_len,
+        e,
+        out.data_ptr(),
+        out.stride(0),
+        hq,
+        hkv,
+        d,
+        scale,
+        window,
+    )
+    if rc != 0:
+        raise RuntimeError(f"{fn_name} failed ({rc})")
+
+
+# ---- torch references ----------------------------------------------------------------------
+
+
+def decode_attention_ref(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    out_loc: torch.Tensor,
+    req_to_token: torch.Tensor,
+    rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """What `decode_attention` computes, one request at a time with SDPA (a bfloat16 pool
+    stores k_new, v_new rounded and is read widened to float32)."""
+    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    k_buf[out_loc] = k_new.reshape(-1, hkv, d).to(k_buf.dtype)
+    v_buf[out_loc] = v_new.reshape(-1, hkv, d).to(v_buf.dtype)
+    outs = []
+    for i in range(q.shape[0]):
+        slots = req_to_token[rows[i], : seq_lens[i]].long()
+        kk, vv = k_buf[slots].float().transpose(0, 1), v_buf[slots].float().transpose(0, 1)
+        qi = q[i].view(-1, 1, d)  # (Hq, 1, D)
+        o = F.scaled_dot_product_attention(qi, kk, vv, scale=scale, enable_gqa=True)
+        outs.append(o.reshape(-1))
+    return torch.stack(outs)
+
+
+def extend_attention_ref(
+    q: torch.Tensor,
+    k_buf: torch.Tensor,
+    v_buf: torch.Tensor,
+    slots: torch.Tensor,
+    prefix_len: int,
+    scale: float,
+    window: int = 0,
+) -> torch.Tensor:
+    """What `extend_attention` computes, with SDPA and an explicit causal (windowed) mask."""
+    e, d = q.shape[0], k_buf.shape[2]
+    idx = slots[: prefix_len + e].long()
+    kk, vv = k_buf[idx].float().transpose(0, 1), v_buf[idx].float().transpose(0, 1)
+    qq = q.view(e, -1, d).transpose(0, 1)  # (Hq, e, D)
+    keys = torch.arange(prefix_len + e)
+    pos = (prefix_len + torch.arange(e))[:, None]
+    mask = keys[None, :] <= pos
+    if window:
+        mask &= keys[None, :] > pos - window
+    o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=scale, enable_gqa=True)
+    return o.transpose(0, 1).reshape(e, -1)

@@ -1,0 +1,166 @@
+"""float32 CPU versions of the model's layers, running radixrt's C kernels (csrc/cpu); linear
+layers may hold their weights as float32, bfloat16 or int8.
+
+`use_cpu_kernels(model, plan)` swaps, after the weights are loaded, every nn.Linear, RMSNorm,
+GatedActivation("silu") and QKVRotary whose op the plan (guard.py) runs on the kernels for the
+module below that computes the same thing with them; everything else (embedding,
+tensor-parallel layers, attention) stays. The swap is all or nothing per module type, so the
+forward code has no per-call switches, except PackedLinear's one choice by row count where
+the plan keeps the kernel for decode sizes and torch for prefill sizes (or the reverse).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.guard import DECODE_ROWS, OPS, KernelPlan
+from radixrt.model.layers.activation import GatedActivation
+from radixrt.model.layers.norm import RMSNorm
+from radixrt.model.layers.rotary import QKVRotary
+
+# The packed weight types of PackedLinear (`weights`).
+WEIGHT_TYPES = ("float32", "bfloat16", "int8")
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b with W (out, in) stored packed for the C GEMM, in float32 activations.
+    `weights` is the packed panels' type: "float32" (pack_weight), "bfloat16"
+    (pack_weight_bf16: half the bytes, widened in registers) or "int8" (pack_weight_int8:
+    weight-only int8 with one scale per output column; always the kernel, whatever the sizes).
+
+    `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
+    the other size runs torch on an (out, in) copy of the weight, kept only then (else the
+    packed copy is the only one: loading is over when this is made). With bfloat16 weights
+    that copy is bfloat16 too and torch's matmul takes x rounded to bfloat16 (AMX tiles or
+    avx512_bf16 where the CPU has them), its float32 accumulation widened back; with neither
+    size on the kernel no panels are kept at all."""
+
+    def __init__(
+        self,
+        linear: nn.Linear,
+        small: bool = True,
+        large: bool = True,
+        weights: str = "float32",
+    ) -> None:
+        super().__init__()
+        if weights not in WEIGHT_TYPES:
+            raise ValueError(f"weights must be one of {WEIGHT_TYPES}, got {weights!r}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weights = weights
+        self.small, self.large = (True, True) if weights == "int8" else (small, large)
+        packed = scale = None
+        if weights == "int8":
+            packed, scale = ck.pack_weight_int8(linear.weight)
+        elif weights == "bfloat16" and (self.small or self.large):
+            packed = ck.pack_weight_bf16(linear.weight)
+        elif weights == "float32":
+            packed = ck.pack_weight(linear.weight)
+        self.register_buffer("packed", packed, persistent=False)
+        self.register_buffer("scale", scale, persistent=False)
+        bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.register_buffer("bias", bias, persistent=False)
+        weight = None
+        if not (self.small and self.large):
+            weight = linear.weight.detach()
+            weight = weight.to(torch.bfloat16) if weights == "bfloat16" else weight.float()
+        self.register_buffer("weight", weight, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if not (self.small if x2.shape[0] <= DECODE_ROWS else self.large):
+            return self._torch(x)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        y = ck.linear(x2, self.packed, self.out_features, self.bias, self.scale)
+        return y.view(*lead, self.out_features)
+
+    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        assert w is not None
+        if w.dtype == torch.float32:
+            return F.linear(x, w, self.bias)
+        y = F.linear(x.to(w.dtype), w).float()
+        return y if self.bias is None else y.add_(self.bias)
+
+
+class CpuRMSNorm(nn.Module):
+    """RMSNorm with the fused residual add; with a residual, x and residual are updated in
+    place (the decoder layers own both and use neither afterwards)."""
+
+    def __init__(self, norm: RMSNorm) -> None:
+        super().__init__()
+        self.weight = norm.weight
+        self.variance_epsilon = norm.variance_epsilon
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            out = x.contiguous().clone()  # x may also be the caller's residual: not in place
+            ck.rmsnorm_(out, self.weight, self.variance_epsilon)
+            return out
+        x, residual = x.contiguous(), residual.contiguous()
+        ck.rmsnorm_(x, self.weight, self.variance_epsilon, residual)
+        return x, residual
+
+
+class CpuSiluMul(nn.Module):
+    """silu(gate) * up in one pass over gate_up (T, 2I)."""
+
+    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return ck.silu_mul(gate_up.contiguous())
+
+
+class CpuQKVRotary(nn.Module):
+    """QKVRotary rotating q and k in place inside the fresh qkv projection output."""
+
+    def __init__(self, rotary: QKVRotary) -> None:
+        super().__init__()
+        self.head_dim, self.sizes = rotary.head_dim, rotary.sizes
+
+    def forward(
+        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = qkv.split(self.sizes, dim=-1)
+        ck.rotary_(q, k, cos, sin, self.head_dim)
+        return q, k, v
+
+
+def _swap(module: nn.Module, plan: KernelPlan, weights: str) -> nn.Module | None:
+    kind = type(module)
+    if kind is nn.Linear:
+        small, large = plan.uses("linear_decode"), plan.uses("linear_prefill")
+        if weights == "float32" and not (small or large):
+            return None  # torch's own layer, as loaded
+        return PackedLinear(module, small, large, weights)  # type: ignore[arg-type]
+    if kind is RMSNorm and plan.uses("rmsnorm"):
+        return CpuRMSNorm(module)  # type: ignore[arg-type]
+    if kind is GatedActivation and module.name == "silu" and plan.uses("silu_mul"):  # type: ignore[attr-defined]
+        return CpuSiluMul()
+    if kind is QKVRotary and module.rotary_dim == module.head_dim and plan.uses("rotary"):  # type: ignore[attr-defined]
+        return CpuQKVRotary(module)  # type: ignore[arg-type]
+    return None
+
+
+def use_cpu_kernels(
+    model: nn.Module, plan: KernelPlan | None = None, weights: str = "float32"
+) -> int:
+    """Swap the model's layers for their kernel versions in place as `plan` says (None: every
+    kernel); with `weights` "int8" or "bfloat16" every nn.Linear is converted here, from the
+    loaded float32 weights (int8: weight-only, always on the kernel; bfloat16: on the kernel
+    or on torch's bfloat16 matmul per size, as the plan says). Returns how many were swapped.
+    The model must be float32 on the CPU with its weights loaded."""
+    plan = plan or KernelPlan(ck.isa(), frozenset(OPS))
+    swaps = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            new = _swap(child, plan, weights)
+            if new is not None:
+                swaps.append((parent, name, new))
+    for parent, name, new in swaps:
+        setattr(parent, name, new)
+    return len(swaps)

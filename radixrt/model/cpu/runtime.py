@@ -1,0 +1,134 @@
+"""Process set-up for a model on the CPU: radixrt's C kernels and the C heap's reuse policy.
+
+A CPU forward pass allocates its activations fresh every layer: at 2048 tokens a layer's
+outputs are 5-25 MB each. glibc serves blocks above its mmap threshold (dynamic, from 128
+KiB) with fresh mappings and returns them on free, so every pass page-faults and zeroes its
+activations again: 10^4-10^5 page faults and 5-35% of a prefill's time measured here.
+`keep_freed_memory` raises the threshold to glibc's maximum so those blocks come from the
+heap (or the model thread's arena) and are reused; the heap keeps up to TRIM_THRESHOLD of
+free memory at its top. Measured on a 2048-token prefill: 2-30 x 10^4 page faults per
+request before, none after, whether the model runs in the main thread (the scheduler
+process) or in an Engine's scheduler thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from radixrt.core.config import ModelConfig
+
+if TYPE_CHECKING:
+    from radixrt.model.cpu.guard import KernelPlan
+
+logger = logging.getLogger(__name__)
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit
+TRIM_THRESHOLD = 256 << 20
+
+_kept = False
+
+
+def keep_freed_memory() -> bool:
+    """Set glibc's mmap and trim thresholds for this process (once); False where the C
+    library has no `mallopt` (not glibc) or refuses a value."""
+    global _kept
+    if _kept:
+        return True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    _kept = all([bool(mallopt(param, value)) for param, value in settings])
+    return _kept
+
+
+# `dtype auto` on the CPU: bfloat16 linear weights where the kernels run them on AMX tiles
+# (prefill 2x, decode batches 2-4x float32's speed there), float32 elsewhere. Setting this
+# variable to "float32" pins float32 (the reference; the test suite sets it).
+AUTO_DTYPE_ENV = "RADIXRT_CPU_AUTO_DTYPE"
+
+
+def bf16_on_kernels(config: ModelConfig) -> bool:
+    """Whether the model's dtype on the CPU means bfloat16 linear weights on radixrt's kernels
+    (activations, norms, attention and KV in float32; the model loads in float32 and its
+    linear layers are converted by `init_cpu_kernels`): `bfloat16` with the kernels on, or
+    `auto` on a CPU whose kernel variant has AMX tiles (see AUTO_DTYPE_ENV). `bfloat16`
+    with the kernels off or unavailable is a whole bfloat16 model on torch ops instead."""
+    from radixrt.model.cpu import kernels as ck
+
+    if config.cpu_kernels == "off" or config.quantization or not ck.available():
+        return False
+    if config.dtype == "auto":
+        pinned = os.environ.get(AUTO_DTYPE_ENV, "").strip().lower()
+        if pinned not in ("", "auto", "float32", "bfloat16"):
+            raise ValueError(f"${AUTO_DTYPE_ENV} must be float32 or bfloat16, got {pinned!r}")
+        return pinned == "bfloat16" or (pinned in ("", "auto") and ck.isa() == "amx")
+    return config.dtype == "bfloat16"
+
+
+def init_cpu_kernels(
+    model: nn.Module,
+    config: ModelConfig,
+    dtype: torch.dtype,
+    bf16_weights: bool = False,
+    kv_dtype: torch.dtype = torch.float32,
+) -> KernelPlan:
+    """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/model/cpu/layers.py) as
+    config.cpu_kernels plans them (radixrt/model/cpu/guard.py); returns the plan (`KernelPlan()`,
+    all torch, for other dtypes, "off", or a library that does not build). With
+    config.quantization "int8" every linear layer is quantized and runs the int8 kernel
+    (ValueError where the kernels cannot run); with `bf16_weights` (see `bf16_on_kernels`)
+    every linear layer holds bfloat16 weights, on the kernel or on torch's bfloat16 matmul
+    per size as the plan says; the attention kernels are timed over a `kv_dtype` pool. Logs
+    one line: the ISA and which ops run on which path."""
+    from radixrt.model.cpu import kernels as ck
+    from radixrt.model.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
+    from radixrt.model.cpu.layers import use_cpu_kernels
+    from radixrt.model.cpu.timing import Shapes
+
+    int8 = config.quantization == "int8"
+    if int8 and (dtype != torch.float32 or not ck.available()):
+        raise ValueError(
+            f"--quantization int8 runs on radixrt's CPU kernels, which need float32 "
+            f"(got {dtype}) and a C compiler (kernels: {ck.build_error() or 'ok'})"
+        )
+    if dtype != torch.float32 or config.cpu_kernels == "off":
+        return KernelPlan()
+    if not ck.available():
+        logger.info("radixrt CPU kernels unavailable (%s): running torch ops", ck.build_error())
+        return KernelPlan()
+    fixed = LINEAR_OPS if int8 else frozenset()
+    weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
+    shapes = Shapes.of(model, bf16_weights, kv_dtype)
+    plan = plan_for(config.cpu_kernels, shapes, fixed=fixed)
+    swapped = use_cpu_kernels(model, plan, weights)
+    on_tiles = weights == "bfloat16" and plan.isa == "amx"
+    logger.info(
+        "%s; activations float32, linear weights %s%s, KV %s; %d modules swapped",
+        plan.summary(),
+        weights,
+        " (AMX tiles where on the kernels)" if on_tiles else "",
+        str(kv_dtype).removeprefix("torch."),
+        swapped,
+    )
+    return plan
+
+
+def fuse_cpu_decode_layers(model: nn.Module) -> int:
+    """Run each decoder layer's decode steps as one C call where the model can (its
+    `fuse_cpu_decode_layers`); returns how many layers."""
+    fuse = getattr(model, "fuse_cpu_decode_layers", None)
+    fused = fuse() if fuse is not None else 0
+    logger.info("CPU kernels: %d decoder layers fused for decode batches", fused)
+    return fused

@@ -1,0 +1,269 @@
+"""The model families radixrt runs, and how each reads its config.json (torch-free).
+
+`FAMILIES` maps a checkpoint's `architectures[0]` to its module and its config reader. A
+reader turns config.json into ArchConfig's fields, taking each field's default from the
+family's transformers config class when config.json leaves it out. A field the reader did not
+read is refused by name when it is one that changes a decoder's math in some transformers
+family (MATH_FIELDS) and is not off (null, false, 0, empty): a checkpoint is never run with
+part of its architecture ignored. Other unread fields (names, notes, training settings) are
+logged and left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from radixrt.model.families.config_reader import (
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    ConfigReader,
+    GemmaOptions,
+    GraniteOptions,
+    MoEConfig,
+    biases,
+    check_layer_types,
+    norm_and_tail,
+    read_common,
+    refuse_if,
+    rope_fields,
+    rope_from,
+    scaling_of,
+    window_all,
+    window_by_types,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One architecture: its nn.Module ("module:class") and its config reader, which returns
+    ArchConfig's fields beyond the common ones read by `read_common`."""
+
+    model: str
+    read: Callable[[ConfigReader, dict[str, Any]], dict[str, Any]]
+
+
+def parse_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """ArchConfig's fields from config.json; ValueError names an unknown architecture, a
+    missing field or a field that changes the math and is not implemented."""
+    archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
+    arch = str(archs[0])
+    family = FAMILIES.get(arch)
+    if family is None:
+        raise ValueError(f"unsupported model architecture {arch!r}; supported: {sorted(FAMILIES)}")
+    r = ConfigReader(cfg, arch)
+    fields = read_common(r)
+    fields.update(family.read(r, fields))
+    check_layer_types(arch, fields)
+    r.refuse_unread()
+    return fields
+
+
+# ----- the families (defaults: each family's transformers config class)
+
+
+def _qwen_window(r: ConfigReader, fields: dict[str, Any]) -> dict[str, Any]:
+    window = _qwen_window_size(r)
+    first = int(r.value("max_window_layers", 28))
+    return window_by_types(
+        r, fields, window, lambda i: SLIDING_ATTENTION if i >= first else FULL_ATTENTION
+    )
+
+
+def _qwen_window_size(r: ConfigReader) -> Any:
+    """Qwen's window counts only with use_sliding_window (checkpoints carry one regardless)."""
+    window = r.get("sliding_window")
+    return window if r.value("use_sliding_window", False) else None
+
+
+def _llama(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 2048),
+        **biases(bias, bias, bool(r.value("mlp_bias", False))),
+        **window_all(r, f, None),
+    }
+
+
+def _mistral(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 131072),
+        **biases(False, False),
+        **window_all(r, f, r.get("sliding_window", 4096)),
+    }
+
+
+def _qwen2(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 32768),
+        **biases(True, False),
+        **_qwen_window(r, f),
+    }
+
+
+def _qwen3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 32768),
+        **biases(bias, bias),
+        **_qwen_window(r, f),
+    }
+
+
+def _qwen3_moe(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    n = f["num_hidden_layers"]
+    experts = int(r.value("num_experts", r.value("num_local_experts", 128)))
+    step = int(r.value("decoder_sparse_step", 1))
+    dense = set(r.value("mlp_only_layers", []))
+    window = _qwen_window_size(r)
+    r.get("max_window_layers")  # read and unused: transformers slides every layer here
+    moe = MoEConfig(
+        num_experts=experts,
+        top_k=int(r.value("num_experts_per_tok", 8)),
+        intermediate_size=int(r.value("moe_intermediate_size", 768)),
+        norm_topk_prob=bool(r.value("norm_topk_prob", False)),
+        sparse_layers=tuple(
+            i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n)
+        ),
+    )
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 32768),
+        **biases(bias, bias),
+        **window_all(r, f, window),
+        "moe": moe,
+    }
+
+
+def _mixtral(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    n = f["num_hidden_layers"]
+    moe = MoEConfig(
+        num_experts=int(r.value("num_local_experts", 8)),
+        top_k=int(r.value("num_experts_per_tok", 2)),
+        intermediate_size=f["intermediate_size"],
+        norm_topk_prob=True,
+        sparse_layers=(True,) * n,
+    )
+    return {
+        **rope_fields(r, f, 1000000.0),
+        **norm_and_tail(r, 1e-5, False, 131072),
+        **biases(False, False),
+        **window_all(r, f, r.get("sliding_window")),
+        "moe": moe,
+    }
+
+
+def _gemma2(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    refuse_if(r, "use_bidirectional_attention", bool(r.get("use_bidirectional_attention")),
+               "bidirectional attention is not implemented")  # fmt: skip
+    r.get("hidden_act")  # transformers reads hidden_activation; hidden_act is a leftover
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, True, 8192, "gelu_pytorch_tanh", "hidden_activation"),
+        **biases(bias, bias),
+        **window_by_types(
+            r,
+            f,
+            r.get("sliding_window", 4096),
+            lambda i: SLIDING_ATTENTION if (i + 1) % 2 else FULL_ATTENTION,
+        ),  # fmt: skip
+        "options": GemmaOptions(
+            query_pre_attn_scalar=float(r.value("query_pre_attn_scalar", 256)),
+            attn_logit_softcapping=float(r.get("attn_logit_softcapping", 50.0) or 0.0),
+            final_logit_softcapping=float(r.get("final_logit_softcapping", 30.0) or 0.0),
+        ),
+    }
+
+
+def _gemma3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    refuse_if(r, "use_bidirectional_attention", bool(r.get("use_bidirectional_attention")),
+               "bidirectional attention is not implemented")  # fmt: skip
+    refuse_if(r, "attn_logit_softcapping", bool(r.get("attn_logit_softcapping")),
+               "Gemma 3 has no attention softcap (transformers ignores it too)")  # fmt: skip
+    params = dict(r.get("rope_parameters") or {})
+    full = dict(params.get(FULL_ATTENTION) or {"rope_type": "default"})
+    local = dict(params.get(SLIDING_ATTENTION) or {"rope_type": "default"})
+    if r.get("rope_scaling"):
+        full.update(r.get("rope_scaling"))
+    full.setdefault("rope_theta", r.value("rope_theta", 1000000.0))
+    local.setdefault("rope_theta", r.value("rope_local_base_freq", 10000.0))
+    pattern = int(r.get("sliding_window_pattern") or r.get("_sliding_window_pattern") or 6)
+    r.get("hidden_act")  # transformers reads hidden_activation; hidden_act is a leftover
+    return {
+        **rope_from(full, f),
+        **norm_and_tail(r, 1e-6, True, 131072, "gelu_pytorch_tanh", "hidden_activation"),
+        **biases(bias, bias),
+        **window_by_types(
+            r,
+            f,
+            r.get("sliding_window", 4096),
+            lambda i: SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION,
+        ),  # fmt: skip
+        "options": GemmaOptions(
+            query_pre_attn_scalar=float(r.value("query_pre_attn_scalar", 256)),
+            attn_logit_softcapping=0.0,
+            final_logit_softcapping=float(r.get("final_logit_softcapping") or 0.0),
+            local_rope_theta=float(local["rope_theta"]),
+            local_rope_scaling=scaling_of(local),
+        ),
+    }
+
+
+def _phi3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-5, False, 4096),
+        **biases(False, False),
+        **window_all(r, f, r.get("sliding_window")),
+    }
+
+
+def _olmo2(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-5, False, 2048),
+        **biases(bias, bias),
+        **window_all(r, f, None),
+    }
+
+
+def _granite(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 2048),
+        **biases(bias, bias, bool(r.value("mlp_bias", False))),
+        **window_all(r, f, None),
+        "options": GraniteOptions(
+            embedding_multiplier=float(r.value("embedding_multiplier", 1.0)),
+            residual_multiplier=float(r.value("residual_multiplier", 1.0)),
+            attention_multiplier=float(r.value("attention_multiplier", 1.0)),
+            logits_scaling=float(r.value("logits_scaling", 1.0)),
+        ),
+    }
+
+
+FAMILIES: dict[str, Family] = {
+    "LlamaForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _llama),
+    "MistralForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _mistral),
+    "Qwen2ForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _qwen2),
+    "Qwen3ForCausalLM": Family("radixrt.model.families.qwen3:Qwen3ForCausalLM", _qwen3),
+    "Qwen3MoeForCausalLM": Family(
+        "radixrt.model.families.qwen3_moe:Qwen3MoeForCausalLM", _qwen3_moe
+    ),
+    "MixtralForCausalLM": Family("radixrt.model.families.mixtral:MixtralForCausalLM", _mixtral),
+    "Gemma2ForCausalLM": Family("radixrt.model.families.gemma2:Gemma2ForCausalLM", _gemma2),
+    "Gemma3ForCausalLM": Family("radixrt.model.families.gemma3:Gemma3ForCausalLM", _gemma3),
+    "Phi3ForCausalLM": Family("radixrt.model.families.phi3:Phi3ForCausalLM", _phi3),
+    "Olmo2ForCausalLM": Family("radixrt.model.families.olmo2:Olmo2ForCausalLM", _olmo2),
+    "GraniteForCausalLM": Family("radixrt.model.families.granite:GraniteForCausalLM", _granite),
+}

@@ -1,0 +1,55 @@
+"""Granite: the Llama layer with four multipliers: the embedding's, each residual branch's,
+the attention scaling itself, and the logits' divisor."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.config_reader import GraniteOptions
+from radixrt.model.families.decoder import CausalLM, Rope, SelfAttention
+from radixrt.model.families.llama import LlamaDecoderLayer
+from radixrt.model.families.tp_partition import TPPartition
+from radixrt.model.parallel.comm import BaseComm
+
+if TYPE_CHECKING:
+    from radixrt.core.forward_batch import ForwardBatch
+
+
+def _options(cfg: ArchConfig) -> GraniteOptions:
+    assert isinstance(cfg.options, GraniteOptions), "a Granite model needs GraniteOptions"
+    return cfg.options
+
+
+class GraniteDecoderLayer(LlamaDecoderLayer):
+    def __init__(self, cfg: ArchConfig, layer_id: int, part: TPPartition, comm: BaseComm) -> None:
+        opts = _options(cfg)
+        attn = SelfAttention(cfg, layer_id, part, comm, scaling=opts.attention_multiplier)
+        super().__init__(cfg, layer_id, part, comm, self_attn=attn)
+        self.residual_multiplier = opts.residual_multiplier
+
+    def forward(
+        self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, fb: ForwardBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = x
+            x = self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(rope, x, fb) * self.residual_multiplier
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x) * self.residual_multiplier, residual
+
+
+class GraniteForCausalLM(CausalLM):
+    def make_layer(self, cfg: ArchConfig, i: int, part: TPPartition, comm: BaseComm) -> nn.Module:
+        return GraniteDecoderLayer(cfg, i, part, comm)
+
+    def embed_scale(self, cfg: ArchConfig) -> float | None:
+        return _options(cfg).embedding_multiplier
+
+    def final_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits / _options(self.config).logits_scaling

@@ -1,3 +1,0 @@
-"""radixrt on Ray Serve: one radixrt server per replica, behind an ingress, routed by
-radixrt's cache-aware policy (`pip install 'radixrt[ray]'`; `python -m radixrt.ray serve`).
-Nothing here is imported by the rest of radixrt."""

@@ -1,0 +1,276 @@
+"""OpenAI request bodies (completions, chat) and their translation into prompts and
+SamplingParams. Fields radixrt cannot honour are refused with 400 rather than ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from radixrt.core import PinSpec
+from radixrt.serve.http.api.openai.tools import ToolCallItem, ToolDef, calls_of
+from radixrt.serve.http.protocol import (
+    BadRequestError,
+    Limits,
+    PreparedRequest,
+    check_id,
+    check_token_ids,
+    fit_to_context,
+    to_sampling_params,
+)
+from radixrt.serve.http.tools import ToolPlan, render_tool_chat
+
+MAX_OPENAI_TOP_LOGPROBS = 20
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+# prompt_cache_retention -> (TTL in seconds, sliding): "in_memory" lives while it is used (a hit
+# moves its expiry to 10 minutes on), "24h" for a day from the last request that asked for it.
+PROMPT_CACHE_RETENTION = {"in_memory": (600.0, True), "24h": (86400.0, False)}
+_RETENTION_SPELLINGS = {"in-memory": "in_memory"}
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
+    """Fields both endpoints share, plus radixrt's extensions (top_k, min_p, ...)."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    prompt_cache_key: str | None = None  # a session key for routing across replicas
+    prompt_cache_retention: str | None = None  # pin the prompt: PROMPT_CACHE_RETENTION
+    cache_salt: str | None = None  # a prefix-cache namespace of the caller's own
+    explain_cache: bool = False  # usage.prompt_tokens_details.cache_explanation (no stream)
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None
+    end_on_exit: bool | None = None
+    rid: str | None = None
+
+    def sampling_dict(self) -> dict[str, Any]:
+        names = (
+            "temperature",
+            "top_p",
+            "n",
+            "stop",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "stop_token_ids",
+            "ignore_eos",
+            "skip_special_tokens",
+            "end_on_exit",
+        )
+        d = {k: v for k in names if (v := getattr(self, k)) is not None}
+        if self.min_tokens is not None:
+            d["min_new_tokens"] = self.min_tokens
+        if self.logit_bias:
+            raise BadRequestError("logit_bias is not supported")
+        return d
+
+
+class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
+    prompt: str | list[Any]
+    logprobs: int | None = None
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class ContentPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallItem] | None = None  # assistant
+    tool_call_id: str | None = None  # tool
+
+
+class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
+    """`text`, `json_object` (any JSON object) or `json_schema` ({"name", "schema", ...})."""
+
+    type: str
+    json_schema: dict[str, Any] | None = None
+
+    def sampling_dict(self) -> dict[str, Any]:
+        if self.type == "text":
+            return {}
+        if self.type == "json_object":
+            return {"json_schema": {"type": "object"}}
+        if self.type == "json_schema":
+            if self.json_schema is None or not isinstance(self.json_schema.get("schema"), dict):
+                raise BadRequestError(
+                    "response_format json_schema needs json_schema.schema, an object"
+                )
+            return {"json_schema": self.json_schema["schema"]}
+        raise BadRequestError(
+            f"response_format type {self.type!r} is not supported; use "
+            "text, json_object or json_schema"
+        )
+
+
+class ChatCacheOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`prompt_cache_options` on chat: the response to compare this prompt with
+    (diagnostics.py). Pins are asked with prompt_cache_retention here."""
+
+    comparison_response_id: str | None = None
+
+
+class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
+    messages: list[ChatMessage]
+    response_format: ResponseFormat | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    prompt_cache_options: ChatCacheOptions | None = None
+
+
+def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
+    """Prompts (text, texts, ids or lists of ids) and one SamplingParams per prompt."""
+    if req.echo or req.suffix is not None or (req.best_of or 1) > 1:
+        raise BadRequestError("echo, suffix and best_of are not supported")
+    p = req.prompt
+    if isinstance(p, str):
+        limits.check_text(p)
+        prompts = [tokenizer.encode(p)]
+    elif p and all(isinstance(x, str) for x in p):
+        limits.check_prompt_count(len(p))
+        for x in p:
+            limits.check_text(x)
+        prompts = [tokenizer.encode(x) for x in p]
+    elif p and all(isinstance(x, list) for x in p):
+        limits.check_prompt_count(len(p))
+        prompts = [check_token_ids(x, "prompt") for x in p]
+    else:
+        prompts = [check_token_ids(p, "prompt")]
+    d = req.sampling_dict()
+    if req.logprobs is not None:
+        if not 0 <= req.logprobs <= MAX_OPENAI_TOP_LOGPROBS:
+            raise BadRequestError(f"logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
+        d.update(return_logprob=True, top_logprobs_num=req.logprobs)
+    max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
+    return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
+
+
+def prepare_chat(
+    req: ChatCompletionRequest, tokenizer: Any, limits: Limits, plan: ToolPlan
+) -> PreparedRequest:
+    """Render the messages (and `plan`'s tools) with the tokenizer's chat template; one
+    prompt."""
+    if not req.messages:
+        raise BadRequestError("messages must be a non-empty list")
+    text = render_tool_chat(chat_turns(req.messages), plan, tokenizer, limits)
+    prompts = [tokenizer.encode(text, add_special_tokens=False)]
+    d = req.sampling_dict()
+    if req.response_format is not None:
+        d.update(req.response_format.sampling_dict())
+    d.update(plan.sampling_dict(tokenizer, d))
+    if req.top_logprobs is not None and not req.logprobs:
+        raise BadRequestError("top_logprobs needs logprobs: true")
+    if req.logprobs:
+        top = req.top_logprobs or 0
+        if not 0 <= top <= MAX_OPENAI_TOP_LOGPROBS:
+            raise BadRequestError(f"top_logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
+        d.update(return_logprob=True, top_logprobs_num=top)
+    max_tokens = (
+        req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    )
+    if max_tokens is not None:
+        d["max_new_tokens"] = max_tokens
+    return _prepare(prompts, d, max_tokens, limits, req.rid)
+
+
+def _prepare(
+    prompts: list[list[int]],
+    d: dict[str, Any],
+    explicit_max: int | None,
+    limits: Limits,
+    rid: str | None,
+) -> PreparedRequest:
+    params = []
+    for ids in prompts:
+        sp = to_sampling_params(d)
+        if explicit_max is None and "max_new_tokens" not in d:
+            sp = sp.replace(max_new_tokens=limits.context_length)  # until EOS; clamped below
+        params.append(fit_to_context(ids, sp, limits, explicit_max is not None))
+    if rid is not None and len(prompts) > 1:
+        raise BadRequestError("rid takes a single prompt")
+    check_id(rid, "rid")
+    return PreparedRequest(prompts, params, None if rid is None else [rid], len(prompts) == 1)
+
+
+def retention_pins(
+    retention: str | None, prompts: list[list[int]], ttl_scale: float, owner: str | None
+) -> list[PinSpec] | None:
+    """`prompt_cache_retention` as pins of each whole prompt, counted against `owner` (the
+    tenant); None when not asked. `ttl_scale`: ServerConfig.cache_ttl_scale."""
+    if retention is None:
+        return None
+    found = PROMPT_CACHE_RETENTION.get(_RETENTION_SPELLINGS.get(retention, retention))
+    if found is None:
+        allowed = ", ".join(repr(k) for k in (*PROMPT_CACHE_RETENTION, *_RETENTION_SPELLINGS))
+        raise BadRequestError(f"prompt_cache_retention must be one of {allowed}, got {retention!r}")
+    ttl_s, sliding = found
+    # One spec serves every prompt: the scheduler cuts its offset to each prompt's length.
+    offset = max(len(ids) for ids in prompts)
+    return [PinSpec(offset, ttl_s * ttl_scale, sliding=sliding, owner=owner)]
+
+
+def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
+    """The messages as the chat template takes them (text content only)."""
+    return chat_messages_of(req.messages)
+
+
+def chat_messages_of(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": _content_text(m)} for m in messages]
+
+
+def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as the tool-aware renderer takes them (calls and results kept)."""
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        turn: dict[str, Any] = {"role": m.role, "content": _content_text(m)}
+        if m.tool_calls:
+            turn["tool_calls"] = calls_of(m.tool_calls)
+        if m.role == "tool":
+            turn["tool_call_id"] = m.tool_call_id or ""
+            if m.name is not None:
+                turn["name"] = m.name
+        turns.append(turn)
+    return turns
+
+
+def _content_text(m: ChatMessage) -> str:
+    if m.content is None or isinstance(m.content, str):
+        return m.content or ""
+    parts = []
+    for part in m.content:
+        if part.type != "text" or part.text is None:
+            raise BadRequestError(f"message content of type {part.type!r} is not supported")
+        parts.append(part.text)
+    return "".join(parts)

@@ -1,0 +1,225 @@
+"""OpenAI's answers from typed output deltas: a completion or chat completion (choice i is
+prompt i // n, sample i % n), or its chunks as server-sent events, with logprobs in the chat
+or text shape and the usage block."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+from radixrt.serve.http.api.openai.diagnostics import render_cache_diagnostics
+from radixrt.serve.http.api.openai.tools import call_items
+from radixrt.serve.http.render import BaseRender, Finished
+from radixrt.serve.http.req_state import ReqState
+from radixrt.serve.http.tools import (
+    ArgsPiece,
+    CallStart,
+    OutputParser,
+    TextPiece,
+    ToolEvent,
+    ToolPlan,
+    parse_output,
+)
+from radixrt.serve.results.delta import OutputDelta
+from radixrt.serve.web.responses import SSE_DONE, error_body, sse_event
+
+
+class TokenStrings:
+    """Each token id's own text, decoded once and kept (the vocabulary is fixed)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.get = lru_cache(maxsize=65536)(self._decode)
+
+    def _decode(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])  # type: ignore[no-any-return]
+
+
+class CompletionRender(BaseRender):
+    """One call of /v1/completions (`is_chat` False) or /v1/chat/completions."""
+
+    def __init__(
+        self,
+        strings: TokenStrings,
+        model: str,
+        is_chat: bool,
+        n: int,
+        include_usage: bool,
+        plan: ToolPlan | None = None,
+    ) -> None:
+        self.strings = strings
+        self.plan = plan if plan is not None and plan.parses_calls else None
+        self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
+        self.is_chat = is_chat
+        self.n = n  # samples per prompt
+        self.include_usage = include_usage  # a stream's last chunk holds the usage
+        self._head = {
+            "id": f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk" if is_chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+        self._offsets: dict[int, int] = {}  # text logprobs: characters of the tokens sent
+
+    @property
+    def response_id(self) -> str:
+        return str(self._head["id"])
+
+    def response(self, done: Finished) -> dict[str, Any]:
+        choices = []
+        for i, delta in enumerate(done.outputs):
+            choice = self._choice(i, done.states[i], delta)
+            text = choice.pop("delta")
+            if self.is_chat and self.plan is not None:
+                content, calls = parse_output(self.plan, text)
+                choice["message"] = {"role": "assistant", "content": content or None}
+                if calls:
+                    choice["message"]["tool_calls"] = call_items(calls)
+                    choice["finish_reason"] = _with_calls(choice["finish_reason"])
+            elif self.is_chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            choices.append(choice)
+        usage = usage_of(done.states, self.n)
+        if done.explained is not None:  # one per distinct prompt, in order
+            found = list(done.explained.values())
+            usage.setdefault("prompt_tokens_details", {})["cache_explanation"] = (
+                found[0] if len(found) == 1 else found
+            )
+        kind = "chat.completion" if self.is_chat else "text_completion"
+        return {**self._head, "object": kind, "created": int(time.time()),
+                "choices": choices, "usage": usage, **self._diagnostics()}  # fmt: skip
+
+    def head(self, states: list[ReqState]) -> Iterator[bytes]:
+        if self.is_chat:
+            for i in range(len(states)):
+                first = {"index": i, "delta": {"role": "assistant", "content": ""},
+                         "logprobs": None, "finish_reason": None}  # fmt: skip
+                yield sse_event({**self._head, "choices": [first], **self._diagnostics()})
+
+    def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
+        choice = self._choice(index, state, delta)
+        if self.is_chat and self.plan is not None:
+            parser = self._parsers.setdefault(index, self.plan.new_parser())
+            events = parser.feed(choice["delta"])
+            if delta.is_last:
+                events += parser.finish()
+                if parser.calls:
+                    choice["finish_reason"] = _with_calls(choice["finish_reason"])
+            choice["delta"] = chunk_delta(events)
+        elif self.is_chat:
+            choice["delta"] = {"content": choice["delta"]}
+        else:
+            choice["text"] = choice.pop("delta")
+        yield sse_event({**self._head, "choices": [choice]})
+
+    def tail(self, states: list[ReqState]) -> Iterator[bytes]:
+        if self.include_usage:
+            yield sse_event({**self._head, "choices": [], "usage": usage_of(states, self.n)})
+
+    def error(self, message: str, status: int) -> bytes:
+        return sse_event(error_body(message, status))
+
+    def close(self) -> tuple[bytes, ...]:
+        return (SSE_DONE,)
+
+    def _diagnostics(self) -> dict[str, Any]:
+        """`prompt_cache_diagnostics` when asked: on the chat completion, or on a stream's
+        first chunks (known before any output)."""
+        if self.diagnosis is None:
+            return {}
+        return {"prompt_cache_diagnostics": render_cache_diagnostics(self.diagnosis)}
+
+    def _choice(self, index: int, state: ReqState, delta: OutputDelta) -> dict[str, Any]:
+        """A choice with the delta's text (as `delta`) and its tokens' logprobs."""
+        reason = delta.finish_reason
+        choice: dict[str, Any] = {
+            "index": index,
+            "delta": delta.text,
+            "logprobs": None,
+            "finish_reason": None if reason is None else reason.kind.value,
+        }
+        if state.out.sampling_params.return_logprob:
+            if self.is_chat:
+                choice["logprobs"] = self._chat_logprobs(delta)
+            else:
+                choice["logprobs"] = self._text_logprobs(index, state, delta)
+        return choice
+
+    def _chat_logprobs(self, delta: OutputDelta) -> dict[str, Any]:
+        tops = delta.top_logprobs or [[] for _ in delta.token_ids]
+        content = []
+        for t, lp, top in zip(delta.token_ids, delta.logprobs, tops, strict=False):
+            entry = self._token_entry(lp, t)
+            entry["top_logprobs"] = [self._token_entry(tlp, tt) for tlp, tt in top]
+            content.append(entry)
+        return {"content": content, "refusal": None}
+
+    def _text_logprobs(self, index: int, state: ReqState, delta: OutputDelta) -> dict[str, Any]:
+        """The delta's tokens, offsets counted on from the characters of those sent before."""
+        tokens = [self.strings.get(t) for t in delta.token_ids]
+        offsets = []
+        offset = self._offsets.get(index, 0)
+        for tok in tokens:
+            offsets.append(offset)
+            offset += len(tok)
+        self._offsets[index] = offset
+        has_top = state.out.sampling_params.top_logprobs_num > 0
+        return {
+            "tokens": tokens,
+            "token_logprobs": list(delta.logprobs),
+            "top_logprobs": [
+                {self.strings.get(t): lp for lp, t in top} for top in delta.top_logprobs
+            ]
+            if has_top
+            else None,
+            "text_offset": offsets,
+        }
+
+    def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:
+        s = self.strings.get(token_id)
+        return {"token": s, "logprob": logprob, "bytes": list(s.encode())}
+
+
+def chunk_delta(events: list[ToolEvent]) -> dict[str, Any]:
+    """A chat chunk's `delta` from the parser's events: the text as content, each call's
+    start (id, name) and its argument pieces in `tool_calls` (one entry per piece)."""
+    out: dict[str, Any] = {}
+    text = "".join(e.text for e in events if isinstance(e, TextPiece))
+    if text or not events:
+        out["content"] = text
+    calls: list[dict[str, Any]] = []
+    for e in events:
+        if isinstance(e, CallStart):
+            fn = {"name": e.name, "arguments": ""}
+            calls.append({"index": e.index, "id": e.id, "type": "function", "function": fn})
+        elif isinstance(e, ArgsPiece):
+            if calls and calls[-1]["index"] == e.index:  # the same call: one entry
+                calls[-1]["function"]["arguments"] += e.text
+            else:
+                calls.append({"index": e.index, "function": {"arguments": e.text}})
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _with_calls(reason: str | None) -> str | None:
+    """A stop after calls is `tool_calls`; a cut at max_tokens stays `length`."""
+    return "tool_calls" if reason == "stop" else reason
+
+
+def usage_of(states: list[ReqState], n: int) -> dict[str, Any]:
+    """Prompt tokens count once per prompt (its first sample), completions once per sample."""
+    firsts = states[::n]
+    prompt = sum(s.out.prompt_len for s in firsts)
+    completion = sum(len(s.out.output_ids) for s in states)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(s.out.cached_tokens for s in firsts)},
+    }

@@ -1,0 +1,102 @@
+"""OpenAI-compatible endpoints: /v1/completions, /v1/chat/completions (JSON or SSE deltas)
+and /v1/models, in the shapes the official `openai` client parses."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.api.openai.diagnostics import chat_fingerprint, comparison_of
+from radixrt.serve.http.api.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    chat_messages,
+    prepare_chat,
+    prepare_completion,
+    retention_pins,
+)
+from radixrt.serve.http.api.openai.render import CompletionRender, TokenStrings
+from radixrt.serve.http.api.openai.tools import tool_plan
+from radixrt.serve.http.diagnostics import Fingerprint, PromptRecord
+from radixrt.serve.http.protocol import Limits, PreparedRequest, decode_body
+from radixrt.serve.http.serving import ServeRequest
+from radixrt.serve.http.tools import CallFormat, ToolPlan
+from radixrt.serve.web.middleware import caller_of, identity_of
+from radixrt.serve.web.responses import json_response
+
+BODIES = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}
+
+
+def add_routes(app: FastAPI, ctx: ApiContext) -> None:
+    tm, created = ctx.tm, int(time.time())
+    strings = TokenStrings(ctx.tokenizer)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        model = {"id": ctx.model_name, "object": "model", "created": created,
+                 "owned_by": "radixrt", "max_model_len": ctx.limits.context_length}  # fmt: skip
+        return json_response({"object": "list", "data": [model]})
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await serve(request, False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await serve(request, True)
+
+    async def serve(request: Request, is_chat: bool) -> Response:
+        raw = await request.body()
+        body, prepared, plan, fp = await tm.run_tokenizer(
+            _parse,
+            raw,
+            is_chat,
+            tm.tokenizer,
+            ctx.limits,
+            ctx.tool_format,
+            caller=caller_of(request),
+        )
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan)
+        record = None
+        if fp is not None:  # a chat: kept, and compared when it asks
+            compare_to = comparison_of(body)
+            record = PromptRecord(render.response_id, fp, compare_to is not None, compare_to)
+        pins = retention_pins(
+            body.prompt_cache_retention,
+            prepared.prompts,
+            ctx.args.server.cache_ttl_scale,
+            identity_of(request).tenant,
+        )
+        req = ServeRequest(
+            prepared.prompts,
+            prepared.params,
+            stream=body.stream,
+            rids=prepared.rids,
+            cache_salt=body.cache_salt,
+            pins=pins or [],
+            session=body.prompt_cache_key or body.user,
+            explain=body.explain_cache,
+            messages=chat_messages(body) if is_chat else None,
+            record=record,
+        )
+        return await ctx.pipeline.serve(request, req, render)
+
+
+def _parse(
+    raw: bytes, is_chat: bool, tokenizer: Any, limits: Limits, fmt: CallFormat
+) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None]:
+    """Decode, template and tokenize a body (on the tokenizer thread); a chat's prompt
+    fingerprint too."""
+    if is_chat:
+        chat = decode_body(raw, ChatCompletionRequest)
+        plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
+        prepared = prepare_chat(chat, tokenizer, limits, plan)
+        return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0])
+    body = decode_body(raw, CompletionRequest)
+    return body, prepare_completion(body, tokenizer, limits), None, None

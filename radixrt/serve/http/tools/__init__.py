@@ -1,0 +1,26 @@
+"""Tool calls, once for every dialect: the internal form of tools and choices (spec), each
+family's call syntax (formats), forced calls as grammars (grammar), the streaming parser of
+calls (parser), the prompt with tools (prompt) and a request's plan (plan)."""
+
+from radixrt.serve.http.tools.formats import CALL_FORMATS, CallFormat, format_for
+from radixrt.serve.http.tools.parser import ArgsPiece, CallStart, TextPiece, ToolEvent
+from radixrt.serve.http.tools.plan import OutputParser, ToolPlan, parse_output
+from radixrt.serve.http.tools.prompt import render_tool_chat
+from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
+
+__all__ = [
+    "CALL_FORMATS",
+    "ArgsPiece",
+    "CallFormat",
+    "CallStart",
+    "OutputParser",
+    "TextPiece",
+    "ToolCall",
+    "ToolChoice",
+    "ToolEvent",
+    "ToolPlan",
+    "ToolSpec",
+    "format_for",
+    "parse_output",
+    "render_tool_chat",
+]

@@ -1,0 +1,94 @@
+"""What one request asks of tools, as its dialect parsed it: the tools, the choice and the
+model's call format; the sampling fields that force a call, and the parser of its output.
+A request without tools has the null plan: its output is all text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from radixrt.serve.http.protocol import BadRequestError
+from radixrt.serve.http.tools.formats import CallFormat
+from radixrt.serve.http.tools.grammar import auto_call_spec, forced_call_spec
+from radixrt.serve.http.tools.parser import TextPiece, ToolCallParser, ToolEvent, new_call_id
+from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec, check_tools
+
+_SPEC_FIELDS = ("regex", "json_schema", "ebnf")
+
+
+class OutputParser(Protocol):
+    calls: list[ToolCall]
+
+    def feed(self, text: str) -> list[ToolEvent]: ...
+
+    def finish(self) -> list[ToolEvent]: ...
+
+
+class PlainText:
+    """The parser of an output that holds no calls: all of it is text."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+
+    def feed(self, text: str) -> list[ToolEvent]:
+        return [TextPiece(text)] if text else []
+
+    def finish(self) -> list[ToolEvent]:
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    fmt: CallFormat
+    tools: tuple[ToolSpec, ...] = ()
+    choice: ToolChoice = field(default_factory=ToolChoice)
+
+    def __post_init__(self) -> None:
+        check_tools(list(self.tools), self.choice)
+
+    @property
+    def parses_calls(self) -> bool:
+        return bool(self.tools) and self.choice.mode != "none"
+
+    def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
+        """Fields to add to the request's sampling dict `asked`: a forced call's grammar;
+        special tokens kept in the text when the format opens calls with one."""
+        d: dict[str, Any] = {}
+        has_grammar = any(asked.get(k) is not None for k in _SPEC_FIELDS)
+        if self.choice.is_forced and self.tools:
+            if has_grammar:
+                raise BadRequestError(
+                    "a forced tool call cannot be combined with a response format or grammar"
+                )
+            d.update(forced_call_spec(self.fmt, list(self.tools), self.choice))
+            # After a complete call, end where the model would write anything but another.
+            d["end_on_exit"] = True
+        elif self.parses_calls and not has_grammar:
+            d.update(auto_call_spec(self.fmt, list(self.tools), self.choice))
+        opener = self.fmt.opener or self.fmt.lead
+        if self.parses_calls and opener and opener in _special_tokens(tokenizer):
+            d["skip_special_tokens"] = False
+        return d
+
+    def new_parser(self, new_id: Callable[[], str] = new_call_id) -> OutputParser:
+        """A parser for one output (one per sample)."""
+        if not self.parses_calls:
+            return PlainText()
+        names = {t.name for t in self.tools}
+        return ToolCallParser(self.fmt, names, self.choice.is_forced, new_id)
+
+
+def parse_output(
+    plan: ToolPlan, text: str, new_id: Callable[[], str] = new_call_id
+) -> tuple[str, list[ToolCall]]:
+    """A whole output's text (calls taken out) and its calls."""
+    parser = plan.new_parser(new_id)
+    events = parser.feed(text) + parser.finish()
+    return "".join(e.text for e in events if isinstance(e, TextPiece)), parser.calls
+
+
+def _special_tokens(tokenizer: Any) -> set[str]:
+    return set(getattr(tokenizer, "all_special_tokens", ()) or ()) | set(
+        getattr(tokenizer, "added_tokens_encoder", {}) or {}
+    )
