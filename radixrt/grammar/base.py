@@ -53,6 +53,9 @@ class BaseGrammarMatcher(ABC):
     """
 
     bounds_length: bool = False
+    # Whether `rollback` works: speculative decoding walks a draft through the matcher to
+    # find the masks along it, then steps back.
+    can_rollback: bool = False
 
     @abstractmethod
     def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
@@ -73,6 +76,11 @@ class BaseGrammarMatcher(ABC):
     def accept(self, token_id: int) -> bool:
         """Advance past `token_id`; False if the grammar does not allow it (the matcher is then
         unusable). Never raises for a bad token."""
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last `num_tokens` accepted tokens (all of them accepted successfully);
+        only where `can_rollback`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot roll back")
 
 
 class BaseGrammarBackend(ABC):

@@ -24,6 +24,8 @@ _JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_sepa
 
 
 class LLGuidanceMatcher(BaseGrammarMatcher):
+    can_rollback = True
+
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self._matcher = matcher
 
@@ -37,6 +39,10 @@ class LLGuidanceMatcher(BaseGrammarMatcher):
 
     def accept(self, token_id: int) -> bool:
         return self._matcher.consume_token(token_id)
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens > 0 and not self._matcher.rollback(num_tokens):
+            raise RuntimeError(f"the grammar could not roll back {num_tokens} tokens")
 
 
 class LLGuidanceBackend(BaseGrammarBackend):

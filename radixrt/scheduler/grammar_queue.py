@@ -69,6 +69,31 @@ class GrammarState:
         self._mask = None
         return self.matcher.accept(token_id)
 
+    def along(self, draft: list[int], budget: int | None, stop_ids: set[int]) -> torch.Tensor:
+        """The masks a decode step would use at each position of `draft` (its longest prefix
+        the grammar allows, stop tokens excluded) and after it: (1 + n, num_words) int32,
+        row j the mask after draft[:j] with budget - j tokens left. The matcher ends where it
+        began (walked forward, then rolled back)."""
+        rows = [self.mask(budget).clone()]
+        walked = 0
+        t0 = time.perf_counter()
+        try:
+            for token in draft:
+                word, bit = divmod(token, 32)
+                if token in stop_ids or not (int(rows[-1][word]) >> bit) & 1:
+                    break
+                if not self.matcher.accept(token):  # the mask allowed it: not expected
+                    raise RuntimeError(f"the grammar refused draft token {token} its mask allows")
+                walked += 1
+                row = torch.empty(1, self._num_words, dtype=torch.int32)
+                self.matcher.fill_mask(row, 0, None if budget is None else budget - walked)
+                rows.append(row[0])
+        finally:
+            self.matcher.rollback(walked)
+            self._stats.mask_time_s += time.perf_counter() - t0
+            self._stats.num_masks += walked
+        return torch.stack(rows)
+
     def forced_token(self, budget: int | None = None) -> int | None:
         """The only token allowed next, or None when there are several (or none)."""
         row = self.mask(budget)
@@ -142,6 +167,23 @@ class GrammarQueue:
             )
         return None
 
+    def draft_masks(self, req: Req, draft: list[int], stop_ids: set[int]) -> torch.Tensor:
+        """(1 + n, num_words) masks along the first n tokens of `draft` that `req`'s grammar
+        allows (GrammarState.along); n may be 0."""
+        state: GrammarState = req.grammar
+        return state.along(draft, self._budget(req), stop_ids)
+
+    def speculates(self, req: Req) -> bool:
+        """Whether `req`'s grammar lets it verify drafts: its matcher rolls back, and unless
+        jump-forward is off for it, it is not seeded sampling (jump-forward's forced tokens
+        draw no random numbers, verified rows do, so a seed would pick other tokens)."""
+        state: GrammarState | None = req.grammar
+        if state is None or not state.matcher.can_rollback:
+            return False
+        p = req.sampling_params
+        jumps = self.jump_forward and not p.return_logprob
+        return not (jumps and p.seed is not None and not p.is_greedy)
+
     def _budget(self, req: Req) -> int | None:
         """Tokens `req` may still output, the next one included (None: masks are not cut)."""
         if not self.budget:
@@ -191,14 +233,15 @@ class GrammarQueue:
         self.stats.mask_steps += 1
         return mask
 
-    def accept(self, req: Req, check_finish: Callable[[Req], None]) -> None:
+    def accept(self, req: Req, check_finish: Callable[[Req], None], jump: bool = True) -> None:
         """Advance `req`'s grammar past its new last token (the caller has checked finish);
-        with jump-forward, append the tokens forced after it, checking finish after each."""
+        with jump-forward (and `jump`), append the tokens forced after it, checking finish
+        after each."""
         state: GrammarState | None = req.grammar
         if state is None or not self._advance(req, state):
             return
         # Forced tokens have no logprobs from the model: requests that want them decode each.
-        if not self.jump_forward or req.sampling_params.return_logprob:
+        if not jump or not self.jump_forward or req.sampling_params.return_logprob:
             return
         while not req.is_finished and len(req.output_ids) < req.sampling_params.max_new_tokens:
             token = state.forced_token(self._budget(req))

@@ -69,7 +69,8 @@ class Scheduler:
         # sent once per loop iteration by `publish_events`.
         self.events = events or NoKVEvents()
         self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
-                                             self.stats, self._check_finish_guarded)  # fmt: skip
+                                             self.stats, self._check_finish_guarded,
+                                             self.grammar)  # fmt: skip
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -333,12 +334,13 @@ class Scheduler:
             guarded(req, "the finish check", self._check_finish, req)
         return reqs
 
-    def _check_finish_guarded(self, req: Req) -> None:
-        guarded(req, "the finish check", self._check_finish, req)
+    def _check_finish_guarded(self, req: Req, jump: bool = True) -> None:
+        guarded(req, "the finish check", self._check_finish, req, jump)
 
-    def _check_finish(self, req: Req) -> None:
+    def _check_finish(self, req: Req, jump: bool = True) -> None:
+        """Finish check, then the grammar advance (and jump-forward, where `jump`)."""
         self.finish.check(req, self.runner.context_len)
-        self.grammar.accept(req, lambda r: self.finish.check(r, self.runner.context_len))
+        self.grammar.accept(req, lambda r: self.finish.check(r, self.runner.context_len), jump)
 
     def _retract(self, req: Req) -> None:
         """Give a running request's slots back (computed tokens go to the cache); re-queue it."""

@@ -2,22 +2,23 @@
 verified in the step's forward pass (speculation.py says how, and who owns the draft slots;
 rows.py why sampled requests keep their exact distribution, and seeded ones their tokens).
 
-Speculated: requests without a grammar (drafter.can_speculate); the rest decode one token per
-step in the same batch. Not yet: grammar masks over drafts, draft trees, a draft model, models
-with sliding-window layers (their window pool), and CUDA graphs for batches that verify drafts.
+Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
+matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under
+jump-forward); the rest decode one token per step in the same batch. Not yet: draft trees, a
+draft model, models with sliding-window layers (their window pool), and CUDA graphs for
+batches that verify drafts.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from radixrt.cache.kv_manager import KVCacheManager
-from radixrt.core import Req
 from radixrt.core.config import SchedulerConfig
 from radixrt.executor.sampler import Sampler
+from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, NoDrafter
-from radixrt.scheduler.speculative.speculation import Speculation
+from radixrt.scheduler.speculative.speculation import CheckFinish, Speculation
 from radixrt.scheduler.stats import SchedulerStats
 
 __all__ = ["BaseDrafter", "LookupDrafter", "NoDrafter", "Speculation", "build_speculation"]
@@ -27,7 +28,8 @@ logger = logging.getLogger("radixrt")
 
 def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Sampler,
                       context_len: int, stats: SchedulerStats,
-                      check_finish: Callable[[Req], None]) -> Speculation:  # fmt: skip
+                      check_finish: CheckFinish,
+                      grammar: GrammarQueue | None = None) -> Speculation:  # fmt: skip
     """The configured speculation: lookup drafts when speculative_num_draft_tokens > 0, else
     (and with a window pool, not supported yet) none."""
     k = config.speculative_num_draft_tokens
@@ -38,4 +40,4 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     drafter: BaseDrafter = NoDrafter()
     if k:
         drafter = LookupDrafter(kv.cache, config.speculative_ngram_max)
-    return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish)
+    return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar)

@@ -9,6 +9,12 @@ so the drafted tokens are accepted while they equal the row before's pick; the p
 emitted one at a time through the finish check, so a stop token, stop string,
 max_new_tokens or the context length ends the output exactly where one-token steps would.
 
+Grammars: a constrained request's draft is cut to its longest prefix the grammar allows
+(within the token budget), and row j is sampled under the mask a decode step would use after
+the first j drafted tokens (GrammarState.along walks the matcher there and back). Emitted
+picks advance the grammar one by one; jump-forward runs only after the last of them, as it
+would after a one-token step.
+
 Draft slot ownership: `alloc_for` gives the request slots for all 1 + k positions, like any
 extend (they are the request's). After verification the positions holding tokens of its
 output stay (kv_len moves past them); the slots of the rejected ones are freed in the same
@@ -17,6 +23,7 @@ step, so the pool is whole after every step and no draft slot outlives it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -25,10 +32,17 @@ import torch
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core import FinishReason, Req
 from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
+from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, row_reqs
 from radixrt.scheduler.stats import SchedulerStats
+
+logger = logging.getLogger("radixrt")
+
+# check_finish(req, jump): the scheduler's finish check and grammar advance; `jump` lets
+# jump-forward append forced tokens after this token.
+CheckFinish = Callable[[Req, bool], None]
 
 
 class Speculation:
@@ -37,7 +51,8 @@ class Speculation:
 
     def __init__(self, drafter: BaseDrafter, num_draft_tokens: int, kv: KVCacheManager,
                  sampler: Sampler, context_len: int, stats: SchedulerStats,
-                 check_finish: Callable[[Req], None]) -> None:  # fmt: skip
+                 check_finish: CheckFinish,
+                 grammar: GrammarQueue | None = None) -> None:  # fmt: skip
         self.drafter = drafter
         self.num_draft_tokens = num_draft_tokens
         self.kv = kv
@@ -46,6 +61,10 @@ class Speculation:
         self.max_len = min(context_len, kv.req_to_token_pool.req_to_token.shape[1])
         self.stats = stats
         self.check_finish = check_finish  # guarded: a fault finishes that request alone
+        self.grammar = grammar or NoGrammarQueue()
+        # The masks along this step's drafts of constrained requests, by id(req): set by
+        # plan, read and cleared by verify.
+        self._masks: dict[int, torch.Tensor] = {}
 
     def plan(self, decoding: list[Req], spare: int) -> int:
         """Draft for the eligible of `decoding` (each set to extend 1 token) using at most
@@ -54,8 +73,9 @@ class Speculation:
         if self.num_draft_tokens <= 0:
             return 0
         used = 0
+        self._masks.clear()
         for req in decoding:
-            if not can_speculate(req):
+            if not (can_speculate(req) or self.grammar.speculates(req)):
                 continue
             if req.draft_guard is None:
                 req.draft_guard = DraftGuard(self.num_draft_tokens)
@@ -65,11 +85,25 @@ class Speculation:
             base = self.kv.slots_needed(req, 1)
             fit = self.kv.tokens_fitting(req, base + spare - used) - 1
             draft = self.drafter.propose(req, min(room, fit)) if fit > 0 else []
+            if draft and req.grammar is not None:
+                draft = self._constrain(req, draft[: min(room, fit)])
             if draft:
                 req.draft_ids = draft[: min(room, fit)]
                 req.extend_len = 1 + len(req.draft_ids)
                 used += self.kv.slots_needed(req, req.extend_len) - base
         return used
+
+    def _constrain(self, req: Req, draft: list[int]) -> list[int]:
+        """`draft` cut to what `req`'s grammar allows; its masks kept for verify."""
+        stop_ids = {*self.sampler.eos_token_ids, *req.sampling_params.stop_token_ids}
+        try:
+            masks = self.grammar.draft_masks(req, draft, stop_ids)  # (1 + n, W)
+        except Exception:  # the request's own grammar: its decode step's mask reports it
+            logger.exception("drafting under the grammar of request %s failed", req.rid)
+            return []
+        if masks.shape[0] > 1:
+            self._masks[id(req)] = masks
+        return draft[: masks.shape[0] - 1]
 
     def _room(self, req: Req) -> int:
         """The most tokens worth drafting for `req`: all but the bonus token of what is left
@@ -83,7 +117,8 @@ class Speculation:
         finished)."""
         rows = [i for req, start in items for i in range(start, start + req.extend_len)]
         seeded = SeededDraws([req for req, _ in items], logits.device)  # before the rows
-        out = self.sampler.sample(logits[rows], [row for req, _ in items for row in row_reqs(req)])
+        reqs = [row for req, _ in items for row in row_reqs(req)]
+        out = self.sampler.sample(logits[rows], reqs, self._vocab_mask(items, len(rows)))
         now, i = time.monotonic(), 0
         for req, _ in items:
             e = req.extend_len
@@ -91,6 +126,23 @@ class Speculation:
             seeded.settle(req, emitted)
             i += e
         return [req for req, _ in items]
+
+    def _vocab_mask(self, items: list[tuple[Req, int]], num_rows: int) -> torch.Tensor | None:
+        """(num_rows, W) int32: each constrained request's draft masks in its rows, all ones
+        in the others; None when no request here is constrained."""
+        if not self._masks:
+            return None
+        mask = None
+        i = 0
+        for req, _ in items:
+            masks = self._masks.pop(id(req), None)
+            if masks is not None:
+                if mask is None:
+                    mask = torch.full((num_rows, masks.shape[1]), -1, dtype=torch.int32)
+                mask[i : i + req.extend_len] = masks
+            i += req.extend_len
+        self._masks.clear()
+        return mask
 
     def _accept(self, req: Req, out: SampleOutput, first: int, now: float) -> int:
         """Emit the picks of rows first.. while they equal the drafts (and the first that
@@ -101,7 +153,7 @@ class Speculation:
         while n < len(draft) and draft[n] == picks[n]:
             n += 1
         emitted = 0
-        for token in picks[: n + 1]:
+        for j, token in enumerate(picks[: n + 1]):
             if req.is_finished:
                 break
             if token == NO_TOKEN:
@@ -116,7 +168,7 @@ class Speculation:
                 if out.top_logprobs is not None:
                     req.output_top_logprobs.append(out.top_logprobs[first + emitted])
             emitted += 1
-            self.check_finish(req)
+            self.check_finish(req, j == n)  # jump-forward after the last pick only
         req.first_token_time = req.first_token_time or now
         req.draft_guard.record(len(draft), min(n, emitted))
         req.spec_drafted += len(draft)
