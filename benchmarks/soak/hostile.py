@@ -1,6 +1,6 @@
 """The soak's hostile kinds, sent on a raw request line (http.client: nothing normalised): a
 path with dot segments (raw or percent-encoded) aimed at the admin routes, a web page's
-foreign Origin, a DNS-rebinding Host, a `core/text/plain` body. Each must be refused with its 4xx
+foreign Origin, a DNS-rebinding Host, a `text/plain` body. Each must be refused with its 4xx
 and a JSON `error.message` (docs/reliability.md: "The router's paths", "Browsers")."""
 
 from __future__ import annotations
