@@ -80,7 +80,7 @@ peers: $(STAMP)
 	test -x $(PEERS)/llama/bin/llama-cpp-server || $(PEERS)/llama/bin/pip install -q $(LLAMA_BIN_PIN)
 
 bench-peers: peers
-	$(PY) -m benchmarks.serving.cpu_peers $(PEERS_ARGS)
+	$(PY) -m benchmarks cpu_peers $(PEERS_ARGS)
 
 # The full suite (radixrt cache on/off, llama.cpp through llama-cpp-python, transformers) on
 # the default model: rewrites the generated section of docs/benchmarks.md and docs/bench/
@@ -96,11 +96,11 @@ bench-suite-peers: $(STAMP)
 		$(PIP) install --no-cache-dir 'llama-cpp-python[server]'
 
 bench: bench-suite-peers
-	$(PY) -m benchmarks.serving.suite $(BENCH_ARGS)
+	$(PY) -m benchmarks suite $(BENCH_ARGS)
 
 # Every code path at tiny sizes (a few minutes); prints the tables instead of writing docs.
 bench-quick: bench-suite-peers
-	$(PY) -m benchmarks.serving.suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
+	$(PY) -m benchmarks suite --quick --out-dir /tmp/radixrt-bench --doc '' $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check radixrt lang benchmarks tests examples

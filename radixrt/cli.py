@@ -14,6 +14,7 @@ commands:
   kv-size  KV cache bytes of a model, and what fits on a GPU (radixrt kv-size --help)
   cost     a workload's cost under each provider's prompt caching and self-hosted
            (radixrt cost --help)
+  bench    run a benchmark of the source checkout by name (radixrt bench lists them)
 """
 
 
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         from radixrt.economics.cost_cli import main as cost
 
         sys.exit(cost(rest))
+    elif command == "bench":
+        from radixrt.bench import main as bench  # imports no benchmark until one runs
+
+        sys.exit(bench(rest))
     else:
         print(f"radixrt: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         sys.exit(2)

@@ -1,7 +1,7 @@
 """Decode attention per ISA variant: radixrt's C kernel against the torch path it replaces
 (the torch_native backend's gather with its own cascade plan), shared and unshared batches.
 
-    python -m benchmarks.micro.decode_attention [--isas avx512 avx2 portable] [--json OUT]
+    python -m benchmarks decode_attention [--isas avx512 avx2 portable] [--json OUT]
 
 Each variant runs in its own child process (RADIXRT_CPU_ISA is read when the library loads);
 kernel and torch alternate within it. Prints the median ms per layer of each case.

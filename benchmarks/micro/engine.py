@@ -1,6 +1,6 @@
 """Prefill and decode throughput of radixrt against transformers, beside this machine's roofline.
 
-    python -m benchmarks.micro.engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32]
+    python -m benchmarks engine [--prefill-lens 256 1024 2048] [--batch-sizes 1 8 32]
         [--tp 2]
 
 radixrt runs on a scheduler stepped in this thread (no engine thread, radix cache off), so the
@@ -24,7 +24,6 @@ from typing import Any
 
 from benchmarks.micro.engine_rows import Rows, quietest, warm_up
 from benchmarks.micro.engine_tables import format_tables
-from benchmarks.micro.hf_peer import load_hf_model
 from benchmarks.micro.roofline import (
     OtherLoad,
     add_roofline_args,
@@ -32,6 +31,7 @@ from benchmarks.micro.roofline import (
     format_roofline,
     machine_info,
 )
+from benchmarks.peers.hf_peer import load_hf_model
 from radixrt.core.config import (
     CPU_KERNEL_MODES,
     KV_CACHE_DTYPES,

@@ -1,5 +1,5 @@
 """The engine benchmark's rows: radixrt's timed prefill and decode steps, transformers beside
-them, and the roofline probes, interleaved per round (see bench/micro/engine.py).
+them, and the roofline probes, interleaved per round (see micro/engine.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from benchmarks.micro.hf_peer import hf_generate
 from benchmarks.micro.roofline import OtherLoad, Roofline, measure_roofline
+from benchmarks.peers.hf_peer import hf_generate
 from radixrt.core import Req, SamplingParams
 
 PROBE_REPEATS = 3  # roofline measurements per round: best of this many

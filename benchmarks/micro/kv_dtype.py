@@ -2,7 +2,7 @@
 prompt, and decode ms/step of batches over long contexts (each request its own context, and
 a batch sharing one cached prefix).
 
-    python -m benchmarks.micro.kv_dtype [--context 2048] [--batch-sizes 1 8] [--rounds 6]
+    python -m benchmarks kv_dtype [--context 2048] [--batch-sizes 1 8] [--rounds 6]
 
 One scheduler per KV dtype, stepped in this thread (as benchmarks.micro.engine does). Each
 decode batch is prefilled once per scheduler and kept running; the rounds then alternate

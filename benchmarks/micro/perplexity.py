@@ -1,7 +1,7 @@
 """Perplexity of a model on a fixed text, float32 against bfloat16 weights and weight-only int8
 on the CPU kernels (or any set of `--settings`, e.g. bfloat16-torch: a whole bfloat16 model).
 
-    python -m benchmarks.micro.perplexity [--model-path DIR] [--text FILE]
+    python -m benchmarks perplexity [--model-path DIR] [--text FILE]
 
 The text (default: benchmarks/fixtures/perplexity.txt, 343 words of plain English written for
 this) is scored in one prompt: perplexity = exp(-mean log p(token | the tokens before it))

@@ -12,11 +12,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from benchmarks.serving import agent_bench
-from benchmarks.serving.agent_peer import HERMES_CHATML_TEMPLATE, best_dtype
-from benchmarks.serving.agent_report import format_report, summarize
-from benchmarks.serving.agent_session import Workload, check_call, first_messages, script
-from benchmarks.serving.agent_tools import example_value, make_tools
+from benchmarks.scenarios.agent import bench as agent_bench
+from benchmarks.scenarios.agent.peer import HERMES_CHATML_TEMPLATE, best_dtype
+from benchmarks.scenarios.agent.report import format_report, summarize
+from benchmarks.scenarios.agent.session import Workload, check_call, first_messages, script
+from benchmarks.scenarios.agent.tools import example_value, make_tools
 
 
 def test_tools_are_deterministic_and_scripted_calls_validate() -> None:

@@ -1,11 +1,11 @@
-"""`python -m benchmarks.serving.json_bench` end to end at tiny sizes, on the tiny random
+"""`python -m benchmarks json` end to end at tiny sizes, on the tiny random
 Llama."""
 
 from __future__ import annotations
 
 import json
 
-from benchmarks.serving import json_bench
+from benchmarks.scenarios import json_bench
 
 
 def test_json_bench_runs_every_pass(tiny_llama_path, tmp_path, capsys) -> None:

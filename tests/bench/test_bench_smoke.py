@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from benchmarks.load import shared_prefix
 from benchmarks.micro import engine as engine_bench
 from benchmarks.micro import engine_rows, roofline
-from benchmarks.serving import shared_prefix
 
 SMALL_ROOFLINE = "--copy-mib 8 --matmul-n 128".split()
 TINY_ENGINE = "--decode-prompt-len 12 --repeats 1 --retries 0".split() + SMALL_ROOFLINE
@@ -97,7 +97,7 @@ def test_engine_bench_with_two_ranks(tiny_llama_path) -> None:
 
 
 def test_dp_routing_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
-    from benchmarks.serving import dp_routing
+    from benchmarks.scenarios import dp_routing
 
     out = tmp_path / "dp.json"
     rows = dp_routing.main(

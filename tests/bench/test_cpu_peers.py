@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.serving import cpu_peers
-from benchmarks.serving.cpu_peers_report import format_report
-from benchmarks.serving.hf_server import HFServer
+from benchmarks.peers import cpu as cpu_peers
+from benchmarks.peers.cpu_report import format_report
+from benchmarks.peers.hf_server import HFServer
 
 REQUESTS = [("The capital of France is", 6, True), ("1 2 3 4 5 6 7", 9, True), ("Hi", 3, False)]
 

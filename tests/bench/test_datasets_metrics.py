@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.serving.datasets import DATASETS, WordSource, make_dataset
-from benchmarks.serving.metrics import RequestRecord, stats, summarize, ttft_by_turn
+from benchmarks.load.datasets import DATASETS, WordSource, make_dataset
+from benchmarks.load.metrics import RequestRecord, stats, summarize, ttft_by_turn
 
 WORDS = [f"w{i}" for i in range(500)]
 

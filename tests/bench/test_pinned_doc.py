@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from benchmarks.serving import pinned_doc
-from benchmarks.serving.pinned_doc import Plan, Query, compare, summarize
+from benchmarks.scenarios import pinned_doc
+from benchmarks.scenarios.pinned_doc import Plan, Query, compare, summarize
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.serving import loadgen as serving
-from benchmarks.serving import peers, programs, report, suite
-from benchmarks.serving.datasets import DATASETS, WordSource
+from benchmarks.load import loadgen as serving
+from benchmarks.load import report, suite
+from benchmarks.load.datasets import DATASETS, WordSource
+from benchmarks.peers import systems as peers
+from benchmarks.scenarios import programs
 
 WORDS = [f"w{i}" for i in range(300)]
 TINY = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.serving.soak import KINDS
+from benchmarks.soak.run import KINDS
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def tiny_chat_path(
 
 def test_soak_passes_on_the_tiny_model(tiny_chat_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    cmd = [sys.executable, "-m", "benchmarks.serving.soak", "--minutes", "0.3", "--threads", "3",
+    cmd = [sys.executable, "-m", "benchmarks.soak.run", "--minutes", "0.3", "--threads", "3",
            "--model-path", str(tiny_chat_path), "--json", str(out)]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     report = run.stdout + run.stderr

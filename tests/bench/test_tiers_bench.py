@@ -1,9 +1,9 @@
-"""`python -m benchmarks.serving.tiers --quick` on a tiny model: every tier is measured and
+"""`python -m benchmarks tiers --quick` on a tiny model: every tier is measured and
 reports its hits, and the working set with tiers gives the tokens it gives without."""
 
 from __future__ import annotations
 
-from benchmarks.serving import tiers
+from benchmarks.scenarios import tiers
 
 
 def test_quick_run_measures_every_tier(tiny_llama_path, tmp_path) -> None:

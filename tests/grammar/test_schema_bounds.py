@@ -12,7 +12,7 @@ import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.serving.agent_tools import example_value, make_tools
+from benchmarks.scenarios.agent.tools import example_value, make_tools
 from radixrt.grammar.schema_regex import schema_enforced, schema_regex
 
 COUNT = {"type": "integer", "minimum": 1, "maximum": 1500}
