@@ -55,6 +55,8 @@ REGISTRY: dict[str, Bench] = {
                         "shared prefixes against a `--dp N` server, once per routing policy"),
     "ray_routing": Bench("benchmarks.scenarios.ray_routing", "scenarios",
                          "Ray Serve: cache-aware routing against round-robin, a replica failure"),
+    "spec": Bench("benchmarks.scenarios.spec", "scenarios",
+                  "speculative decoding on JSON, code edit, agent and chat, 1 and 8 streams"),
     # micro
     "engine": Bench("benchmarks.micro.engine", "micro",
                     "prefill and decode throughput against transformers and the roofline"),
