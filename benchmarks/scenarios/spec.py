@@ -22,12 +22,17 @@ from benchmarks.scenarios.spec_workloads import workloads
 
 
 def _measure(engine: Any, prompts: list[str], params: dict[str, Any]) -> tuple[float, list[Any]]:
-    """Output tokens/s of `prompts` submitted together, and the outputs."""
+    """Seconds to answer `prompts` submitted together (the cache flushed first), and the
+    outputs; an output refused by the engine raises."""
     engine.flush_cache()
     t0 = time.perf_counter()
     outs = engine.generate(prompts, params)
     dt = time.perf_counter() - t0
-    return sum(len(o["output_ids"]) for o in outs) / dt, outs
+    for o in outs:
+        reason = o["meta_info"]["finish_reason"]
+        if reason and reason.get("type") == "abort":
+            raise RuntimeError(f"the engine refused a request: {reason}")
+    return dt, outs
 
 
 def run(engines: list[Any], prompts: list[str], params: dict[str, Any], streams: int,
@@ -43,9 +48,9 @@ def run(engines: list[Any], prompts: list[str], params: dict[str, Any], streams:
             got: list[Any] = []
             t_total, n_total = 0.0, 0
             for batch in batches:
-                rate, o = _measure(engine, batch, params)
-                n = sum(len(x["output_ids"]) for x in o)
-                t_total, n_total = t_total + n / rate, n_total + n
+                seconds, o = _measure(engine, batch, params)
+                t_total += seconds
+                n_total += sum(len(x["output_ids"]) for x in o)
                 got += o
             rates[i].append(n_total / t_total)
             outs[i] = got

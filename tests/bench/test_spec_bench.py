@@ -19,7 +19,7 @@ def test_workloads_are_eight_prompts_each(smollm2_path) -> None:
 
 def test_a_short_run_reports_ratios_and_identical_outputs(smollm2_path, capsys) -> None:
     args = ["--model-path", str(smollm2_path), "--runs", "1", "--streams", "8",
-            "--max-new-tokens", "24", "--workloads", "c-agent-tool-call"]  # fmt: skip
+            "--max-new-tokens", "40", "--workloads", "c-agent-tool-call"]  # fmt: skip
     results = spec.main(args)
     assert set(results) == {"c-agent-tool-call/8"}
     for r in results.values():
