@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-log", metavar="FILE.jsonl", help="replay a server's request log")
     h = p.add_argument_group("self-hosted")
     h.add_argument("--gpu-hour-usd", type=float, help="price of one GPU-hour")
-    h.add_argument("--bench-json", help="throughput from benchmarks.serving.shared_prefix --json")
+    h.add_argument("--bench-json", help="throughput: `python -m benchmarks shared_prefix --json`")
     h.add_argument("--requests-per-second-cached", type=float, help="radix cache on")
     h.add_argument("--requests-per-second-uncached", type=float, help="radix cache off")
     p.add_argument("--json", action="store_true", help="machine-readable output")

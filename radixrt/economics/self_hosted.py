@@ -59,7 +59,7 @@ def self_hosted_rows(gpu_hour_usd: float, tp: Throughput, num_requests: int) -> 
 
 
 def load_bench_json(path: str | Path) -> Throughput:
-    """Throughput from a benchmark's JSON: `python -m benchmarks.serving.shared_prefix
+    """Throughput from a benchmark's JSON: `python -m benchmarks shared_prefix
     --json` (results labelled "radix cache on"/"off", with req_s and mean_ttft_s), or an object
     with requests_per_second_cached / requests_per_second_uncached."""
     data = json.loads(Path(path).read_text())
