@@ -14,13 +14,14 @@ and a state inside a string has an edge for most of the vocabulary: three string
 core of the 2-core test machine, where llguidance takes ~1 ms (an unbounded string: ~150
 states, 0.1 s).
 
-A regex too big as a whole whose top level is a choice of branches each small enough for a
-branch (BRANCH_MAX_COUNTED: a branch compiles once for every spec holding it), such as a
-forced call over many tools (one branch per tool) or one large tool's call, is matched as the
-union of its branches' automata (union.py), each compiled once and cached by regex
-(branches.py). The compile waits for them up to a share of the caller's time limit; past it
-the rest compile in the background, and the spec's matchers use llguidance (no length bound)
-until they are ready.
+Every outlines automaton is compiled by one background worker and cached by regex
+(branches.py): a compile thread cannot be stopped, so the caller waits for it only up to a
+share of its time limit (UNION_WAIT_SHARE); past it, the spec's matchers use llguidance's
+compile of it (no length bound) until the automaton is ready, never a refusal. A regex too
+big as a whole whose top-level branches are each small enough for a branch
+(BRANCH_MAX_COUNTED: compiled once for every spec holding it), such as a forced call over
+many tools (one branch per tool, each the regex of that tool's named call), is matched as the
+union of its branches' automata (union.py), so its length bound holds too.
 
 `check` (the HTTP process's test of a spec before queueing it) asks llguidance first, which
 answers in about a millisecond; outlines is compiled only for a spec llguidance refuses.
@@ -29,7 +30,6 @@ answers in about a millisecond; outlines is compiled only for a spec llguidance 
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import wait
 from typing import Any
 
@@ -43,8 +43,7 @@ from radixrt.grammar.token_automaton import TokenAutomaton
 from radixrt.grammar.union import UnionGrammar, UnionMatcher, split_alternatives
 
 BRANCH_MAX_COUNTED = 2 * MAX_COUNTED  # a branch's counted repetitions (~2 s to compile)
-UNION_WAIT_SHARE = 0.4  # of time_limit_s: how long a union's compile waits for its branches
-UNION_WAIT_S = 4.0  # without a time limit
+UNION_WAIT_SHARE = 0.4  # of time_limit_s: how long a compile waits for its automata
 
 
 class AutoBackend(BaseGrammarBackend):
@@ -73,36 +72,29 @@ class AutoBackend(BaseGrammarBackend):
         if spec.kind != "ebnf" and outlines_enforces(spec):
             try:
                 regex = OutlinesBackend.regex_of(spec)
-                if is_small_regex(regex):
-                    return self._branches.get(regex)
-                branches = split_alternatives(regex)
+                branches = [regex] if is_small_regex(regex) else split_alternatives(regex)
                 if all(is_small_regex(b, BRANCH_MAX_COUNTED) for b in branches):
                     return self._union(spec, branches)
             except GrammarError:
                 pass  # outside what outlines parses: llguidance says whether it is valid
         return self._llguidance.compile(spec)
 
-    def _union(self, spec: GrammarSpec, regexes: list[str]) -> UnionGrammar:
-        """The small branches compiled here, one after another, until the wait is spent
-        (others' compiles of them are waited for in what is left); the rest in the
-        background, with llguidance's compile of the whole as the fallback until they are
-        ready. A compile thread cannot be stopped: one small branch past the wait at most."""
+    def _union(self, spec: GrammarSpec, regexes: list[str]) -> Any:
+        """The branches' automata (the automaton itself for one), compiled by the branch
+        cache's worker and waited for up to a share of the time limit (a compile thread
+        cannot be stopped, so none runs on the caller's); past it, a UnionGrammar whose
+        matchers use llguidance's compile of the whole until every branch is ready."""
         limit = self.time_limit_s
-        deadline = time.monotonic() + (UNION_WAIT_S if limit is None else UNION_WAIT_SHARE * limit)
+        wait_s = None if limit is None else UNION_WAIT_SHARE * limit  # None: until done
         branches = [self._branches.branch(r) for r in dict.fromkeys(regexes)]
         for branch in branches:
-            if time.monotonic() >= deadline:
-                break
-            if is_small_regex(branch.regex):  # a larger one could overrun the limit alone
-                self._branches.compile_here(branch)
-        futures = tuple(b.future for b in branches)
-        wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-        grammar = UnionGrammar(futures)
-        if grammar.automata() is not None:
-            return grammar
-        for branch in branches:
             self._branches.prefetch(branch)
-        return UnionGrammar(futures, self._llguidance.compile(spec))
+        grammar = UnionGrammar(tuple(b.future for b in branches))
+        wait(grammar.branches, timeout=wait_s)
+        automata = grammar.automata()
+        if automata is not None:
+            return automata[0] if len(automata) == 1 else grammar
+        return UnionGrammar(grammar.branches, self._llguidance.compile(spec))
 
     def _compile_outlines(self, regex: str) -> TokenAutomaton:
         return self._outlines.compile_regex(GrammarSpec("regex", regex), regex)
@@ -118,6 +110,8 @@ class AutoBackend(BaseGrammarBackend):
             return self._outlines.new_matcher(compiled)
         if isinstance(compiled, UnionGrammar):
             automata = compiled.automata()
+            if automata is not None and len(automata) == 1:
+                return self._outlines.new_matcher(automata[0])
             if automata is not None:
                 return UnionMatcher(automata, self._eos)
             return self._llguidance.new_matcher(compiled.fallback)

@@ -2,9 +2,8 @@
 (union.py) and every regex the `auto` backend gives outlines, so that a tool's named call and
 a forced choice over a list holding it compile that tool's automaton once.
 
-An entry is claimed by the first thread that compiles it: the caller (`get`, inline, so a
-compile never waits behind queued background work) or a background worker (`prefetch`, for
-branches a union could not wait for). Others wait on its future. Failed compiles are dropped
+An entry is claimed by the thread that compiles it (the background worker, or a caller
+compiling it itself); others wait on its future. Failed compiles are dropped
 on the next lookup; the least recently used entries past `size` are dropped from the cache
 (grammars holding them keep them alive)."""
 
@@ -44,13 +43,6 @@ class BranchCache:
         self._lock = threading.Lock()  # guards _entries and every branch's `claimed`
         self._entries: OrderedDict[str, Branch] = OrderedDict()
         self._pool = ThreadPoolExecutor(NUM_WORKERS, thread_name_prefix="radixrt-branch")
-
-    def get(self, regex: str) -> TokenAutomaton:
-        """The automaton of `regex`, compiled here unless another thread already is (then
-        waited for); raises the compile's GrammarError."""
-        branch = self.branch(regex)
-        self.compile_here(branch)
-        return branch.future.result()
 
     def branch(self, regex: str) -> Branch:
         """The cached branch of `regex` (a new, unclaimed one if none, or if it failed)."""

@@ -19,6 +19,7 @@ import torch
 from radixrt.grammar.auto_backend import AutoBackend
 from radixrt.grammar.base import GrammarSpec
 from radixrt.grammar.llguidance_backend import LLGuidanceMatcher
+from radixrt.grammar.outlines_backend import OutlinesMatcher
 from radixrt.grammar.union import UnionGrammar, UnionMatcher, split_alternatives
 from radixrt.serve.http.tools import ToolChoice, ToolSpec
 from radixrt.serve.http.tools.formats import HERMES
@@ -115,14 +116,15 @@ def test_the_union_accepts_exactly_the_tools_languages(setup: Any) -> None:
     assert 5 < accepted < len(samples) - 5  # both sides of the property are exercised
 
 
-def test_a_union_not_ready_in_time_serves_llguidance_until_it_is(setup: Any) -> None:
+def test_automata_not_ready_in_time_serve_llguidance_until_they_are(setup: Any) -> None:
     tok, _, regex, _ = setup
     backend = AutoBackend(tok, len(tok), [tok.eos_token_id])
     backend.time_limit_s = 1e-6  # no time to wait: every branch goes to the background
     few = "|".join(split_alternatives(regex)[:6])
-    compiled = backend.compile(GrammarSpec("regex", few))
-    assert isinstance(compiled, UnionGrammar) and compiled.fallback is not None
-    assert isinstance(backend.new_matcher(compiled), (LLGuidanceMatcher, UnionMatcher))
-    for future in compiled.branches:
-        future.result(timeout=60)
-    assert isinstance(backend.new_matcher(compiled), UnionMatcher)
+    for text, bounded in ((few, UnionMatcher), (split_alternatives(regex)[7], OutlinesMatcher)):
+        compiled = backend.compile(GrammarSpec("regex", text))  # never waits, never refused
+        assert isinstance(compiled, UnionGrammar) and compiled.fallback is not None
+        assert isinstance(backend.new_matcher(compiled), (LLGuidanceMatcher, bounded))
+        for future in compiled.branches:
+            future.result(timeout=60)
+        assert isinstance(backend.new_matcher(compiled), bounded)
