@@ -88,6 +88,9 @@ class BaseGrammarBackend(ABC):
     backend is not required); compiled grammars are immutable and shared by many matchers."""
 
     name: str = ""
+    # The caller's time limit on one compile (GrammarCompiler sets it; None: none known). A
+    # backend that can trade bounds for time (auto's unions) stays well within it.
+    time_limit_s: float | None = None
 
     @abstractmethod
     def compile(self, spec: GrammarSpec) -> Any:

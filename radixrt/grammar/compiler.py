@@ -119,7 +119,9 @@ class GrammarCompiler:
         if self._backend is None:
             with self._backend_lock:
                 if self._backend is None:
-                    self._backend = self._make_backend()
+                    backend = self._make_backend()
+                    backend.time_limit_s = self.timeout_s
+                    self._backend = backend
         return self._backend
 
     def shutdown(self) -> None:

@@ -96,10 +96,10 @@ class _Nfa:
         raise _TooBig  # backreferences, lookarounds, conditionals
 
 
-def is_small_regex(regex: str) -> bool:
+def is_small_regex(regex: str, max_counted: int = MAX_COUNTED) -> bool:
     """Whether outlines compiles `regex` quickly (auto_backend.py says why these limits):
-    counted repetitions adding up to at most MAX_COUNTED, under MAX_DFA_STATES states."""
-    if counted_size(regex) > MAX_COUNTED:
+    counted repetitions adding up to at most `max_counted`, under MAX_DFA_STATES states."""
+    if counted_size(regex) > max_counted:
         return False
     states = dfa_states(regex, MAX_DFA_STATES)
     return states is not None and states < MAX_DFA_STATES

@@ -11,6 +11,7 @@ import pytest
 
 from radixrt.grammar.base import GrammarSpec
 from radixrt.grammar.token_automaton import TokenAutomaton
+from radixrt.grammar.union import split_alternatives
 from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools import ToolCall, ToolChoice, ToolPlan, ToolSpec
 from radixrt.serve.http.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL
@@ -92,13 +93,16 @@ def test_forced_calls_take_the_bounded_path_where_they_can(backend: Any) -> None
     )
 
 
-def test_a_regex_too_large_for_outlines_is_one_call_on_llguidance(backend: Any) -> None:
-    """Sixteen tools of strings up to 16 characters: a regex the outlines path would refuse,
-    so the call has no length bound, and the grammar writes one call, never a run of them."""
+def test_a_choice_too_large_for_one_regex_is_one_call_per_tool_branch(backend: Any) -> None:
+    """Sixteen tools of strings up to 16 characters: a regex too big for outlines as a whole,
+    so the call is a top-level choice of one call per tool, which the backend matches as the
+    union of the tools' own automata (still length-bounded); one call, never a run of them."""
     string16 = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 16}}}
     tools = [ToolSpec(f"t{i}", "", string16) for i in range(16)]
     spec = forced_call_spec(HERMES, tools, ToolChoice("required", parallel=True))
-    assert list(spec) == ["ebnf"]
+    assert list(spec) == ["regex"]
+    named = forced_call_spec(HERMES, tools, ToolChoice("named", name="t3"))
+    assert named["regex"] in split_alternatives(spec["regex"])  # the same branch: compiled once
     one = '<tool_call>\n{"name":"t3","arguments":{"s":"ab"}}\n</tool_call>'
     assert _accepts(backend, spec, one)
     assert not _accepts(backend, spec, one + "\n" + one)

@@ -81,6 +81,7 @@ class PreparedRequest:
     params: list[SamplingParams]
     rids: list[str] | None
     is_single: bool  # one prompt given bare (not in a list): answer with one object
+    text: str | None = None  # a chat's rendered prompt (one prompt), kept with its answer
 
 
 def decode_body(body: bytes, cls: type[Any]) -> Any:

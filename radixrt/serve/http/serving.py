@@ -17,7 +17,9 @@ wire format). Between the two, in this order and only here:
 5. submit, then wait for the whole answer or stream the deltas; a client that goes away
    aborts its requests (unary: DisconnectWatcher; stream: the generator's `finally`), and a
    failure mid-stream ends it with the render's error event;
-6. once answered, a chat-like call's prompt fingerprint is kept under its response id.
+6. once answered, a chat-like call's prompt fingerprint is kept under its response id, and a
+   chat's prompt text with its prompt and output ids (continuations.py), so that a next turn
+   replaying the answer as text is tokenized with the ids the cache holds.
 
 Every route that queues work comes through here and runs as its HTTP caller: a cache handle's
 prefill (`make_handle`) and a cache explanation (`explain`) too, admitted and counted as the
@@ -35,6 +37,7 @@ from starlette.responses import Response
 
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.serve.http.cache_handles import CacheHandle, HandleRender, owner_of
+from radixrt.serve.http.continuations import ContinuationStore
 from radixrt.serve.http.diagnostics import FingerprintStore, PromptRecord, diagnose
 from radixrt.serve.http.explain import explain_prompts
 from radixrt.serve.http.grammar_check import GrammarChecker
@@ -65,6 +68,7 @@ class ServeRequest:
     explain: bool = False  # explain each prompt's cache miss (whole answers only)
     messages: list[dict[str, str]] | None = None  # a chat turn's messages, for the guard
     record: PromptRecord | None = None  # a chat-like call's fingerprint (one prompt), kept
+    prompt_text: str | None = None  # a chat's rendered prompt (one prompt): kept answered
 
     @classmethod
     def prefill(cls, handle: CacheHandle, cache_salt: str | None = None) -> ServeRequest:
@@ -86,6 +90,7 @@ class ServingPipeline:
         self.max_logprob_entries = tm.config.max_logprob_entries
         config = tm.config
         self.fingerprints = FingerprintStore(config.max_fingerprints, config.max_fingerprint_bytes)
+        self.continuations = ContinuationStore()
 
     async def serve(self, request: Request, req: ServeRequest, render: BaseRender) -> Response:
         """Submit `req` and answer with `render`: whole, or streamed when `req.stream`."""
@@ -94,7 +99,7 @@ class ServingPipeline:
         if req.record is not None:
             render.diagnosis = diagnose(self.fingerprints, owner, req.record, req.prompts[0])
         if req.stream:
-            stream = self._stream(states, render, turn, (owner, req.record))
+            stream = self._stream(states, render, turn, (owner, req))
             return sse_response(stream, render.media_type)
         try:
             await wait_finished(request, self.tm, states)
@@ -103,6 +108,7 @@ class ServingPipeline:
         if turn is not None:
             self.guard.record(*turn, states[0].out.output_ids)
         self._keep(owner, req.record)
+        self._keep_turn(owner, req, states)
         outputs = [_whole(state) for state in states]
         answer = render.response(Finished(states, outputs, explained))
         return answer if isinstance(answer, Response) else json_response(answer)
@@ -171,12 +177,18 @@ class ServingPipeline:
         if record is not None:
             self.fingerprints.put(owner, record.response_id, record.fingerprint)
 
+    def _keep_turn(self, owner: str, req: ServeRequest, states: list[ReqState]) -> None:
+        """Keep an answered chat turn's ids, for a next turn that replays it as text."""
+        if req.prompt_text is not None and len(states) == 1 and states[0].out.output_ids:
+            ids = states[0].out.output_ids
+            self.continuations.put(owner, req.prompt_text, req.prompts[0], ids, self.tm.tokenizer)
+
     async def _stream(
         self,
         states: list[ReqState],
         render: BaseRender,
         turn: Turn | None,
-        kept: tuple[str, PromptRecord | None],
+        kept: tuple[str, ServeRequest],
     ) -> AsyncIterator[bytes]:
         """The stream of one call; however it ends, its unfinished requests are aborted."""
         try:
@@ -199,7 +211,8 @@ class ServingPipeline:
         if states[0].out.is_finished:
             if turn is not None:
                 self.guard.record(*turn, states[0].out.output_ids)
-            self._keep(*kept)
+            self._keep(kept[0], kept[1].record)
+            self._keep_turn(*kept, states)
         for event in render.close():
             yield event
 

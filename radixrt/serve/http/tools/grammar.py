@@ -3,9 +3,11 @@
 (with `parallel`) several. Written as a regex when that regex enforces every keyword of the
 schemas (numeric bounds included: grammar/schema_bounds.py) and is small enough for outlines
 (the `auto` backend's test), so the budget-aware masks end the call within max_tokens whenever
-it fits; as a Lark grammar (llguidance, every keyword enforced, no length bound) otherwise.
-Without a length bound a model that repeats calls would run out of tokens inside one, so
-that grammar writes exactly one call even when parallel calls are allowed."""
+it fits. A choice too big for one regex is exactly one call, written as a top-level choice of
+one regex per tool, which the grammar layer matches per tool (grammar/union.py), still bounded.
+Schemas with a keyword no regex enforces take a Lark grammar (llguidance, every keyword
+enforced, no length bound), also of exactly one call: without a bound a model that repeats
+calls would run out of tokens inside one."""
 
 from __future__ import annotations
 
@@ -42,23 +44,40 @@ def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
 
 def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, str]:
     """The sampling fields (`regex` or `ebnf`) that force `choice`'s call(s)."""
-    schema = call_schema(fmt, allowed_tools(tools, choice))
+    allowed = allowed_tools(tools, choice)
+    schema = call_schema(fmt, allowed)
     if schema_enforced(schema):
-        try:
-            call = schema_regex(json.dumps(schema), whitespace="")
-        except GrammarError as e:
-            raise BadRequestError(f"tools: {e}") from None
-        one = _literal(fmt.forced_prefix) + f"(?:{call})" + _literal(fmt.forced_suffix)
+        one = (
+            _literal(fmt.forced_prefix) + f"(?:{_call_regex(schema)})" + _literal(fmt.forced_suffix)
+        )
         calls = f"{one}(?:{_literal(fmt.forced_sep)}{one})*" if choice.parallel else one
         regex = _literal(fmt.forced_open) + calls + _literal(fmt.forced_close)
-        if is_small_regex(regex):  # else llguidance would take it, with no length bound
+        if is_small_regex(regex):
             return {"regex": regex}
+        # One call, as a choice of one branch per tool at the top level: the grammar layer
+        # matches it as the union of the tools' own automata (each the regex of that tool's
+        # named call), so the bound holds for any number of tools.
+        return {"regex": "|".join(_one_call(fmt, t) for t in allowed)}
     body = json.dumps({**schema, "x-guidance": _LAYOUT})
     lark = (
         f"start: {_lark(fmt.forced_open)} call {_lark(fmt.forced_close)}\n"
         f"call: {_lark(fmt.forced_prefix)} %json {body} {_lark(fmt.forced_suffix)}\n"
     )
     return {"ebnf": lark}
+
+
+def _one_call(fmt: CallFormat, tool: ToolSpec) -> str:
+    """The regex of exactly one call of `tool` (the same text as its named call's)."""
+    call = _call_regex(call_schema(fmt, [tool]))
+    one = _literal(fmt.forced_prefix) + f"(?:{call})" + _literal(fmt.forced_suffix)
+    return _literal(fmt.forced_open) + one + _literal(fmt.forced_close)
+
+
+def _call_regex(schema: dict[str, Any]) -> str:
+    try:
+        return schema_regex(json.dumps(schema), whitespace="")
+    except GrammarError as e:
+        raise BadRequestError(f"tools: {e}") from None
 
 
 def compact_json(value: Any) -> str:

@@ -3,6 +3,8 @@ SamplingParams. Fields radixrt cannot honour are refused with 400 rather than ig
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -178,14 +180,21 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
 
 
 def prepare_chat(
-    req: ChatCompletionRequest, tokenizer: Any, limits: Limits, plan: ToolPlan
+    req: ChatCompletionRequest,
+    tokenizer: Any,
+    limits: Limits,
+    plan: ToolPlan,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> PreparedRequest:
     """Render the messages (and `plan`'s tools) with the tokenizer's chat template; one
-    prompt."""
+    prompt, tokenized by `encode` (the tokenizer's own by default)."""
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
     text = render_tool_chat(chat_turns(req.messages), plan, tokenizer, limits)
-    prompts = [tokenizer.encode(text, add_special_tokens=False)]
+    if encode is None:
+        prompts = [tokenizer.encode(text, add_special_tokens=False)]
+    else:
+        prompts = [encode(text)]
     d = req.sampling_dict()
     if req.response_format is not None:
         d.update(req.response_format.sampling_dict())
@@ -202,7 +211,7 @@ def prepare_chat(
     )
     if max_tokens is not None:
         d["max_new_tokens"] = max_tokens
-    return _prepare(prompts, d, max_tokens, limits, req.rid)
+    return replace(_prepare(prompts, d, max_tokens, limits, req.rid), text=text)
 
 
 def _prepare(

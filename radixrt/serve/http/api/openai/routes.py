@@ -4,6 +4,7 @@ and /v1/models, in the shapes the official `openai` client parses."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,6 +23,7 @@ from radixrt.serve.http.api.openai.protocol import (
 )
 from radixrt.serve.http.api.openai.render import CompletionRender, TokenStrings
 from radixrt.serve.http.api.openai.tools import tool_plan
+from radixrt.serve.http.cache_handles import owner_of
 from radixrt.serve.http.diagnostics import Fingerprint, PromptRecord
 from radixrt.serve.http.protocol import Limits, PreparedRequest, decode_body
 from radixrt.serve.http.serving import ServeRequest
@@ -52,6 +54,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     async def serve(request: Request, is_chat: bool) -> Response:
         raw = await request.body()
+        owner = owner_of(request)
         body, prepared, plan, fp = await tm.run_tokenizer(
             _parse,
             raw,
@@ -59,6 +62,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             tm.tokenizer,
             ctx.limits,
             ctx.tool_format,
+            lambda text: ctx.pipeline.continuations.encode(owner, text, tm.tokenizer),
             caller=caller_of(request),
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
@@ -84,19 +88,26 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             explain=body.explain_cache,
             messages=chat_messages(body) if is_chat else None,
             record=record,
+            prompt_text=prepared.text,
         )
         return await ctx.pipeline.serve(request, req, render)
 
 
 def _parse(
-    raw: bytes, is_chat: bool, tokenizer: Any, limits: Limits, fmt: CallFormat
+    raw: bytes,
+    is_chat: bool,
+    tokenizer: Any,
+    limits: Limits,
+    fmt: CallFormat,
+    encode: Callable[[str], list[int]],
 ) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None]:
     """Decode, template and tokenize a body (on the tokenizer thread); a chat's prompt
-    fingerprint too."""
+    fingerprint too. A chat is tokenized by `encode`: the ids of an earlier answered turn
+    it replays, then the tokenizer's."""
     if is_chat:
         chat = decode_body(raw, ChatCompletionRequest)
         plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
-        prepared = prepare_chat(chat, tokenizer, limits, plan)
+        prepared = prepare_chat(chat, tokenizer, limits, plan, encode)
         return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0])
     body = decode_body(raw, CompletionRequest)
     return body, prepare_completion(body, tokenizer, limits), None, None
