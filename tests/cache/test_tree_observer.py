@@ -79,6 +79,9 @@ def test_the_base_surface_is_the_narrow_list() -> None:
     public = {n for n, _ in inspect.getmembers(BasePrefixCache) if not n.startswith("_")}
     public |= set(BasePrefixCache.__annotations__)
     assert public == NARROW_PUBLIC
+    # ... and what the base's constructor sets (the null cache adds only its root).
+    fields = {n for n in vars(NoPrefixCache(TokenSlotAllocator(4))) if not n.startswith("_")}
+    assert fields == {"allocator", "page_size", "observers", "num_nodes", "root"}
     # Pins are the pinnable cache's (the pin table's) only; the null cache has none.
     extra = PinnablePrefixCache.__abstractmethods__ - NARROW_ABSTRACT
     assert extra == {"pin", "unpin", "unpinned_above"}
