@@ -12,10 +12,11 @@ lock). Causes, in the order they are decided:
 | `other_namespace` | one of the caller's other namespaces (another cache_salt) holds more     |
 | `never_seen`      | nothing of the prompt is cached in its namespace                         |
 | `new_suffix`      | the cached prefix ends where the prompt goes on: the rest was never sent |
-| `cache_off`       | the server runs without a prefix cache (NoPrefixCache.explain)           |
+| `cache_off`       | the server runs without a prefix cache (the view is NoPrefixCache)       |
 
-The EvictionLog remembers the last evicted leaves (namespace, length and hash of the whole
-path from the root, time), so an evicted prefix is told from one never seen. Only the
+The EvictionLog, a tree observer registered where the cache is built, remembers the last
+evicted leaves (namespace, length and hash of the whole path from the root, time), so an
+evicted prefix is told from one never seen. Only the
 caller's own namespaces are ever looked at: nothing of another tenant's prompts is shown.
 """
 
@@ -24,12 +25,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from radixrt.cache.tree_node import TreeNode, child_key, match_len
-
-if TYPE_CHECKING:
-    from radixrt.cache.radix_cache import RadixCache
+from radixrt.cache.tree_node import TreeNode, child_key, match_len, path_key
+from radixrt.cache.tree_observer import TreeObserver
+from radixrt.cache.tree_view import TreeView
 
 CONTEXT_TOKENS = 32  # cached tokens returned after the divergence point
 EVICTION_LOG_SIZE = 1024
@@ -46,11 +45,15 @@ class Explanation:
     other_namespace_tokens: int = 0  # what the caller's best other namespace matches
 
 
-class EvictionLog:
-    """The last EVICTION_LOG_SIZE evicted leaves: (namespace, path length, path hash, time)."""
+class EvictionLog(TreeObserver):
+    """The last EVICTION_LOG_SIZE evicted leaves: (namespace, path length, path hash, time).
+    Owned by the scheduler (which reads it in `explain`); a reset is not an eviction."""
 
     def __init__(self) -> None:
         self._entries: deque[tuple[str | None, int, int, float]] = deque(maxlen=EVICTION_LOG_SIZE)
+
+    def on_evicted(self, node: TreeNode) -> None:
+        self.record(node.extra_key, path_key(node))
 
     def record(self, extra_key: str | None, path: list[int]) -> None:
         self._entries.append((extra_key, len(path), hash(tuple(path)), time.time()))
@@ -70,10 +73,17 @@ class EvictionLog:
 
 
 def explain(
-    cache: RadixCache, key: list[int], extra_key: str | None, own_prefix: str | None
+    cache: TreeView,
+    evictions: EvictionLog,
+    key: list[int],
+    extra_key: str | None,
+    own_prefix: str | None,
 ) -> Explanation:
-    """Explain `key` in namespace `extra_key`; other namespaces starting with `own_prefix` are
-    the caller's own and may be looked at (None: none; "" : every namespace)."""
+    """Explain `key` in namespace `extra_key` from the tree and its eviction log; other
+    namespaces starting with `own_prefix` are the caller's own and may be looked at (None:
+    none; "" : every namespace)."""
+    if not cache.caching:
+        return Explanation("cache_off", len(key), 0)
     root = cache.root
     page = cache.page_size
     matched, cont = _walk(cache, root, key, extra_key)
@@ -86,7 +96,7 @@ def explain(
     )
     if cont and page > 1 and 0 < agree < page:
         return Explanation("page_boundary", len(key), matched, matched + agree, cont)
-    at = cache.evictions.find(extra_key, key, matched)
+    at = evictions.find(extra_key, key, matched)
     if at is not None:
         return Explanation("evicted", len(key), matched, matched, evicted_at=at)
     if cont and matched + agree > 0:  # at the root, another first token shares nothing
@@ -107,7 +117,7 @@ def explain(
 
 
 def _walk(
-    cache: RadixCache, root: TreeNode, key: list[int], extra_key: str | None
+    cache: TreeView, root: TreeNode, key: list[int], extra_key: str | None
 ) -> tuple[int, list[int]]:
     """(whole-page tokens of `key` cached in `extra_key`, up to CONTEXT_TOKENS cached tokens
     that follow there: the rest of the node the match ends in, else the most recently used

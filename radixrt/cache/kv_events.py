@@ -16,9 +16,10 @@ the stream. A block's hash is the first 8 bytes of its sha256 chain hash (as a n
 int64), the chain starting from the namespace, so equal hashes mean equal token paths in one
 namespace, whatever process computed them.
 
-`RadixCache` calls `stored`, `removed` and `cleared`; the scheduler loop calls `publish` once
-per iteration, which hands one batch (if any event happened) to the publisher
-(kv_events_zmq.py). `NoKVEvents` is the null object when events are off.
+The events are a tree observer (tree_observer.py), added to the tree where the cache is built:
+the tree calls `on_stored`, `on_evicted` and `on_cleared`; the scheduler loop calls `publish`
+once per iteration, which hands one batch (if any event happened) to the publisher
+(kv_events_zmq.py). `NoKVEvents` is the null object when events are off (never observing).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from radixrt.cache.kv_event_schema import (
     block_hash,
 )
 from radixrt.cache.tree_node import TreeNode, path_key
+from radixrt.cache.tree_observer import TreeObserver
 
 __all__ = [
     "AllBlocksCleared",
@@ -69,17 +71,19 @@ class NullSender:
         pass
 
 
-class BaseKVEvents(ABC):
+class BaseKVEvents(TreeObserver, ABC):
+    """Block events of the tree it observes; owns the events pending until `publish`."""
+
     @abstractmethod
-    def stored(self, node: TreeNode) -> None:
+    def on_stored(self, node: TreeNode) -> None:
         """`node` was just added to the tree (its parent chain is in place)."""
 
     @abstractmethod
-    def removed(self, node: TreeNode) -> None:
+    def on_evicted(self, node: TreeNode) -> None:
         """`node` (a leaf, still attached) is about to be evicted."""
 
     @abstractmethod
-    def cleared(self) -> None:
+    def on_cleared(self) -> None:
         """The whole tree was dropped."""
 
     def publish(self) -> None:  # noqa: B027 (the null object has nothing to send)
@@ -90,13 +94,13 @@ class BaseKVEvents(ABC):
 
 
 class NoKVEvents(BaseKVEvents):
-    def stored(self, node: TreeNode) -> None:
+    def on_stored(self, node: TreeNode) -> None:
         pass
 
-    def removed(self, node: TreeNode) -> None:
+    def on_evicted(self, node: TreeNode) -> None:
         pass
 
-    def cleared(self) -> None:
+    def on_cleared(self) -> None:
         pass
 
 
@@ -115,7 +119,7 @@ class KVEvents(BaseKVEvents):
         self.dp_rank = dp_rank
         self._pending: list[BlockStored | BlockRemoved | AllBlocksCleared] = []
 
-    def stored(self, node: TreeNode) -> None:
+    def on_stored(self, node: TreeNode) -> None:
         tokens, start = _path(node)
         blocks = blocks_ending_in(start, len(tokens), self.block_size)
         if not blocks:
@@ -135,7 +139,7 @@ class KVEvents(BaseKVEvents):
             )  # fmt: skip
         )
 
-    def removed(self, node: TreeNode) -> None:
+    def on_evicted(self, node: TreeNode) -> None:
         tokens, start = _path(node)
         blocks = blocks_ending_in(start, len(tokens), self.block_size)
         if not blocks:
@@ -145,7 +149,7 @@ class KVEvents(BaseKVEvents):
         removed = [block_hash(hashes[i]) for i in blocks]
         self._pending.append(BlockRemoved(removed, self.medium, node.extra_key))
 
-    def cleared(self) -> None:
+    def on_cleared(self) -> None:
         self._pending = [AllBlocksCleared()]  # what came before no longer matters
 
     def publish(self) -> None:

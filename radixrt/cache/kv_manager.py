@@ -155,6 +155,7 @@ class KVCacheManager:
         self.window.mark_cached(ours[lo:n][~dup])
         self.allocator.free(ours[lo:n][dup])
         self.req_to_token_pool.write(row, 0, match.slots)
+        assert req.last_node is not None  # admitted: it holds a lock
         self.cache.lock(match.last_node)
         self.cache.unlock(req.last_node)
         req.last_node, req.cached_len = match.last_node, n
@@ -189,6 +190,7 @@ class KVCacheManager:
                 row, max(aligned, req.cached_len) : req.kv_len
             ]
             self.allocator.free(tail.to(torch.int64))
+        assert req.last_node is not None  # a row is held with its lock (admit)
         self.cache.unlock(req.last_node)
         self.window.drop_hold(row)
         self._behind.pop(row, None)

@@ -2,7 +2,7 @@
 /v1/caches handles, Anthropic `cache_control`, Gemini `cachedContents`, OpenAI
 `prompt_cache_retention`).
 
-A pin holds one tree node (the end of its prefix) with `BasePrefixCache.pin`, so the node and
+A pin holds one tree node (the end of its prefix) with `PinnablePrefixCache.pin`, so the node and
 its ancestors are never evicted while the pin lives. At `expire_at` (wall-clock seconds) the
 pin goes and the nodes become ordinary LRU entries. A sliding pin is extended to now + ttl by
 every request whose cached match covers its node (the Anthropic rule); a fixed one (a handle)
@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from radixrt.cache.prefix_cache import BasePrefixCache
+from radixrt.cache.pinnable import PinnablePrefixCache
 from radixrt.cache.tree_node import TreeNode
 from radixrt.core import PinOutcome, PinSpec
 
@@ -93,7 +93,7 @@ class BasePinTable(ABC):
 class PinTable(BasePinTable):
     def __init__(
         self,
-        cache: BasePrefixCache,
+        cache: PinnablePrefixCache,
         max_tokens: int,
         max_tokens_per_owner: int,
         clock: Callable[[], float] = time.time,

@@ -1,20 +1,23 @@
 """The prefix-cache interface the scheduler talks to, and `NoPrefixCache`, its "off" null object.
 
 A prefix cache maps token sequences to the KV slots already holding their K/V, so a new request
-can skip the prefill of its longest cached prefix.
+can skip the prefill of its longest cached prefix. The interface is match / insert / lock /
+unlock / evict / reset / sizes / check; pins are pinnable.py's, what follows the tree (tiers,
+events, logs, hit counts) observes it (tree_observer.py), and reads of it (explain,
+continuation, summaries, the debug print) are functions over its read-only view (tree_view.py).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from radixrt.cache.explain import Explanation
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.tree_node import TreeNode
-from radixrt.cache.tree_summary import TreeSummary
+from radixrt.cache.tree_observer import TreeObservers
 
 
 @dataclass(slots=True)
@@ -42,8 +45,17 @@ class BasePrefixCache(ABC):
     Pages: with `page_size > 1` the cache stores and matches whole pages only. `match_prefix`
     returns a multiple of `page_size` tokens, and `insert` needs a page-aligned length.
 
-    Nodes are opaque handles to the caller: pass them back to `lock`/`unlock` only.
+    Nodes are opaque handles to the caller: pass them back to `lock`/`unlock` (and to the
+    observers' `hit`) only. The cache is also a `TreeView` (tree_view.py): `root`, `num_nodes`
+    and the sizes may be read, by the read-only functions over it, never written.
+
+    Observers (tree_observer.py): `observers` is told of every node stored and evicted and of
+    each reset, by the cache; of each hit, by the scheduler. Whoever builds the cache adds
+    them (scheduler/builder.py) and owns them; none: nothing follows the tree.
     """
+
+    caching: ClassVar[bool] = True  # False: the null cache, whose root never has a child
+    root: TreeNode  # the read-only view's entry point, set by each implementation
 
     def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
         """Cache over `allocator`'s slots in pages of `page_size` tokens; ValueError if < 1."""
@@ -51,6 +63,8 @@ class BasePrefixCache(ABC):
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.allocator = allocator
         self.page_size = page_size
+        self.observers = TreeObservers()
+        self.num_nodes = 0  # nodes in the tree, the root not counted; written by the tree only
 
     @abstractmethod
     def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
@@ -78,28 +92,6 @@ class BasePrefixCache(ABC):
         """
 
     @abstractmethod
-    def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
-        """Why `key` would miss in namespace `extra_key` (radixrt/cache/explain.py); reads the
-        cache, never changes it."""
-
-    def continuation(self, key: list[int], extra_key: str | None, max_tokens: int) -> list[int]:
-        """Up to `max_tokens` tokens cached right after all of `key` in namespace `extra_key`
-        ([] when `key` is not a whole cached path); reads the cache, never changes it. A
-        speculative drafter's source; none by default."""
-        return []
-
-    @abstractmethod
-    def record_hit(self, node: TreeNode) -> None:
-        """Count one admitted request whose cached prefix ends at `node` (a node `match_prefix`
-        returned): adds to the hit count of it and its ancestors, which only the summary
-        reads; changes no size, lock or eviction order."""
-
-    @abstractmethod
-    def summarize(self, max_rows: int, max_nodes: int) -> TreeSummary:
-        """The largest subtrees, at most `max_rows` rows from a walk of at most `max_nodes`
-        nodes (radixrt/cache/tree_summary.py); reads the cache, never changes it."""
-
-    @abstractmethod
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and all its ancestors from eviction; pair every call with `unlock`."""
 
@@ -109,19 +101,6 @@ class BasePrefixCache(ABC):
 
         Raises RuntimeError (and changes nothing) when no lock is held on `node` or below it.
         """
-
-    @abstractmethod
-    def pin(self, node: TreeNode) -> None:
-        """Keep `node` and its ancestors from eviction until `unpin` (radixrt/cache/pins.py
-        is the only caller: it owns every pin, its lifetime and the bounds on pinned tokens)."""
-
-    @abstractmethod
-    def unpin(self, node: TreeNode) -> None:
-        """Undo one `pin(node)`; RuntimeError when no pin is held on `node` or below it."""
-
-    @abstractmethod
-    def unpinned_above(self, node: TreeNode) -> int:
-        """Tokens from the root to `node` that no pin holds yet."""
 
     @abstractmethod
     def evict(self, num_tokens: int) -> int:
@@ -160,10 +139,6 @@ class BasePrefixCache(ABC):
         return self.evictable_size + self.protected_size + self.pinned_size
 
     @abstractmethod
-    def pretty_print(self) -> str:
-        """Readable dump: per node its token count, first token ids, lock ref and slots."""
-
-    @abstractmethod
     def check_integrity(self) -> None:
         """Raise AssertionError when an internal invariant or slot ownership is broken.
 
@@ -177,11 +152,15 @@ class BasePrefixCache(ABC):
 class NoPrefixCache(BasePrefixCache):
     """Prefix caching off: nothing is ever cached, with the same caller code path.
 
-    `match_prefix` always returns an empty match at a dummy root; `insert` takes no slots and
-    returns `len(key)` ("all already cached"), so the caller frees every slot it owns exactly
-    as it frees duplicates with a real cache. Sizes are 0 and `evict` frees nothing. Lock
-    counts are kept on the dummy root so unbalanced `unlock` still raises.
+    `match_prefix` always returns an empty match at a dummy root, which never has a child (the
+    read-only functions over it find nothing; explain says `cache_off`); `insert` takes no
+    slots and returns `len(key)` ("all already cached"), so the caller frees every slot it owns
+    exactly as it frees duplicates with a real cache. Sizes are 0 and `evict` frees nothing.
+    Lock counts are kept on the dummy root so unbalanced `unlock` still raises. Nothing is
+    stored or evicted, so no observer is ever told anything but hits (of the root).
     """
+
+    caching = False
 
     def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
         super().__init__(allocator, page_size)
@@ -198,15 +177,6 @@ class NoPrefixCache(BasePrefixCache):
             raise ValueError(f"key has {len(key)} tokens but {slots.numel()} slots were given")
         return len(key)
 
-    def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
-        return Explanation("cache_off", len(key), 0)
-
-    def record_hit(self, node: TreeNode) -> None:
-        """Nothing is ever matched, so there is nothing to count."""
-
-    def summarize(self, max_rows: int, max_nodes: int) -> TreeSummary:
-        return TreeSummary()
-
     def lock(self, node: TreeNode) -> None:
         """Count a lock on the dummy root."""
         self.root.lock_ref += 1
@@ -216,16 +186,6 @@ class NoPrefixCache(BasePrefixCache):
         if self.root.lock_ref == 0:
             raise RuntimeError("unlock without a matching lock")
         self.root.lock_ref -= 1
-
-    def pin(self, node: TreeNode) -> None:
-        """Nothing is cached, so nothing can be pinned (the pin table is NoPinTable)."""
-        raise RuntimeError("the prefix cache is off: nothing can be pinned")
-
-    def unpin(self, node: TreeNode) -> None:
-        raise RuntimeError("the prefix cache is off: nothing is pinned")
-
-    def unpinned_above(self, node: TreeNode) -> int:
-        return 0
 
     def evict(self, num_tokens: int) -> int:
         """Free nothing."""
@@ -247,10 +207,6 @@ class NoPrefixCache(BasePrefixCache):
     @property
     def pinned_size(self) -> int:
         return 0
-
-    def pretty_print(self) -> str:
-        """One line: the cache is off."""
-        return f"NoPrefixCache (off, {self.root.lock_ref} locks held)"
 
     def check_integrity(self) -> None:
         """Assert the dummy root stays empty."""

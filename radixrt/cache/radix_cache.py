@@ -11,8 +11,10 @@ Slot ownership:
 
 Each node's tokens count in one of three sizes: pinned (a pin on it or below it, cache/pins.py),
 else protected (a request's lock on it or below it), else evictable; evict takes only the last.
-With lower tiers (cache/tiers/), `evict` first spills each leaf's blocks there (write-back);
-the tree indexes the device pool only, and the tiers index their blocks by hash.
+The tree knows tokens, slots, locks and pins only. Its observers (tree_observer.py, added
+where the cache is built) are told of each leaf added and of each leaf about to be evicted,
+while its slots still hold their K/V: that is where lower tiers spill (write-back), KV events
+are made and the eviction log is kept.
 """
 
 from __future__ import annotations
@@ -23,37 +25,22 @@ from collections.abc import Hashable, Iterator
 
 import torch
 
-from radixrt.cache.explain import EvictionLog, Explanation, explain
-from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.memory_pool import TokenSlotAllocator
-from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
-from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
-from radixrt.cache.tree_check import check_integrity, pretty_print
-from radixrt.cache.tree_node import TreeNode, child_key, match_len, node_state, path_key
-from radixrt.cache.tree_summary import TreeSummary, summarize
-from radixrt.cache.tree_walk import continuation
+from radixrt.cache.pinnable import PinnablePrefixCache
+from radixrt.cache.prefix_cache import MatchResult
+from radixrt.cache.tree_check import check_integrity
+from radixrt.cache.tree_node import TreeNode, child_key, match_len, node_state
 
 __all__ = ["RadixCache", "TreeNode"]
 
 
-class RadixCache(BasePrefixCache):
+class RadixCache(PinnablePrefixCache):
     """Radix tree over token ids; see `BasePrefixCache` for the contract."""
 
-    def __init__(
-        self,
-        allocator: TokenSlotAllocator,
-        page_size: int = 1,
-        tiers: BaseKVTiers | None = None,
-        events: BaseKVEvents | None = None,
-    ) -> None:
+    def __init__(self, allocator: TokenSlotAllocator, page_size: int = 1) -> None:
         super().__init__(allocator, page_size)
-        # Lower tiers (cache/tiers/): an evicted leaf's blocks are spilled there first.
-        self.tiers = tiers or NoKVTiers()
-        # Told of every node added and evicted and of resets (cache/kv_events.py).
-        self.events = events or NoKVEvents()
         self._empty = torch.empty(0, dtype=torch.int64, device=allocator.device)
         self._clock = 0  # logical time: +1 per match_prefix and insert; survives reset
-        self.evictions = EvictionLog()  # survives reset (a flush is not an eviction)
         self._init_tree()
 
     def _init_tree(self) -> None:
@@ -61,7 +48,7 @@ class RadixCache(BasePrefixCache):
         self._leaves: set[TreeNode] = set()  # every childless node except the root
         # Tokens per state: [evictable, protected (locked), pinned]; see `node_state`.
         self._sizes = [0, 0, 0]
-        self._num_nodes = 0  # every node but the root
+        self.num_nodes = 0  # every node but the root
 
     def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult:
         """Return the longest cached whole-page prefix of `key`; split the node it ends in."""
@@ -105,27 +92,6 @@ class RadixCache(BasePrefixCache):
             node, pos = child, pos + n
         return pos
 
-    def explain(self, key: list[int], extra_key: str | None, own_prefix: str | None) -> Explanation:
-        return explain(self, key, extra_key, own_prefix)
-
-    def continuation(self, key: list[int], extra_key: str | None, max_tokens: int) -> list[int]:
-        return continuation(self.root, key, extra_key, self.page_size, max_tokens)
-
-    def record_hit(self, node: TreeNode) -> None:
-        """Count one request served from the prefix ending at `node` on it and its ancestors."""
-        cur: TreeNode | None = node
-        while cur is not None and cur.parent is not None:
-            cur.hit_count += 1
-            cur = cur.parent
-
-    def summarize(self, max_rows: int, max_nodes: int) -> TreeSummary:
-        return summarize(self, max_rows, max_nodes)
-
-    @property
-    def num_nodes(self) -> int:
-        """Nodes in the tree, the root not counted."""
-        return self._num_nodes
-
     def lock(self, node: TreeNode) -> None:
         """Add one lock on `node` and every ancestor (the root counts all locks)."""
         self._walk_up(node, "lock_ref", 1)
@@ -166,15 +132,13 @@ class RadixCache(BasePrefixCache):
             leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
-            self.evictions.record(leaf.extra_key, path_key(leaf))  # read by `explain`
-            self.tiers.spill(leaf)  # its slots (and its ancestors') still hold their K/V
-            self.events.removed(leaf)
+            self.observers.evicted(leaf)  # its slots (and its ancestors') still hold K/V
             del parent.children[child_key(leaf.extra_key, leaf.key, 0, self.page_size)]
             self._leaves.discard(leaf)
             leaf.parent = None
             freed.append(leaf.slots)
             num_freed += len(leaf.key)
-            self._num_nodes -= 1
+            self.num_nodes -= 1
             if parent is not self.root and not parent.children:
                 self._leaves.add(parent)
                 if _evictable(parent):
@@ -195,7 +159,7 @@ class RadixCache(BasePrefixCache):
         if owned:
             self.allocator.free(torch.cat(owned))
         self._init_tree()
-        self.events.cleared()
+        self.observers.cleared()
 
     @property
     def evictable_size(self) -> int:
@@ -208,9 +172,6 @@ class RadixCache(BasePrefixCache):
     @property
     def pinned_size(self) -> int:
         return self._sizes[2]
-
-    def pretty_print(self) -> str:
-        return pretty_print(self)
 
     def check_integrity(self) -> None:
         check_integrity(self)
@@ -231,7 +192,7 @@ class RadixCache(BasePrefixCache):
         upper.pin_ref = child.pin_ref
         upper.last_access_time = child.last_access_time
         upper.last_used, upper.hit_count = child.last_used, child.hit_count
-        self._num_nodes += 1
+        self.num_nodes += 1
         parent.children[child_key(child.extra_key, child.key, 0, self.page_size)] = upper
         child.key, child.slots, child.parent = child.key[n:], child.slots[n:], upper
         upper.children[child_key(child.extra_key, child.key, 0, self.page_size)] = child
@@ -250,11 +211,11 @@ class RadixCache(BasePrefixCache):
         leaf = TreeNode(key, slots, parent, extra_key)
         leaf.last_access_time, leaf.last_used = now, time.monotonic()
         parent.children[edge] = leaf
-        self._num_nodes += 1
+        self.num_nodes += 1
         self._leaves.discard(parent)
         self._leaves.add(leaf)
-        self.events.stored(leaf)
         self._sizes[0] += len(key)
+        self.observers.stored(leaf)
 
     def _walk_up(self, node: TreeNode, ref: str, delta: int) -> None:
         """Add `delta` to `ref` (lock_ref or pin_ref) on `node` and its ancestors, moving each

@@ -1,6 +1,6 @@
-"""The radix tree's self-check and debug print: a read-only walk that asserts its shape, lock and
-pin counts, size counters and slot ownership (tests run it after every mutating step), and one
-line per node for a human. Neither changes the tree; both read its private counters."""
+"""The radix tree's self-check: a read-only walk that asserts its shape, lock and pin counts,
+size counters and slot ownership (tests run it after every mutating step). It changes nothing
+and reads the tree's private counters; the debug print is tree_view.py's."""
 
 from __future__ import annotations
 
@@ -46,30 +46,8 @@ def check_integrity(tree: RadixCache) -> None:
         f"sizes (evictable, protected, pinned) recount {sizes} != {tree._sizes}"
     )
     assert leaves == tree._leaves, "leaf set out of date"
-    assert len(owned) == tree._num_nodes, f"{len(owned)} nodes, counted {tree._num_nodes}"
+    assert len(owned) == tree.num_nodes, f"{len(owned)} nodes, counted {tree.num_nodes}"
     _check_slots(tree, torch.cat(owned) if owned else tree._empty)
-
-
-def pretty_print(tree: RadixCache) -> str:
-    """One line per node, indented by depth: tokens, first ids, lock ref, time, slots."""
-    sizes, root = tree._sizes, tree.root
-    lines = [
-        f"RadixCache page_size={tree.page_size} evictable={sizes[0]} "
-        f"protected={sizes[1]} pinned={sizes[2]} locks={root.lock_ref} "
-        f"pins={root.pin_ref}"
-    ]
-    stack = [(child, 1) for child in reversed(root.children.values())]
-    while stack:
-        node, depth = stack.pop()
-        ns = f" ns={node.extra_key!r}" if depth == 1 and node.extra_key is not None else ""
-        more = "..." if len(node.key) > 8 else ""
-        lines.append(
-            f"{'  ' * depth}[{len(node.key)} tok]{ns} key={node.key[:8]}{more} "
-            f"ref={node.lock_ref} pin={node.pin_ref} t={node.last_access_time} "
-            f"slots={node.slots[:8].tolist()}{more}"
-        )
-        stack.extend((child, depth + 1) for child in reversed(node.children.values()))
-    return "\n".join(lines)
 
 
 def _check_slots(tree: RadixCache, owned: torch.Tensor) -> None:

@@ -51,7 +51,8 @@ class TreeNode:
         self.last_access_time = 0  # the cache's logical clock, not wall time
         # Read only by the dashboard (cache/tree_summary.py), never by eviction: when a match or
         # insert last went through this node (time.monotonic()), and how many admitted requests'
-        # cached prefixes ran through it (`record_hit`). A split copies both to the upper half.
+        # cached prefixes ran through it (written by the HitCounter observer, tree_observer.py).
+        # A split copies both to the upper half.
         self.last_used = 0.0
         self.hit_count = 0
         self.id = next(_node_ids)

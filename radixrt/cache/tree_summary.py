@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from radixrt.cache.tree_node import TreeNode
-
-if TYPE_CHECKING:
-    from radixrt.cache.radix_cache import RadixCache
+from radixrt.cache.tree_view import TreeView
 
 PREFIX_IDS = 24  # token ids of each row's text returned (decoded by the HTTP side)
 BIG_SHARE = 0.1  # a root child holding this share of the walked tokens shows its branches
@@ -48,7 +45,7 @@ class TreeSummary:
     subtrees: list[Subtree] = field(default_factory=list)  # each root child, then its branches
 
 
-def summarize(cache: RadixCache, max_rows: int, max_nodes: int) -> TreeSummary:
+def summarize(cache: TreeView, max_rows: int, max_nodes: int) -> TreeSummary:
     """At most `max_rows` rows, from a walk of at most `max_nodes` nodes."""
     order, parent = _walk(cache, max_nodes)
     # Per walked node (by its position in `order`): tokens and nodes at and below it.
@@ -87,7 +84,7 @@ def summarize(cache: RadixCache, max_rows: int, max_nodes: int) -> TreeSummary:
     return TreeSummary(cache.num_nodes, len(order), len(order) < cache.num_nodes, rows)
 
 
-def _walk(cache: RadixCache, max_nodes: int) -> tuple[list[TreeNode], list[int]]:
+def _walk(cache: TreeView, max_nodes: int) -> tuple[list[TreeNode], list[int]]:
     """Up to `max_nodes` nodes, depth first (the root children with the longest own keys
     first), and the position of each one's parent among them (-1: the root)."""
     stack = [(c, -1) for c in sorted(cache.root.children.values(), key=lambda c: len(c.key))]

@@ -4,17 +4,19 @@ speculative drafter proposes). Nothing here splits a node, takes a lock or touch
 from __future__ import annotations
 
 from radixrt.cache.tree_node import TreeNode, child_key
+from radixrt.cache.tree_view import TreeView
 
 
 def continuation(
-    root: TreeNode, key: list[int], extra_key: str | None, page_size: int, max_tokens: int
+    view: TreeView, key: list[int], extra_key: str | None, max_tokens: int
 ) -> list[int]:
     """Up to `max_tokens` tokens cached right after `key` when all of `key` is a cached path
     in namespace `extra_key` (compared token by token, whatever the page size); [] when it is
-    not. Past the end of `key` the walk follows the most recently used child at each fork."""
+    not (always with caching off: the null cache's root has no child). Past the end of `key`
+    the walk follows the most recently used child at each fork."""
     if not key or max_tokens <= 0:
         return []
-    node, pos = root, 0
+    node, pos, page_size = view.root, 0, view.page_size
     while pos < len(key):
         child = _child_at(node, key, pos, extra_key, page_size)
         if child is None:

@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Any
 
+from radixrt.cache.explain import EvictionLog
 from radixrt.cache.kv_events import BaseKVEvents, EventSender, KVEvents, NoKVEvents, NullSender
 from radixrt.cache.kv_events_zmq import ZmqEventPublisher
 from radixrt.cache.kv_manager import KVCacheManager
@@ -18,6 +19,8 @@ from radixrt.cache.tiers.disk import DiskTier
 from radixrt.cache.tiers.disk_format import BlockSpec
 from radixrt.cache.tiers.hierarchy import KVTiers
 from radixrt.cache.tiers.host import HostTier
+from radixrt.cache.tiers.spill import SpillToTiers
+from radixrt.cache.tree_observer import HitCounter
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
@@ -49,23 +52,24 @@ def assemble_scheduler(
     Without a tokenizer (a model given in memory): no stop strings, no EOS, no grammars."""
     tiers = build_tiers(runner, cache_config)
     events = build_events(runner, cache_config)
-    cache: BasePrefixCache = (
-        NoPrefixCache(runner.allocator, page_size=cache_config.page_size)
-        if cache_config.disable_radix_cache
-        else RadixCache(runner.allocator, cache_config.page_size, tiers, events)
-    )
-    kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache, tiers)
+    evictions = EvictionLog()  # the scheduler's, read by explain; observes the tree
+    cache: BasePrefixCache = NoPrefixCache(runner.allocator, page_size=cache_config.page_size)
     pins: BasePinTable = NoPinTable()
     if not cache_config.disable_radix_cache:
+        tree = RadixCache(runner.allocator, cache_config.page_size)
+        observe_tree(tree, evictions, tiers, events)
         capacity = runner.allocator.capacity
         pins = PinTable(
-            cache,
+            tree,
             int(capacity * cache_config.max_pinned_fraction),
             int(capacity * cache_config.max_pinned_fraction_per_tenant),
         )
+        cache = tree
+    kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache, tiers)
     if tokenizer is None:
         finish = FinishChecker([], lambda ids: "")
-        return Scheduler(runner, kv, finish, scheduler_config, pins=pins, events=events)
+        return Scheduler(runner, kv, finish, scheduler_config, pins=pins, events=events,
+                         evictions=evictions)  # fmt: skip
     eos = eos_token_ids(runner.model_path, tokenizer)
     finish = FinishChecker(eos, lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     grammar = GrammarQueue(
@@ -74,7 +78,22 @@ def assemble_scheduler(
         jump_forward=not scheduler_config.disable_jump_forward,
         budget=not scheduler_config.disable_grammar_budget,
     )
-    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins, events)
+    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins, events, evictions)
+
+
+def observe_tree(
+    cache: BasePrefixCache, evictions: EvictionLog, tiers: BaseKVTiers, events: BaseKVEvents
+) -> None:
+    """Add the tree's observers, in the order they are told: the eviction log and hit counts
+    (both the dashboard's), the spill into lower tiers, then the KV events. A part that is off
+    (no tiers, events off) adds no observer. The builder owns them from here on: the KV manager
+    shares `tiers`, the scheduler `events` (publish) and `evictions` (explain)."""
+    cache.observers.add(evictions)
+    cache.observers.add(HitCounter())
+    if tiers.names:
+        cache.observers.add(SpillToTiers(tiers))
+    if not isinstance(events, NoKVEvents):
+        cache.observers.add(events)
 
 
 def build_events(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVEvents:

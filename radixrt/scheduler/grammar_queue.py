@@ -150,8 +150,10 @@ class GrammarQueue:
             return None
         mask = torch.full((len(reqs), self.num_words), -1, dtype=torch.int32)
         for i in rows:
+            grammar = reqs[i].grammar
+            assert grammar is not None  # rows: the constrained requests
             try:
-                mask[i] = reqs[i].grammar.mask(self._budget(reqs[i]))
+                mask[i] = grammar.mask(self._budget(reqs[i]))
             except Exception as e:
                 logger.exception("the grammar of request %s failed", reqs[i].rid)
                 reqs[i].finish(

@@ -18,8 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from radixrt.cache.explain import Explanation
-from radixrt.cache.prefix_cache import BasePrefixCache
 from radixrt.core import Req
+
+# Why a prompt would miss: (ids, namespace, own namespaces' prefix) -> Explanation, over the
+# tree as it stands (Scheduler.explain: radixrt/cache/explain.py over the tree and its log).
+Explainer = Callable[[list[int], str | None, str | None], Explanation]
 
 LOW_SHARE = 0.5  # a request with less than this share of its prompt cached is a miss
 LOG_SIZE = 16
@@ -51,7 +54,7 @@ class MissLog:
         self._budget = BURST_S  # seconds of explaining allowed now
         self._budget_at = clock()
 
-    def observe(self, req: Req, cache: BasePrefixCache) -> None:
+    def observe(self, req: Req, explain: Explainer) -> None:
         """Log `req` if it missed: call once per request, right after its first admission."""
         if not req.prompt_len or req.cached_tokens >= LOW_SHARE * req.prompt_len:
             return
@@ -63,7 +66,7 @@ class MissLog:
             return
         ids = req.input_ids[:MAX_EXPLAIN_IDS]
         # "": every namespace may be looked at; the dashboard is for admins, who see them all.
-        why = cache.explain(ids, req.extra_key, "")
+        why = explain(ids, req.extra_key, "")
         self._budget -= self._clock() - now
         self.by_cause[why.cause] = self.by_cause.get(why.cause, 0) + 1
         at = why.divergence if why.divergence is not None else why.matched_tokens

@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
+from radixrt.cache.explain import EvictionLog, Explanation, explain
 from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable
-from radixrt.cache.tree_summary import TreeSummary
+from radixrt.cache.tree_summary import TreeSummary, summarize
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.core.config import SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
@@ -47,6 +48,7 @@ class Scheduler:
         grammar: GrammarQueue | None = None,
         pins: BasePinTable | None = None,
         events: BaseKVEvents | None = None,
+        evictions: EvictionLog | None = None,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -68,6 +70,9 @@ class Scheduler:
         # The tree's block events (cache/kv_events.py; the same object the tree reports to),
         # sent once per loop iteration by `publish_events`.
         self.events = events or NoKVEvents()
+        # The tree's recent evictions, which `explain` reads (an observer of the tree, added
+        # where the cache is built; one never added stays empty: nothing reads as evicted).
+        self.evictions = evictions or EvictionLog()
         self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
                                              self.stats, self._check_finish_guarded,
                                              self.grammar)  # fmt: skip
@@ -122,13 +127,15 @@ class Scheduler:
             return self.pins.unpin(pin_id)
         return self.pins.set_expiry(pin_id, expire_at)
 
-    def explain(self, input_ids: list[int], extra_key: str | None, own_prefix: str | None) -> Any:
+    def explain(
+        self, input_ids: list[int], extra_key: str | None, own_prefix: str | None
+    ) -> Explanation:
         """Why `input_ids` would miss the prefix cache (radixrt.cache.explain)."""
-        return self.kv.cache.explain(input_ids, extra_key, own_prefix)
+        return explain(self.kv.cache, self.evictions, input_ids, extra_key, own_prefix)
 
     def tree_summary(self, max_rows: int) -> TreeSummary:
         """The largest subtrees of the prefix cache (radixrt.cache.tree_summary), bounded."""
-        return self.kv.cache.summarize(max_rows, SUMMARY_MAX_NODES)
+        return summarize(self.kv.cache, max_rows, SUMMARY_MAX_NODES)
 
     def info(self) -> dict[str, Any]:
         """The figures InfoReplyMsg carries (all but reply_id): pool, queues, counters."""
@@ -218,6 +225,7 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
             admitted.append(req)
+            assert req.last_node is not None  # admitted: it holds its match's lock
             self.pins.touch(req.last_node)  # a hit on a sliding pin extends it
             budget -= req.extend_len
             reserved += req.extend_len + self.config.decode_reserve_tokens
@@ -225,8 +233,8 @@ class Scheduler:
                 self.stats.prompt_tokens += req.prompt_len
                 self.stats.cached_tokens += req.cached_tokens
                 if req.cached_tokens:
-                    self.kv.cache.record_hit(req.last_node)
-                self.misses.observe(req, self.kv.cache)
+                    self.kv.cache.observers.hit(req.last_node)
+                self.misses.observe(req, self.explain)
         return admitted
 
     def _decode_slots(self, decoding: list[Req]) -> int:

@@ -32,11 +32,12 @@ class Recorder:
 def test_token_ids_false_sends_hashes_only(token_ids: bool) -> None:
     sender = Recorder()
     alloc = TokenSlotAllocator(64)
-    cache = RadixCache(alloc, events=KVEvents(sender, 4, "CPU", token_ids=token_ids))
+    cache, events = RadixCache(alloc), KVEvents(sender, 4, "CPU", token_ids=token_ids)
+    cache.observers.add(events)
     key = list(range(100, 108))
     slots = alloc.alloc(len(key))
     alloc.free(slots[: cache.insert(key, slots, "tenant:a")])
-    cache.events.publish()
+    events.publish()
     (stored,) = sender.batches[0].events
     assert isinstance(stored, BlockStored) and len(stored.block_hashes) == 2
     assert stored.token_ids == (key if token_ids else [])

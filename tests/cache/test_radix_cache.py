@@ -11,6 +11,7 @@ import torch
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.prefix_cache import NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache, TreeNode
+from radixrt.cache.tree_view import pretty_print
 
 CAPACITY = 64
 
@@ -301,7 +302,7 @@ def test_pretty_print_shows_nodes() -> None:
     h = Harness()
     h.insert_fresh([11, 12, 13])
     h.insert_fresh([11, 14], extra_key="ns")
-    text = h.cache.pretty_print()
+    text = pretty_print(h.cache)
     assert "[3 tok]" in text and "11, 12, 13" in text and "ns='ns'" in text and "ref=0" in text
 
 
@@ -356,7 +357,7 @@ def test_no_prefix_cache_contract() -> None:
     assert (cache.evictable_size, cache.protected_size, cache.total_size()) == (0, 0, 0)
     cache.reset()
     h.check()
-    assert "off" in cache.pretty_print()
+    assert "off" in pretty_print(cache)
 
 
 def test_tuple_keys_behave_like_lists() -> None:

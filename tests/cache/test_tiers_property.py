@@ -31,6 +31,7 @@ from radixrt.cache.tiers.disk import DiskTier
 from radixrt.cache.tiers.disk_format import BlockSpec
 from radixrt.cache.tiers.hierarchy import KVTiers
 from radixrt.cache.tiers.host import HostTier
+from radixrt.cache.tiers.spill import SpillToTiers
 from radixrt.core import Req, SamplingParams
 
 CAPACITY = 32
@@ -70,7 +71,8 @@ class TiersMachine(RuleBasedStateMachine):
         self.file_bytes = block_bytes + 400  # header and path: well below 400 bytes here
         tiers.append(self._disk())
         self.tiers = KVTiers(self.pool, tiers, self.block_size, FINGERPRINT, 0)
-        self.cache = RadixCache(self.alloc, p, self.tiers)
+        self.cache = RadixCache(self.alloc, p)
+        self.cache.observers.add(SpillToTiers(self.tiers))
         rows = ReqToTokenPool(2, 64, self.device)
         self.kv = KVCacheManager(self.alloc, rows, self.cache, self.tiers)
         self.num = 0

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from radixrt.cache.tree_walk import continuation
 from radixrt.core import FinishKind, Req, SamplingParams
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
@@ -109,8 +110,8 @@ def test_tree_drafts_stay_in_their_namespace(spec) -> None:
                 extra_key="tenant-b")  # fmt: skip
     spec.add_request(other)
     spec.step()  # prefill: the first token
-    assert spec.kv.cache.continuation(other.fill_ids, "tenant-b", 4) == []
-    assert spec.kv.cache.continuation(other.fill_ids, "tenant-a", 4) != []
+    assert continuation(spec.kv.cache, other.fill_ids, "tenant-b", 4) == []
+    assert continuation(spec.kv.cache, other.fill_ids, "tenant-a", 4) != []
     _run(spec, [])
 
 

@@ -9,6 +9,7 @@ from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.paged_allocator import PagedSlotAllocator
 from radixrt.cache.prefix_cache import NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache
+from radixrt.cache.tree_walk import continuation
 from radixrt.core import Req, SamplingParams
 from radixrt.scheduler.speculative.drafter import LookupDrafter, can_speculate
 from radixrt.scheduler.speculative.ngram import NgramIndex
@@ -53,12 +54,12 @@ def test_continuation_after_a_whole_cached_path(page_size: int) -> None:
     cache = _radix(page_size)
     _insert(cache, list(range(10, 26)), "a")
     nodes, sizes = cache.num_nodes, (cache.evictable_size, cache.protected_size)
-    assert cache.continuation(list(range(10, 15)), "a", 3) == [15, 16, 17]
-    assert cache.continuation(list(range(10, 23)), "a", 8) == [23, 24, 25]
-    assert cache.continuation(list(range(10, 26)), "a", 4) == []  # nothing after it
-    assert cache.continuation([10, 11, 99], "a", 4) == []  # not a cached path
-    assert cache.continuation(list(range(10, 15)), "b", 4) == []  # another namespace
-    assert cache.continuation(list(range(10, 15)), None, 4) == []
+    assert continuation(cache, list(range(10, 15)), "a", 3) == [15, 16, 17]
+    assert continuation(cache, list(range(10, 23)), "a", 8) == [23, 24, 25]
+    assert continuation(cache, list(range(10, 26)), "a", 4) == []  # nothing after it
+    assert continuation(cache, [10, 11, 99], "a", 4) == []  # not a cached path
+    assert continuation(cache, list(range(10, 15)), "b", 4) == []  # another namespace
+    assert continuation(cache, list(range(10, 15)), None, 4) == []
     assert (cache.num_nodes, (cache.evictable_size, cache.protected_size)) == (nodes, sizes)
     cache.check_integrity()
 
@@ -67,10 +68,10 @@ def test_continuation_follows_the_most_recent_branch() -> None:
     cache = _radix()
     _insert(cache, [1, 2, 3, 4, 5, 6])
     _insert(cache, [1, 2, 3, 7, 8, 9])
-    assert cache.continuation([1, 2], None, 4) == [3, 7, 8, 9]
+    assert continuation(cache, [1, 2], None, 4) == [3, 7, 8, 9]
     cache.match_prefix([1, 2, 3, 4, 5])  # uses the first branch again
-    assert cache.continuation([1, 2], None, 4) == [3, 4, 5, 6]
-    assert NoPrefixCache(TokenSlotAllocator(8)).continuation([1, 2], None, 4) == []
+    assert continuation(cache, [1, 2], None, 4) == [3, 4, 5, 6]
+    assert continuation(NoPrefixCache(TokenSlotAllocator(8)), [1, 2], None, 4) == []
 
 
 def test_drafter_prefers_the_tree_then_own_tokens() -> None:

@@ -41,8 +41,8 @@ class LoadResult:
 
 
 class BaseKVTiers(ABC):
-    """The contract the radix tree (spill) and the KV manager (lookup, load, write-through)
-    use; `NoKVTiers` when no lower tier is configured."""
+    """The contract the tree's spill observer (spill.py) and the KV manager (lookup, load,
+    write-through) use; `NoKVTiers` when no lower tier is configured."""
 
     names: tuple[str, ...] = ()  # the lower tiers, top first ("host", "disk")
 

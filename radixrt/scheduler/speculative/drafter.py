@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from radixrt.cache.prefix_cache import BasePrefixCache
+from radixrt.cache.tree_view import TreeView
+from radixrt.cache.tree_walk import continuation
 from radixrt.core import Req
 from radixrt.scheduler.speculative.ngram import NgramIndex
 
@@ -43,13 +44,13 @@ class LookupDrafter(BaseDrafter):
     what followed the latest earlier occurrence of its last n tokens (n = ngram_max .. 1);
     the index lives on `req.draft_state`."""
 
-    def __init__(self, cache: BasePrefixCache, ngram_max: int) -> None:
+    def __init__(self, cache: TreeView, ngram_max: int) -> None:
         self.cache = cache
         self.ngram_max = ngram_max
 
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         tokens = req.fill_ids
-        found = self.cache.continuation(tokens, req.extra_key, max_tokens)
+        found = continuation(self.cache, tokens, req.extra_key, max_tokens)
         if found:
             return found
         if req.draft_state is None:

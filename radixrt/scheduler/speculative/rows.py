@@ -67,6 +67,7 @@ class SeededDraws:
         if state is None:
             return
         gen = req.generator
+        assert gen is not None  # made in __init__, before `state` was taken
         gen.set_state(state)
         for _ in range(emitted):
             torch.rand(1, generator=gen, device=self.device)

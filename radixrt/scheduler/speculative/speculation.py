@@ -170,6 +170,7 @@ class Speculation:
             emitted += 1
             self.check_finish(req, j == n)  # jump-forward after the last pick only
         req.first_token_time = req.first_token_time or now
+        assert req.draft_guard is not None  # made by its plan, before it drafted
         req.draft_guard.record(len(draft), min(n, emitted))
         req.spec_drafted += len(draft)
         req.spec_accepted += min(n, emitted)
