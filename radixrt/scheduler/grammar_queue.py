@@ -99,7 +99,8 @@ class GrammarQueue:
     def draft_masks(self, req: Req, draft: list[int], stop_ids: set[int]) -> torch.Tensor:
         """(1 + n, num_words) masks along the first n tokens of `draft` that `req`'s grammar
         allows (GrammarState.along); n may be 0."""
-        state: GrammarState = req.grammar
+        state = req.grammar
+        assert state is not None  # only constrained requests draft under a grammar
         return state.along(draft, self._budget(req), stop_ids)
 
     def speculates(self, req: Req) -> bool:
