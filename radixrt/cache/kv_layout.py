@@ -45,7 +45,7 @@ def to_rows(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     d = x.shape[-1]
     out = torch.empty((*x.shape[:-1], d + SCALE_BYTES), dtype=dtype, device=x.device)
     out[..., :d] = (x / scale).clamp_(-fmax, fmax).to(dtype)
-    out[..., d:].view(torch.float32).copy_(scale)
+    out[..., d:] = scale.view(dtype)  # the float32's 4 bytes, whatever the head dim
     return out
 
 
@@ -55,10 +55,7 @@ def from_rows(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if not is_fp8(rows.dtype):
         return rows.to(dtype)
     d = rows.shape[-1] - SCALE_BYTES
-    rows = (
-        rows if rows.stride(-1) == 1 and rows.stride(-2) % SCALE_BYTES == 0 else rows.contiguous()
-    )
-    scale = rows[..., d:].view(torch.float32)
+    scale = rows[..., d:].contiguous().view(torch.float32)  # (..., 1)
     return (rows[..., :d].to(torch.float32) * scale).to(dtype)
 
 

@@ -125,3 +125,15 @@ def test_server_info_and_cli_count_the_scales(smollm2_path: Path, capsys) -> Non
     assert kv_size(["--preset", "smollm2-135m", "--kv-dtype", "fp8_e5m2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)  # 8,192 tokens (the default context)
     assert report["kv_bytes_total"]["bytes"] == 8192 * 12_240
+
+
+@pytest.mark.parametrize("d", [5, 6, 64])
+def test_rows_of_any_head_dim_and_layout(d: int) -> None:
+    """The scale's 4 bytes follow d values whatever d's alignment; a transposed view of rows
+    reads as the rows do."""
+    x = torch.randn(3, 2, d)
+    for dtype in FP8.values():
+        rows = to_rows(x, dtype)
+        back = from_rows(rows, torch.float32)
+        assert torch.equal(from_rows(rows.transpose(0, 1), torch.float32).transpose(0, 1), back)
+        assert ((back - x).abs() <= x.abs().amax(-1, keepdim=True) / 8).all()
