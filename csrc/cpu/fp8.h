@@ -63,6 +63,10 @@ static inline uint8_t rt_fp8_round(float x, int man, int bias, float fmax) {
   return (uint8_t)(s | ((u >> sh) - ((uint32_t)(127 - bias) << man)));
 }
 
+// e4m3 as the half (S, 0, E, M) in two operations: the byte sign-extended to 16 bits and
+// shifted left by 7 puts E, M in bits 7-13 and copies of S in bits 14 and 15; bit 14 (the
+// half's top exponent bit) is then cleared.
+#define RT_E4M3_HALF_MASK 0xBF80
 #if defined(RT_SIMD) && VW == 16
 // 16 bytes -> 16 floats, each byte the high byte of a half (e5m2), or the half (S, 0, E, M).
 static inline vf vload_e5m2(const uint8_t* p) {
@@ -70,10 +74,9 @@ static inline vf vload_e5m2(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
 }
 static inline vf vload_e4m3(const uint8_t* p) {
-  const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)p));
-  const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), 7);
-  const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
-  return _mm512_cvtph_ps(_mm256_or_si256(mag, sign));
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
+  const __m256i mask = _mm256_set1_epi16((short)RT_E4M3_HALF_MASK);
+  return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(w, 7), mask));
 }
 #elif defined(RT_SIMD)
 static inline vf vload_e5m2(const uint8_t* p) {
@@ -81,10 +84,9 @@ static inline vf vload_e5m2(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
 }
 static inline vf vload_e4m3(const uint8_t* p) {
-  const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)p));
-  const __m128i mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F)), 7);
-  const __m128i sign = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8);
-  return _mm256_cvtph_ps(_mm_or_si128(mag, sign));
+  const __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)p));
+  const __m128i mask = _mm_set1_epi16((short)RT_E4M3_HALF_MASK);
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(w, 7), mask));
 }
 #elif defined(RT_VEC)
 static inline vf vload_e5m2(const uint8_t* p) {
