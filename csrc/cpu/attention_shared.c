@@ -109,11 +109,19 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
                          int64_t d, float scale, float* sc, float* kt, float* ml) {
   const int64_t lenp = (len + 2 * VW - 1) / (2 * VW) * (2 * VW);
   const vf vs = vset1(scale);
-  float qb[QB * 128], wide[128];  // d <= 128 here (the caller's condition)
+  float qb[QB * 128];
+#if KV_SCALED
+  float wide[128];  // d <= 128 here (the caller's condition)
+#endif
   for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t l = 0; l < len; ++l) {  // each key row widened (and scaled) in vectors
-      const float* kr = kv_row_f32(k_buf + (int64_t)slots[l] * slot_len + h * KV_ROW(d), d, wide);
+    for (int64_t l = 0; l < len; ++l) {
+      const kv_t* krow = k_buf + (int64_t)slots[l] * slot_len + h * KV_ROW(d);
+#if KV_SCALED  // fp8: the row widened and scaled in vectors (a byte's scalar read branches)
+      const float* kr = kv_row_f32(krow, d, wide);
       for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = kr[c];
+#else  // float32, bfloat16: each element read in place (measured faster than a row pass)
+      for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = kv_get(krow, c);
+#endif
     }
     for (int64_t c = 0; c < d; ++c)
       for (int64_t l = len; l < lenp; ++l) kt[c * lenp + l] = 0.0f;
