@@ -1,12 +1,13 @@
-"""float32 against bfloat16 KV on the CPU, interleaved in one process: prefill tok/s of one long
-prompt, and decode ms/step of batches over long contexts (each request its own context, and
-a batch sharing one cached prefix).
+"""KV pool dtypes on the CPU (float32, bfloat16, fp8 e4m3 and e5m2 with per-row scales),
+interleaved in one process: prefill tok/s of one long prompt, and decode ms/step of batches
+over long contexts (each request its own context, and a batch sharing one cached prefix).
 
     python -m benchmarks kv_dtype [--context 2048] [--batch-sizes 1 8] [--rounds 6]
+                                  [--kv-dtypes float32 bfloat16 fp8_e4m3 fp8_e5m2]
 
 One scheduler per KV dtype, stepped in this thread (as benchmarks.micro.engine does). Each
 decode batch is prefilled once per scheduler and kept running; the rounds then alternate
-`--steps` timed steps on each, so both dtypes are measured over the same stretch of time on
+`--steps` timed steps on each, so every dtype is measured over the same stretch of time on
 a shared machine. Figures: prefill best of the rounds, decode the median step of all rounds.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 from benchmarks.micro.engine_rows import _req, radixrt_prefill, random_prompts, warm_up
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 
-KV_DTYPES = ("float32", "bfloat16")
+KV_DTYPES = ("float32", "bfloat16", "fp8_e4m3", "fp8_e5m2")
 
 
 def _build(args: argparse.Namespace, kv: str) -> Any:
@@ -87,9 +88,9 @@ def _decode_rows(scheds: dict, args: argparse.Namespace, vocab: int) -> list[dic
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
-    scheds = {kv: _build(args, kv) for kv in KV_DTYPES}
+    scheds = {kv: _build(args, kv) for kv in args.kv_dtypes}
     try:
-        first = scheds["float32"].runner
+        first = next(iter(scheds.values())).runner
         vocab = first.arch.vocab_size
         for s in scheds.values():
             warm_up(s, None, vocab)
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--context", type=int, default=2048, help="prompt tokens per request")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--kv-dtypes", nargs="+", choices=KV_DTYPES, default=list(KV_DTYPES))
     p.add_argument("--steps", type=int, default=8, help="timed decode steps per round")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)

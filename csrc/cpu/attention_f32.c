@@ -26,7 +26,7 @@ static void attend_ranges(const float* q, int64_t ldq, const kv_t* k_buf, const 
                           const int64_t* seq_lens, float* out, int64_t ldo, int64_t b,
                           int64_t hq, int64_t hkv, int64_t d, float scale, int64_t ranges,
                           int64_t max_len, float* part) {
-  const int64_t g = hq / hkv, slot_len = hkv * d, stride = hq * (d + 2);
+  const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d), stride = hq * (d + 2);
   const int64_t range_len = (max_len + ranges - 1) / ranges;
 #pragma omp parallel
   {
@@ -69,14 +69,14 @@ void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* 
                              int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
                              float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
                              int64_t d, float scale) {
-  const int64_t g = hq / hkv, slot_len = hkv * d;
+  const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
   int64_t max_len = 0;
   for (int64_t i = 0; i < b; ++i) max_len = seq_lens[i] > max_len ? seq_lens[i] : max_len;
   // Request i owns slot out_loc[i]: storing its new K/V races with no other request.
   // k_new == NULL: the new K/V are in the pool already (stored by the caller), out_loc unused.
   for (int64_t i = 0; k_new && i < b; ++i) {
-    kv_store_row(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, slot_len);
-    kv_store_row(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, slot_len);
+    kv_store_row(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, hkv, d);
+    kv_store_row(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, hkv, d);
   }
   // Requests sharing a cached prefix: it is read once for all of them (attend_shared).
   if (b > 1 && attend_shared(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens, out,

@@ -29,14 +29,14 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
         for (int64_t r = 0; r < g; ++r, ++j)
           vstore(sc + j * len + l0,
                  vmul(vset1(scale),
-                      dots_keys(q + (q0 + j) * d, k_buf + h * d, slots + l0, slot_len, d)));
+                      dots_keys(q + (q0 + j) * d, k_buf + h * KV_ROW(d), slots + l0, slot_len, d)));
   }
 #endif
   for (int64_t l = l0; l < len; ++l) {
     const kv_t* krow = k_buf + (int64_t)slots[l] * slot_len;
     for (int64_t h = h0, j = 0; h < h1; ++h)
       for (int64_t r = 0; r < g; ++r, ++j)
-        sc[j * len + l] = scale * dot_kv(q + (q0 + j) * d, krow + h * d, d);
+        sc[j * len + l] = scale * dot_kv(q + (q0 + j) * d, krow + h * KV_ROW(d), d);
   }
   for (int64_t j = 0; j < nq; ++j) {
     float* row = sc + j * len;
@@ -56,9 +56,9 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
     for (int64_t h = h0, j = 0; h < h1; ++h)
       for (int64_t r = 0; r < g; ++r, ++j) {
         if (d == 64)
-          weighted_rows_64(sc + j * len, v_buf + h * d, slots, len, slot_len, o + j * d);
+          weighted_rows_64(sc + j * len, v_buf + h * KV_ROW(d), slots, len, slot_len, o + j * d);
         else
-          weighted_rows_128(sc + j * len, v_buf + h * d, slots, len, slot_len, o + j * d);
+          weighted_rows_128(sc + j * len, v_buf + h * KV_ROW(d), slots, len, slot_len, o + j * d);
       }
     return;
   }
@@ -67,7 +67,8 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   for (int64_t l = 0; l < len; ++l) {
     const kv_t* vrow = v_buf + (int64_t)slots[l] * slot_len;
     for (int64_t h = h0, j = 0; h < h1; ++h)
-      for (int64_t r = 0; r < g; ++r, ++j) axpy_kv(o + j * d, sc[j * len + l], vrow + h * d, d);
+      for (int64_t r = 0; r < g; ++r, ++j)
+        axpy_kv(o + j * d, sc[j * len + l], vrow + h * KV_ROW(d), d);
   }
 }
 

@@ -1,7 +1,8 @@
 // Vector pieces of the decode attention (internal header of attention_f32.c): dot products,
 // the softmax's max and numerators, and the weighted sum of V rows, each over simd.h's
 // vectors with a portable tail (or whole loop where the build has no vector ISA). K/V rows
-// are kv_t (kv.h): widened to float32 as they are loaded.
+// are kv_t (kv.h): widened to float32 as they are loaded, and a row's dot product or weight
+// times its kv_scale (fp8; 1 otherwise).
 #pragma once
 
 #include <math.h>
@@ -10,7 +11,7 @@
 #include "kv.h"
 #include "simd.h"
 
-// q (d) . k (d), k a K row of the pool.
+// q (d) . k (d), k a K row of the pool (its scale applied).
 static inline float dot_kv(const float* q, const kv_t* k, int64_t d) {
   float dot = 0.0f;
   int64_t j = 0;
@@ -20,12 +21,13 @@ static inline float dot_kv(const float* q, const kv_t* k, int64_t d) {
   dot = vhsum(acc);
 #endif
   for (; j < d; ++j) dot += q[j] * kv_get(k, j);
-  return dot;
+  return dot * kv_scale(k, d);
 }
 
-// o (d) += p * v (d), v a V row of the pool.
+// o (d) += p * v (d), v a V row of the pool (its scale applied).
 static inline void axpy_kv(float* o, float p, const kv_t* v, int64_t d) {
   int64_t j = 0;
+  p *= kv_scale(v, d);
 #if defined(RT_VEC)
   const vf pv = vset1(p);
   for (; j + VW <= d; j += VW) vstore(o + j, vfma(pv, vload_kv(v + j), vload(o + j)));
@@ -88,7 +90,7 @@ static inline float softmax_numerators(float* sc, int64_t len, float m) {
     for (int j = 0; j < D / VW; ++j) acc[j] = vzero();                                      \
     for (int64_t l = 0; l < len; ++l) {                                                     \
       const kv_t* row = v + (int64_t)slots[l] * slot_len;                                   \
-      const vf pl = vset1(p[l]);                                                            \
+      const vf pl = vset1(p[l] * kv_scale(row, D));                                         \
       for (int j = 0; j < D / VW; ++j) acc[j] = vfma(pl, vload_kv(row + VW * j), acc[j]);   \
     }                                                                                       \
     for (int j = 0; j < D / VW; ++j) vstore(o + VW * j, acc[j]);                            \
@@ -97,7 +99,7 @@ WEIGHTED_ROWS(64)
 WEIGHTED_ROWS(128)
 #undef WEIGHTED_ROWS
 
-// Lane t = q . k_base[slots[t] * slot_len : + d] for VW keys; d a multiple of VW.
+// Lane t = q . k_base[slots[t] * slot_len : + d] for VW keys (scaled); d a multiple of VW.
 static inline vf dots_keys(const float* q, const kv_t* k_base, const int32_t* slots,
                            int64_t slot_len, int64_t d) {
   vf acc[VW];
@@ -107,6 +109,12 @@ static inline vf dots_keys(const float* q, const kv_t* k_base, const int32_t* sl
     for (int t = 0; t < VW; ++t)
       acc[t] = vfma(qv, vload_kv(k_base + (int64_t)slots[t] * slot_len + j), acc[t]);
   }
+#if KV_SCALED
+  float s[VW];
+  for (int t = 0; t < VW; ++t) s[t] = kv_scale(k_base + (int64_t)slots[t] * slot_len, d);
+  return vmul(vsum_lanes(acc), vload(s));
+#else
   return vsum_lanes(acc);
+#endif
 }
 #endif

@@ -110,10 +110,18 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
   const int64_t lenp = (len + 2 * VW - 1) / (2 * VW) * (2 * VW);
   const vf vs = vset1(scale);
   float qb[QB * 128];
+#if KV_SCALED
+  float wide[128];  // d <= 128 here (the caller's condition)
+#endif
   for (int64_t h = 0; h < hkv; ++h) {
     for (int64_t l = 0; l < len; ++l) {
-      const kv_t* krow = k_buf + (int64_t)slots[l] * slot_len + h * d;
+      const kv_t* krow = k_buf + (int64_t)slots[l] * slot_len + h * KV_ROW(d);
+#if KV_SCALED  // fp8: the row widened and scaled in vectors (a byte's scalar read branches)
+      const float* kr = kv_row_f32(krow, d, wide);
+      for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = kr[c];
+#else  // float32, bfloat16: each element read in place (measured faster than a row pass)
       for (int64_t c = 0; c < d; ++c) kt[c * lenp + l] = kv_get(krow, c);
+#endif
     }
     for (int64_t c = 0; c < d; ++c)
       for (int64_t l = len; l < lenp; ++l) kt[c * lenp + l] = 0.0f;
@@ -150,13 +158,13 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
       float* o = out + j * d;
       const float* p = sc + j * lenp;
       if (d == 64) {
-        weighted_rows_64(p, v_buf + h * d, slots, len, slot_len, o);
+        weighted_rows_64(p, v_buf + h * KV_ROW(d), slots, len, slot_len, o);
       } else if (d == 128) {
-        weighted_rows_128(p, v_buf + h * d, slots, len, slot_len, o);
+        weighted_rows_128(p, v_buf + h * KV_ROW(d), slots, len, slot_len, o);
       } else {
         memset(o, 0, sizeof(float) * (size_t)d);
         for (int64_t l = 0; l < len; ++l)
-          axpy_kv(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * d, d);
+          axpy_kv(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * KV_ROW(d), d);
       }
     }
 }
@@ -166,7 +174,7 @@ int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
                          int64_t hkv, int64_t d, float scale) {
-  const int64_t g = hq / hkv, slot_len = hkv * d;
+  const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
   int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)(3 * b));
   group_t* groups = (group_t*)malloc(sizeof(group_t) * (size_t)b);
   if (!idx || !groups) {

@@ -204,7 +204,7 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
 #if defined(RT_SIMD)
   // A work item is one KV head's g query heads over one row block: its g tiles share every
   // K/V block read (from memory once, then from cache).
-  const int64_t g = hq / hkv, slot_len = hkv * d, blocks = (e + QB - 1) / QB;
+  const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d), blocks = (e + QB - 1) / QB;
   int failed = 0;
 #pragma omp parallel reduction(| : failed)
   {
@@ -234,7 +234,7 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
       for (int64_t j0 = start; j0 < len; j0 += KB) {
         const int64_t nk = len - j0 < KB ? len - j0 : KB;
         for (int64_t t = 0; t < nk; ++t) {
-          const int64_t row = (int64_t)slots[j0 + t] * slot_len + h * d;
+          const int64_t row = (int64_t)slots[j0 + t] * slot_len + h * KV_ROW(d);
           kr[t] = kv_row_f32(k_buf + row, d, wide + t * d);
           vr[t] = kv_row_f32(v_buf + row, d, wide + (KB + t) * d);
         }

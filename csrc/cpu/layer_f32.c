@@ -3,7 +3,7 @@
 //
 //   residual += x; x = rmsnorm(residual) * ln1          (in place)
 //   qkv = x @ Wqkv^T + bqkv; rotate q and k              (scratch)
-//   store k, v at out_loc; attn = attention(q)           (scratch; KV float32 or bfloat16)
+//   store k, v at out_loc; attn = attention(q)           (scratch; KV in the pool's type)
 //   x = attn @ Wo^T + bo
 //   residual += x; x = rmsnorm(residual) * ln2
 //   x = down(silu(gate) * up) with gate_up = x @ Wgu^T + bgu
@@ -36,7 +36,7 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* cos, const float* sin, void* k_buf, void* v_buf,
                          const int64_t* out_loc, const int32_t* req_to_token, int64_t ld_table,
                          const int64_t* rows, const int64_t* seq_lens, float scale,
-                         float* scratch, int64_t bf16_weights, int64_t kv_bf16) {
+                         float* scratch, int64_t bf16_weights, int64_t kv_kind) {
   const int64_t bf = bf16_weights;
   const int64_t width = (hq + 2 * hkv) * d;
   // scratch: qkv (b, width) | attn (b, hq*d) | gate_up (b, 2*inter) | act (b, inter)
@@ -48,14 +48,23 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln1, b, hidden, eps);
   lin(x, hidden, b, hidden, w_qkv, s_qkv, width, b_qkv, qkv, width, bf);
   rt_rotary_f32(qkv, width, hq, qkv + hq * d, width, hkv, cos, sin, d, b, d);
-  if (kv_bf16)
-    rt_decode_attention_f32_kvbf16(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width,
-                                   (uint16_t*)k_buf, (uint16_t*)v_buf, out_loc, req_to_token,
-                                   ld_table, rows, seq_lens, attn, hq * d, b, hq, hkv, d, scale);
+  const float *kn = qkv + hq * d, *vn = qkv + (hq + hkv) * d;
+  if (kv_kind == 1)
+    rt_decode_attention_f32_kvbf16(qkv, width, kn, vn, width, (uint16_t*)k_buf, (uint16_t*)v_buf,
+                                   out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d,
+                                   b, hq, hkv, d, scale);
+  else if (kv_kind == 2)
+    rt_decode_attention_f32_kve4m3(qkv, width, kn, vn, width, (uint8_t*)k_buf, (uint8_t*)v_buf,
+                                   out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d,
+                                   b, hq, hkv, d, scale);
+  else if (kv_kind == 3)
+    rt_decode_attention_f32_kve5m2(qkv, width, kn, vn, width, (uint8_t*)k_buf, (uint8_t*)v_buf,
+                                   out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d,
+                                   b, hq, hkv, d, scale);
   else
-    rt_decode_attention_f32(qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width,
-                            (float*)k_buf, (float*)v_buf, out_loc, req_to_token, ld_table, rows,
-                            seq_lens, attn, hq * d, b, hq, hkv, d, scale);
+    rt_decode_attention_f32(qkv, width, kn, vn, width, (float*)k_buf, (float*)v_buf, out_loc,
+                            req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq, hkv, d,
+                            scale);
   lin(attn, hq * d, b, hq * d, w_o, s_o, hidden, b_o, x, hidden, bf);
   rt_rmsnorm_f32(x, hidden, residual, hidden, ln2, b, hidden, eps);
   lin(x, hidden, b, hidden, w_gu, s_gu, 2 * inter, b_gu, gate_up, 2 * inter, bf);

@@ -62,11 +62,27 @@ void rt_decode_attention_f32_kvbf16(const float* q, int64_t ldq, const float* k_
                                     const int64_t* rows, const int64_t* seq_lens, float* out,
                                     int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
                                     float scale);
+// The same over an fp8 KV pool (e4m3 / e5m2): rows of d bytes and a float32 scale each, so
+// k_buf/v_buf are (slots, hkv, d + 4) bytes; stored and read as csrc/cpu/kv.h says.
+void rt_decode_attention_f32_kve4m3(const float* q, int64_t ldq, const float* k_new,
+                                    const float* v_new, int64_t ld_new, uint8_t* k_buf,
+                                    uint8_t* v_buf, const int64_t* out_loc,
+                                    const int32_t* req_to_token, int64_t ld_table,
+                                    const int64_t* rows, const int64_t* seq_lens, float* out,
+                                    int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
+                                    float scale);
+void rt_decode_attention_f32_kve5m2(const float* q, int64_t ldq, const float* k_new,
+                                    const float* v_new, int64_t ld_new, uint8_t* k_buf,
+                                    uint8_t* v_buf, const int64_t* out_loc,
+                                    const int32_t* req_to_token, int64_t ld_table,
+                                    const int64_t* rows, const int64_t* seq_lens, float* out,
+                                    int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
+                                    float scale);
 // A whole decoder layer for one new token per request; see layer_f32.c. Each linear is its
 // packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels, or
 // bfloat16 panels for every linear when bf16_weights is nonzero). scratch holds
-// b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d). k_buf, v_buf are float32,
-// or bfloat16 when kv_bf16 is nonzero.
+// b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d). k_buf, v_buf hold the KV
+// pool's type kv_kind: 0 float32, 1 bfloat16, 2 fp8 e4m3, 3 fp8 e5m2 (with scales).
 void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* ln1, const float* ln2, float eps, const void* w_qkv,
                          const float* b_qkv, const float* s_qkv, const void* w_o,
@@ -77,7 +93,7 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          void* k_buf, void* v_buf, const int64_t* out_loc,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch,
-                         int64_t bf16_weights, int64_t kv_bf16);
+                         int64_t bf16_weights, int64_t kv_kind);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1], each row over its last `window` keys when window > 0; see
 // extend_attention_f32.c. Returns 0, -1 when scratch memory ran out, -2 when built without a
@@ -88,6 +104,14 @@ int rt_extend_attention_f32(const float* q, int64_t ldq, const float* k_buf,
                             float scale, int64_t window);
 int rt_extend_attention_f32_kvbf16(const float* q, int64_t ldq, const uint16_t* k_buf,
                                    const uint16_t* v_buf, const int32_t* slots, int64_t p,
+                                   int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                   int64_t d, float scale, int64_t window);
+int rt_extend_attention_f32_kve4m3(const float* q, int64_t ldq, const uint8_t* k_buf,
+                                   const uint8_t* v_buf, const int32_t* slots, int64_t p,
+                                   int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                   int64_t d, float scale, int64_t window);
+int rt_extend_attention_f32_kve5m2(const float* q, int64_t ldq, const uint8_t* k_buf,
+                                   const uint8_t* v_buf, const int32_t* slots, int64_t p,
                                    int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
                                    int64_t d, float scale, int64_t window);
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import torch
 
-KV_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from radixrt.cache.kv_layout import FP8_DTYPES
+
+# fp8 rows carry a float32 scale each (kv_layout.py): the C kernels and torch_native read them.
+KV_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, **FP8_DTYPES}
+_NAMES = {dtype: name for name, dtype in KV_TORCH_DTYPES.items()}
 
 
 def resolve_kv_dtype(
@@ -40,4 +44,5 @@ def resolve_kv_dtype(
 
 
 def kv_dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    """The --kv-cache-dtype name of a pool dtype (fp8_e4m3 for torch.float8_e4m3fn)."""
+    return _NAMES.get(dtype) or str(dtype).removeprefix("torch.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from radixrt.cache.kv_layout import bytes_per_head_row, row_width, to_rows, write_rows
 from radixrt.cache.window_base import BaseWindowSlots, NoWindowSlots
 
 
@@ -22,7 +23,9 @@ class OutOfSlotsError(RuntimeError):
 
 
 class TokenToKVPool:
-    """Per-layer K and V buffers, each (capacity + page_size, num_kv_heads, head_dim) of `dtype`.
+    """Per-layer K and V buffers, each (capacity + page_size, num_kv_heads, W) of `dtype`, W
+    the head dim, or for fp8 the head dim + 4: each (slot, head) row's float32 scale follows
+    its bytes (kv_layout.py), so a token of an fp8 pool takes 2 x layers x heads x (D + 4) bytes.
 
     Slot s lies in page s // page_size; page 0 is padding, so `capacity` must be a multiple of
     page_size and every page is whole. With a window pool (`window` a WindowSlots), the layers
@@ -54,6 +57,7 @@ class TokenToKVPool:
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dtype = dtype
+        self.row_width = row_width(head_dim, dtype)  # a (slot, head) row's last dim
         self.device = torch.device(device)
         self.window = window or NoWindowSlots()
         self.window_layers = frozenset(window_layers) if self.window.window else frozenset()
@@ -69,16 +73,14 @@ class TokenToKVPool:
             buf[:page_size].zero_()  # padding page: finite values for masked-out reads
 
     def _buffer(self, rows: int) -> torch.Tensor:
-        return torch.empty((rows, self.num_kv_heads, self.head_dim), dtype=self.dtype,
+        return torch.empty((rows, self.num_kv_heads, self.row_width), dtype=self.dtype,
                            device=self.device)  # fmt: skip
 
     @staticmethod
     def bytes_per_token(
         num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
     ) -> int:
-        return (
-            2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
-        )
+        return 2 * num_layers * num_kv_heads * bytes_per_head_row(head_dim, dtype)
 
     @property
     def size_bytes(self) -> int:
@@ -98,14 +100,15 @@ class TokenToKVPool:
     def set_kv_buffer(
         self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> None:
-        """Write k, v of shape (num_tokens, num_kv_heads, head_dim) at slots `loc` (num_tokens,)."""
+        """Write k, v of shape (num_tokens, num_kv_heads, head_dim) at slots `loc` (num_tokens,),
+        rounded to the pool's dtype (fp8: scaled per row, kv_layout.to_rows)."""
         # index_copy_ rather than `buf[loc] = k`: advanced-index assignment on CPU costs
         # milliseconds on a large buffer, index_copy_ microseconds.
         slot_map = self.slot_map(layer_id)
         if slot_map is not None:
             loc = slot_map.index_select(0, loc)
-        self.k_buffer[layer_id].index_copy_(0, loc, k.to(self.dtype))
-        self.v_buffer[layer_id].index_copy_(0, loc, v.to(self.dtype))
+        write_rows(self.k_buffer[layer_id], loc, to_rows(k, self.dtype))
+        write_rows(self.v_buffer[layer_id], loc, to_rows(v, self.dtype))
 
 
 class TokenSlotAllocator:

@@ -18,7 +18,11 @@ from radixrt.economics.model_facts import ModelFacts
 
 GB = 10**9
 GIB = 2**30
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# Bytes beside each (token, KV head) row of K and of V: radixrt's CPU fp8 pools keep a float32
+# scale per row (radixrt/cache/kv_layout.py); "fp8" is a format without scales (a GPU
+# engine's, per tensor).
+KV_ROW_SCALE_BYTES = {"fp8_e4m3": 4, "fp8_e5m2": 4}
 # Fraction of GPU memory for weights + KV pool, as the server's default (executor/kv_memory.py
 # CUDA_MEM_FRACTION; a test keeps the two equal).
 DEFAULT_MEM_FRACTION = 0.85
@@ -29,13 +33,18 @@ DEFAULT_WINDOW_KV_FRACTION = 0.5
 WINDOW_POOL_SLACK = 2048
 
 
+def kv_head_row_bytes(head_dim: int, kv_dtype: str) -> int:
+    """One (token, KV head) row of K (or V): head dim x dtype bytes, plus its scale if any."""
+    return head_dim * DTYPE_BYTES[kv_dtype] + KV_ROW_SCALE_BYTES.get(kv_dtype, 0)
+
+
 def kv_bytes_per_layer_token(facts: ModelFacts, kv_dtype: str) -> int:
-    """K and V of one layer for one token: 2 x KV heads x head dim x dtype bytes."""
-    return 2 * facts.num_kv_heads * facts.head_dim * DTYPE_BYTES[kv_dtype]
+    """K and V of one layer for one token: 2 x KV heads x (head dim x dtype bytes + scale)."""
+    return 2 * facts.num_kv_heads * kv_head_row_bytes(facts.head_dim, kv_dtype)
 
 
 def kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> int:
-    """K and V of every layer for one token: 2 x layers x KV heads x head dim x dtype bytes."""
+    """K and V of every layer for one token: 2 x layers x KV heads x row bytes."""
     return facts.num_layers * kv_bytes_per_layer_token(facts, kv_dtype)
 
 
@@ -77,7 +86,7 @@ def requests_that_fit(
 
 def mha_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> int:
     """The same with one KV head per query head (multi-head attention), for comparison."""
-    return 2 * facts.num_layers * facts.num_heads * facts.head_dim * DTYPE_BYTES[kv_dtype]
+    return 2 * facts.num_layers * facts.num_heads * kv_head_row_bytes(facts.head_dim, kv_dtype)
 
 
 def weight_bytes(facts: ModelFacts, dtype: str) -> int:
@@ -291,8 +300,10 @@ def format_kv_sizing(s: KvSizing, gpu_label: str | None = None) -> str:
         f"{f.num_kv_heads} KV heads, head dim {f.head_dim}, vocab {f.vocab_size:,}, "
         f"{fmt_params(f.num_params)} parameters",
         f"KV per token ({kv_dtype}): {s.bytes_per_token:,} bytes = 2 x {f.num_layers} layers x "
-        f"{f.num_kv_heads} KV heads x {f.head_dim} head dim x {_nbytes(DTYPE_BYTES[kv_dtype])}",
-    ]
+        f"{f.num_kv_heads} KV heads x {f.head_dim} head dim x {_nbytes(DTYPE_BYTES[kv_dtype])}"
+        + (f" (+ a {KV_ROW_SCALE_BYTES[kv_dtype]}-byte scale per KV head)"
+           if kv_dtype in KV_ROW_SCALE_BYTES else ""),
+    ]  # fmt: skip
     if f.num_kv_heads < f.num_heads:
         lines.append(
             f"             GQA: {s.gqa_ratio:.1f}x smaller than MHA "

@@ -18,6 +18,7 @@ from radixrt.economics.kv_size import (
     DTYPE_BYTES,
     GB,
     GIB,
+    KV_ROW_SCALE_BYTES,
     KvQuery,
     format_kv_sizing,
     gpu_memory_bytes,
@@ -49,8 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--model-path", help="a Hugging Face folder (config.json) or a .gguf file")
     model.add_argument("--preset", choices=preset_names(), help="a bundled model's published shape")
     dtypes = sorted(DTYPE_BYTES)
-    p.add_argument("--dtype", choices=dtypes, default=q.dtype, help="weights (default %(default)s)")
-    p.add_argument("--kv-dtype", choices=dtypes, default=q.kv_dtype, help="default: --dtype")
+    weights = [d for d in dtypes if d not in KV_ROW_SCALE_BYTES]  # the scaled ones are KV only
+    p.add_argument(
+        "--dtype", choices=weights, default=q.dtype, help="weights (default %(default)s)"
+    )
+    scaled = "fp8_e4m3/fp8_e5m2 count radixrt's per-row scales"
+    p.add_argument(
+        "--kv-dtype", choices=dtypes, default=q.kv_dtype, help=f"default: --dtype; {scaled}"
+    )
     p.add_argument("--context", type=int, default=q.context_len, help="tokens per request")
     p.add_argument("--batch", type=int, default=q.batch_size, help="requests")
     p.add_argument("--page-size", type=int, default=q.page_size, help="tokens per KV page")

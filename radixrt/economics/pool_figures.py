@@ -12,7 +12,13 @@ from radixrt.economics.kv_size import (
 )
 from radixrt.economics.model_facts import ModelFacts
 
-TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+TORCH_DTYPES = {
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float8_e4m3fn": "fp8_e4m3",  # with a float32 scale per (token, KV head): kv_size.py
+    "float8_e5m2": "fp8_e5m2",
+}
 
 
 def pool_figures(

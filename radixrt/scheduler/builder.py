@@ -122,7 +122,7 @@ def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:
         )
     pool = runner.token_to_kv_pool
     block = cache_config.tier_block_size
-    shape = (pool.num_layers, 2, block, pool.num_kv_heads, pool.head_dim)
+    shape = (pool.num_layers, 2, block, pool.num_kv_heads, pool.row_width)
     in_memory = not (runner.model_path / "config.json").is_file()
     given = runner.model if in_memory else None
     fingerprint = model_fingerprint(runner.model_path, given, pool.dtype, runner.weight_form, shape)

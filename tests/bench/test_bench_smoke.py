@@ -157,7 +157,18 @@ def test_kv_dtype_bench_on_tiny_model(tiny_llama_path, tmp_path) -> None:
     tokens = data["pool_tokens"]
     assert tokens["float32"] == tokens["bfloat16"]  # one size asked for: half the bytes
     assert data["pool_bytes"]["bfloat16"] * 2 == data["pool_bytes"]["float32"]
+    d = 16  # the tiny model's head dim: an fp8 row is 16 bytes and a 4-byte scale
+    assert data["pool_bytes"]["fp8_e4m3"] * 4 * d == data["pool_bytes"]["float32"] * (d + 4)
+    assert data["pool_bytes"]["fp8_e5m2"] == data["pool_bytes"]["fp8_e4m3"]
     assert all(v > 0 for v in data["prefill_tok_s"].values())
     kinds = [(r["batch"], r["kind"]) for r in data["decode_ms_per_step"]]
     assert kinds == [(1, "own contexts"), (3, "own contexts"), (3, "shared prefix")]
-    assert all(r["float32"] > 0 and r["bfloat16"] > 0 for r in data["decode_ms_per_step"])
+    kvs = ("float32", "bfloat16", "fp8_e4m3", "fp8_e5m2")
+    assert all(r[kv] > 0 for r in data["decode_ms_per_step"] for kv in kvs)
+
+
+def test_perplexity_agreement_counts_tokens_before_the_first_difference() -> None:
+    from benchmarks.micro.perplexity import SETTINGS, agreement
+
+    assert agreement([[1, 2, 3, 4], [5, 6]], [[1, 2, 9, 4], [5, 6]]) == (5 / 6, 4 / 6)
+    assert SETTINGS["kv-fp8-e5m2"]["kv_cache_dtype"] == "fp8_e5m2"

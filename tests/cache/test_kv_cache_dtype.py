@@ -75,7 +75,7 @@ def test_unreadable_combinations_are_refused() -> None:
     with pytest.raises(ValueError, match="attention backend 'triton' reads KV"):
         resolve_kv_dtype("bfloat16", torch.float32, cpu, "triton", False)
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
-        CacheConfig(kv_cache_dtype="fp8_e4m3")
+        CacheConfig(kv_cache_dtype="fp8")
 
 
 def test_cli_and_server_sizing_follow_the_kv_dtype(smollm2_path: Path) -> None:

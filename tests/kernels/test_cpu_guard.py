@@ -137,7 +137,7 @@ def test_a_partial_plan_runs_and_matches_torch(
 
 
 def test_attention_is_timed_over_the_kv_dtype(tiny_llama_path: Path, cache: Path) -> None:
-    """A bfloat16 pool is its own plan (attention timed over bfloat16 K/V on both sides)."""
+    """A bfloat16 or fp8 pool is its own plan (attention timed over its K/V on both sides)."""
     import dataclasses
 
     import torch
@@ -145,10 +145,13 @@ def test_attention_is_timed_over_the_kv_dtype(tiny_llama_path: Path, cache: Path
     from radixrt.model.cpu.timing import time_ops
 
     shapes = _shapes(tiny_llama_path)
-    narrow = dataclasses.replace(shapes, kv_dtype=torch.bfloat16)
-    assert guard.plan_path("amx", narrow) != guard.plan_path("amx", shapes)
-    ops = frozenset(
-        {"decode_attention"} | ({"extend_attention"} if ck.has_extend_attention() else set())
-    )
-    timings = time_ops(narrow, ops, guard.DECODE_ROWS)
-    assert set(timings) == ops and all(t > 0 for pair in timings.values() for t in pair)
+    paths = {guard.plan_path("amx", shapes)}
+    for kv in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+        narrow = dataclasses.replace(shapes, kv_dtype=kv)
+        paths.add(guard.plan_path("amx", narrow))
+        ops = frozenset(
+            {"decode_attention"} | ({"extend_attention"} if ck.has_extend_attention() else set())
+        )
+        timings = time_ops(narrow, ops, guard.DECODE_ROWS)
+        assert set(timings) == ops and all(t > 0 for pair in timings.values() for t in pair)
+    assert len(paths) == 4

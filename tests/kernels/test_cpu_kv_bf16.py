@@ -125,6 +125,6 @@ def test_store_rounds_to_nearest_even() -> None:
 def test_other_pool_dtypes_are_refused() -> None:
     k_buf = torch.zeros(4, 1, 16, dtype=torch.float16)
     table = torch.tensor([[0, 1]], dtype=torch.int32)
-    with pytest.raises(ValueError, match="float32 or bfloat16 KV"):
+    with pytest.raises(ValueError, match="float32, bfloat16 or fp8"):
         ck.decode_attention(torch.zeros(1, 16), None, None, k_buf, k_buf, None, table,
                             torch.tensor([0]), torch.tensor([2]), 1.0)  # fmt: skip

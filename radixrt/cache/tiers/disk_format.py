@@ -3,7 +3,8 @@
     magic      8 bytes   b"RXKVBLK2"
     hlen       4 bytes   little-endian uint32: the header's length (at most MAX_HEADER_BYTES)
     header     hlen      JSON: fingerprint (hex), namespace, block index, block size, dtype,
-                         K/V shape (num_layers, 2, B, num_kv_heads, head_dim), path length
+                         K/V shape (num_layers, 2, B, num_kv_heads, row width), path length
+                         (row width: the head dim, + 4 for fp8's per-row float32 scale)
     path       4 * n     the token path from the namespace's root to the block's end, uint32 LE
     payload    ...       the block's K/V, C order, the pool's dtype
     mac        32 bytes  keyed BLAKE2b of everything above, under the cache folder's key
@@ -61,7 +62,7 @@ class BlockSpec:
     fingerprint: str
     block_size: int
     dtype: torch.dtype
-    shape: tuple[int, ...]  # (num_layers, 2, B, num_kv_heads, head_dim)
+    shape: tuple[int, ...]  # (num_layers, 2, B, num_kv_heads, row width: memory_pool.py)
 
     @property
     def dtype_name(self) -> str:

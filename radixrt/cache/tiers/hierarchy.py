@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from radixrt.cache.blocks import blocks_ending_in, chain_hashes, root_hash
+from radixrt.cache.kv_layout import write_rows
 from radixrt.cache.memory_pool import TokenToKVPool
 from radixrt.cache.tiers.base import BaseKVTier, Block
 from radixrt.cache.tiers.contract import BaseKVTiers, LoadResult, TierHit, TierInfo
@@ -168,7 +169,8 @@ class KVTiers(BaseKVTiers):
     def _gather(self, tokens: list[int], slots: torch.Tensor, todo: list[int],
                 hashes: list[bytes], extra_key: str | None) -> list[Block]:  # fmt: skip
         """Copy blocks `todo` of the path out of the device pool: a CPU tensor
-        (num_layers, 2, B, num_kv_heads, head_dim) per block (pinned with CUDA).
+        (num_layers, 2, B, num_kv_heads, row_width) per block (pinned with CUDA; fp8 rows
+        carry their scales, memory_pool.py).
 
         On the CPU each block is copied on its own: block-sized copies stay in the heap the
         process reuses, while one large temporary costs fresh pages and, measured here, runs
@@ -178,7 +180,7 @@ class KVTiers(BaseKVTiers):
             return []
         b, pool = self.block_size, self.pool
         rows = [slots[i * b : (i + 1) * b].to(pool.device, torch.int64) for i in todo]
-        shape = (pool.num_layers, 2, b, pool.num_kv_heads, pool.head_dim)
+        shape = (pool.num_layers, 2, b, pool.num_kv_heads, pool.row_width)
         if pool.device.type == "cpu":
             datas = []
             for idx in rows:
@@ -215,14 +217,14 @@ class KVTiers(BaseKVTiers):
                 pos += data.shape[2]
                 for layer in range(pool.num_layers):
                     k, v = pool.get_kv_buffer(layer)
-                    k.index_copy_(0, rows, data[layer, 0])
-                    v.index_copy_(0, rows, data[layer, 1])
+                    write_rows(k, rows, data[layer, 0])
+                    write_rows(v, rows, data[layer, 1])
             return
         on_device = torch.cat([d.to(pool.device, non_blocking=True) for d in datas], dim=2)
         for layer in range(pool.num_layers):
             k, v = pool.get_kv_buffer(layer)
-            k.index_copy_(0, idx, on_device[layer, 0])
-            v.index_copy_(0, idx, on_device[layer, 1])
+            write_rows(k, idx, on_device[layer, 0])
+            write_rows(v, idx, on_device[layer, 1])
 
 
 def _path(node: TreeNode) -> tuple[list[int], torch.Tensor, int]:

@@ -141,7 +141,9 @@ class CacheConfig:
     window_kv_fraction: float | None = None
     # The pool's element type (cache/kv_dtype.py): auto = the activations' dtype; bfloat16
     # on the CPU halves a token's bytes (twice the tokens, and prefix, per GiB), compute
-    # staying float32 (K/V rounded once as they are stored, widened as they are read).
+    # staying float32 (K/V rounded once as they are stored, widened as they are read);
+    # fp8_e4m3/fp8_e5m2 on the CPU: a byte per element plus a float32 scale per (token, KV
+    # head), 2 x layers x KV heads x (head dim + 4) bytes a token.
     kv_cache_dtype: str = "auto"
 
     @property

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
-# The KV pool's element type; auto: the activations' dtype (float32 on the CPU).
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16")
+# The KV pool's element type; auto: the activations' dtype (float32 on the CPU). fp8_*: one
+# byte per element plus a float32 scale per (token, KV head), CPU only (cache/kv_layout.py).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "fp8_e4m3", "fp8_e5m2")
 # radixrt/model/cpu/guard.py: auto times each C kernel against torch once per machine
 # and keeps the faster.
 CPU_KERNEL_MODES = ("auto", "on", "off")

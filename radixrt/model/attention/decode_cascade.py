@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from radixrt.cache.kv_layout import from_rows
+
 # A shared prefix shorter than this is attended per request (grouping would not pay).
 MIN_SHARED_LEN = 32
 
@@ -74,14 +76,16 @@ def attend_decode(
     scaling: float,
     softcap: float = 0.0,
 ) -> torch.Tensor:
-    """q (Bd, H, D) against the plan's slots in k_buf/v_buf (slots, Hkv, D) -> (Bd, H, D);
+    """q (Bd, H, D) against the plan's slots in k_buf/v_buf (slots, Hkv, D; narrower pools
+    widened to q's dtype, fp8 rows times their scales: kv_layout.py) -> (Bd, H, D);
     `softcap` > 0 caps the scores at softcap * tanh(s / softcap) before the softmax."""
     bd, num_heads, d = q.shape
     g = num_heads // num_kv_heads
     qg = q.view(bd, num_kv_heads, g, d)
     shape = (*plan.kv_idx.shape, num_kv_heads, d)
-    kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2).to(q.dtype)
-    vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2).to(q.dtype)
+    flat = plan.kv_idx.flatten()
+    kk = from_rows(k_buf.index_select(0, flat), q.dtype).view(shape).transpose(1, 2)
+    vv = from_rows(v_buf.index_select(0, flat), q.dtype).view(shape).transpose(1, 2)
     scores = (torch.matmul(qg, kk.transpose(-1, -2)) * scaling).float()  # (Bd, Hkv, g, Ls)
     scores = cap_scores(scores, softcap).masked_fill(~plan.mask, float("-inf"))
     m_u = scores.amax(-1, keepdim=True)  # (Bd, Hkv, g, 1)
@@ -118,8 +122,8 @@ def _attend_shared(
     Returns o (n, Hkv, g, D), l and m (n, Hkv, g, 1), all float32.
     """
     n, hkv, g, d = qg.shape
-    kp = k_buf.index_select(0, slots).permute(1, 2, 0).to(qg.dtype)  # (Hkv, D, Lp)
-    vp = v_buf.index_select(0, slots).transpose(0, 1).to(qg.dtype)  # (Hkv, Lp, D)
+    kp = from_rows(k_buf.index_select(0, slots), qg.dtype).permute(1, 2, 0)  # (Hkv, D, Lp)
+    vp = from_rows(v_buf.index_select(0, slots), qg.dtype).transpose(0, 1)  # (Hkv, Lp, D)
     qh = qg.permute(1, 0, 2, 3).reshape(hkv, n * g, d)  # every member's heads as one batch
     s = cap_scores((torch.matmul(qh, kp) * scaling).float(), softcap)  # (Hkv, n*g, Lp)
     m = s.amax(-1, keepdim=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from radixrt.cache.kv_layout import as_stored, from_rows
 from radixrt.core.forward_batch import ForwardBatch
 from radixrt.model.attention.base import LAYER_FEATURES, AttentionLayer, BaseAttnBackend
 from radixrt.model.attention.decode_cascade import (
@@ -122,8 +123,8 @@ class TorchNativeAttnBackend(BaseAttnBackend):
             if piece.kv_idx is None:  # as the pool holds them: a later hit reads the same
                 kk, vv = as_stored(k[piece.q], k_buf.dtype), as_stored(v[piece.q], v_buf.dtype)
             else:
-                kk = k_buf.index_select(0, piece.kv_idx).to(q.dtype)
-                vv = v_buf.index_select(0, piece.kv_idx).to(q.dtype)
+                kk = from_rows(k_buf.index_select(0, piece.kv_idx), q.dtype)
+                vv = from_rows(v_buf.index_select(0, piece.kv_idx), q.dtype)
             out[piece.q] = _attend(q[piece.q], kk, vv, piece.mask, layer)
         self._attend_decode_rows(q, out, k_buf, v_buf, layer, slot_map)
         return out
@@ -183,10 +184,10 @@ class TorchNativeAttnBackend(BaseAttnBackend):
             return attend_decode(
                 q, plan, k_buf, v_buf, layer.num_kv_heads, layer.scaling, layer.logit_softcap
             )
-        shape = (*plan.kv_idx.shape, *k_buf.shape[1:])
-        kk = k_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
-        vv = v_buf.index_select(0, plan.kv_idx.flatten()).view(shape).transpose(1, 2)
-        kk, vv = kk.to(q.dtype), vv.to(q.dtype)  # a narrower pool, widened
+        shape = (*plan.kv_idx.shape, k_buf.shape[1], q.shape[-1])
+        flat = plan.kv_idx.flatten()  # a narrower pool widened (fp8: times its scales)
+        kk = from_rows(k_buf.index_select(0, flat), q.dtype).view(shape).transpose(1, 2)
+        vv = from_rows(v_buf.index_select(0, flat), q.dtype).view(shape).transpose(1, 2)
         out = F.scaled_dot_product_attention(
             q.unsqueeze(2),
             kk,
@@ -196,11 +197,6 @@ class TorchNativeAttnBackend(BaseAttnBackend):
             enable_gqa=layer.num_heads != layer.num_kv_heads,
         )
         return out.squeeze(2)  # (Bd, H, D)
-
-
-def as_stored(x: torch.Tensor, pool_dtype: torch.dtype) -> torch.Tensor:
-    """x as a pool of `pool_dtype` holds it, back in x's dtype (x itself when they agree)."""
-    return x if x.dtype == pool_dtype else x.to(pool_dtype).to(x.dtype)
 
 
 def _decode_plan(g: _DecodeGroup, window: int, slot_map: torch.Tensor | None) -> DecodePlan:

@@ -79,7 +79,7 @@ class FusedDecodeLayer(nn.Module):
         residual = torch.zeros_like(x) if residual is None else residual.contiguous()
         cos, sin = rope
         k_buf, v_buf = fb.token_to_kv_pool.get_kv_buffer(self.layer_id)
-        ck.kv_suffix(k_buf, v_buf)  # float32 or bfloat16 (ValueError otherwise)
+        kv_kind = ck.KV_KINDS[ck.kv_suffix(k_buf, v_buf)]  # ValueError for an unread dtype
         # Which keys each request reads, and where its new K/V go: its window's, through the
         # window pool where the layer's K/V live there (cpu/attention.py).
         view = fb.attn_backend.decode_view(self.spec, fb)  # type: ignore[attr-defined]
@@ -107,7 +107,7 @@ class FusedDecodeLayer(nn.Module):
             self.scaling,
             scratch.data_ptr(),
             self.bf16_weights,
-            int(k_buf.dtype == torch.bfloat16),  # else float32 (ck.kv_suffix checks)
+            kv_kind,
         )
         return x, residual
 

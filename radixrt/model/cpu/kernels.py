@@ -1,7 +1,8 @@
 """float32 CPU kernels (csrc/cpu) behind torch-tensor functions, with their torch references.
 
 Every function here expects CPU float32 activations whose rows are contiguous (stride(-1) == 1;
-a linear layer's packed weight may also be bfloat16 or int8, a KV pool bfloat16);
+a linear layer's packed weight may also be bfloat16 or int8, a KV pool bfloat16 or fp8 with
+per-row scales, radixrt/cache/kv_layout.py);
 callers check `available()` once and keep to that layout. Each `*_ref` function is the torch
 definition the kernel is tested against (tests/kernels/test_cpu_kernels.py).
 """
@@ -13,6 +14,7 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
+from radixrt.cache.kv_layout import from_rows, head_dim_of, to_rows
 from radixrt.model.cpu.build import build_error, get_cpu_lib
 
 __all__ = [
@@ -182,16 +184,23 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# The attention kernels' name suffix per KV pool dtype (csrc/cpu/kv.h).
-KV_SUFFIX = {torch.float32: "", torch.bfloat16: "_kvbf16"}
+# The attention kernels' name suffix per KV pool dtype (csrc/cpu/kv.h), and the fused decode
+# layer's kv_kind for each (csrc/cpu/rt_cpu.h).
+KV_SUFFIX = {
+    torch.float32: "",
+    torch.bfloat16: "_kvbf16",
+    torch.float8_e4m3fn: "_kve4m3",
+    torch.float8_e5m2: "_kve5m2",
+}
+KV_KINDS = {"": 0, "_kvbf16": 1, "_kve4m3": 2, "_kve5m2": 3}
 
 
 def kv_suffix(k_buf: torch.Tensor, v_buf: torch.Tensor) -> str:
     """Which build of the attention kernels reads this pool (ValueError for another dtype)."""
     if k_buf.dtype != v_buf.dtype or k_buf.dtype not in KV_SUFFIX:
         raise ValueError(
-            f"the CPU attention kernels read float32 or bfloat16 KV, got {k_buf.dtype} and "
-            f"{v_buf.dtype}"
+            f"the CPU attention kernels read float32, bfloat16 or fp8 (e4m3fn, e5m2) KV, got "
+            f"{k_buf.dtype} and {v_buf.dtype}"
         )
     return KV_SUFFIX[k_buf.dtype]
 
@@ -212,10 +221,11 @@ def decode_attention(
     then attend q (B, Hq*D) over req_to_token[rows[i], :seq_lens[i]] (int32 table; rows and
     seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]. With k_new,
     v_new and out_loc None the new K/V are in the pool already: nothing is stored. A bfloat16
-    pool stores k_new, v_new rounded to nearest even and is widened as it is read."""
+    pool stores k_new, v_new rounded to nearest even, an fp8 pool (S, Hkv, D + 4) scaled per
+    row as kv_layout.to_rows does; either is widened to float32 as it is read."""
     fn = getattr(lib(), "rt_decode_attention_f32" + kv_suffix(k_buf, v_buf))
     b, hq_d = q.shape
-    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    hkv, d = k_buf.shape[1], head_dim_of(k_buf)
     if (k_new is None) != (v_new is None) or (k_new is None) != (out_loc is None):
         raise ValueError("k_new, v_new and out_loc come together (or all None)")
     # One row stride serves both (it is never used for a single row).
@@ -279,10 +289,10 @@ def extend_attention(
     contiguous, at positions prefix_len .. prefix_len+e-1 over the K/V at slots[:prefix_len+e]
     (int32, contiguous) of k_buf, v_buf (S, Hkv, D), which already hold the new tokens; with
     `window` > 0 row i sees only the keys prefix_len+i-window+1 .. prefix_len+i. Writes out
-    (e, Hq*D) rows. k_buf, v_buf float32 or bfloat16 (widened as they are read)."""
+    (e, Hq*D) rows. k_buf, v_buf float32, bfloat16 or fp8 (widened as they are read)."""
     fn_name = "rt_extend_attention_f32" + kv_suffix(k_buf, v_buf)
     e = q.shape[0]
-    hkv, d = k_buf.shape[1], k_buf.shape[2]
+    hkv, d = k_buf.shape[1], head_dim_of(k_buf)
     if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
         raise ValueError("slots must be contiguous int32 covering every key")
     hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows
@@ -321,15 +331,16 @@ def decode_attention_ref(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """What `decode_attention` computes, one request at a time with SDPA (a bfloat16 pool
-    stores k_new, v_new rounded and is read widened to float32)."""
-    hkv, d = k_buf.shape[1], k_buf.shape[2]
-    k_buf[out_loc] = k_new.reshape(-1, hkv, d).to(k_buf.dtype)
-    v_buf[out_loc] = v_new.reshape(-1, hkv, d).to(v_buf.dtype)
+    """What `decode_attention` computes, one request at a time with SDPA (a narrower pool
+    stores k_new, v_new as kv_layout.to_rows does and is read widened to float32)."""
+    hkv, d = k_buf.shape[1], head_dim_of(k_buf)
+    k_buf[out_loc] = to_rows(k_new.reshape(-1, hkv, d), k_buf.dtype)
+    v_buf[out_loc] = to_rows(v_new.reshape(-1, hkv, d), v_buf.dtype)
     outs = []
     for i in range(q.shape[0]):
         slots = req_to_token[rows[i], : seq_lens[i]].long()
-        kk, vv = k_buf[slots].float().transpose(0, 1), v_buf[slots].float().transpose(0, 1)
+        kk = from_rows(k_buf[slots], torch.float32).transpose(0, 1)
+        vv = from_rows(v_buf[slots], torch.float32).transpose(0, 1)
         qi = q[i].view(-1, 1, d)  # (Hq, 1, D)
         o = F.scaled_dot_product_attention(qi, kk, vv, scale=scale, enable_gqa=True)
         outs.append(o.reshape(-1))
@@ -346,9 +357,10 @@ def extend_attention_ref(
     window: int = 0,
 ) -> torch.Tensor:
     """What `extend_attention` computes, with SDPA and an explicit causal (windowed) mask."""
-    e, d = q.shape[0], k_buf.shape[2]
+    e, d = q.shape[0], head_dim_of(k_buf)
     idx = slots[: prefix_len + e].long()
-    kk, vv = k_buf[idx].float().transpose(0, 1), v_buf[idx].float().transpose(0, 1)
+    kk = from_rows(k_buf[idx], torch.float32).transpose(0, 1)
+    vv = from_rows(v_buf[idx], torch.float32).transpose(0, 1)
     qq = q.view(e, -1, d).transpose(0, 1)  # (Hq, e, D)
     keys = torch.arange(prefix_len + e)
     pos = (prefix_len + torch.arange(e))[:, None]

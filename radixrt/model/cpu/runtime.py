@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from radixrt.cache.kv_dtype import kv_dtype_name
 from radixrt.core.config import ModelConfig
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def init_cpu_kernels(
         plan.summary(),
         weights,
         " (AMX tiles where on the kernels)" if on_tiles else "",
-        str(kv_dtype).removeprefix("torch."),
+        kv_dtype_name(kv_dtype),  # fp8_e4m3 / fp8_e5m2: with a scale per (token, KV head)
         swapped,
     )
     return plan

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixrt.cache.kv_layout import from_rows, to_rows, write_rows
 from radixrt.model.attention.decode_cascade import attend_decode, build_decode_plan
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.layers.activation import GatedActivation
@@ -47,7 +48,8 @@ class Shapes:
     def key(self) -> list:
         key = [list(self.linears), list(self.norms), list(self.mlps), list(self.heads)]
         key += ["bf16 weights"] if self.bf16_weights else []
-        return key + ["bf16 kv"] if self.kv_dtype == torch.bfloat16 else key
+        kv = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+        return key + [f"{kv[self.kv_dtype]} kv"] if self.kv_dtype in kv else key  # own plans
 
     @staticmethod
     def of(
@@ -179,8 +181,8 @@ def decode_attention_pair(
     plan where rows share slots)."""
     scale = d**-0.5
     own = n - shared
-    k_buf = torch.randn(shared + b * own, hk, d).to(kv_dtype)
-    v_buf = torch.randn(shared + b * own, hk, d).to(kv_dtype)
+    k_buf = to_rows(torch.randn(shared + b * own, hk, d), kv_dtype)
+    v_buf = to_rows(torch.randn(shared + b * own, hk, d), kv_dtype)
     perm = torch.randperm(shared + b * own).int()
     table = torch.cat([perm[:shared].expand(b, shared), perm[shared:].view(b, own)], dim=1)
     rows, lens, out_loc = torch.arange(b), torch.full((b,), n), table[:, -1].long()
@@ -188,8 +190,8 @@ def decode_attention_pair(
     plan = build_decode_plan(table.long(), [n] * b)
 
     def ref() -> None:
-        k_buf.index_copy_(0, out_loc, k.reshape(-1, hk, d).to(kv_dtype))
-        v_buf.index_copy_(0, out_loc, v.reshape(-1, hk, d).to(kv_dtype))
+        write_rows(k_buf, out_loc, to_rows(k.reshape(-1, hk, d), kv_dtype))
+        write_rows(v_buf, out_loc, to_rows(v.reshape(-1, hk, d), kv_dtype))
         attend_decode(q.reshape(b, -1, d), plan, k_buf, v_buf, hk, scale)
 
     def kern() -> None:
@@ -202,15 +204,18 @@ def _extend_attention_pair(hq: int, hk: int, d: int, kv_dtype: torch.dtype) -> P
     """One prompt of EXTEND_ROWS new tokens, causal, no cached prefix (SDPA for torch, over
     the pool's K/V widened as torch_native reads them)."""
     e, scale = EXTEND_ROWS, d**-0.5
-    k_buf, v_buf = torch.randn(e, hk, d).to(kv_dtype), torch.randn(e, hk, d).to(kv_dtype)
+    k_buf, v_buf = (
+        to_rows(torch.randn(e, hk, d), kv_dtype),
+        to_rows(torch.randn(e, hk, d), kv_dtype),
+    )
     slots = torch.arange(e, dtype=torch.int32)
     q, out = torch.randn(e, hq, d), torch.empty(e, hq * d)
 
     def ref() -> None:
         F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
-            k_buf.to(q.dtype).transpose(0, 1).unsqueeze(0),
-            v_buf.to(q.dtype).transpose(0, 1).unsqueeze(0),
+            from_rows(k_buf, q.dtype).transpose(0, 1).unsqueeze(0),
+            from_rows(v_buf, q.dtype).transpose(0, 1).unsqueeze(0),
             is_causal=True,
             scale=scale,
             enable_gqa=hq != hk,
