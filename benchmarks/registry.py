@@ -65,7 +65,7 @@ REGISTRY: dict[str, Bench] = {
     "decode_attention": Bench("benchmarks.micro.decode_attention", "micro",
                               "decode attention per ISA: the C kernel against the torch path"),
     "kv_dtype": Bench("benchmarks.micro.kv_dtype", "micro",
-                      "KV pool dtypes on the CPU (float32, bfloat16, fp8): prefill tok/s, decode ms/step"),
+                      "float32, bfloat16 and fp8 KV on the CPU: prefill tok/s, decode ms/step"),
     "perplexity": Bench("benchmarks.micro.perplexity", "micro",
                         "perplexity on a fixed text: float32, bfloat16 and int8 weights"),
     "spec_lookup": Bench("benchmarks.micro.spec_lookup", "micro",
