@@ -6,9 +6,9 @@ noun lives in its own module; callers import them from `radixrt.core`.
 
 from __future__ import annotations
 
-from radixrt.core.finish import FinishKind, FinishReason
+from radixrt.core.finish_reason import FinishKind, FinishReason
 from radixrt.core.fit import FitLimits, check_fit
-from radixrt.core.pins import PinOutcome, PinSpec
+from radixrt.core.pin_spec import PinOutcome, PinSpec
 from radixrt.core.req import Batch, Req
 from radixrt.core.sampling import (
     INT64_MAX,

@@ -6,18 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from radixrt.core.finish import FinishReason
-from radixrt.core.pins import PinOutcome, PinSpec
+from radixrt.core.finish_reason import FinishReason
+from radixrt.core.pin_spec import PinOutcome, PinSpec
 from radixrt.core.sampling import SamplingParams
 
 if TYPE_CHECKING:  # names for annotations only: the owners live on higher floors
     import torch
 
     from radixrt.cache.tree_node import TreeNode
-    from radixrt.scheduler.finish import StopState
     from radixrt.scheduler.grammar_queue import GrammarState
     from radixrt.scheduler.speculative.guard import DraftGuard
     from radixrt.scheduler.speculative.ngram import NgramIndex
+    from radixrt.scheduler.stop_check import StopState
 
 
 @dataclass(slots=True)
@@ -54,7 +54,7 @@ class Req:
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
     input_logprobs: list[float | None] = field(default_factory=list)
     input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
-    # Stop-string scan state (scheduler/finish.py: StopState) once stop strings are checked,
+    # Stop-string scan state (scheduler/stop_check.py: StopState) once stop strings are checked,
     # else None; it follows output_ids, which are kept across retraction.
     stop_state: StopState | None = None
     num_retractions: int = 0

@@ -26,9 +26,9 @@ from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
 from radixrt.model.families.fingerprint import model_fingerprint
 from radixrt.model.families.loader import eos_token_ids, load_tokenizer
-from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler
+from radixrt.scheduler.stop_check import FinishChecker
 
 logger = logging.getLogger("radixrt")
 

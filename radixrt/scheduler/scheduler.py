@@ -23,13 +23,13 @@ from radixrt.core.config import SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import NO_TOKEN, Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
-from radixrt.scheduler.finish import FinishChecker
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
 from radixrt.scheduler.speculative import build_speculation
 from radixrt.scheduler.stats import SchedulerStats, guarded
+from radixrt.scheduler.stop_check import FinishChecker
 
 logger = logging.getLogger("radixrt")
 

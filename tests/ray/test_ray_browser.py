@@ -1,5 +1,5 @@
 """The Ray ingress runs the server's and the router's browser check (radixrt/serve/web/browser.py)
-on its configured hosts and origins: a `core/text/plain` POST gets 415, a foreign Origin 403, a
+on its configured hosts and origins: a `text/plain` POST gets 415, a foreign Origin 403, a
 rebinding Host 421, before any replica is asked. Checked on the ingress's ASGI app in a
 process of its own (no Ray cluster, no Ray state in the test process); the flags of
 `python -m radixrt.serve.ray` take their defaults from BrowserConfig and RouterConfig."""

@@ -1,4 +1,4 @@
-"""The router without keys, as a web page sees it: a `core/text/plain` POST gets 415, a foreign
+"""The router without keys, as a web page sees it: a `text/plain` POST gets 415, a foreign
 Origin 403 (its /flush_cache never reaches a worker), a DNS-rebinding Host 421; localhost,
 IPs and `--allowed-hosts` names, and JSON from clients without Origin, pass as before."""
 

@@ -1,4 +1,4 @@
-"""What a web page can do to a server without keys (the default): a `core/text/plain` or form POST
+"""What a web page can do to a server without keys (the default): a `text/plain` or form POST
 gets 415, a foreign Origin 403, a DNS-rebinding Host 421, and none of them runs anything;
 localhost, IP and `--allowed-hosts` names, same-origin pages (the dashboard), an origin of
 `--allowed-origins` (with CORS headers and preflight) and the OpenAI SDK still work."""

@@ -4,7 +4,7 @@ with the output; EOS (after min_new_tokens), then stop strings, then length."""
 from __future__ import annotations
 
 from radixrt.core import FinishKind, Req, SamplingParams
-from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.stop_check import FinishChecker
 
 EOS = 0
 WORDS = ["", " the", " cat", " sat", "ST", "OP", "\n"]  # id 0 (EOS) decodes to nothing

@@ -14,7 +14,7 @@ from radixrt.core import FinishKind, Req, SamplingParams
 from radixrt.core.text.stop_regex import MAX_NFA_NODES, RegexStopMatcher, stop_regex_error
 from radixrt.core.text.stops import stop_matcher
 from radixrt.scheduler.admission import reject_reason
-from radixrt.scheduler.finish import FinishChecker
+from radixrt.scheduler.stop_check import FinishChecker
 from radixrt.serve.results.detokenizer import IncrementalDetokenizer
 
 PATTERNS = [r"\d+\.", r"ab|b", r"(?i)answer:\s*\w+\n", r"[^a-c]{2}x", r"a.?c", r"\n\n", "é+!"]

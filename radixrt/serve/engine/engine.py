@@ -31,7 +31,7 @@ from radixrt.core.messages import (
     StopMsg,
 )
 from radixrt.scheduler.loop import SchedulerLoop, ThreadTransport
-from radixrt.serve.engine.output import RequestOutput
+from radixrt.serve.engine.request_output import RequestOutput
 from radixrt.serve.results.state import fan_out
 
 logger = logging.getLogger("radixrt")

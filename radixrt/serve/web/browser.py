@@ -7,7 +7,7 @@ server, the router and the Ray ingress all run before anything else.
 - An `Origin` other than the request's own host (`--allowed-origins` adds some, answered with
   CORS headers and preflights) gets 403: a page's fetch or form POST always carries Origin.
 - A body must be sent as JSON (`application/json` or `application/*+json`, any parameters):
-  else 415. A page can POST `core/text/plain` or a form without a CORS preflight; never JSON.
+  else 415. A page can POST `text/plain` or a form without a CORS preflight; never JSON.
 Clients that are not browsers (curl, the OpenAI / Anthropic / Gemini SDKs) send no Origin, an
 IP or localhost Host and JSON, and pass unchanged; the dashboard's page fetches same-origin.
 """
