@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
 SPEC_KINDS = ("regex", "json_schema", "ebnf")
 UNREACHABLE = 2**31 - 1  # min_tokens of a position from which no output can be finished
+
+
+S = TypeVar("S")
+ROLLBACK_DEPTH = 128  # accepted tokens a matcher can always roll back
 
 
 class GrammarError(ValueError):
@@ -53,9 +57,10 @@ class BaseGrammarMatcher(ABC):
     """
 
     bounds_length: bool = False
-    # Whether `rollback` works: speculative decoding walks a draft through the matcher to
-    # find the masks along it, then steps back.
-    can_rollback: bool = False
+    # Whether `rollback` works (every matcher here; a backend that cannot would say False):
+    # speculative decoding walks a draft through the matcher to find the masks along it,
+    # then steps back.
+    can_rollback: bool = True
 
     @abstractmethod
     def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
@@ -77,10 +82,29 @@ class BaseGrammarMatcher(ABC):
         """Advance past `token_id`; False if the grammar does not allow it (the matcher is then
         unusable). Never raises for a bad token."""
 
+    @abstractmethod
     def rollback(self, num_tokens: int) -> None:
-        """Undo the last `num_tokens` accepted tokens (all of them accepted successfully);
-        only where `can_rollback`."""
-        raise NotImplementedError(f"{type(self).__name__} cannot roll back")
+        """Undo the last `num_tokens` accepted tokens (all of them accepted successfully;
+        at most `ROLLBACK_DEPTH`)."""
+
+
+class StateHistory(Generic[S]):
+    """A matcher's state before each accepted token, newest last, for `rollback`: at least
+    the newest ROLLBACK_DEPTH are kept (a draft is shorter)."""
+
+    def __init__(self) -> None:
+        self._before: list[S] = []
+
+    def push(self, state: S) -> None:
+        self._before.append(state)
+        if len(self._before) > 2 * ROLLBACK_DEPTH:
+            del self._before[:ROLLBACK_DEPTH]
+
+    def pop(self, num_tokens: int) -> S:
+        """The state before the last `num_tokens` accepted tokens (num_tokens >= 1)."""
+        state = self._before[-num_tokens]
+        del self._before[-num_tokens:]
+        return state
 
 
 class BaseGrammarBackend(ABC):

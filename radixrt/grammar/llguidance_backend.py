@@ -24,8 +24,6 @@ _JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_sepa
 
 
 class LLGuidanceMatcher(BaseGrammarMatcher):
-    can_rollback = True
-
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self._matcher = matcher
 

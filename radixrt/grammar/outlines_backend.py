@@ -22,6 +22,7 @@ from radixrt.grammar.base import (
     BaseGrammarMatcher,
     GrammarError,
     GrammarSpec,
+    StateHistory,
 )
 from radixrt.grammar.schema_regex import schema_regex
 from radixrt.grammar.token_automaton import TokenAutomaton
@@ -29,22 +30,17 @@ from radixrt.grammar.token_automaton import TokenAutomaton
 _SENTINEL = b"\x00"  # follows every regex; its token id is vocab_size (never sampled)
 
 
-# The states kept for `rollback`: at least this many of the newest (a draft is shorter).
-_HISTORY = 128
-
-
 class OutlinesMatcher(BaseGrammarMatcher):
     """A position in a TokenAutomaton: masks are its tables, plus the stop tokens where the
     output may end."""
 
     bounds_length = True
-    can_rollback = True
 
     def __init__(self, automaton: TokenAutomaton, eos_token_ids: list[int]) -> None:
         self._automaton = automaton
         self._state: int | None = automaton.start  # None: a refused token broke it
         self._eos = eos_token_ids
-        self._before: list[int] = []  # the state before each accepted token, oldest first
+        self._before: StateHistory[int] = StateHistory()
 
     def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
         dst = bitmask[row]
@@ -60,15 +56,12 @@ class OutlinesMatcher(BaseGrammarMatcher):
         state = self._state
         self._state = None if state is None else self._automaton.next_state(state, token_id)
         if state is not None and self._state is not None:
-            self._before.append(state)
-            if len(self._before) > 2 * _HISTORY:  # rollbacks are short: keep the newest
-                del self._before[:_HISTORY]
+            self._before.push(state)
         return self._state is not None
 
     def rollback(self, num_tokens: int) -> None:
         if num_tokens > 0:
-            self._state = self._before[-num_tokens]
-            del self._before[-num_tokens:]
+            self._state = self._before.pop(num_tokens)
 
     def is_accepting(self) -> bool:
         return self._state is not None and bool(self._automaton.accepting[self._state])

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher
+from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, StateHistory
 from radixrt.grammar.token_automaton import TokenAutomaton
 
 
@@ -81,6 +81,7 @@ class UnionMatcher(BaseGrammarMatcher):
     def __init__(self, automata: list[TokenAutomaton], eos_token_ids: list[int]) -> None:
         self._live = [(a, a.start) for a in automata]  # the branches still matching
         self._eos = eos_token_ids
+        self._before: StateHistory[list[tuple[TokenAutomaton, int]]] = StateHistory()
 
     def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
         dst = bitmask[row]
@@ -102,8 +103,14 @@ class UnionMatcher(BaseGrammarMatcher):
             nxt = automaton.next_state(state, token_id)
             if nxt is not None:
                 live.append((automaton, nxt))
+        if live:
+            self._before.push(self._live)
         self._live = live
         return bool(live)
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens > 0:
+            self._live = self._before.pop(num_tokens)
 
     def is_accepting(self) -> bool:
         return any(bool(a.accepting[s]) for a, s in self._live)

@@ -154,6 +154,9 @@ class _BitsMatcher(BaseGrammarMatcher):
     def is_accepting(self) -> bool:
         return self.pos == len(self.steps)
 
+    def rollback(self, num_tokens: int) -> None:
+        self.pos -= num_tokens
+
 
 def test_forced_token_is_the_single_allowed_bit() -> None:
     stats = GrammarStats()

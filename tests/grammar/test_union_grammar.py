@@ -92,6 +92,24 @@ def test_forty_tools_required_is_bounded_and_valid(setup: Any) -> None:
         jsonschema.validate(body["arguments"], BY_NAME[body["name"]].parameters)
 
 
+def test_the_union_rolls_back_to_the_same_masks(setup: Any) -> None:
+    tok, backend, _, compiled = setup
+    matcher = backend.new_matcher(compiled)
+    rng = random.Random(7)
+    masks, walked = [], []
+    for k in range(12):
+        allowed = _allowed(matcher, len(tok), 64 - k)
+        masks.append(allowed)
+        token = rng.choice([t for t in allowed if t != tok.eos_token_id])
+        assert matcher.accept(token)
+        walked.append(token)
+    matcher.rollback(5)
+    assert _allowed(matcher, len(tok), 64 - 7) == masks[7]
+    matcher.rollback(7)
+    assert _allowed(matcher, len(tok), 64) == masks[0]
+    assert all(matcher.accept(t) for t in walked)
+
+
 def test_the_union_accepts_exactly_the_tools_languages(setup: Any) -> None:
     tok, backend, regex, compiled = setup
     branches = [re.compile(b) for b in split_alternatives(regex)]
