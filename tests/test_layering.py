@@ -1,6 +1,6 @@
-"""The import graph: every runtime import points down the floors of docs/architecture.md, and no
-module imports itself through a cycle. Imports under `if TYPE_CHECKING:` name types for
-annotations only and are not counted."""
+"""The import graph: every import points down the floors of docs/architecture.md, and no module
+imports itself through a cycle. Imports under `if TYPE_CHECKING:` count too: a type named from
+a higher floor is an edge upward (Req's and ForwardBatch's slots are Protocols in core)."""
 
 from __future__ import annotations
 
@@ -79,18 +79,13 @@ def _room(module: str) -> str:
     return _longest(module, ROOM, "room")
 
 
-def _runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Modules of the project that `name` imports at run time (anywhere in the file)."""
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Modules of the project that `name` imports anywhere in the file, at run time or under
+    `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text())
-    typing_only: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            typing_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -110,7 +105,7 @@ def _runtime_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: _runtime_imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
 def test_imports_point_down_the_floors() -> None:
@@ -201,4 +196,22 @@ def test_the_frontend_distribution_imports_no_runtime() -> None:
                 continue
             top = {n.split(".")[0] for n in names}
             found += [f"{path.relative_to(ROOT)}: {t}" for t in top if t in FRONTEND_FORBIDDEN]
+    assert not found, found
+
+
+def test_the_core_nouns_import_no_torch() -> None:
+    """radixrt.core is plain Python but for the forward batch: no module of it names torch,
+    not even for annotations (Req's generator slot is a Protocol, core/req_slots.py)."""
+    found = []
+    for name, path in _modules().items():
+        if not name.startswith("radixrt.core") or name == "radixrt.core.forward_batch":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{name}: {n}" for n in names if n.split(".")[0] == "torch"]
     assert not found, found

@@ -35,6 +35,7 @@ import torch
 from radixrt.cache.memory_pool import OutOfSlotsError, ReqToTokenPool, TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tiers.contract import BaseKVTiers, LoadResult, NoKVTiers, TierHit
+from radixrt.cache.tree_node import held_node
 from radixrt.core import Req
 
 
@@ -155,9 +156,9 @@ class KVCacheManager:
         self.window.mark_cached(ours[lo:n][~dup])
         self.allocator.free(ours[lo:n][dup])
         self.req_to_token_pool.write(row, 0, match.slots)
-        assert req.last_node is not None  # admitted: it holds a lock
+        held = held_node(req)  # admitted: it holds a lock
         self.cache.lock(match.last_node)
-        self.cache.unlock(req.last_node)
+        self.cache.unlock(held)
         req.last_node, req.cached_len = match.last_node, n
         self.advance_window(req)
 
@@ -190,8 +191,7 @@ class KVCacheManager:
                 row, max(aligned, req.cached_len) : req.kv_len
             ]
             self.allocator.free(tail.to(torch.int64))
-        assert req.last_node is not None  # a row is held with its lock (admit)
-        self.cache.unlock(req.last_node)
+        self.cache.unlock(held_node(req))  # a row is held with its lock (admit)
         self.window.drop_hold(row)
         self._behind.pop(row, None)
         self.req_to_token_pool.free(row)

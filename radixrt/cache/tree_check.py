@@ -4,17 +4,43 @@ and reads the tree's private counters; the debug print is tree_view.py's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 
+from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.tree_node import TreeNode, child_key, node_state
 
-if TYPE_CHECKING:
-    from radixrt.cache.radix_cache import RadixCache
+
+class CheckedTree(Protocol):
+    """What the check reads of the tree (radix_cache.py: RadixCache, which calls it)."""
+
+    @property
+    def root(self) -> TreeNode: ...
+
+    @property
+    def page_size(self) -> int: ...
+
+    @property
+    def allocator(self) -> TokenSlotAllocator: ...
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    @property
+    def _sizes(self) -> list[int]: ...  # tokens (evictable, protected, pinned)
+
+    @property
+    def _leaves(self) -> set[TreeNode]: ...  # every childless node except the root
+
+    @property
+    def _empty(self) -> torch.Tensor: ...  # (0,) int64
+
+    def _nodes(self) -> Iterator[TreeNode]: ...
 
 
-def check_integrity(tree: RadixCache) -> None:
+def check_integrity(tree: CheckedTree) -> None:
     """Assert tree shape, lock refs, size counters and slot ownership are consistent."""
     sizes = [0, 0, 0]
     leaves: set[TreeNode] = set()
@@ -50,7 +76,7 @@ def check_integrity(tree: RadixCache) -> None:
     _check_slots(tree, torch.cat(owned) if owned else tree._empty)
 
 
-def _check_slots(tree: RadixCache, owned: torch.Tensor) -> None:
+def _check_slots(tree: CheckedTree, owned: torch.Tensor) -> None:
     allocator = tree.allocator
     assert owned.numel() == torch.unique(owned).numel(), "a slot is owned twice"
     if owned.numel():

@@ -9,6 +9,8 @@ from collections.abc import Hashable
 
 import torch
 
+from radixrt.core import Req
+
 _node_ids = itertools.count()  # creation order: the LRU tie-break, so eviction is deterministic
 
 
@@ -114,3 +116,10 @@ def match_len(node_key: list[int], key: list[int], pos: int, key_len: int, page_
     while key[pos + lo] == node_key[lo]:
         lo += 1
     return lo - lo % page_size
+
+
+def held_node(req: Req) -> TreeNode:
+    """The node a running request holds a lock on (`req.last_node`, set by the KV manager)."""
+    node = req.last_node
+    assert isinstance(node, TreeNode), "the request holds no prefix-cache lock"
+    return node

@@ -1,21 +1,67 @@
-"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch."""
+"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch, and the slots
+for what higher floors own and the pass reads: the request-to-slot table and KV buffers
+(cache/memory_pool.py) and the attention backend (model/attention/base.py), as Protocols."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from radixrt.cache.memory_pool import ReqToTokenPool, TokenToKVPool
-    from radixrt.model.attention.base import BaseAttnBackend
 
 
 class ForwardMode(enum.Enum):
     EXTEND = "extend"  # any mix of prefill chunks and single-token steps
     DECODE = "decode"  # every request computes exactly one token after a non-empty prefix
+
+
+class ReqTokenTable(Protocol):
+    """`ForwardBatch.req_to_token_pool` (ReqToTokenPool): each request row's KV slots."""
+
+    @property
+    def req_to_token(self) -> torch.Tensor:
+        """(max_reqs, max_context_len) int32: row -> the slot of each of its token positions."""
+        ...
+
+
+class KVBuffers(Protocol):
+    """`ForwardBatch.token_to_kv_pool` (TokenToKVPool): each layer's K/V buffers by slot."""
+
+    @property
+    def page_size(self) -> int: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's K and V buffers; a window layer's are indexed through `slot_map`."""
+        ...
+
+    def slot_map(self, layer_id: int) -> torch.Tensor | None:
+        """A window layer's (capacity + 1,) int64 slot -> row map; None: indexed by slot."""
+        ...
+
+    def set_kv_buffer(
+        self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Write k, v (num_tokens, num_kv_heads, head_dim) at slots `loc` (num_tokens,)."""
+        ...
+
+
+class AttnBackend(Protocol):
+    """`ForwardBatch.attn_backend` (BaseAttnBackend): attention over the batch's KV."""
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: Any,  # model/attention/base.py: AttentionLayer
+        fb: ForwardBatch,
+    ) -> torch.Tensor:
+        """Store k, v at `fb.out_loc` and return the attention output (T, heads * head_dim)."""
+        ...
 
 
 @dataclass
@@ -43,9 +89,9 @@ class ForwardBatch:
     extend_seq_lens_cpu: list[int]
     # Rows of the packed hidden states whose logits are wanted: (N,) int64.
     logits_indices: torch.Tensor
-    req_to_token_pool: ReqToTokenPool
-    token_to_kv_pool: TokenToKVPool
-    attn_backend: BaseAttnBackend
+    req_to_token_pool: ReqTokenTable
+    token_to_kv_pool: KVBuffers
+    attn_backend: AttnBackend
 
     @property
     def num_tokens(self) -> int:
@@ -61,9 +107,9 @@ class ForwardBatch:
         prefix_lens: list[int],
         extend_lens: list[int],
         logits_indices: list[int],
-        req_to_token_pool: ReqToTokenPool,
-        token_to_kv_pool: TokenToKVPool,
-        attn_backend: BaseAttnBackend,
+        req_to_token_pool: ReqTokenTable,
+        token_to_kv_pool: KVBuffers,
+        attn_backend: AttnBackend,
         device: torch.device,
     ) -> ForwardBatch:
         """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1."""

@@ -4,20 +4,18 @@ forward pass."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from radixrt.core.finish_reason import FinishReason
 from radixrt.core.pin_spec import PinOutcome, PinSpec
+from radixrt.core.req_slots import (
+    ConstrainedState,
+    DraftBudget,
+    DraftIndex,
+    PrefixNode,
+    RowGenerator,
+    StopScan,
+)
 from radixrt.core.sampling import SamplingParams
-
-if TYPE_CHECKING:  # names for annotations only: the owners live on higher floors
-    import torch
-
-    from radixrt.cache.tree_node import TreeNode
-    from radixrt.scheduler.grammar_queue import GrammarState
-    from radixrt.scheduler.speculative.guard import DraftGuard
-    from radixrt.scheduler.speculative.ngram import NgramIndex
-    from radixrt.scheduler.stop_check import StopState
 
 
 @dataclass(slots=True)
@@ -46,7 +44,7 @@ class Req:
     cache_load_s: float = 0.0
     # Prefix-cache handle (a locked tree node; written by cache/kv_manager.py only) while
     # running; None when not holding one.
-    last_node: TreeNode | None = None
+    last_node: PrefixNode | None = None
     extend_len: int = 0  # tokens this step computes (set by the scheduler per step)
     finish_reason: FinishReason | None = None
     # Logprobs: per output token (logprob, token id) and top-k [(logprob, id), ...].
@@ -56,13 +54,13 @@ class Req:
     input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
     # Stop-string scan state (scheduler/stop_check.py: StopState) once stop strings are checked,
     # else None; it follows output_ids, which are kept across retraction.
-    stop_state: StopState | None = None
+    stop_state: StopScan | None = None
     num_retractions: int = 0
     arrival_time: float = 0.0
     first_token_time: float | None = None
-    generator: torch.Generator | None = None  # per-request, when seeded (executor's sampler)
-    # Grammar state (scheduler/grammar_queue.py: GrammarState) while constrained, else None.
-    grammar: GrammarState | None = None
+    generator: RowGenerator | None = None  # per-request, when seeded (executor's sampler)
+    # Grammar state (scheduler/grammar_state.py: GrammarState) while constrained, else None.
+    grammar: ConstrainedState | None = None
     # Prefixes of the prompt to pin once it finishes, and what became of each (in order).
     pins: list[PinSpec] = field(default_factory=list)
     pin_outcomes: list[PinOutcome] = field(default_factory=list)
@@ -72,8 +70,8 @@ class Req:
     # per-request state, its draft budget (speculative/guard.py: DraftGuard), and the tokens
     # drafted and accepted so far (the metric).
     draft_ids: list[int] = field(default_factory=list)
-    draft_state: NgramIndex | None = None
-    draft_guard: DraftGuard | None = None
+    draft_state: DraftIndex | None = None
+    draft_guard: DraftBudget | None = None
     spec_drafted: int = 0
     spec_accepted: int = 0
 

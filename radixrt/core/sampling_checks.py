@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from radixrt.core.sampling import SamplingParams
+import msgspec
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TEMPERATURE_RANGE = (0.0, 100.0)  # 0 is greedy (README.md lists the ranges)
@@ -22,7 +21,7 @@ _KIND_CHECKS = {
 }
 
 
-def field_kinds(cls: type[SamplingParams]) -> dict[str, str]:
+def field_kinds(cls: type[msgspec.Struct]) -> dict[str, str]:
     """Each field's annotation without spaces ("int", "float|None", "list[str]")."""
     return {name: kind.replace(" ", "") for name, kind in cls.__annotations__.items()}
 
@@ -62,8 +61,10 @@ def check_kind(name: str, kind: str, value: Any) -> None:
         raise ValueError(f"invalid sampling parameter {name}={value!r}: must be of type {shown}")
 
 
-def value_checks(sp: SamplingParams) -> list[tuple[str, bool, str]]:
-    """(field, whether its value is allowed, what it must be) for each checked field."""
+def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
+    """(field, whether its value is allowed, what it must be) for each checked field of `sp`,
+    a SamplingParams (core/sampling.py, which imports this module) whose field types are
+    checked already (`check_kind`)."""
     lo_t, hi_t = TEMPERATURE_RANGE
     lo_r, hi_r = REPETITION_PENALTY_RANGE
     return [

@@ -119,10 +119,14 @@ def _uniforms(reqs: list[Req], device: torch.device) -> torch.Tensor:
 
 def request_generator(req: Req, device: torch.device) -> torch.Generator:
     """A seeded request's generator, made from its seed on first use (one uniform per token)."""
-    if req.generator is None:
-        req.generator = torch.Generator(device=device)
-        req.generator.manual_seed(req.sampling_params.seed)
-    return req.generator
+    gen = req.generator
+    if gen is None:
+        made = torch.Generator(device=device)
+        made.manual_seed(req.sampling_params.seed)
+        req.generator = made
+        return made
+    assert isinstance(gen, torch.Generator)  # the slot is only ever set here
+    return gen
 
 
 def _drop_below(probs: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:

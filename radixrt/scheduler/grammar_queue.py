@@ -99,7 +99,7 @@ class GrammarQueue:
     def draft_masks(self, req: Req, draft: list[int], stop_ids: set[int]) -> torch.Tensor:
         """(1 + n, num_words) masks along the first n tokens of `draft` that `req`'s grammar
         allows (GrammarState.along); n may be 0."""
-        state = req.grammar
+        state = _state(req)
         assert state is not None  # only constrained requests draft under a grammar
         return state.along(draft, self._budget(req), stop_ids)
 
@@ -107,7 +107,7 @@ class GrammarQueue:
         """Whether `req`'s grammar lets it verify drafts: its matcher rolls back, and unless
         jump-forward is off for it, it is not seeded sampling (jump-forward's forced tokens
         draw no random numbers, verified rows do, so a seed would pick other tokens)."""
-        state: GrammarState | None = req.grammar
+        state = _state(req)
         if state is None or not state.matcher.can_rollback:
             return False
         p = req.sampling_params
@@ -151,7 +151,7 @@ class GrammarQueue:
             return None
         mask = torch.full((len(reqs), self.num_words), -1, dtype=torch.int32)
         for i in rows:
-            grammar = reqs[i].grammar
+            grammar = _state(reqs[i])
             assert grammar is not None  # rows: the constrained requests
             try:
                 mask[i] = grammar.mask(self._budget(reqs[i]))
@@ -169,7 +169,7 @@ class GrammarQueue:
         """Advance `req`'s grammar past its new last token (the caller has checked finish);
         with jump-forward (and `jump`), append the tokens forced after it, checking finish
         after each."""
-        state: GrammarState | None = req.grammar
+        state = _state(req)
         if state is None or not self._advance(req, state):
             return
         # Forced tokens have no logprobs from the model: requests that want them decode each.
@@ -202,6 +202,13 @@ class GrammarQueue:
                 req.finish_reason = FinishReason(FinishKind.STOP, message="grammar complete")
             return False
         return True
+
+
+def _state(req: Req) -> GrammarState | None:
+    """`req.grammar` as this queue's own class: only `release_ready` sets the slot."""
+    state = req.grammar
+    assert state is None or isinstance(state, GrammarState), type(state)
+    return state
 
 
 class NoGrammarQueue(GrammarQueue):

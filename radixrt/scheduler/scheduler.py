@@ -17,6 +17,7 @@ from radixrt.cache.explain import EvictionLog, Explanation, explain
 from radixrt.cache.kv_events import BaseKVEvents, NoKVEvents
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.cache.pins import BasePinTable, NoPinTable
+from radixrt.cache.tree_node import held_node
 from radixrt.cache.tree_summary import TreeSummary, summarize
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.core.config import SchedulerConfig
@@ -225,15 +226,15 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
             admitted.append(req)
-            assert req.last_node is not None  # admitted: it holds its match's lock
-            self.pins.touch(req.last_node)  # a hit on a sliding pin extends it
+            node = held_node(req)  # admitted: it holds its match's lock
+            self.pins.touch(node)  # a hit on a sliding pin extends it
             budget -= req.extend_len
             reserved += req.extend_len + self.config.decode_reserve_tokens
             if req.num_retractions == 0:
                 self.stats.prompt_tokens += req.prompt_len
                 self.stats.cached_tokens += req.cached_tokens
                 if req.cached_tokens:
-                    self.kv.cache.observers.hit(req.last_node)
+                    self.kv.cache.observers.hit(node)
                 self.misses.observe(req, self.explain)
         return admitted
 

@@ -20,6 +20,12 @@ class StopState:
     stream: DecodeStream
     matcher: StopMatcher | BothStopMatcher
 
+    def scan(self, output_ids: list[int]) -> str | None:
+        """The stop string (or regex match) that the new text of `output_ids` completes."""
+        new = self.stream.step(output_ids)
+        match = self.matcher.feed(new) if new else self.matcher.match
+        return None if match is None else match.stop
+
 
 class FinishChecker:
     """Sets `req.finish_reason` after each new token; stop strings and regexes match
@@ -55,12 +61,9 @@ class FinishChecker:
             req.finish(FinishReason(FinishKind.LENGTH))
 
     def _match_stop_string(self, req: Req) -> str | None:
-        state: StopState | None = req.stop_state
-        if state is None:
+        if req.stop_state is None:
             p = req.sampling_params
-            state = req.stop_state = StopState(
+            req.stop_state = StopState(
                 DecodeStream(self.decode), stop_matcher(p.stop, p.stop_regex)
             )
-        new = state.stream.step(req.output_ids)
-        match = state.matcher.feed(new) if new else state.matcher.match
-        return None if match is None else match.stop
+        return req.stop_state.scan(req.output_ids)

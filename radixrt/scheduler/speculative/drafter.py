@@ -55,5 +55,4 @@ class LookupDrafter(BaseDrafter):
             return found
         if req.draft_state is None:
             req.draft_state = NgramIndex(self.ngram_max)
-        index: NgramIndex = req.draft_state
-        return index.draft(tokens, max_tokens)
+        return req.draft_state.draft(tokens, max_tokens)

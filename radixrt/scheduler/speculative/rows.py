@@ -66,8 +66,7 @@ class SeededDraws:
         state = self._before.get(id(req))
         if state is None:
             return
-        gen = req.generator
-        assert gen is not None  # made in __init__, before `state` was taken
+        gen = request_generator(req, self.device)  # made in __init__, before `state` was taken
         gen.set_state(state)
         for _ in range(emitted):
             torch.rand(1, generator=gen, device=self.device)
