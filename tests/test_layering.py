@@ -215,3 +215,15 @@ def test_the_core_nouns_import_no_torch() -> None:
                 continue
             found += [f"{name}: {n}" for n in names if n.split(".")[0] == "torch"]
     assert not found, found
+
+
+def test_serve_parts_have_one_name() -> None:
+    """No module in radixrt/serve is named like one of serve's parts (`serve/router/` beside a
+    `ray/router.py`), and the placement's request keys are not a second `keys.py` beside the
+    API keys of `serve/web/keys.py`."""
+    serve = ROOT / "radixrt" / "serve"
+    parts = {p.name for p in serve.iterdir() if (p / "__init__.py").exists()}
+    stems = [p for p in serve.rglob("*.py") if p.stem in parts and p.parent.name != p.stem]
+    names = [p.relative_to(serve).as_posix() for p in serve.rglob("keys.py")]
+    assert not stems, [str(p.relative_to(ROOT)) for p in stems]
+    assert names == ["web/keys.py"], names

@@ -8,7 +8,7 @@ import pytest
 
 from radixrt.cli import main as cli_main
 from radixrt.core.config import RouterConfig, RouterServerConfig
-from radixrt.serve.placement.keys import route_request
+from radixrt.serve.placement.route_keys import route_request
 from radixrt.serve.router.args import ROUTER_CONFIGS, make_parser, parse_args
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from radixrt.core.config import RouterConfig
 from radixrt.serve.placement.cache_aware import CacheAwarePolicy
-from radixrt.serve.placement.keys import route_request
 from radixrt.serve.placement.policy import WorkerLoad
+from radixrt.serve.placement.route_keys import route_request
 from tests.router.recording_worker import SERVICE_KEY, RecordingWorker
 from tests.router.test_router_server import RouterProcess
 

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from radixrt.core.config import BrowserConfig, ServerConfig
 from radixrt.serve.ray.replica import CLIENT_HEADERS, RadixrtReplica, ServerUnavailableError
-from radixrt.serve.ray.router import CacheAwareRequestRouter
+from radixrt.serve.ray.request_router import CacheAwareRequestRouter
 from radixrt.serve.web.browser import BrowserGuardMiddleware
 from radixrt.serve.web.middleware import BodyLimitMiddleware
 

@@ -19,7 +19,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from radixrt.serve.placement.keys import route_request
+from radixrt.serve.placement.route_keys import route_request
 from radixrt.serve.router.handles import HandleHomes, named_handle
 from radixrt.serve.router.kv_feed import KVEventFeed
 from radixrt.serve.router.workers import Worker, WorkerPool

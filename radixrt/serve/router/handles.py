@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from radixrt.serve.placement.keys import route_request
+from radixrt.serve.placement.route_keys import route_request
 from radixrt.serve.router.workers import WorkerPool
 from radixrt.serve.web.middleware import SESSION_HEADER
 from radixrt.serve.web.paths import HANDLE_ID

@@ -1,9 +1,9 @@
 """`CacheAwareRequestRouter`: Ray Serve's request router running radixrt's routing policies.
 
 Each request the ingress sends to the replicas is `(path, body)`; the router reads the prompt
-and the session from it as the standalone router does (routing/keys.py: text, token ids or
-chat messages; `prompt_cache_key`, `user`; namespaced by `cache_salt`), and asks the policy
-(`cache_aware` by default, with its balance thresholds; or round_robin, least_load,
+and the session from it as the standalone router does (serve/placement/route_keys.py: text,
+token ids or chat messages; `prompt_cache_key`, `user`; namespaced by `cache_salt`), and asks
+the policy (`cache_aware` by default, with its balance thresholds; or round_robin, least_load,
 consistent_hash) for one replica, given each replica's requests in flight as Ray counts them.
 The chosen replica is the first rank; the others follow as a second rank, so a replica that
 refuses (full) or has died does not stall the request. A replica that dies is forgotten by
@@ -17,8 +17,8 @@ from typing import Any
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
 from radixrt.core.config import RouterConfig
-from radixrt.serve.placement.keys import route_request
 from radixrt.serve.placement.policy import BaseRoutingPolicy, WorkerLoad, make_policy
+from radixrt.serve.placement.route_keys import route_request
 
 
 class CacheAwareRequestRouter(FIFOMixin, RequestRouter):
