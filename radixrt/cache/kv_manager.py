@@ -35,7 +35,8 @@ import torch
 from radixrt.cache.memory_pool import OutOfSlotsError, ReqToTokenPool, TokenSlotAllocator
 from radixrt.cache.prefix_cache import BasePrefixCache, MatchResult
 from radixrt.cache.tiers.contract import BaseKVTiers, LoadResult, NoKVTiers, TierHit
-from radixrt.cache.tree_node import held_node
+from radixrt.cache.tree_node import TreeNode, held_node
+from radixrt.cache.tree_observer import CachedPrefix
 from radixrt.core import Req
 
 
@@ -53,7 +54,9 @@ class KVCacheManager:
         self.req_to_token_pool = req_to_token_pool
         self.cache = cache
         self.page_size = cache.page_size
-        self.tiers = tiers or NoKVTiers()  # the same object the cache spills into
+        # The tiers admission loads from (lookup, load); writing to them is the tree's
+        # observers' (tiers/spill.py, tiers/write_through.py), never this manager's.
+        self.tiers = tiers or NoKVTiers()
         self.window = allocator.window  # the window pool (NoWindowSlots: none)
         self._behind: dict[int, int] = {}  # req_to_token row -> own window K/V freed below
 
@@ -96,15 +99,11 @@ class KVCacheManager:
                 req.cached_tokens_by_tier = {"device": n - loaded.tokens, **by_tier}
                 req.cache_load_s = loaded.seconds
 
-    def write_through(self, key: list[int], extra_key: str | None) -> None:
-        """Write the cached prefix `key` (whole pages) to the lowest tier now, not only when
-        the pool evicts it (pinned prefixes, long prompts); no-op without tiers."""
+    def prefix_pinned(self, key: list[int], extra_key: str | None) -> None:
+        """Tell the tree's observers that the cached prefix `key` (its whole pages) was pinned
+        (the lower tiers write it through: tiers/write_through.py)."""
         aligned = len(key) // self.page_size * self.page_size
-        if aligned == 0:
-            return
-        match = self.cache.match_prefix(key[:aligned], extra_key)
-        if match.slots.numel():
-            self.tiers.write_through(match.last_node)
+        self.cache.observers.pinned(self._prefix(key[:aligned], extra_key, 0))
 
     def slots_needed(self, req: Req, n: int) -> int:
         """Free slots that computing n more tokens of `req` takes (whole pages when paged)."""
@@ -184,8 +183,8 @@ class KVCacheManager:
         if row is None:
             return
         aligned = self._insert(req, req.fill_ids[: req.kv_len])
-        if req.kv_len > req.cached_len and self.tiers.wants_write_through(aligned):
-            self.write_through(req.fill_ids[:aligned], req.extra_key)
+        new = req.kv_len - req.cached_len
+        self.cache.observers.released(self._prefix(req.fill_ids[:aligned], req.extra_key, new))
         if aligned < req.kv_len:  # a partial last page the cache cannot take: ours to free
             tail = self.req_to_token_pool.req_to_token[
                 row, max(aligned, req.cached_len) : req.kv_len
@@ -249,6 +248,18 @@ class KVCacheManager:
         finally:
             self.cache.unlock(match.last_node)
         return self.cache.match_prefix(key, extra_key), loaded
+
+    def _prefix(self, key: list[int], extra_key: str | None, num_new: int) -> CachedPrefix:
+        """`key` (whole pages, just cached) as the observers' event; finding its node is a
+        match, made only by an observer that acts on it."""
+
+        def find() -> TreeNode | None:
+            if not key:
+                return None
+            match = self.cache.match_prefix(key, extra_key)
+            return match.last_node if match.slots.numel() else None
+
+        return CachedPrefix(len(key), num_new, find)
 
     def _match_key(self, req: Req) -> list[int]:
         # Leave at least one token to compute (its logits pick the next token). With input

@@ -1,6 +1,7 @@
-"""The prefix tree's one hook: observers told of every node stored, evicted and hit, and of a
-reset. Everything that follows the tree without being the tree (lower tiers, KV events, the
-eviction log, hit counts) is an observer, registered where the cache is built.
+"""The prefix tree's one hook: observers told of every node stored, evicted and hit, of a reset,
+and of the prefixes requests leave in it (released, pinned). Everything that follows the tree
+without being the tree (lower tiers' spill and write-through, KV events, the eviction log, hit
+counts) is an observer, registered where the cache is built.
 
 Ownership: the tree owns its nodes; an observer reads the node it is handed (and its
 ancestors) during the call and never changes the tree's shape, locks, pins, slots or sizes.
@@ -11,9 +12,21 @@ calls observers in the order they were added; "off" is no observer.
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from radixrt.cache.tree_node import TreeNode
+
+
+@dataclass(frozen=True, slots=True)
+class CachedPrefix:
+    """A prefix of whole pages that a request leaves in the tree (told by the KV manager)."""
+
+    num_tokens: int  # its length, a multiple of the page size (0: nothing cached)
+    num_new: int  # of the request's tokens, those it computed rather than matched (>= 0)
+    # The node ending the prefix, or None when the tree does not hold it (the cache off). A
+    # match: it refreshes the path's LRU time, so an observer calls it only to act on the node.
+    find: Callable[[], TreeNode | None]
 
 
 class TreeObserver(ABC):  # noqa: B024 (every hook is optional: an observer overrides its own)
@@ -33,6 +46,13 @@ class TreeObserver(ABC):  # noqa: B024 (every hook is optional: an observer over
 
     def on_cleared(self) -> None:  # noqa: B027
         """The whole tree was dropped (`reset`, a flush): not an eviction, nothing spills."""
+
+    def on_released(self, prefix: CachedPrefix) -> None:  # noqa: B027
+        """A finished or retracted request handed its tokens to the tree and let go: `prefix`
+        is all of them that the tree takes. Not told for a chunk of a running request."""
+
+    def on_pinned(self, prefix: CachedPrefix) -> None:  # noqa: B027
+        """`prefix` of a finished request's prompt was just pinned (cache/pins.py)."""
 
 
 class TreeObservers:
@@ -65,6 +85,14 @@ class TreeObservers:
     def cleared(self) -> None:
         for o in self._observers:
             o.on_cleared()
+
+    def released(self, prefix: CachedPrefix) -> None:
+        for o in self._observers:
+            o.on_released(prefix)
+
+    def pinned(self, prefix: CachedPrefix) -> None:
+        for o in self._observers:
+            o.on_pinned(prefix)
 
 
 class HitCounter(TreeObserver):

@@ -20,6 +20,7 @@ from radixrt.cache.tiers.disk_format import BlockSpec
 from radixrt.cache.tiers.hierarchy import KVTiers
 from radixrt.cache.tiers.host import HostTier
 from radixrt.cache.tiers.spill import SpillToTiers
+from radixrt.cache.tiers.write_through import WriteThrough
 from radixrt.cache.tree_observer import HitCounter
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.executor.model_runner import ModelRunner
@@ -85,13 +86,15 @@ def observe_tree(
     cache: BasePrefixCache, evictions: EvictionLog, tiers: BaseKVTiers, events: BaseKVEvents
 ) -> None:
     """Add the tree's observers, in the order they are told: the eviction log and hit counts
-    (both the dashboard's), the spill into lower tiers, then the KV events. A part that is off
-    (no tiers, events off) adds no observer. The builder owns them from here on: the KV manager
-    shares `tiers`, the scheduler `events` (publish) and `evictions` (explain)."""
+    (both the dashboard's), the spill into and write-through to lower tiers, then the KV
+    events. A part that is off (no tiers, events off) adds no observer. The builder owns them
+    from here on: the KV manager shares `tiers` (to load from), the scheduler `events`
+    (publish) and `evictions` (explain)."""
     cache.observers.add(evictions)
     cache.observers.add(HitCounter())
     if tiers.names:
         cache.observers.add(SpillToTiers(tiers))
+        cache.observers.add(WriteThrough(tiers))
     if not isinstance(events, NoKVEvents):
         cache.observers.add(events)
 

@@ -311,7 +311,7 @@ class Scheduler:
             outcome = self.pins.pin(req.input_ids, req.extra_key, spec)
             req.pin_outcomes.append(outcome)
             if outcome.pinned:  # kept on the device; written through so a restart has it
-                self.kv.write_through(req.input_ids[: outcome.tokens], req.extra_key)
+                self.kv.prefix_pinned(req.input_ids[: outcome.tokens], req.extra_key)
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[Req]:
         """Sample one token for each of `reqs` from its logits row (len(reqs), V), then check

@@ -1,6 +1,6 @@
 """`SpillToTiers`: the tree observer that keeps an evicted leaf's blocks in the lower tiers
-(write-back). Write-through is not a tree event but a request's (KVCacheManager.release, pins):
-it stays with the KV manager, which also loads from the tiers at admission."""
+(write-back). Its sibling `WriteThrough` (write_through.py) writes a request's prefix as the
+request leaves it; the KV manager only loads from the tiers, at admission."""
 
 from __future__ import annotations
 
