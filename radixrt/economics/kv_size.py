@@ -1,5 +1,6 @@
 """KV cache sizing: bytes per token, per request and in all, and what fits on a GPU next to the
-weights. Pure arithmetic on ModelFacts, so a running server can report the same figures.
+weights, for one query (model, context, batch, dtypes). Pure arithmetic on ModelFacts
+(kv_bytes.py), so a running server can report the same figures; kv_size_report.py prints it.
 
 A model with sliding-window layers is sized both ways: with every layer in one pool, and with
 its window layers' K/V in a pool of their own as radixrt splits it (executor/kv_memory.py),
@@ -13,104 +14,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from radixrt.economics.data import read_data
+from radixrt.economics.kv_bytes import (
+    DEFAULT_MEM_FRACTION,
+    DEFAULT_WINDOW_KV_FRACTION,
+    DTYPE_BYTES,
+    GB,
+    GIB,
+    kv_bytes_per_token,
+    mha_kv_bytes_per_token,
+    requests_that_fit,
+    weight_bytes,
+    window_kv_bytes,
+    window_pool_slots,
+)
 from radixrt.economics.model_facts import ModelFacts
-
-GB = 10**9
-GIB = 2**30
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-# Bytes beside each (token, KV head) row of K and of V: radixrt's CPU fp8 pools keep a float32
-# scale per row (radixrt/cache/kv_layout.py); "fp8" is a format without scales (a GPU
-# engine's, per tensor).
-KV_ROW_SCALE_BYTES = {"fp8_e4m3": 4, "fp8_e5m2": 4}
-# Fraction of GPU memory for weights + KV pool, as the server's default (executor/kv_memory.py
-# CUDA_MEM_FRACTION; a test keeps the two equal).
-DEFAULT_MEM_FRACTION = 0.85
-# The server's window pool split (executor/kv_memory.py WINDOW_KV_FRACTION, WINDOW_POOL_SLACK;
-# a test keeps them equal): window slots per full slot, and the window pool's least size
-# beyond one window (or an eighth of the full pool, if less).
-DEFAULT_WINDOW_KV_FRACTION = 0.5
-WINDOW_POOL_SLACK = 2048
-
-
-def kv_head_row_bytes(head_dim: int, kv_dtype: str) -> int:
-    """One (token, KV head) row of K (or V): head dim x dtype bytes, plus its scale if any."""
-    return head_dim * DTYPE_BYTES[kv_dtype] + KV_ROW_SCALE_BYTES.get(kv_dtype, 0)
-
-
-def kv_bytes_per_layer_token(facts: ModelFacts, kv_dtype: str) -> int:
-    """K and V of one layer for one token: 2 x KV heads x (head dim x dtype bytes + scale)."""
-    return 2 * facts.num_kv_heads * kv_head_row_bytes(facts.head_dim, kv_dtype)
-
-
-def kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> int:
-    """K and V of every layer for one token: 2 x layers x KV heads x row bytes."""
-    return facts.num_layers * kv_bytes_per_layer_token(facts, kv_dtype)
-
-
-def window_kv_bytes(facts: ModelFacts, kv_dtype: str, num_tokens: int) -> int:
-    """K and V a request of `num_tokens` tokens holds with a window pool: the full layers' for
-    every token, the window layers' for its last `sliding_window` tokens only."""
-    window_tokens = min(num_tokens, facts.sliding_window)
-    return kv_bytes_per_layer_token(facts, kv_dtype) * (
-        facts.num_full_layers * num_tokens + facts.num_window_layers * window_tokens
-    )
-
-
-def window_pool_slots(
-    facts: ModelFacts, kv_dtype: str, room_bytes: int, fraction: float
-) -> tuple[int, int] | None:
-    """(F, W): the full and window slots the server lays out in `room_bytes`: F from the room
-    at one layer's bytes x (full layers + fraction x window layers) per slot, W = max(fraction
-    x F, sliding_window + min(WINDOW_POOL_SLACK, F // 8)). None where it keeps one pool: no
-    window layers, fraction 1, or W >= F."""
-    if not facts.num_window_layers or fraction >= 1.0:
-        return None
-    per_layer = kv_bytes_per_layer_token(facts, kv_dtype)
-    per_slot = per_layer * (facts.num_full_layers + fraction * facts.num_window_layers)
-    full = int(max(room_bytes, 0) // per_slot)
-    window = max(int(full * fraction), facts.sliding_window + min(WINDOW_POOL_SLACK, full // 8))
-    return None if window >= full else (full, window)
-
-
-def requests_that_fit(
-    facts: ModelFacts, num_tokens: int, full_slots: int, window_slots: int = 0
-) -> int:
-    """Requests of `num_tokens` tokens that fit at once: each takes a full slot per token and,
-    with a window pool (`window_slots` > 0), a window slot per token of its last window."""
-    if not window_slots or not facts.sliding_window:
-        return full_slots // num_tokens
-    window_tokens = min(num_tokens, facts.sliding_window)
-    return min(full_slots // num_tokens, window_slots // window_tokens)
-
-
-def mha_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> int:
-    """The same with one KV head per query head (multi-head attention), for comparison."""
-    return 2 * facts.num_layers * facts.num_heads * kv_head_row_bytes(facts.head_dim, kv_dtype)
-
-
-def weight_bytes(facts: ModelFacts, dtype: str) -> int:
-    """Weights at `dtype`: parameters x bytes per parameter."""
-    return facts.num_params * DTYPE_BYTES[dtype]
-
-
-def gpu_memory_bytes(gpu: str) -> int:
-    """Memory a named GPU reports (gpus.json); ValueError lists the names."""
-    gpus = read_data("gpus.json")["gpus"]
-    if gpu not in gpus:
-        raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(gpus)}")
-    return int(gpus[gpu]["memory_mib"]) * 2**20
-
-
-def gpu_names() -> list[str]:
-    return list(read_data("gpus.json")["gpus"])
-
-
-def fmt_bytes(n: float) -> str:
-    """'42.9 GB (40.0 GiB)'; below 1 GB in MB (1e6) and MiB (2**20)."""
-    if abs(n) < GB:
-        return f"{n / 1e6:,.1f} MB ({n / 2**20:,.1f} MiB)"
-    return f"{n / GB:,.1f} GB ({n / GIB:,.1f} GiB)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,105 +206,5 @@ def _window_fit(facts: ModelFacts, query: KvQuery, room_bytes: int) -> WindowPoo
     return WindowPoolFit(fraction, full, window, requests)
 
 
-def format_kv_sizing(s: KvSizing, gpu_label: str | None = None) -> str:
-    """The human-readable report of `radixrt kv-size`; a model with window layers gets its
-    per-request figures and what fits both in one pool and with a window pool."""
-    f, q = s.facts, s.query
-    kv_dtype = q.kv_dtype_or_default
-    lines = [
-        f"model:       {f.name}  [{f.source}]",
-        f"             {f.num_layers} layers, hidden {f.hidden_size}, {f.num_heads} heads, "
-        f"{f.num_kv_heads} KV heads, head dim {f.head_dim}, vocab {f.vocab_size:,}, "
-        f"{fmt_params(f.num_params)} parameters",
-        f"KV per token ({kv_dtype}): {s.bytes_per_token:,} bytes = 2 x {f.num_layers} layers x "
-        f"{f.num_kv_heads} KV heads x {f.head_dim} head dim x {_nbytes(DTYPE_BYTES[kv_dtype])}"
-        + (f" (+ a {KV_ROW_SCALE_BYTES[kv_dtype]}-byte scale per KV head)"
-           if kv_dtype in KV_ROW_SCALE_BYTES else ""),
-    ]  # fmt: skip
-    if f.num_kv_heads < f.num_heads:
-        lines.append(
-            f"             GQA: {s.gqa_ratio:.1f}x smaller than MHA "
-            f"({f.num_heads} KV heads would take {s.mha_bytes_per_token:,} bytes per token)"
-        )
-    paged = q.tokens_per_request
-    rounded = "" if paged == q.context_len else f" ({paged:,} in pages of {q.page_size})"
-    per_request, total = fmt_bytes(s.bytes_per_request), fmt_bytes(s.total_bytes)
-    if s.has_windows:
-        window_tokens = min(paged, f.sliding_window)
-        lines.append(
-            f"windows:     {f.num_window_layers} of {f.num_layers} layers see the last "
-            f"{f.sliding_window:,} tokens: a window pool keeps their K/V for those only"
-        )
-        per_request += (
-            f" in one pool; {fmt_bytes(s.window_bytes_per_request)} with a window pool "
-            f"({f.num_full_layers} layers x {paged:,} tokens + {f.num_window_layers} x "
-            f"{window_tokens:,})"
-        )
-        total += f" in one pool; {fmt_bytes(s.window_total_bytes)} with a window pool"
-    lines += [
-        f"per request: {q.context_len:,} tokens{rounded}: {per_request}",
-        f"in total:    {q.batch_size} x {q.context_len:,} tokens: {total}",
-    ]
-    if s.fit is not None:
-        lines += _gpu_lines(s, gpu_label)
-    return "\n".join(lines)
-
-
-def _gpu_lines(s: KvSizing, gpu_label: str | None) -> list[str]:
-    f, q, g = s.facts, s.query, s.fit
-    assert g is not None
-    lines = [
-        f"GPU:         {gpu_label or 'memory'} {fmt_bytes(g.memory_bytes)} x {g.mem_fraction} "
-        f"(--mem-fraction-static) = {fmt_bytes(g.usable_bytes)}",
-        f"weights:     {fmt_params(f.num_params)} x {_nbytes(DTYPE_BYTES[q.dtype])} ({q.dtype}) = "
-        f"{fmt_bytes(g.weight_bytes)}",
-    ]
-    if g.kv_room_bytes <= 0:
-        lines.append(
-            f"KV room:     none: the weights exceed the usable memory by "
-            f"{fmt_bytes(-g.kv_room_bytes)}"
-        )
-        return lines
-    one_pool = " in one pool" if s.has_windows else ""
-    lines += [
-        f"KV room:     {fmt_bytes(g.kv_room_bytes)} = {g.max_tokens:,} tokens = "
-        f"{g.num_pages:,} pages of {q.page_size}",
-        f"fits:        {g.max_requests:,} requests of {q.context_len:,} tokens{one_pool} "
-        f"({_enough(g.max_requests, q.batch_size)})",
-    ]
-    if s.has_windows:
-        lines += _window_pool_lines(s)
-    return lines
-
-
-def _window_pool_lines(s: KvSizing) -> list[str]:
-    f, q, g = s.facts, s.query, s.fit
-    assert g is not None
-    w = g.window
-    if w is None:
-        why = f"pages of {q.page_size}" if q.page_size > 1 else "too little room to split"
-        return [f"window pool: none ({why}): radixrt keeps one pool"]
-    return [
-        f"window pool: {w.full_slots:,} slots for the {f.num_full_layers} full layers + "
-        f"{w.window_slots:,} for the {f.num_window_layers} window layers "
-        f"(--window-kv-fraction {w.window_kv_fraction})",
-        f"fits:        {w.max_requests:,} requests of {q.context_len:,} tokens with the window "
-        f"pool ({_enough(w.max_requests, q.batch_size)})",
-    ]
-
-
-def _enough(num_requests: int, batch_size: int) -> str:
-    return f"{'enough' if num_requests >= batch_size else 'not enough'} for --batch {batch_size}"
-
-
-def fmt_params(n: int) -> str:
-    """'70.55 B', '134.5 M'."""
-    return f"{n / 1e9:,.2f} B" if n >= 10**9 else f"{n / 1e6:,.1f} M"
-
-
 def _sized(n: int) -> dict[str, float | int]:
     return {"bytes": n, "gb": n / GB, "gib": n / GIB}
-
-
-def _nbytes(n: int) -> str:
-    return "1 byte" if n == 1 else f"{n} bytes"

@@ -14,17 +14,16 @@ import json
 import re
 
 from radixrt.economics.data import preset_names
-from radixrt.economics.kv_size import (
+from radixrt.economics.kv_bytes import (
     DTYPE_BYTES,
     GB,
     GIB,
     KV_ROW_SCALE_BYTES,
-    KvQuery,
-    format_kv_sizing,
     gpu_memory_bytes,
     gpu_names,
-    size_kv,
 )
+from radixrt.economics.kv_size import KvQuery, size_kv
+from radixrt.economics.kv_size_report import format_kv_sizing
 from radixrt.economics.model_facts import load_facts
 
 _MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(gb|gib)?\s*$", re.IGNORECASE)

@@ -1,11 +1,11 @@
-"""A running server's KV pool by `radixrt kv-size`'s arithmetic (kv_size.py), beside what the
+"""A running server's KV pool by `radixrt kv-size`'s arithmetic (kv_bytes.py), beside what the
 pool measured: `/get_server_info`'s `kv_sizing`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from radixrt.economics.kv_size import (
+from radixrt.economics.kv_bytes import (
     kv_bytes_per_layer_token,
     kv_bytes_per_token,
     requests_that_fit,
@@ -16,7 +16,7 @@ TORCH_DTYPES = {
     "float32": "fp32",
     "bfloat16": "bf16",
     "float16": "fp16",
-    "float8_e4m3fn": "fp8_e4m3",  # with a float32 scale per (token, KV head): kv_size.py
+    "float8_e4m3fn": "fp8_e4m3",  # with a float32 scale per (token, KV head): kv_bytes.py
     "float8_e5m2": "fp8_e5m2",
 }
 

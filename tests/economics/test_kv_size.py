@@ -10,20 +10,19 @@ import sys
 import pytest
 
 from radixrt.economics.data import read_data
-from radixrt.economics.kv_size import (
+from radixrt.economics.kv_bytes import (
     DEFAULT_MEM_FRACTION,
     DEFAULT_WINDOW_KV_FRACTION,
     GB,
     GIB,
     WINDOW_POOL_SLACK,
-    KvQuery,
-    format_kv_sizing,
     gpu_memory_bytes,
     kv_bytes_per_token,
-    size_kv,
     window_pool_slots,
 )
+from radixrt.economics.kv_size import KvQuery, size_kv
 from radixrt.economics.kv_size_cli import main, parse_memory
+from radixrt.economics.kv_size_report import format_kv_sizing
 from radixrt.economics.model_facts import facts_from_preset
 from radixrt.economics.pool_figures import pool_figures
 
