@@ -1,4 +1,4 @@
-"""The suite report's tables (markdown), one function per workload or study, from the
+"""The suite report's workload tables (markdown), one function per workload, from the
 suite's result rows; report.py puts them in order under its header."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ def _find(rows: list[dict[str, Any]], study: str, system: str, **match: Any) -> 
     return None
 
 
-def _ratio(a: float | None, b: float | None) -> str:
+def fmt_ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "-"
 
 
-def _ms(v: float | None) -> str:
+def ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.0f}"
 
 
@@ -123,9 +123,9 @@ def serving_table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['system']} | {r['completed']}/{r['num_requests']} | "
             f"{r['request_throughput']:.3f} | {r['output_throughput']:.1f} | "
-            f"{_ms(r['mean_ttft_s'])} / {_ms(r['median_ttft_s'])} / {_ms(r['p99_ttft_s'])} | "
-            f"{_ms(r['mean_tpot_s'])} | {_ms(r['p99_itl_s'])} | {r['mean_e2e_s'] or 0:.2f} | "
-            f"{hit} | {_ratio(base and base['request_throughput'], r['request_throughput'])} |"
+            f"{ms(r['mean_ttft_s'])} / {ms(r['median_ttft_s'])} / {ms(r['p99_ttft_s'])} | "
+            f"{ms(r['mean_tpot_s'])} | {ms(r['p99_itl_s'])} | {r['mean_e2e_s'] or 0:.2f} | "
+            f"{hit} | {fmt_ratio(base and base['request_throughput'], r['request_throughput'])} |"
         )
     if short:
         lines.append(
@@ -175,107 +175,8 @@ def turns(rows: list[dict[str, Any]], plots: dict[str, str], doc_dir: Path) -> s
     ]
     for r in mt:
         by = {int(k): v for k, v in r["ttft_by_turn_s"].items()}
-        lines.append(f"| {r['system']} | " + " | ".join(_ms(by.get(t)) for t in turns) + " |")
+        lines.append(f"| {r['system']} | " + " | ".join(ms(by.get(t)) for t in turns) + " |")
     return "\n".join(lines) + _img(plots.get("turns"), doc_dir, "TTFT by turn")
-
-
-def programs(rows: list[dict[str, Any]]) -> str:
-    progs = [r for r in rows if r["study"] == "programs"]
-    if not progs:
-        return ""
-    systems = list(dict.fromkeys(r["system"] for r in progs))
-    lines = [
-        "### Programs (SGLang paper workloads)",
-        "",
-        "programs/s (mean latency s); the ratio is radixrt's programs/s over each "
-        "system's; `skipped`: the server cannot run it (see the notes).",
-        "",
-        "| workload | "
-        + " | ".join(systems)
-        + " | "
-        + " | ".join(f"radixrt / {s}" for s in systems if s != BASELINE)
-        + " |",
-        "|---|" + "---:|" * (2 * len(systems) - 1),
-    ]
-    for wl in dict.fromkeys(r["workload"] for r in progs):
-        by = {r["system"]: r for r in progs if r["workload"] == wl}
-        cells = []
-        for s in systems:
-            r = by.get(s)
-            cells.append(
-                "skipped"
-                if r is None or r.get("skipped")
-                else f"{r['programs_per_s']:.3f} ({r['mean_latency_s'] or 0:.2f})"
-                + (" *" if r.get("error") else "")
-            )
-        base = by.get(BASELINE, {}).get("programs_per_s")
-        ratios = [
-            _ratio(base, by.get(s, {}).get("programs_per_s")) for s in systems if s != BASELINE
-        ]
-        lines.append(f"| {wl} | " + " | ".join(cells + ratios) + " |")
-    errors = [
-        f"- {r['system']} / {r['workload']}: {r['error']}"
-        for r in progs
-        if r.get("error") and not r.get("skipped")
-    ]
-    skipped = sorted({r["error"].split(" (")[0] for r in progs if r.get("skipped")})
-    return "\n".join(
-        lines
-        + (["", "Errors (*):", *errors] if errors else [])
-        + [f"\nSkipped where the server answered: {e}" for e in skipped]
-    )
-
-
-def granularity(rows: list[dict[str, Any]]) -> str:
-    g = [
-        r
-        for r in rows
-        if r["study"] == "serving"
-        and r.get("page_size")
-        and r["kind"] == "radixrt"
-        and "cache off" not in r["system"]
-        and r["dataset"] != "random"
-    ]
-    if not g:
-        return ""
-    lines = [
-        "### Granularity: page size",
-        "",
-        "radixrt with the radix cache on at `--page-size` 1, 16 and 32:",
-        "",
-        "| workload | page size | hit rate | optimal | req/s | output tok/s | mean TTFT ms |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in sorted(g, key=lambda r: (r["dataset"], r["page_size"])):
-        lines.append(
-            f"| {r['dataset']} | {r['page_size']} | {r['hit_rate'] or 0:.3f} | "
-            f"{r['optimal_hit_rate']:.3f} | {r['request_throughput']:.3f} | "
-            f"{r['output_throughput']:.1f} | {_ms(r['mean_ttft_s'])} |"
-        )
-    return "\n".join(lines)
-
-
-def long_context(rows: list[dict[str, Any]]) -> str:
-    lc = [r for r in rows if r["study"] == "long-context"]
-    if not lc:
-        return ""
-    lines = [
-        "### Long-context TTFT",
-        "",
-        "A document and a short question, then the same document with another question "
-        "(one output token each):",
-        "",
-        "| system | prompt tokens | TTFT cold ms | TTFT second ms | second / cold | "
-        "cached tokens |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in lc:
-        lines.append(
-            f"| {r['system']} | {r['prompt_tokens'] or '-'} | {_ms(r['cold_ttft_s'])} | "
-            f"{_ms(r['cached_ttft_s'])} | {_ratio(r['cached_ttft_s'], r['cold_ttft_s'])}"
-            f" | {'-' if r['cached_tokens'] is None else r['cached_tokens']} |"
-        )
-    return "\n".join(lines)
 
 
 def _img(path: str | None, doc_dir: Path, alt: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.load.shared_prefix import Workload, build_prompts
+from benchmarks.load.shared_prefix_passes import Workload, build_prompts
 from benchmarks.peers.systems import ManagedServer, free_port
 
 

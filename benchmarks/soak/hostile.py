@@ -11,7 +11,7 @@ import random
 
 import httpx
 
-from benchmarks.soak.cases import TIMEOUT_S, Kind, Outcome, SoakContext
+from benchmarks.soak.outcome import TIMEOUT_S, Kind, Outcome, SoakContext
 
 HI = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 2}}).encode()
 JSON = {"Content-Type": "application/json"}

@@ -5,9 +5,9 @@ send) and volume.py (logprob volume, explanations across salts)."""
 from __future__ import annotations
 
 from benchmarks.soak.cases import KINDS as CASE_KINDS
-from benchmarks.soak.cases import Kind
 from benchmarks.soak.hostile import hostile_kinds
 from benchmarks.soak.malformed import MALFORMED_KINDS
+from benchmarks.soak.outcome import Kind
 from benchmarks.soak.volume import VOLUME_KINDS
 
 KINDS: dict[str, tuple[float, Kind]] = {

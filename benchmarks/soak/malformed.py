@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.soak.cases import CHAT, Kind, Outcome, SoakContext, error_message
+from benchmarks.soak.outcome import CHAT, Kind, Outcome, SoakContext, error_message
 
 BIG_BODY_BYTES = 9 * 2**20
 

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.soak.report import descendants
+from benchmarks.soak.rss import descendants
 
 SCHEDULER_MODULE = "radixrt.scheduler.process"
 

@@ -1,5 +1,5 @@
-"""The soak's tallies and report: outcomes by kind, the server's RSS by process role, every
-figure of a run as JSON, the checks that decide PASS/FAIL, and the printed report."""
+"""The soak's tallies and report: outcomes by kind, the server's RSS by process role (rss.py),
+every figure of a run as JSON, the checks that decide PASS/FAIL, and the printed report."""
 
 from __future__ import annotations
 
@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.soak.cases import Outcome
 from benchmarks.soak.kinds import KINDS
+from benchmarks.soak.outcome import Outcome
+from benchmarks.soak.rss import Rss
 
 HEALTH_LIMIT_S = 1.0  # /health must always answer within this
 RSS_EVERY_S = 10.0
 BUSY_KEYS = ("num_running_reqs", "num_queued_reqs", "num_inflight_reqs")
 POOL_KEYS = ("free_tokens", "evictable_tokens", "protected_tokens")
-
-Rss = dict[str, dict[str, int]]  # role -> {"kib": VmRSS summed, "procs": processes}
 
 
 class Tally:
@@ -64,57 +63,6 @@ class Observed:
     rss_end: Rss = field(default_factory=dict)
     alive: bool = True
     pauses: dict[str, Any] = field(default_factory=dict)  # pause.py: asked, count, seconds
-
-
-def server_rss(pid: int) -> Rss:
-    """VmRSS of the HTTP process (`http`) and of its descendants, summed per module they run
-    (`radixrt.scheduler.process`, `radixrt.grammar.worker`, ...)."""
-    rss = {"http": {"kib": _vmrss(pid), "procs": 1}}
-    for child, module in descendants(pid):
-        role = rss.setdefault(module, {"kib": 0, "procs": 0})
-        role["kib"] += _vmrss(child)
-        role["procs"] += 1
-    return rss
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """(pid, module it runs) of every descendant of `pid`."""
-    out: list[tuple[int, str]] = []
-    todo = _children(pid)
-    while todo:
-        child = todo.pop()
-        out.append((child, _module(child)))
-        todo += _children(child)
-    return out
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            out += [int(c) for c in task.read_text().split()]
-        except OSError:
-            continue
-    return out
-
-
-def _module(pid: int) -> str:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "gone"
-    name = argv[argv.index(b"-m") + 1] if b"-m" in argv[:-1] else os.path.basename(argv[0])
-    return name.decode(errors="replace") or "?"
-
-
-def _vmrss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def figures(args: argparse.Namespace, obs: Observed, monitor: Any) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 
 from benchmarks.peers.systems import ManagedServer, free_port
-from benchmarks.soak.cases import TIMEOUT_S, Outcome, SoakContext, abort_rid
 from benchmarks.soak.kinds import KINDS
+from benchmarks.soak.outcome import TIMEOUT_S, Outcome, SoakContext, abort_rid
 from benchmarks.soak.pause import Pauser
 from benchmarks.soak.report import (
     BUSY_KEYS,
@@ -33,8 +33,8 @@ from benchmarks.soak.report import (
     Tally,
     figures,
     format_report,
-    server_rss,
 )
+from benchmarks.soak.rss import server_rss
 
 HEALTH_EVERY_S = 1.0
 IDLE_TIMEOUT_S = 60.0

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from benchmarks.soak import cases as soak_cases
-from benchmarks.soak.cases import Outcome, SoakContext
+from benchmarks.soak.outcome import Kind, Outcome, SoakContext, error_message
 
 VOLUME = 2**22  # logprob entries asked for: four times the default --max-logprob-entries
 
@@ -25,7 +25,7 @@ def bad_logprob_volume(c: httpx.Client, rng: random.Random, ctx: SoakContext) ->
             "sampling_params": {"max_new_tokens": 8, "n": n},
             "logprob_start_len": 0, "top_logprobs_num": 100}  # fmt: skip
     r = c.post("/generate", json=body)
-    message = soak_cases.error_message(r)
+    message = error_message(r)
     refused = r.status_code == 400 and "--max-logprob-entries" in message
     return Outcome(r.status_code, refused, f"{prompts} prompts x n={n} x top 100", message)
 
@@ -39,17 +39,17 @@ def explain_other_salt(c: httpx.Client, rng: random.Random, ctx: SoakContext) ->
     salt, other = uuid.uuid4().hex, uuid.uuid4().hex
     first = c.post("/generate", json={"text": text, "sampling_params": sp, "cache_salt": salt})
     if first.status_code != 200:
-        return Outcome(first.status_code, False, "cache it", soak_cases.error_message(first))
+        return Outcome(first.status_code, False, "cache it", error_message(first))
     r = c.post("/v1/cache/explain", json={"text": text, "cache_salt": other})
     if r.status_code != 200:
-        return Outcome(r.status_code, False, "explain", soak_cases.error_message(r))
+        return Outcome(r.status_code, False, "explain", error_message(r))
     why: dict[str, Any] = r.json()
     if why.get("cached_tokens") or why.get("other_namespace_tokens") or "cached_side" in why:
         return Outcome(200, False, "leaked", f"another salt's explanation: {why}")
     return Outcome(200, True, str(why.get("cause")))
 
 
-VOLUME_KINDS: dict[str, tuple[float, soak_cases.Kind]] = {
+VOLUME_KINDS: dict[str, tuple[float, Kind]] = {
     "explain_other_salt": (1, explain_other_salt),
     "bad_logprob_volume": (0.5, bad_logprob_volume),
 }

