@@ -22,12 +22,20 @@ DEFAULT_GRAMMAR_BACKEND = "auto"
 
 
 def create_grammar_backend(
-    name: str, tokenizer: Any, vocab_size: int, eos_token_ids: list[int]
+    name: str,
+    tokenizer: Any,
+    vocab_size: int,
+    eos_token_ids: list[int],
+    branch_cache_bytes: int | None = None,
 ) -> BaseGrammarBackend:
-    """Import and construct the backend registered as `name`; ValueError if unknown."""
+    """Import and construct the backend registered as `name`; ValueError if unknown.
+    `branch_cache_bytes` bounds a backend's cache of compiled automata, where it has one
+    (`has_branch_cache`); None: its default."""
     if name not in GRAMMAR_BACKENDS:
         known = sorted(GRAMMAR_BACKENDS)
         raise ValueError(f"unknown grammar backend {name!r}; choose from {known}")
     module_name, cls_name = GRAMMAR_BACKENDS[name].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
+    if branch_cache_bytes is not None and getattr(cls, "has_branch_cache", False):
+        return cls(tokenizer, vocab_size, eos_token_ids, branch_cache_bytes=branch_cache_bytes)
     return cls(tokenizer, vocab_size, eos_token_ids)

@@ -34,7 +34,7 @@ from concurrent.futures import wait
 from typing import Any
 
 from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarError, GrammarSpec
-from radixrt.grammar.branches import BranchCache
+from radixrt.grammar.branches import CACHE_BYTES, BranchCache
 from radixrt.grammar.llguidance_backend import LLGuidanceBackend
 from radixrt.grammar.outlines_backend import OutlinesBackend
 from radixrt.grammar.regex_size import MAX_COUNTED, is_small_regex
@@ -48,8 +48,15 @@ UNION_WAIT_SHARE = 0.4  # of time_limit_s: how long a compile waits for its auto
 
 class AutoBackend(BaseGrammarBackend):
     name = "auto"
+    has_branch_cache = True
 
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: list[int]) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        eos_token_ids: list[int],
+        branch_cache_bytes: int = CACHE_BYTES,
+    ) -> None:
         self._args = (tokenizer, vocab_size, eos_token_ids)
         self._eos = list(eos_token_ids)
         self._llguidance = LLGuidanceBackend(tokenizer, vocab_size, eos_token_ids)
@@ -57,7 +64,7 @@ class AutoBackend(BaseGrammarBackend):
         # worker, which asks llguidance first, usually never builds it.
         self._outlines_backend: OutlinesBackend | None = None
         self._lock = threading.Lock()  # compiles run on several threads
-        self._branches = BranchCache(self._compile_outlines)
+        self._branches = BranchCache(self._compile_outlines, max_bytes=branch_cache_bytes)
 
     @property
     def _outlines(self) -> OutlinesBackend:

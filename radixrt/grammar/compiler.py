@@ -37,10 +37,12 @@ def make_grammar_compiler(
     config: Any, tokenizer: Any, vocab_size: int, eos_token_ids: list[int]
 ) -> GrammarCompiler:
     """The backend named by `config.grammar_backend` (a SchedulerConfig) behind a compile cache
-    with `config.grammar_timeout_s`; the backend itself is built on first use."""
+    with `config.grammar_timeout_s`, its automata cache within `config.grammar_branch_cache_mb`;
+    the backend itself is built on first use."""
     name = config.grammar_backend
+    cache_bytes = config.grammar_branch_cache_mb * 2**20
     return GrammarCompiler(
-        lambda: create_grammar_backend(name, tokenizer, vocab_size, eos_token_ids),
+        lambda: create_grammar_backend(name, tokenizer, vocab_size, eos_token_ids, cache_bytes),
         config.grammar_timeout_s,
     )
 

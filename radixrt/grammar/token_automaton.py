@@ -59,6 +59,10 @@ class TokenAutomaton:
         # The most any edge of a state leads to: a budget above it cuts nothing.
         self._worst = np.array([int(self.dist[x].max()) if len(x) else 0 for _, x in edges])
         self._by_dist: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # made at first cut
+        # Bytes of the tables built here (the masks and cuts made later are not counted).
+        self.nbytes = sum(t.nbytes + x.nbytes for t, x in edges) + sum(
+            a.nbytes for a in (self.dist, self.accepting, self._worst)
+        )
         self._full: dict[int, np.ndarray] = {}  # state -> its unbudgeted mask
 
     def next_state(self, state: int, token: int) -> int | None:

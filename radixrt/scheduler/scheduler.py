@@ -62,6 +62,11 @@ class Scheduler:
         )
         self.waiting: list[Req] = []
         self.running: list[Req] = []  # admitted: prefilling (kv_len < seq_len - 1) or decoding
+        # Finished with output tokens no step computed (jump-forward appended them): the next
+        # step computes them, no sample, then they go to the cache and are reported (one step
+        # later), so a next turn replaying the whole output reads all of it from the cache.
+        self.closing: list[Req] = []
+        self._closed: list[Req] = []  # closing ones retired without their tail, to report
         self.stats = SchedulerStats()
         self.grammar = grammar or NoGrammarQueue()  # constrained requests wait here first
         # Pinned prefixes: applied when a request that asks for them finishes (its prompt is
@@ -155,7 +160,10 @@ class Scheduler:
 
     @property
     def is_idle(self) -> bool:
-        return not self.waiting and not self.running and not self.grammar.num_held
+        return (
+            not self.waiting and not self.running and not self.closing
+            and not self.grammar.num_held
+        )  # fmt: skip
 
     def check_pool_whole(self) -> None:
         """When idle: free + evictable + protected == capacity, else RuntimeError."""
@@ -169,6 +177,7 @@ class Scheduler:
         self.pins.expire()
         failed = self.grammar.release_ready(self.waiting)  # grammars that failed to compile
         batch = self._schedule()
+        failed, self._closed = failed + self._closed, []
         if batch is None:
             self.grammar.wait(0.01)  # only requests waiting for a grammar, if any
             return failed
@@ -189,6 +198,17 @@ class Scheduler:
         prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
         reserved = len(decoding) * self.config.decode_reserve_tokens
         avail = self.kv.available_size - self._decode_slots(decoding)
+        closing, self.closing = self.closing, []
+        for r in closing:  # a finished request's tail, whole this step or never
+            n = r.seq_len - r.kv_len
+            if n > budget or self.kv.slots_needed(r, n) > avail:
+                self._retire(r)
+                self._closed.append(r)
+                continue
+            r.extend_len, r.draft_ids = n, []
+            budget -= n
+            avail -= self.kv.slots_needed(r, n)
+            self.closing.append(r)
         for r in prefilling:  # an unfinished chunked prefill continues first
             fits = self.kv.tokens_fitting(r, avail)
             r.extend_len = max(min(r.seq_len - r.kv_len, budget, fits), 0)
@@ -197,7 +217,7 @@ class Scheduler:
             reserved += r.extend_len
         prefilling = [r for r in prefilling if r.extend_len > 0]
         prefilling += self._admit(budget, reserved + len(decoding))
-        reqs = prefilling + decoding
+        reqs = prefilling + self.closing + decoding
         if not reqs:
             if self.running:  # stuck mid-prefill without slots: free the newest and retry
                 self._retract(self.running[-1])
@@ -205,7 +225,7 @@ class Scheduler:
             return None
         # Every decoding request samples (a speculating one computes past its fill_ids).
         return Batch(reqs, [r.kv_len + r.extend_len == r.seq_len for r in prefilling]
-                     + [True] * len(decoding))  # fmt: skip
+                     + [False] * len(self.closing) + [True] * len(decoding))  # fmt: skip
 
     def _admit(self, budget: int, reserved: int) -> list[Req]:
         admitted: list[Req] = []
@@ -265,6 +285,7 @@ class Scheduler:
         sample_idx: list[int] = []
         touched: list[Req] = []
         speculated: list[tuple[Req, int]] = []  # (request, its first logits row)
+        closing = {id(r) for r in self.closing}
         for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
             if req.draft_ids:  # verified below, after the one-token requests are sampled
                 speculated.append((req, row))
@@ -283,6 +304,8 @@ class Scheduler:
                 self.kv.cache_unfinished(req)  # a prefilled chunk becomes shareable at once
             else:
                 self.kv.advance_window(req)  # its sliding window moved on by one token
+            if id(req) in closing:  # cached and reported below
+                continue
             if req.is_finished:  # its own fault above: it goes like any finished request
                 touched.append(req)
                 continue
@@ -298,13 +321,36 @@ class Scheduler:
             touched += self._sample(to_sample, logits[sample_idx])
         if speculated:
             touched += self.speculation.verify(speculated, logits)
+        closed = [r for r in self.closing if id(r) in closing]
+        self.closing = [r for r in self.closing if id(r) not in closing]
+        reported: list[Req] = []
         for req in touched:
             if req.is_finished:
                 self.running.remove(req)
-                self.kv.release(req)  # the prompt is in the tree now: its prefixes can be pinned
-                if req.pins and req.finish_reason and req.finish_reason.kind != FinishKind.ABORT:
-                    self._pin(req)
-        return touched
+                if self._has_tail(req):
+                    self.closing.append(req)
+                    continue
+                self._retire(req)
+            reported.append(req)
+        for req in closed:
+            self._retire(req)
+        return reported + closed
+
+    def _has_tail(self, req: Req) -> bool:
+        """Whether a finished request ends with tokens no step computed beyond its last one
+        (jump-forward's): they are computed by the next step before it goes to the cache."""
+        reason = req.finish_reason
+        return (
+            reason is not None and reason.kind != FinishKind.ABORT
+            and req.req_pool_idx is not None and not req.sampling_params.return_logprob
+            and req.seq_len - req.kv_len >= 2
+        )  # fmt: skip
+
+    def _retire(self, req: Req) -> None:
+        """Hand a finished request's computed tokens to the cache, then pin what it asks."""
+        self.kv.release(req)  # the prompt is in the tree now: its prefixes can be pinned
+        if req.pins and req.finish_reason and req.finish_reason.kind != FinishKind.ABORT:
+            self._pin(req)
 
     def _pin(self, req: Req) -> None:
         for spec in req.pins:

@@ -119,6 +119,22 @@ def test_a_token_across_the_end_is_left_out(tokenizer: Any) -> None:
     assert len(tokenizer.decode(ids[: offsets[2]])) <= 9  # " wo" of " wonderful" stays out
 
 
+def test_breakpoints_over_a_replayed_turns_ids(tokenizer: Any) -> None:
+    """A head of known ids (a kept turn's, spelled otherwise than the tokenizer would) comes
+    first; an end in it counts only the tokens the tokenizer's own spelling shares with it."""
+    text = "hello wonderful world"
+    own = tokenizer.encode("hello wonderful", add_special_tokens=False)
+    spelled = [*tokenizer.encode("hello", add_special_tokens=False)]
+    spelled += [t for c in " wonderful" for t in tokenizer.encode(c, add_special_tokens=False)]
+    assert spelled != own and tokenizer.decode(spelled) == "hello wonderful"
+    ids, offsets = token_offsets(tokenizer, text, [5, 9, 15, 21], (15, spelled))
+    assert ids[: len(spelled)] == spelled
+    assert tokenizer.decode(ids[len(spelled) :]) == " world"
+    assert offsets[0] == 1 and tokenizer.decode(ids[: offsets[0]]) == "hello"
+    assert offsets[1] == 1  # the tokenizer's " wo..." is not the head's: the shared part only
+    assert offsets[2:] == [len(spelled), len(ids)]
+
+
 def test_prefill_tools_as_text_and_refusals(tokenizer: Any) -> None:
     call = {"type": "tool_use", "id": "t1", "name": "add", "input": {"b": 2, "a": 2}}
     result = {"type": "tool_result", "tool_use_id": "t1", "content": "4"}

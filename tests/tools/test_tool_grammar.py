@@ -121,7 +121,32 @@ def test_auto_is_free_text_until_a_call_opens(backend: Any) -> None:
     assert _accepts(backend, llama, "No call here.")
     assert _accepts(backend, llama, '{"name":"add","parameters":{"a":1}}')
     assert not _accepts(backend, llama, '{"name":"add","parameters":{"b":1}}')
-    assert auto_call_spec(MISTRAL, [ADD], ToolChoice()) == {}  # its opener is a special token
+    assert auto_call_spec(MISTRAL, [ADD], ToolChoice()) == {}  # no id of its special token
+
+
+def test_mistral_auto_calls_are_constrained_after_the_special_token(smollm2_path: Path) -> None:
+    """A tokenizer with Mistral's [TOOL_CALLS] as a special token: text is free, and the list
+    of calls the token opens is constrained (a name not in the list, an argument out of range
+    or a second call without parallel calls are refused)."""
+    from radixrt.grammar.auto_backend import AutoBackend
+    from radixrt.model.families.loader import load_tokenizer
+
+    tok = load_tokenizer(smollm2_path)
+    tok.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]"]})
+    mistral = (tok, AutoBackend(tok, len(tok), [tok.eos_token_id]))
+    d = ToolPlan(MISTRAL, (ADD,), ToolChoice(parallel=False)).sampling_dict(tok, {})
+    assert list(d) == ["ebnf", "skip_special_tokens"] and d["skip_special_tokens"] is False
+    spec = {"ebnf": d["ebnf"]}
+    call = '{"name":"add","arguments":{"a":3}}'
+    assert _accepts(mistral, spec, "No call: [brackets] and {braces}.")
+    assert _accepts(mistral, spec, f"[TOOL_CALLS][{call}]")
+    assert _accepts(mistral, spec, f"Adding.[TOOL_CALLS][{call}]")
+    assert not _accepts(mistral, spec, '[TOOL_CALLS][{"name":"sub","arguments":{}}]')
+    assert not _accepts(mistral, spec, '[TOOL_CALLS][{"name":"add","arguments":{"a":30}}]')
+    assert not _accepts(mistral, spec, f"[TOOL_CALLS][{call}, {call}]")
+    assert not _accepts(mistral, spec, f"[TOOL_CALLS]Sure, {call}")
+    parallel = ToolPlan(MISTRAL, (ADD,), ToolChoice()).sampling_dict(tok, {})
+    assert _accepts(mistral, {"ebnf": parallel["ebnf"]}, f"[TOOL_CALLS][{call}, {call}]")
 
 
 def test_plans_refuse_two_grammars_and_keep_auto_off_a_response_format(backend: Any) -> None:

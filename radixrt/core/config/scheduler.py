@@ -33,6 +33,9 @@ class SchedulerConfig:
     grammar_timeout_s: float = 10.0
     disable_jump_forward: bool = False
     disable_grammar_budget: bool = False
+    # The auto backend's cache of compiled regex automata (grammar/branches.py: a few to ~30
+    # MB each), least recently used dropped past this many MB.
+    grammar_branch_cache_mb: int = 512
     # Speculative decoding by lookup (scheduler/speculative/): draft up to this many tokens per
     # request (not grammar-constrained) and step from its own prompt and output and from the
     # prefix cache's paths, verified in the same forward pass (fewer while they are rejected:
@@ -49,6 +52,10 @@ class SchedulerConfig:
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
+            )
+        if self.grammar_branch_cache_mb < 1:
+            raise ValueError(
+                f"grammar_branch_cache_mb must be >= 1, got {self.grammar_branch_cache_mb}"
             )
         if self.grammar_backend not in GRAMMAR_BACKEND_NAMES:
             raise ValueError(

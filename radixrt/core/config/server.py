@@ -72,6 +72,11 @@ class ServerConfig(BrowserConfig):
     # requests kept per tenant, hashes only; past either bound the oldest goes.
     max_fingerprints: int = 4096
     max_fingerprint_bytes: int = 16 * 2**20
+    # Answered chat turns' token ids (radixrt/serve/http/continuations.py), so that a next
+    # turn replaying one reads it from the cache: bytes of ids over all tenants, and turns per
+    # tenant; past either the least recently used goes. Either 0: none kept.
+    continuation_max_bytes: int = 64 * 2**20
+    continuation_max_turns: int = 32
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -131,5 +136,8 @@ class ServerConfig(BrowserConfig):
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("continuation_max_bytes", "continuation_max_turns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
             raise ValueError(f"max_prompt_chars must be >= 1, got {self.max_prompt_chars}")

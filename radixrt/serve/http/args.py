@@ -114,6 +114,8 @@ _HELP = {
     "enable_metrics": "serve Prometheus metrics at /metrics",
     "grammar_backend": "constrained-decoding backend (regex, json_schema, ebnf)",
     "grammar_timeout_s": "a grammar that takes longer to compile is refused with 400",
+    "grammar_branch_cache_mb": "auto grammar backend: MB of compiled regex automata kept "
+    "(shared by the grammars of tool lists and named calls); least recently used dropped",
     "disable_jump_forward": "decode grammar-forced tokens one step each instead of in one extend",
     "disable_grammar_budget": "let constrained outputs run out of max_new_tokens unfinished "
     "(without it, a length-bounding backend only allows tokens that can finish in time)",
@@ -160,6 +162,10 @@ _HELP = {
     "only; past it the oldest goes)",
     "max_fingerprint_bytes": "cache-miss diagnostics: bytes of prompt fingerprints kept per "
     "tenant (past it the oldest goes)",
+    "continuation_max_bytes": "bytes of answered chat turns' token ids kept over all tenants, "
+    "so a next turn replaying a turn (a forced tool call) reads it from the cache; 0: off",
+    "continuation_max_turns": "answered chat turns kept per tenant (least recently used goes "
+    "first); 0: off",
     "router_policy": "how --dp picks a replica per request",
     "cache_threshold": "cache_aware: follow the longest match above this matched/prompt ratio",
     "balance_abs_threshold": "cache_aware: loads differing by more than this are imbalanced...",

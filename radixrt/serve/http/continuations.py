@@ -9,8 +9,9 @@ output's text, and the ids of both. A new prompt whose text starts with a kept t
 those ids and tokenizes only the rest (the same text, so the model reads the same thing).
 
 Per owner (tenant; "" without tenants): a kept turn says which texts an owner's requests
-produced, so no other owner's prompt is matched against it. Memory is bounded: MAX_BYTES of
-ids over all owners, MAX_PER_OWNER turns per owner, least recently used forgotten first.
+produced, so no other owner's prompt is matched against it. Memory is bounded (ServerConfig's
+continuation_max_bytes of ids over all owners, continuation_max_turns per owner, least
+recently used forgotten first); either bound 0 keeps nothing (NoContinuations).
 Thread-safe: lookups run on the tokenizer thread, puts on the event loop.
 """
 
@@ -23,8 +24,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-MAX_BYTES = 64 * 2**20
-MAX_PER_OWNER = 32
 TAIL = 64  # characters of a kept text's end, compared before the whole text's digest
 
 
@@ -44,8 +43,74 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class ContinuationStore:
-    def __init__(self, max_bytes: int = MAX_BYTES, per_owner: int = MAX_PER_OWNER) -> None:
+class BaseContinuations:
+    """How a prompt text is tokenized: a kept turn's ids for the longest kept text it starts
+    with (or the `known` prefix's, when longer), then the tokenizer's for the rest."""
+
+    def put(
+        self,
+        owner: str,
+        prompt_text: str,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        tokenizer: Any,
+    ) -> None:
+        raise NotImplementedError
+
+    def replay(self, owner: str, text: str) -> tuple[int, list[int]] | None:
+        """(characters, ids) of the longest kept turn `text` starts with; None if none."""
+        raise NotImplementedError
+
+    def head(
+        self, owner: str, text: str, known: tuple[str, list[int]] | None = None
+    ) -> tuple[int, list[int]]:
+        """(characters, ids) of `text`'s start whose ids are known: the longer of the kept
+        turn it replays and `known` (a prefix text with its ids, used when `text` starts
+        with it); (0, []) when neither."""
+        best = self.replay(owner, text) or (0, [])
+        if known is not None and len(known[0]) > best[0] and text.startswith(known[0]):
+            return len(known[0]), list(known[1])
+        return best
+
+    def encode(
+        self,
+        owner: str,
+        text: str,
+        tokenizer: Any,
+        known: tuple[str, list[int]] | None = None,
+    ) -> list[int]:
+        """`text`'s ids: head's, then the tokenizer's of the rest."""
+        n, ids = self.head(owner, text, known)
+        rest = text[n:]
+        return [*ids, *(tokenizer.encode(rest, add_special_tokens=False) if rest else ())]
+
+
+class NoContinuations(BaseContinuations):
+    """Kept turns off (a bound set to 0): nothing kept, every prompt the tokenizer's."""
+
+    def put(
+        self,
+        owner: str,
+        prompt_text: str,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        tokenizer: Any,
+    ) -> None:
+        pass
+
+    def replay(self, owner: str, text: str) -> tuple[int, list[int]] | None:
+        return None
+
+
+def make_continuations(max_bytes: int, max_turns: int) -> BaseContinuations:
+    """The store within these bounds; the null one when either is 0."""
+    if max_bytes <= 0 or max_turns <= 0:
+        return NoContinuations()
+    return ContinuationStore(max_bytes, max_turns)
+
+
+class ContinuationStore(BaseContinuations):
+    def __init__(self, max_bytes: int, per_owner: int) -> None:
         self.max_bytes = max_bytes
         self.per_owner = per_owner
         self._lock = threading.Lock()
@@ -71,14 +136,9 @@ class ContinuationStore:
             ids.extend(output_ids[:n])
             self._put(owner, _Kept(len(text), text[-TAIL:], _digest(text), ids))
 
-    def encode(self, owner: str, text: str, tokenizer: Any) -> list[int]:
-        """`text`'s ids: those of the longest kept turn it starts with, then the tokenizer's
-        of the rest; the tokenizer's alone when it starts with none."""
+    def replay(self, owner: str, text: str) -> tuple[int, list[int]] | None:
         best = self._longest(owner, text)
-        if best is None:
-            return list(tokenizer.encode(text, add_special_tokens=False))
-        rest = text[best.length :]
-        return [*best.ids, *(tokenizer.encode(rest, add_special_tokens=False) if rest else ())]
+        return None if best is None else (best.length, best.ids.tolist())
 
     def _longest(self, owner: str, text: str) -> _Kept | None:
         with self._lock:

@@ -17,9 +17,10 @@ wire format). Between the two, in this order and only here:
 5. submit, then wait for the whole answer or stream the deltas; a client that goes away
    aborts its requests (unary: DisconnectWatcher; stream: the generator's `finally`), and a
    failure mid-stream ends it with the render's error event;
-6. once answered, a chat-like call's prompt fingerprint is kept under its response id, and a
-   chat's prompt text with its prompt and output ids (continuations.py), so that a next turn
-   replaying the answer as text is tokenized with the ids the cache holds.
+6. once answered, a chat-like call's prompt fingerprint is kept under its response id, and
+   its prompt text with its prompt and output ids (`continuations`: every dialect's chat,
+   messages and generateContent calls), so that a next turn replaying the answer as text is
+   tokenized with the ids the cache holds (each dialect's parse encodes through it).
 
 Every route that queues work comes through here and runs as its HTTP caller: a cache handle's
 prefill (`make_handle`) and a cache explanation (`explain`) too, admitted and counted as the
@@ -37,7 +38,7 @@ from starlette.responses import Response
 
 from radixrt.core import PinSpec, SamplingParams
 from radixrt.serve.http.cache_handles import CacheHandle, HandleRender, owner_of
-from radixrt.serve.http.continuations import ContinuationStore
+from radixrt.serve.http.continuations import make_continuations
 from radixrt.serve.http.diagnostics import FingerprintStore, PromptRecord, diagnose
 from radixrt.serve.http.explain import explain_prompts
 from radixrt.serve.http.grammar_check import GrammarChecker
@@ -68,7 +69,7 @@ class ServeRequest:
     explain: bool = False  # explain each prompt's cache miss (whole answers only)
     messages: list[dict[str, str]] | None = None  # a chat turn's messages, for the guard
     record: PromptRecord | None = None  # a chat-like call's fingerprint (one prompt), kept
-    prompt_text: str | None = None  # a chat's rendered prompt (one prompt): kept answered
+    prompt_text: str | None = None  # a chat-like call's rendered prompt: kept answered
 
     @classmethod
     def prefill(cls, handle: CacheHandle, cache_salt: str | None = None) -> ServeRequest:
@@ -90,7 +91,9 @@ class ServingPipeline:
         self.max_logprob_entries = tm.config.max_logprob_entries
         config = tm.config
         self.fingerprints = FingerprintStore(config.max_fingerprints, config.max_fingerprint_bytes)
-        self.continuations = ContinuationStore()
+        self.continuations = make_continuations(
+            config.continuation_max_bytes, config.continuation_max_turns
+        )
 
     async def serve(self, request: Request, req: ServeRequest, render: BaseRender) -> Response:
         """Submit `req` and answer with `render`: whole, or streamed when `req.stream`."""

@@ -85,14 +85,29 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def auto_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, str]:
+def auto_call_spec(
+    fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice, opener_id: int | None = None
+) -> dict[str, str]:
     """`auto`: free text, but once the model writes the format's opener, the rest of that
     call is constrained to a call of one of `tools` (llguidance's lazy lexeme: the text ends
     where the opener is written). Formats whose calls open the output (Llama 3 JSON) may
-    start with calls or with text that is not one. {} for formats whose opener is a special
-    token (Mistral): the parser alone reads those."""
+    start with calls or with text that is not one. An opener that is a special token
+    (Mistral's [TOOL_CALLS], token `opener_id`) ends the text (no text lexeme holds a special
+    token) and starts the list of calls; {} for an array format without its token id."""
     schema = json.dumps({**call_schema(fmt, tools), "x-guidance": _LAYOUT})
     calls = "call*" if choice.parallel else "call?"
+    if fmt.opener is not None and fmt.array:
+        if opener_id is None:
+            return {}
+        more = f"({_lark(fmt.forced_sep)} call)*" if choice.parallel else ""
+        return {
+            "ebnf": "%llguidance {}\n"
+            "start: TEXT calls?\n"
+            "TEXT: /(.|\\n)*/\n"
+            f"calls: <[{opener_id}]> {_lark(fmt.forced_open)} call {more} "
+            f"{_lark(fmt.forced_close)}\n"
+            f"call: %json {schema}\n"
+        }
     if fmt.opener is not None and not fmt.array and fmt.forced_prefix.startswith(fmt.opener):
         rest = fmt.forced_prefix[len(fmt.opener) :]
         return {

@@ -64,10 +64,12 @@ class ToolPlan:
             d.update(forced_call_spec(self.fmt, list(self.tools), self.choice))
             # After a complete call, end where the model would write anything but another.
             d["end_on_exit"] = True
-        elif self.parses_calls and not has_grammar:
-            d.update(auto_call_spec(self.fmt, list(self.tools), self.choice))
         opener = self.fmt.opener or self.fmt.lead
-        if self.parses_calls and opener and opener in _special_tokens(tokenizer):
+        special = self.parses_calls and opener is not None and opener in _special_tokens(tokenizer)
+        if self.parses_calls and not has_grammar and not self.choice.is_forced:
+            opener_id = tokenizer.convert_tokens_to_ids(opener) if special else None
+            d.update(auto_call_spec(self.fmt, list(self.tools), self.choice, opener_id))
+        if special:
             d["skip_special_tokens"] = False
         return d
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,9 @@ from radixrt.serve.http.tools.formats import tool_line
 from radixrt.serve.http.tools.grammar import compact_json
 
 SEP = "\n\n"  # between the blocks of one turn, and between merged turns of one role
+# A prompt text's start whose ids are known (characters, ids): an answered turn it replays
+# (the pipeline's continuations), so those ids are the ones the cache holds.
+Head = Callable[[str], tuple[int, list[int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,28 +50,39 @@ class RenderedPrompt:
     breakpoints: list[Breakpoint]  # in prefix order
     plan: ToolPlan
     params: SamplingParams | None = None  # None: only counted (count_tokens)
+    text: str = ""  # the rendered prompt the ids are of
 
 
 def prepare_messages(
-    req: MessagesRequest, tokenizer: Any, limits: Limits, generate: bool, fmt: CallFormat
+    req: MessagesRequest,
+    tokenizer: Any,
+    limits: Limits,
+    generate: bool,
+    fmt: CallFormat,
+    head: Head | None = None,
 ) -> RenderedPrompt:
-    """Check, render and tokenize a body; with `generate`, its sampling parameters too."""
+    """Check, render and tokenize a body (the start `head` knows with its ids); with
+    `generate`, its sampling parameters too."""
     most = limits.server.max_chat_messages
     if len(req.messages) > most:
         raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
     req = check_request(req)
     plan = tool_plan(req, fmt)
-    prompt = render_prompt(req, plan, tokenizer, limits)
+    prompt = render_prompt(req, plan, tokenizer, limits, head)
     if not generate:
         return prompt
     d = sampling_dict(req)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
-    return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp)
+    return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)
 
 
 def render_prompt(
-    req: MessagesRequest, plan: ToolPlan, tokenizer: Any, limits: Limits
+    req: MessagesRequest,
+    plan: ToolPlan,
+    tokenizer: Any,
+    limits: Limits,
+    head: Head | None = None,
 ) -> RenderedPrompt:
     """Template the request (add_generation_prompt; a last assistant turn is a prefill the
     answer continues) and place its breakpoints (controls already checked). The tools are
@@ -100,14 +115,32 @@ def render_prompt(
         raise BadRequestError("final assistant content cannot end with trailing whitespace")
     text, char_ends = marks.cut(render_chat(turns, tokenizer, limits) + prefill)
     limits.check_text(text, "the rendered conversation")  # with the prefill
-    ids, offsets = token_offsets(tokenizer, text, char_ends)
+    ids, offsets = token_offsets(tokenizer, text, char_ends, head(text) if head else (0, []))
     points = [Breakpoint(o, t) for o, t in zip(offsets, marks.ttls, strict=True)]
-    return RenderedPrompt(ids, points, plan)
+    return RenderedPrompt(ids, points, plan, text=text)
 
 
-def token_offsets(tokenizer: Any, text: str, char_ends: list[int]) -> tuple[list[int], list[int]]:
-    """The tokens of `text` and, for each of `char_ends` (ascending), how many of them end at or
-    before it: a token across the end is left out, so the prefix never reaches past it."""
+def token_offsets(
+    tokenizer: Any, text: str, char_ends: list[int], head: tuple[int, list[int]] = (0, [])
+) -> tuple[list[int], list[int]]:
+    """The tokens of `text` (`head`'s ids for its first characters, then the tokenizer's) and,
+    for each of `char_ends` (ascending), how many of them end at or before it: a token across
+    the end is left out, so the prefix never reaches past it. An end inside the head counts
+    the tokenizer's tokens up to it while they are the head's, else only those that are."""
+    n, head_ids = head
+    if not n:
+        return _token_offsets(tokenizer, text, char_ends)
+    ids, offsets = _token_offsets(tokenizer, text[n:], [c - n for c in char_ends if c >= n])
+    inside = [c for c in char_ends if c < n]
+    before: list[int] = []
+    if inside:
+        own, own_offsets = _token_offsets(tokenizer, text[:n], inside)
+        same = _common_len(own, head_ids)
+        before = [min(o, same) for o in own_offsets]
+    return [*head_ids, *ids], before + [len(head_ids) + o for o in offsets]
+
+
+def _token_offsets(tokenizer: Any, text: str, char_ends: list[int]) -> tuple[list[int], list[int]]:
     if not char_ends:
         return list(tokenizer.encode(text, add_special_tokens=False)), []
     if not getattr(tokenizer, "is_fast", False):  # no offsets: tokenize each prefix

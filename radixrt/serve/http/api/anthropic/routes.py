@@ -20,6 +20,7 @@ from radixrt.serve.http.api.anthropic.prompt import RenderedPrompt, prepare_mess
 from radixrt.serve.http.api.anthropic.protocol import MessagesRequest, pin_specs
 from radixrt.serve.http.api.anthropic.render import MessagesRender, render_error
 from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.cache_handles import owner_of
 from radixrt.serve.http.diagnostics import PromptRecord
 from radixrt.serve.http.http_errors import add_error_dialect
 from radixrt.serve.http.protocol import decode_body
@@ -38,7 +39,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post(PATH + "/count_tokens")
     async def count_tokens(request: Request) -> Response:
         raw = await request.body()
-        _, prompt = await tm.run_tokenizer(_parse, raw, ctx, False, caller=caller_of(request))
+        _, prompt = await tm.run_tokenizer(
+            _parse, raw, ctx, False, owner_of(request), caller=caller_of(request)
+        )
         return json_response({"input_tokens": len(prompt.input_ids)})
 
     @app.post(PATH)
@@ -46,7 +49,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         raw = await request.body()
         msg_id = "msg_" + uuid.uuid4().hex
         body, prompt, record = await tm.run_tokenizer(
-            _parse_call, raw, ctx, msg_id, caller=caller_of(request)
+            _parse_call, raw, ctx, msg_id, owner_of(request), caller=caller_of(request)
         )
         assert prompt.params is not None
         planned = pin_specs(
@@ -63,20 +66,29 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             pins=[spec for _, spec in planned],
             session=user_id if isinstance(user_id, str) else None,
             record=record,
+            prompt_text=prompt.text,
         )
         render = MessagesRender(msg_id, ctx.model_name, planned, prompt.plan)
         return await ctx.pipeline.serve(request, req, render)
 
 
-def _parse(raw: bytes, ctx: ApiContext, generate: bool) -> tuple[MessagesRequest, RenderedPrompt]:
-    """Decode, render and tokenize a body (on the tokenizer thread)."""
+def _parse(
+    raw: bytes, ctx: ApiContext, generate: bool, owner: str
+) -> tuple[MessagesRequest, RenderedPrompt]:
+    """Decode, render and tokenize a body (on the tokenizer thread); a start that replays an
+    answered turn of `owner`'s takes that turn's ids (the pipeline's continuations)."""
     body = decode_body(raw, MessagesRequest)
-    return body, prepare_messages(body, ctx.tokenizer, ctx.limits, generate, ctx.tool_format)
+
+    def head(text: str) -> tuple[int, list[int]]:
+        return ctx.pipeline.continuations.head(owner, text)
+
+    prompt = prepare_messages(body, ctx.tokenizer, ctx.limits, generate, ctx.tool_format, head)
+    return body, prompt
 
 
 def _parse_call(
-    raw: bytes, ctx: ApiContext, msg_id: str
+    raw: bytes, ctx: ApiContext, msg_id: str, owner: str
 ) -> tuple[MessagesRequest, RenderedPrompt, PromptRecord]:
     """A /v1/messages body parsed, and its prompt's fingerprint under `msg_id`."""
-    body, prompt = _parse(raw, ctx, True)
+    body, prompt = _parse(raw, ctx, True, owner)
     return body, prompt, prompt_record(msg_id, body, prompt.input_ids)

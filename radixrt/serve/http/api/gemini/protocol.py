@@ -5,6 +5,7 @@ radixrt cannot honour are refused with 400 rather than ignored."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -20,6 +21,7 @@ from radixrt.serve.http.api.gemini.tools import (
     tool_specs,
 )
 from radixrt.serve.http.cache_handles import CacheHandle
+from radixrt.serve.http.continuations import NoContinuations
 from radixrt.serve.http.protocol import (
     BadRequestError,
     Limits,
@@ -145,6 +147,13 @@ class PreparedContent:
     params: SamplingParams
     starts_with_handle: bool  # input_ids begin with the handle's ids (so its pin applies)
     plan: ToolPlan
+    text: str  # the rendered prompt the ids are of
+
+
+# A prompt text's ids given a prefix of it whose ids are known (a cache handle's; or None):
+# the pipeline's continuations (an answered turn it replays), else the prefix's and the
+# tokenizer's.
+Encode = Callable[[str, tuple[str, list[int]] | None], list[int]]
 
 
 def parse_duration(value: str, what: str = "ttl") -> float:
@@ -240,11 +249,12 @@ def prepare_content(
     tokenizer: Any,
     limits: Limits,
     fmt: CallFormat,
+    encode: Encode | None = None,
 ) -> PreparedContent:
     """The prompt of a generateContent request: with a cache, the whole conversation (the
     cache's, then the request's) rendered with a generation prompt; when that text starts with
     the cache's own, the handle's ids plus the rest's tokens, so the cached tokens match."""
-    ids, starts = prompt_ids(body, handle, tokenizer, limits, fmt)
+    ids, starts, text = _prompt(body, handle, tokenizer, limits, fmt, encode)
     tools = declarations(body.tools) if handle is None else handle.meta.get("tools", [])
     plan = tool_plan(fmt, tools, body.tool_config)
     config = body.generation_config or GenerationConfig()
@@ -254,7 +264,8 @@ def prepare_content(
     sp = to_sampling_params(d)
     if not explicit_max:
         sp = sp.replace(max_new_tokens=limits.context_length)  # until EOS; clamped to fit
-    return PreparedContent(ids, fit_to_context(ids, sp, limits, explicit_max), starts, plan)
+    sp = fit_to_context(ids, sp, limits, explicit_max)
+    return PreparedContent(ids, sp, starts, plan, text)
 
 
 def prompt_ids(
@@ -263,9 +274,22 @@ def prompt_ids(
     tokenizer: Any,
     limits: Limits,
     fmt: CallFormat,
+    encode: Encode | None = None,
 ) -> tuple[list[int], bool]:
     """The prompt's token ids (prepare_content's, not yet checked against the context) and
     whether they begin with the handle's ids."""
+    ids, starts, _ = _prompt(body, handle, tokenizer, limits, fmt, encode)
+    return ids, starts
+
+
+def _prompt(
+    body: GenerateContentRequest,
+    handle: CacheHandle | None,
+    tokenizer: Any,
+    limits: Limits,
+    fmt: CallFormat,
+    encode: Encode | None,
+) -> tuple[list[int], bool, str]:
     if not body.contents:
         raise BadRequestError("contents must not be empty")
     if handle is None:
@@ -279,14 +303,12 @@ def prompt_ids(
     else:
         messages = handle.meta["messages"] + conversation(body.contents, None, [], fmt)
     text = render_chat(messages, tokenizer, limits)
-    prefix: str = handle.meta["text"] if handle is not None else ""
-    if handle is not None and text.startswith(prefix):
-        ids = handle.input_ids + list(
-            tokenizer.encode(text[len(prefix) :], add_special_tokens=False)
-        )
+    known = (handle.meta["text"], handle.input_ids) if handle is not None else None
+    if encode is None:
+        ids = NoContinuations().encode("", text, tokenizer, known)
     else:
-        ids = list(tokenizer.encode(text, add_special_tokens=False))
-    return ids, handle is not None and ids[: handle.tokens] == handle.input_ids
+        ids = encode(text, known)
+    return ids, handle is not None and ids[: handle.tokens] == handle.input_ids, text
 
 
 def count_request(body: CountTokensRequest) -> GenerateContentRequest:

@@ -21,6 +21,7 @@ from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.gemini.caches import add_cached_contents_routes, cached_content
 from radixrt.serve.http.api.gemini.protocol import (
     CountTokensRequest,
+    Encode,
     GenerateContentRequest,
     count_request,
     prepare_content,
@@ -32,7 +33,7 @@ from radixrt.serve.http.api.gemini.render import (
     error_response,
     model_of,
 )
-from radixrt.serve.http.cache_handles import CacheHandle
+from radixrt.serve.http.cache_handles import CacheHandle, owner_of
 from radixrt.serve.http.http_errors import add_error_dialect
 from radixrt.serve.http.protocol import decode_body
 from radixrt.serve.http.serving import ServeRequest
@@ -103,6 +104,7 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
             tm.tokenizer,
             limits,
             ctx.tool_format,
+            encoder(request),
             caller=caller_of(request),
         )
         is_stream = action == "streamGenerateContent"
@@ -112,6 +114,7 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
             stream=is_stream,
             # The tenant's own namespace (Gemini has no salt): the one its caches were made in.
             handle=handle if prep.starts_with_handle else None,
+            prompt_text=prep.text,
         )
         is_sse = request.query_params.get("alt") == "sse"
         render = ContentRender(uuid.uuid4().hex, ctx.model_name, is_sse, prep.plan)
@@ -131,6 +134,7 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
             tm.tokenizer,
             limits,
             ctx.tool_format,
+            encoder(request),
             caller=caller_of(request),
         )
         out: dict[str, Any] = {
@@ -140,6 +144,16 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
         if handle is not None:
             out["cachedContentTokenCount"] = handle.tokens if starts else 0
         return json_response(out)
+
+    def encoder(request: Request) -> Encode:
+        """A prompt text's ids: an answered turn of the caller's it replays takes that turn's
+        ids (the pipeline's continuations)."""
+        owner = owner_of(request)
+
+        def encode(text: str, known: tuple[str, list[int]] | None) -> list[int]:
+            return ctx.pipeline.continuations.encode(owner, text, tm.tokenizer, known)
+
+        return encode
 
     def named_handle(
         request: Request, body: GenerateContentRequest, model: str
