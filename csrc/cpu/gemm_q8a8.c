@@ -5,7 +5,7 @@
 // Two paths over one packed layout: AMX-INT8 tiles (TDPBSSD; the "amx" variant) and
 // AVX-512 VNNI (VPDPBUSD, u8 x s8: x is offset by 128 to u8 and 128 * column sum taken off;
 // any AVX-512 variant on a CPU with avx512_vnni, chosen at run time). rt_q8a8_path says which
-// one a call takes (0: none in this library: callers keep the weight-only kernel).
+// one is best here (0: none in this library: callers keep the weight-only kernel).
 //
 // Packed layout (rt_pack_q8a8, from rt_pack_q8's panels): P = ceil(N/32) panels of 32 columns,
 // K padded with zeros to KP = ceil(K/64) * 64. Panel p, k block b (64 k's) is 2 B tiles of 16
@@ -208,17 +208,18 @@ static int path_ok(int64_t path) {
 
 #define Q8_CHUNK 8  // 16-row blocks per work item, as gemm_amx.c's chunks
 
-void rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
+int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
                     const float* ws, int64_t n, const float* bias, float* y, int64_t ldy,
                     int64_t path) {
 #if defined(RT_SIMD) && VW == 16
-  if (m <= 0 || n <= 0 || !path_ok(path)) return;
+  if (!path_ok(path)) return -1;
+  if (m <= 0 || n <= 0) return 0;
   const int64_t kb = (k + 63) / 64, kp = kb * 64, panels = (n + QNR - 1) / QNR;
   const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
   const int64_t chunks = (blocks + Q8_CHUNK - 1) / Q8_CHUNK;
   const int32_t* sums = (const int32_t*)(wp + panels * kb * 2048);
   float* xs = (float*)rt_row_scratch((size_t)(mp * kp + mp * 4));
-  if (!xs) return;
+  if (!xs) return -2;
   int8_t* xq = (int8_t*)(xs + mp);  // mp * 4 bytes in: 64-byte aligned (mp % 16 == 0)
   quantize_rows(x, ldx, m, k, xq, xs, mp, kp);
 #pragma omp parallel if (chunks * panels > 1 && m * n * k > 32768)
@@ -257,8 +258,10 @@ void rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int
     if (path == 2) _tile_release();
 #endif
   }
+  return 0;
 #else
   (void)x, (void)ldx, (void)m, (void)k, (void)wp, (void)ws, (void)n, (void)bias, (void)y;
   (void)ldy, (void)path;
+  return -1;
 #endif
 }

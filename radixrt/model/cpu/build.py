@@ -147,6 +147,7 @@ RESTYPES = {
     "rt_bf16_packed_size": ctypes.c_int64,
     "rt_q8a8_packed_size": ctypes.c_int64,
     "rt_q8a8_path": ctypes.c_int,
+    "rt_linear_q8a8": ctypes.c_int,
     "rt_amx_ready": ctypes.c_int,
 }
 

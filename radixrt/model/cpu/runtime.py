@@ -94,6 +94,7 @@ def init_cpu_kernels(
     per size as the plan says; the attention kernels are timed over a `kv_dtype` pool. Logs
     one line: the ISA and which ops run on which path."""
     from radixrt.model.cpu import kernels as ck
+    from radixrt.model.cpu import w8a8
     from radixrt.model.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
     from radixrt.model.cpu.layers import use_cpu_kernels
     from radixrt.model.cpu.timing import Shapes
@@ -112,7 +113,8 @@ def init_cpu_kernels(
     fixed = LINEAR_OPS if int8 else frozenset()
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
     shapes = Shapes.of(model, bf16_weights, kv_dtype)
-    plan = plan_for(config.cpu_kernels, shapes, fixed=fixed)
+    a8_path = w8a8.best_path() if int8 else None  # W8A8 where the library runs it here
+    plan = plan_for(config.cpu_kernels, shapes, fixed=fixed, w8a8=a8_path)
     swapped = use_cpu_kernels(model, plan, weights)
     on_tiles = weights == "bfloat16" and plan.isa == "amx"
     logger.info(

@@ -67,13 +67,15 @@ def linear(
     m, k = x.shape
     if packed.dtype != torch.int8 or packed.numel() != ck.lib().rt_q8a8_packed_size(n, k):
         raise ValueError(f"not a W8A8 weight of ({n}, {k})")
-    if path not in paths():
-        raise ValueError(f"W8A8 path {path!r} does not run here (runs {paths()})")
     y = torch.empty(m, n, dtype=torch.float32)
-    ck.lib().rt_linear_q8a8(
+    rc = ck.lib().rt_linear_q8a8(
         x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), scale.data_ptr(), n,
-        None if bias is None else bias.data_ptr(), y.data_ptr(), n, PATHS[path],
+        None if bias is None else bias.data_ptr(), y.data_ptr(), n, PATHS.get(path, 0),
     )  # fmt: skip
+    if rc == -1:
+        raise ValueError(f"W8A8 path {path!r} does not run here (runs {paths()})")
+    if rc != 0:
+        raise MemoryError("rt_linear_q8a8: no memory for the quantized rows")
     return y
 
 

@@ -1,0 +1,49 @@
+"""The guard's measurements for int8 linear layers (guard.py): the W8A8 kernel (w8a8.py, on
+one path: AMX-INT8 tiles or VNNI) against the weight-only int8 kernel it would replace, on a
+model's own weights, at decode sizes (1 and DECODE_ROWS rows, LM head included) and at
+prefill sizes (PREFILL_ROWS rows, LM head left out). Timed as timing.py times the others.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import w8a8
+from radixrt.model.cpu.timing import PREFILL_ROWS, Pair, Shapes, _race
+
+INT8_OPS = ("w8a8_decode", "w8a8_prefill")
+
+
+def _pair(w: torch.Tensor, m: int, count: int, path: str) -> Pair:
+    n, k = w.shape
+    x = torch.randn(m, k)
+    q8, scale = ck.pack_weight_int8(w)
+    packed = w8a8.pack(q8, n, k)
+    return (
+        lambda: w8a8.linear(x, packed, scale, n, None, path),
+        lambda: ck.linear(x, q8, n, None, scale),
+        count,
+    )
+
+
+def time_w8a8(
+    shapes: Shapes, ops: frozenset[str], path: str, decode_rows: int
+) -> dict[str, tuple[float, float]]:
+    """(W8A8, weight-only) seconds for each op of `ops` among INT8_OPS."""
+    rows = {"w8a8_decode": ((1, decode_rows), True), "w8a8_prefill": ((PREFILL_ROWS,), False)}
+    out: dict[str, tuple[float, float]] = {}
+    with torch.inference_mode():
+        for op in INT8_OPS:
+            if op not in ops:
+                continue
+            sizes, heads = rows[op]
+            pairs = [
+                _pair(shapes.weights[(k, n)], m, count, path)
+                for k, n, count, is_head in shapes.linears
+                if heads or not is_head
+                for m in sizes
+            ]
+            if pairs:
+                out[op] = _race(pairs)
+    return out
