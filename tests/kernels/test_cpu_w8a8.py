@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from radixrt import Engine
+from radixrt.core.config import ModelConfig
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import guard, w8a8
 from radixrt.model.cpu import kernels as ck
@@ -77,6 +78,8 @@ def test_w8a8_matches_its_definition_and_float32(
 
 
 def test_bad_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="quantization w8a8 runs on radixrt's CPU kernels"):
+        ModelConfig(quantization="w8a8", cpu_kernels="off")
     monkeypatch.setenv(w8a8.PATH_ENV, "sse")
     with pytest.raises(ValueError, match="must be auto, none, amx or vnni"):
         w8a8.best_path()
@@ -126,7 +129,7 @@ def test_tiny_model_stays_close_to_float32(
         ref = e.generate(PROMPT, params)
     monkeypatch.setenv(w8a8.PATH_ENV, path)
     with Engine(
-        str(tiny_llama_path), max_total_tokens=1024, quantization="int8", cpu_kernels="on"
+        str(tiny_llama_path), max_total_tokens=1024, quantization="w8a8", cpu_kernels="on"
     ) as e:
         linears = [m for m in e.scheduler.runner.model.modules() if isinstance(m, PackedLinear)]
         assert linears and all(m.w8a8 == ("" if path == "none" else path) for m in linears)

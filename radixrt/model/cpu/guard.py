@@ -7,9 +7,10 @@ twice, at decode sizes (at most DECODE_ROWS rows) and at prefill sizes, and may 
 kernel for one and torch for the other. A kernel is kept unless torch beats it by more than
 TIE (the kernels are what lets a decode layer run as one fused call).
 
-With `--quantization int8` the linear layers always run int8 kernels; where the library has a
-W8A8 path (w8a8.py: AMX-INT8 tiles or VNNI) the guard times it against the weight-only int8
-kernel at decode and at prefill sizes (INT8_OPS) and keeps, per size, the faster.
+With `--quantization int8` or `w8a8` the linear layers always run int8 kernels; with w8a8,
+where the library has a W8A8 path (w8a8.py: AMX-INT8 tiles or VNNI), the guard times it
+against the weight-only int8 kernel at decode and at prefill sizes (INT8_OPS) and keeps, per
+size, the faster.
 
 The timings run once per machine: the plan is kept as JSON under
 $RADIXRT_CACHE/kernels/plans/, keyed by the CPU's model and flags, the library's variant and

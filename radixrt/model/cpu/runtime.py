@@ -89,7 +89,8 @@ def init_cpu_kernels(
     config.cpu_kernels plans them (radixrt/model/cpu/guard.py); returns the plan (`KernelPlan()`,
     all torch, for other dtypes, "off", or a library that does not build). With
     config.quantization "int8" every linear layer is quantized and runs the int8 kernel
-    (ValueError where the kernels cannot run); with `bf16_weights` (see `bf16_on_kernels`)
+    (ValueError where the kernels cannot run), with "w8a8" as well, and the W8A8 kernel at
+    the sizes the guard measures it faster at; with `bf16_weights` (see `bf16_on_kernels`)
     every linear layer holds bfloat16 weights, on the kernel or on torch's bfloat16 matmul
     per size as the plan says; the attention kernels are timed over a `kv_dtype` pool. Logs
     one line: the ISA and which ops run on which path."""
@@ -99,7 +100,7 @@ def init_cpu_kernels(
     from radixrt.model.cpu.layers import use_cpu_kernels
     from radixrt.model.cpu.timing import Shapes
 
-    int8 = config.quantization == "int8"
+    int8 = config.quantization in ("int8", "w8a8")
     if int8 and (dtype != torch.float32 or not ck.available()):
         raise ValueError(
             f"--quantization int8 runs on radixrt's CPU kernels, which need float32 "
@@ -113,7 +114,10 @@ def init_cpu_kernels(
     fixed = LINEAR_OPS if int8 else frozenset()
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
     shapes = Shapes.of(model, bf16_weights, kv_dtype)
-    a8_path = w8a8.best_path() if int8 else None  # W8A8 where the library runs it here
+    # W8A8 where asked for and the library runs it here
+    a8_path = w8a8.best_path() if config.quantization == "w8a8" else None
+    if config.quantization == "w8a8" and a8_path is None:
+        logger.info("quantization w8a8: no AMX-INT8 or VNNI path here: weight-only int8")
     plan = plan_for(config.cpu_kernels, shapes, fixed=fixed, w8a8=a8_path)
     swapped = use_cpu_kernels(model, plan, weights)
     on_tiles = weights == "bfloat16" and plan.isa == "amx"
