@@ -2,6 +2,8 @@
 // scale ws per output column) times x quantized here per row, symmetric: xs[i] = max_k
 // |x[i, k]| / 127, xq = round(x / xs) in [-127, 127] (nearest even; a zero row stays zero).
 // Products are summed exactly in int32, then y = bias + sum * xs[i] * ws[n] in float32.
+// With two planes x is also its rounding residual quantized the same way (quantize_rows):
+// twice the int8 products, about 14 bits of x instead of 8.
 // Two paths over one packed layout: AMX-INT8 tiles (TDPBSSD; the "amx" variant) and
 // AVX-512 VNNI (VPDPBUSD, u8 x s8: x is offset by 128 to u8 and 128 * column sum taken off;
 // any AVX-512 variant on a CPU with avx512_vnni, chosen at run time). rt_q8a8_path says which
@@ -48,41 +50,66 @@ void rt_pack_q8a8(const int8_t* q8, int64_t n, int64_t k, int8_t* wp) {
 }
 
 #if defined(RT_SIMD) && VW == 16
-// xq (mp, kp) int8 and xs (mp) <- x (m, k) quantized per row (rows past m, columns past k
-// zero); returns nothing, the scratch is the caller's.
+// Quantized row blocks of x (m, k): for row block rb (16 rows) and plane q < planes, block
+// rb * planes + q holds 16 rows of kp int8 values (rows past m, columns past k zero) in xq
+// and their 16 scales in xs. Plane 0 is x rounded to xs0 = max |x| / 127; plane 1 (planes
+// 2) is the rounding residual x - xs0 * q0 rounded the same way, so that the two planes
+// together carry about 14 bits of each value.
 static void quantize_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq,
-                          float* xs, int64_t mp, int64_t kp) {
+                          float* xs, int64_t mp, int64_t kp, int planes) {
 #pragma omp parallel for schedule(static) if (m * k > 65536)
   for (int64_t i = 0; i < mp; ++i) {
     const float* row = x + i * ldx;
+    const int64_t live = i < m ? k : 0;
+    const int64_t out0 = ((i / 16) * planes) * 16 + i % 16;  // plane q: out0 + 16 q
     vf amax = vzero();
-    for (int64_t j = 0; i < m && j < k; j += 16)
+    for (int64_t j = 0; j < live; j += 16)
       amax = vmax(amax, _mm512_abs_ps(vload_mask(vmask_first(k - j), row + j)));
-    const float a = i < m ? vhmax(amax) : 0.0f;
-    xs[i] = a / 127.0f;
-    const vf inv = vset1(a > 0.0f ? 127.0f / a : 0.0f);
+    const float a = live ? vhmax(amax) : 0.0f;
+    const float s0 = a / 127.0f;
+    const vf inv = vset1(a > 0.0f ? 127.0f / a : 0.0f), vs0 = vset1(s0);
+    vf rmax = vzero();
     for (int64_t j = 0; j < kp; j += 16) {
-      const vf v = vload_mask(vmask_first(i < m ? k - j : 0), row + j);
-      const __m512i q = _mm512_cvtps_epi32(vround(vmul(v, inv)));  // |q| <= 127
-      _mm_storeu_si128((__m128i*)(xq + i * kp + j), _mm512_cvtsepi32_epi8(q));
+      const vf v = vload_mask(vmask_first(live - j), row + j);
+      const vf q = vround(vmul(v, inv));  // |q| <= 127
+      _mm_storeu_si128((__m128i*)(xq + out0 * kp + j), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q)));
+      if (planes == 2) rmax = vmax(rmax, _mm512_abs_ps(vfnma(q, vs0, v)));
+    }
+    xs[out0] = s0;
+    if (planes == 2) {
+      const float ra = vhmax(rmax);
+      const vf rinv = vset1(ra > 0.0f ? 127.0f / ra : 0.0f);
+      for (int64_t j = 0; j < kp; j += 16) {
+        const vf v = vload_mask(vmask_first(live - j), row + j);
+        const vf res = vfnma(vround(vmul(v, inv)), vs0, v);
+        const __m512i q = _mm512_cvtps_epi32(vround(vmul(res, rinv)));
+        _mm_storeu_si128((__m128i*)(xq + (out0 + 16) * kp + j), _mm512_cvtsepi32_epi8(q));
+      }
+      xs[out0 + 16] = ra / 127.0f;
     }
   }
 }
 
-// y rows [r0, r0 + 16) (those < m) of columns [col, col + 32) from a 16 x 32 int32 block.
-static void write_rows(const int32_t* blk, const float* xs, const float* ws, float* y,
-                       int64_t ldy, int64_t r0, int64_t m, int64_t col, int64_t n,
-                       const float* bias) {
+// y rows [r0, r0 + 16) (those < m) of columns [col, col + 32): blk (16 x 32 int32) times its
+// rows' scales xs0, plus blk2 times xs1 when blk2 (the residual plane), times ws, plus bias.
+static void write_rows(const int32_t* blk, const float* xs0, const int32_t* blk2,
+                       const float* xs1, const float* ws, float* y, int64_t ldy, int64_t r0,
+                       int64_t m, int64_t col, int64_t n, const float* bias) {
   const vmask lo = vmask_first(n - col), hi = vmask_first(n - col - 16);
   const vf s0 = vload_mask(lo, ws + col), s1 = vload_mask(hi, ws + col + 16);
   const vf b0 = bias ? vload_mask(lo, bias + col) : vzero();
   const vf b1 = bias ? vload_mask(hi, bias + col + 16) : vzero();
   for (int64_t i = 0; i < 16 && r0 + i < m; ++i) {
-    const vf rs = vset1(xs[r0 + i]);
-    const vf a0 = _mm512_cvtepi32_ps(_mm512_loadu_si512(blk + i * 32));
-    const vf a1 = _mm512_cvtepi32_ps(_mm512_loadu_si512(blk + i * 32 + 16));
-    vstore_mask(y + (r0 + i) * ldy + col, lo, vfma(a0, vmul(rs, s0), b0));
-    vstore_mask(y + (r0 + i) * ldy + col + 16, hi, vfma(a1, vmul(rs, s1), b1));
+    const vf rs = vset1(xs0[i]);
+    vf a0 = vmul(_mm512_cvtepi32_ps(_mm512_loadu_si512(blk + i * 32)), rs);
+    vf a1 = vmul(_mm512_cvtepi32_ps(_mm512_loadu_si512(blk + i * 32 + 16)), rs);
+    if (blk2) {
+      const vf rs2 = vset1(xs1[i]);
+      a0 = vfma(_mm512_cvtepi32_ps(_mm512_loadu_si512(blk2 + i * 32)), rs2, a0);
+      a1 = vfma(_mm512_cvtepi32_ps(_mm512_loadu_si512(blk2 + i * 32 + 16)), rs2, a1);
+    }
+    vstore_mask(y + (r0 + i) * ldy + col, lo, vfma(a0, s0, b0));
+    vstore_mask(y + (r0 + i) * ldy + col + 16, hi, vfma(a1, s1, b1));
   }
 }
 
@@ -209,19 +236,19 @@ static int path_ok(int64_t path) {
 #define Q8_CHUNK 8  // 16-row blocks per work item, as gemm_amx.c's chunks
 
 int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
-                    const float* ws, int64_t n, const float* bias, float* y, int64_t ldy,
-                    int64_t path) {
+                   const float* ws, int64_t n, const float* bias, float* y, int64_t ldy,
+                   int64_t path, int64_t planes) {
 #if defined(RT_SIMD) && VW == 16
-  if (!path_ok(path)) return -1;
+  if (!path_ok(path) || planes < 1 || planes > 2) return -1;
   if (m <= 0 || n <= 0) return 0;
   const int64_t kb = (k + 63) / 64, kp = kb * 64, panels = (n + QNR - 1) / QNR;
-  const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
-  const int64_t chunks = (blocks + Q8_CHUNK - 1) / Q8_CHUNK;
+  const int64_t mp = (m + 15) / 16 * 16, blocks = planes * mp / 16;  // quantized row blocks
+  const int64_t chunks = (blocks + Q8_CHUNK - 1) / Q8_CHUNK;  // (even: a pair stays together)
   const int32_t* sums = (const int32_t*)(wp + panels * kb * 2048);
-  float* xs = (float*)rt_row_scratch((size_t)(mp * kp + mp * 4));
+  float* xs = (float*)rt_row_scratch((size_t)(planes * mp * (kp + 4)));
   if (!xs) return -2;
-  int8_t* xq = (int8_t*)(xs + mp);  // mp * 4 bytes in: 64-byte aligned (mp % 16 == 0)
-  quantize_rows(x, ldx, m, k, xq, xs, mp, kp);
+  int8_t* xq = (int8_t*)(xs + planes * mp);  // 64-byte aligned (mp % 16 == 0)
+  quantize_rows(x, ldx, m, k, xq, xs, mp, kp, (int)planes);
 #pragma omp parallel if (chunks * panels > 1 && m * n * k > 32768)
   {
 #if defined(HAVE_AMX_Q8)
@@ -234,24 +261,29 @@ int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8
       const int8_t* pw = wp + p * kb * 2048;
       const int64_t r_end = (c + 1) * Q8_CHUNK < blocks ? (c + 1) * Q8_CHUNK : blocks;
       for (int64_t r = c * Q8_CHUNK; r < r_end; r += 2) {
-        const int two = r + 1 < r_end;
+        const int two = r + 1 < r_end;  // always, with two planes (blocks is even)
 #if defined(HAVE_AMX_Q8)
         if (path == 2) {
           amx_blocks(xq + r * 16 * kp, kp, kb, pw, two, blk, blk2);
         } else
 #endif
         {
-          const int64_t live = m - r * 16;
+          const int64_t live = m - (r / planes) * 16, live2 = m - ((r + 1) / planes) * 16;
           vnni_block(xq + r * 16 * kp, kp, kb, pw, sums + p * QNR, live < 16 ? (int)live : 16,
                      blk);
-          if (two) {
-            const int64_t live2 = m - (r + 1) * 16;
+          if (two)
             vnni_block(xq + (r + 1) * 16 * kp, kp, kb, pw, sums + p * QNR,
                        live2 < 16 ? (int)live2 : 16, blk2);
-          }
         }
-        write_rows(blk, xs, ws, y, ldy, r * 16, m, p * QNR, n, bias);
-        if (two) write_rows(blk2, xs, ws, y, ldy, (r + 1) * 16, m, p * QNR, n, bias);
+        const int64_t col = p * QNR;
+        if (planes == 2) {  // blocks r, r + 1: the two planes of row block r / 2
+          write_rows(blk, xs + r * 16, blk2, xs + (r + 1) * 16, ws, y, ldy, r / 2 * 16, m, col,
+                     n, bias);
+          continue;
+        }
+        write_rows(blk, xs + r * 16, 0, 0, ws, y, ldy, r * 16, m, col, n, bias);
+        if (two)
+          write_rows(blk2, xs + (r + 1) * 16, 0, 0, ws, y, ldy, (r + 1) * 16, m, col, n, bias);
       }
     }
 #if defined(HAVE_AMX_Q8)
@@ -261,7 +293,7 @@ int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8
   return 0;
 #else
   (void)x, (void)ldx, (void)m, (void)k, (void)wp, (void)ws, (void)n, (void)bias, (void)y;
-  (void)ldy, (void)path;
+  (void)ldy, (void)path, (void)planes;
   return -1;
 #endif
 }

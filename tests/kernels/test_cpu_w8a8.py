@@ -1,8 +1,9 @@
-"""W8A8 int8 linear layers (radixrt/model/cpu/w8a8.py, csrc/cpu/gemm_q8a8.c) on every path this
-CPU has (AMX-INT8 tiles, AVX-512 VNNI), each forced: the kernel equals its torch definition
-(rows quantized per row, exact int32 sums), stays within 3% (relative Frobenius error) of
-float32, the guard times it against weight-only int8 and a tiny model's prompt logprobs stay
-close to float32's with either path or none (weight-only)."""
+"""int8 x int8 linear layers (radixrt/model/cpu/w8a8.py, csrc/cpu/gemm_q8a8.c) on every path
+this CPU has (AMX-INT8 tiles, AVX-512 VNNI), each forced, with one activation plane (w8a8) or
+two (int8): the kernel equals its torch definition (rows quantized per row, exact int32
+sums), stays within 3% / 2% (relative Frobenius error) of float32, the guard times it against
+weight-only int8, and a tiny model's prompt logprobs stay close to float32's on either path
+or none (weight-only)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,11 @@ def test_each_variant_reports_its_paths(isa: str, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize(("isa", "path"), VARIANT_PATHS)
-@pytest.mark.parametrize("m", [1, 5, 16, 17, 33, 200])
-@pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (40, 600)])
+@pytest.mark.parametrize("planes", [1, 2])
+@pytest.mark.parametrize("m", [1, 5, 17, 200])
+@pytest.mark.parametrize(("n", "k"), [(70, 33), (576, 1536), (40, 600)])
 def test_w8a8_matches_its_definition_and_float32(
-    isa: str, path: str, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch
+    isa: str, path: str, planes: int, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
     torch.manual_seed(m * 1000 + n + k)
@@ -67,14 +69,14 @@ def test_w8a8_matches_its_definition_and_float32(
         x[m // 2] = 0.0  # an all-zero row: its output is the bias
         x[1, 0] = 40.0  # an outlier: its row's scale alone grows
     q8, scale = ck.pack_weight_int8(w)
-    got = w8a8.linear(x, w8a8.pack(q8, n, k), scale, n, b, path)
-    want, exact = w8a8.linear_ref(x, w, b)
+    got = w8a8.linear(x, w8a8.pack(q8, n, k), scale, n, b, path, planes)
+    want, exact = w8a8.linear_ref(x, w, b, planes)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     if special:
         torch.testing.assert_close(got[m // 2], b)
     rows = [i for i in range(m) if i not in special]
     err = (got[rows] - exact[rows]).norm() / (exact[rows] - b).norm()
-    assert err < 0.03, err
+    assert err < (0.03 if planes == 1 else 0.02), err  # the weights' rounding: about 0.007
 
 
 def test_bad_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,16 +100,19 @@ def test_the_guard_times_w8a8_against_weight_only(
         shapes = Shapes.of(e.scheduler.runner.model)
     best = w8a8.best_path()
     assert best is not None
-    plan = guard.plan_for("auto", shapes, fixed=guard.LINEAR_OPS, w8a8=best)
-    assert plan.w8a8 == best and guard.LINEAR_OPS <= plan.kernels
+    plan = guard.plan_for("auto", shapes, fixed=guard.LINEAR_OPS, w8a8=best, a8_planes=2)
+    assert plan.w8a8 == best and plan.a8_planes == 2 and guard.LINEAR_OPS <= plan.kernels
     for op in ("w8a8_decode", "w8a8_prefill"):
         t_a8, t_wo = plan.timings[op]
         assert (op in plan.kernels) == (t_a8 < t_wo)
     assert "int8 linear layers: decode " in plan.summary()
-    assert guard.plan_for("auto", shapes, fixed=guard.LINEAR_OPS, w8a8=best) == plan  # kept
+    kept = guard.plan_for("auto", shapes, fixed=guard.LINEAR_OPS, w8a8=best, a8_planes=2)
+    assert kept == plan and kept.a8_planes == 2
+    one = guard.plan_path(plan.isa, shapes, guard.LINEAR_OPS, best, 1)
+    assert one != guard.plan_path(plan.isa, shapes, guard.LINEAR_OPS, best, 2)
     on = guard.plan_for("on", shapes, fixed=guard.LINEAR_OPS, w8a8=best)
     assert {"w8a8_decode", "w8a8_prefill"} <= on.kernels
-    assert f"W8A8 int8 x int8 on {best.upper()}" in on.summary()
+    assert f"prefill int8 x int8 on {best.upper()}" in on.summary()
 
 
 PROMPT = "The history of the city begins with a small settlement by the river, " * 3
@@ -118,9 +123,12 @@ def _prompt_logprobs(out: dict) -> torch.Tensor:
     return torch.tensor([x[0] for x in out["meta_info"]["input_token_logprobs"][1:]])
 
 
-@pytest.mark.parametrize("path", [*w8a8.PATHS, "none"])
+@pytest.mark.parametrize(
+    ("quantization", "path"),
+    [("int8", p) for p in (*w8a8.PATHS, "none")] + [("w8a8", p) for p in w8a8.PATHS],
+)
 def test_tiny_model_stays_close_to_float32(
-    path: str, tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch
+    quantization: str, path: str, tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if path != "none" and path not in w8a8.paths():
         pytest.skip(f"no {path} W8A8 path on this CPU")
@@ -129,12 +137,13 @@ def test_tiny_model_stays_close_to_float32(
         ref = e.generate(PROMPT, params)
     monkeypatch.setenv(w8a8.PATH_ENV, path)
     with Engine(
-        str(tiny_llama_path), max_total_tokens=1024, quantization="w8a8", cpu_kernels="on"
+        str(tiny_llama_path), max_total_tokens=1024, quantization=quantization, cpu_kernels="on"
     ) as e:
         linears = [m for m in e.scheduler.runner.model.modules() if isinstance(m, PackedLinear)]
         assert linears and all(m.w8a8 == ("" if path == "none" else path) for m in linears)
+        assert all(m.a8_planes == (2 if quantization == "int8" else 1) for m in linears)
         out = e.generate(PROMPT, params)
     assert len(out["output_ids"]) == 4
     lp, lr = _prompt_logprobs(out), _prompt_logprobs(ref)
     assert len(lp) == len(lr) > 16  # a prefill-sized call
-    assert (lp - lr).abs().max() < 0.15, (lp - lr).abs().max()
+    assert (lp - lr).abs().max() < (0.15 if quantization == "w8a8" else 0.1), (lp - lr).abs().max()

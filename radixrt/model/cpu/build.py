@@ -83,7 +83,7 @@ SIGNATURES: dict[str, list] = {
     "rt_q8a8_packed_size": [_I, _I],
     "rt_pack_q8a8": [_P, _I, _I, _P],
     "rt_q8a8_path": [],
-    "rt_linear_q8a8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I, _I],
+    "rt_linear_q8a8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I, _I, _I],
     "rt_bf16_packed_size": [_I, _I],
     "rt_pack_bf16": [_P, _I, _I, _P],
     "rt_unpack_bf16": [_P, _I, _I, _P],

@@ -65,6 +65,7 @@ class KernelPlan:
     # (W8A8, weight-only int8).
     timings: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
     w8a8: str = ""  # the W8A8 path of the int8 ops in `kernels` ("amx", "vnni"), else ""
+    a8_planes: int = 1  # activation planes of the W8A8 ops (w8a8.linear)
 
     def uses(self, op: str) -> bool:
         return op in self.kernels
@@ -100,7 +101,8 @@ class KernelPlan:
         parts = []
         for op, size in zip(INT8_OPS, ("decode", "prefill")):
             if op in self.kernels:
-                parts.append(f"{size} W8A8 int8 x int8 on {self.w8a8.upper()}")
+                planes = " (two activation planes)" if self.a8_planes == 2 else ""
+                parts.append(f"{size} int8 x int8{planes} on {self.w8a8.upper()}")
             else:
                 parts.append(f"{size} weight-only int8 (float32 arithmetic)")
             t_a8, t_wo = self.timings.get(op, (0.0, 0.0))
@@ -109,12 +111,17 @@ class KernelPlan:
 
 
 def plan_for(
-    mode: str, shapes: Shapes, fixed: frozenset[str] = frozenset(), w8a8: str | None = None
+    mode: str,
+    shapes: Shapes,
+    fixed: frozenset[str] = frozenset(),
+    w8a8: str | None = None,
+    a8_planes: int = 1,
 ) -> KernelPlan:
     """The plan of `mode` for a model of these shapes (the library must be available); the
     ops in `fixed` run on the kernels whatever the mode (int8 linear layers: there is no
     torch op to time them against). `w8a8`: the W8A8 path int8 layers may take (None: none),
-    timed against weight-only int8 ("auto") or taken at every size ("on")."""
+    with `a8_planes` activation planes, timed against weight-only int8 ("auto") or taken at
+    every size ("on")."""
     if mode not in MODES:
         raise ValueError(f"cpu_kernels must be one of {MODES}, got {mode!r}")
     if mode == "off":  # (ModelConfig refuses int8, the one user of `fixed`, with "off")
@@ -123,8 +130,8 @@ def plan_for(
     ops = frozenset(OPS) if ck.has_extend_attention() else frozenset(OPS) - {"extend_attention"}
     int8_ops = frozenset(INT8_OPS) if w8a8 else frozenset()
     if mode == "on":
-        return KernelPlan(isa, ops | int8_ops, w8a8=w8a8 or "")
-    path = plan_path(isa, shapes, fixed, w8a8)
+        return KernelPlan(isa, ops | int8_ops, w8a8=w8a8 or "", a8_planes=a8_planes)
+    path = plan_path(isa, shapes, fixed, w8a8, a8_planes)
     cached = _read(path, ops | int8_ops)
     if cached is not None:
         return cached
@@ -132,17 +139,21 @@ def plan_for(
     timings = time_ops(shapes, ops - fixed, DECODE_ROWS)
     kept = frozenset(op for op, (tk, tt) in timings.items() if tk <= tt * TIE) | fixed
     if w8a8:  # W8A8 against weight-only int8: kept only where faster (no tie to break)
-        int8_timings = time_w8a8(shapes, int8_ops, w8a8, DECODE_ROWS)
+        int8_timings = time_w8a8(shapes, int8_ops, w8a8, a8_planes, DECODE_ROWS)
         kept |= frozenset(op for op, (ta, tw) in int8_timings.items() if ta < tw)
         timings.update(int8_timings)
-    plan = KernelPlan(isa, kept, timings, w8a8 or "")
+    plan = KernelPlan(isa, kept, timings, w8a8 or "", a8_planes)
     _write(path, plan)
     logger.info("CPU kernels timed against torch in %.1f s: %s", time.perf_counter() - t0, path)
     return plan
 
 
 def plan_path(
-    isa: str, shapes: Shapes, fixed: frozenset[str] = frozenset(), w8a8: str | None = None
+    isa: str,
+    shapes: Shapes,
+    fixed: frozenset[str] = frozenset(),
+    w8a8: str | None = None,
+    a8_planes: int = 1,
 ) -> Path:
     """Where the plan for this machine, library, torch and model shapes is kept."""
     cc = cpu_build.compiler() or ""
@@ -159,7 +170,7 @@ def plan_path(
         "tie": TIE,
     }
     if w8a8:
-        key["w8a8"] = w8a8
+        key["w8a8"], key["a8_planes"] = w8a8, a8_planes
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
     return cache / "kernels" / "plans" / f"{isa}-{digest}.json"
@@ -172,12 +183,12 @@ def _read(path: Path, ops: frozenset[str]) -> KernelPlan | None:
         kernels = frozenset(data["kernels"])
         timings = {op: (float(t[0]), float(t[1])) for op, t in data["timings"].items()}
         isa = str(data["isa"])
-        w8a8 = str(data.get("w8a8", ""))
+        w8a8, planes = str(data.get("w8a8", "")), int(data.get("a8_planes", 1))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     if not kernels <= ops:
         return None
-    return KernelPlan(isa, kernels, timings, w8a8)
+    return KernelPlan(isa, kernels, timings, w8a8, planes)
 
 
 def _write(path: Path, plan: KernelPlan) -> None:
@@ -187,6 +198,7 @@ def _write(path: Path, plan: KernelPlan) -> None:
         "timings": {op: list(t) for op, t in plan.timings.items()},
         "cpu": cpu_build.cpu_model(),
         "w8a8": plan.w8a8,
+        "a8_planes": plan.a8_planes,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,20 +15,20 @@ from radixrt.model.cpu.timing import PREFILL_ROWS, Pair, Shapes, _race
 INT8_OPS = ("w8a8_decode", "w8a8_prefill")
 
 
-def _pair(w: torch.Tensor, m: int, count: int, path: str) -> Pair:
+def _pair(w: torch.Tensor, m: int, count: int, path: str, planes: int) -> Pair:
     n, k = w.shape
     x = torch.randn(m, k)
     q8, scale = ck.pack_weight_int8(w)
     packed = w8a8.pack(q8, n, k)
     return (
-        lambda: w8a8.linear(x, packed, scale, n, None, path),
+        lambda: w8a8.linear(x, packed, scale, n, None, path, planes),
         lambda: ck.linear(x, q8, n, None, scale),
         count,
     )
 
 
 def time_w8a8(
-    shapes: Shapes, ops: frozenset[str], path: str, decode_rows: int
+    shapes: Shapes, ops: frozenset[str], path: str, planes: int, decode_rows: int
 ) -> dict[str, tuple[float, float]]:
     """(W8A8, weight-only) seconds for each op of `ops` among INT8_OPS."""
     rows = {"w8a8_decode": ((1, decode_rows), True), "w8a8_prefill": ((PREFILL_ROWS,), False)}
@@ -39,7 +39,7 @@ def time_w8a8(
                 continue
             sizes, heads = rows[op]
             pairs = [
-                _pair(shapes.weights[(k, n)], m, count, path)
+                _pair(shapes.weights[(k, n)], m, count, path, planes)
                 for k, n, count, is_head in shapes.linears
                 if heads or not is_head
                 for m in sizes

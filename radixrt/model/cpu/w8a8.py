@@ -59,9 +59,12 @@ def linear(
     n: int,
     bias: torch.Tensor | None = None,
     path: str = "amx",
+    planes: int = 1,
 ) -> torch.Tensor:
     """x (M, K) float32 quantized per row to int8, @ (q8 * scale)^T + bias -> (M, n) float32,
-    `packed` from `pack` and `scale` pack_weight_int8's; on `path` (one of `paths()`)."""
+    `packed` from `pack` and `scale` pack_weight_int8's; on `path` (one of `paths()`). With
+    `planes` 2 x's rounding residual is quantized and multiplied too (about 14 bits of x, at
+    twice the int8 products)."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         raise ValueError("x must be float32 with contiguous rows")
     m, k = x.shape
@@ -70,27 +73,38 @@ def linear(
     y = torch.empty(m, n, dtype=torch.float32)
     rc = ck.lib().rt_linear_q8a8(
         x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), scale.data_ptr(), n,
-        None if bias is None else bias.data_ptr(), y.data_ptr(), n, PATHS.get(path, 0),
+        None if bias is None else bias.data_ptr(), y.data_ptr(), n, PATHS.get(path, 0), planes,
     )  # fmt: skip
     if rc == -1:
-        raise ValueError(f"W8A8 path {path!r} does not run here (runs {paths()})")
+        raise ValueError(f"W8A8 path {path!r} with {planes} planes does not run here ({paths()})")
     if rc != 0:
         raise MemoryError("rt_linear_q8a8: no memory for the quantized rows")
     return y
 
 
+def _quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 values as float, scale per row) of x as the kernel rounds it."""
+    amax = x.abs().amax(1, keepdim=True)
+    q = torch.where(amax > 0, (x * (127 / amax)).round(), 0)
+    return q, (amax / 127)[:, 0]
+
+
 def linear_ref(
-    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, planes: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(W8A8 result, float32 result) in torch for x (M, K) and a float weight w (N, K): the
-    weight quantized per column and x per row as the kernel does, products summed exactly
-    (in float64: |sums| < 2^53), scaled; the second is plain float32 x @ w^T + bias."""
+    weight quantized per column and x per row (and its residual, with two planes) as the
+    kernel does, products summed exactly (in float64: |sums| < 2^53), scaled; the second is
+    plain float32 x @ w^T + bias."""
     ws = w.abs().amax(1).clamp_min(0) / 127
     wq = torch.where(ws[:, None] > 0, (w / ws[:, None]).round().clamp(-127, 127), 0)
     ws = torch.where(ws > 0, ws, 1.0)
-    xs = x.abs().amax(1) / 127
-    xq = torch.where(xs[:, None] > 0, (x * (127 / x.abs().amax(1, keepdim=True))).round(), 0)
-    y = (xq.double() @ wq.double().t()).float() * xs[:, None] * ws
+    xq, xs = _quantize(x)
+    y = (xq.double() @ wq.double().t()).float() * xs[:, None]
+    if planes == 2:
+        rq, rs = _quantize(torch.addcmul(x, xq, xs[:, None], value=-1))
+        y = y + (rq.double() @ wq.double().t()).float() * rs[:, None]
+    y = y * ws
     ref = x @ w.t()
     if bias is not None:
         y, ref = y + bias, ref + bias
