@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantization",
         choices=QUANTIZATIONS,
         default=None,
-        help="int8: weight-only int8 linear layers (the roofline counts their bytes)",
+        help="int8: weight-only int8 linear layers, w8a8: with int8 activations where the "
+        "guard measures it faster (the roofline counts the weights' bytes)",
     )
     p.add_argument(
         "--dtype",

@@ -29,6 +29,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "bfloat16": {"dtype": "bfloat16"},
     "bfloat16-torch": {"dtype": "bfloat16", "cpu_kernels": "off"},
     "int8": {"dtype": "float32", "quantization": "int8"},
+    "w8a8": {"dtype": "float32", "quantization": "w8a8"},
     "kv-bf16": {"dtype": "float32", "kv_cache_dtype": "bfloat16"},
     "bfloat16+kv-bf16": {"dtype": "bfloat16", "kv_cache_dtype": "bfloat16"},
     "kv-fp8-e4m3": {"dtype": "float32", "kv_cache_dtype": "fp8_e4m3"},

@@ -33,6 +33,19 @@ int rt_amx_ready(void);
 void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                     int64_t n, const float* bias, float* y, int64_t ldy);
 
+// W8A8 int8 (gemm_q8a8.c): wp holds rt_q8a8_packed_size(n, k) bytes <- rt_pack_q8's panels
+// q8 re-laid for AMX-INT8 / VNNI (and column sums). rt_linear_q8a8: y = x quantized per row
+// to int8 (symmetric; planes 2: and its rounding residual) @ (wq * scale)^T + bias, int32
+// sums; path 2 AMX tiles, 1 AVX-512 VNNI
+// (returns 0; -1 for a path this library does not run here, -2 out of memory, y then left as
+// it was). rt_q8a8_path: the best path here, 0 when none.
+int64_t rt_q8a8_packed_size(int64_t n, int64_t k);
+void rt_pack_q8a8(const int8_t* q8, int64_t n, int64_t k, int8_t* wp);
+int rt_q8a8_path(void);
+int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_t* wp,
+                   const float* scale, int64_t n, const float* bias, float* y, int64_t ldy,
+                   int64_t path, int64_t planes);
+
 // Per row of x (t, h): with residual, residual += x and x = rmsnorm(residual) * w; without,
 // x = rmsnorm(x) * w. In place.
 void rt_rmsnorm_f32(float* x, int64_t ldx, float* residual, int64_t ldr, const float* w,

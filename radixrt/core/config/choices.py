@@ -10,9 +10,11 @@ KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "fp8_e4m3", "fp8_e5m2")
 # radixrt/model/cpu/guard.py: auto times each C kernel against torch once per machine
 # and keeps the faster.
 CPU_KERNEL_MODES = ("auto", "on", "off")
-# Weight-only quantization at load, from float checkpoints
-# (CPU kernels; radixrt/model/cpu/layers.py).
-QUANTIZATIONS = ("int8",)
+# Quantization at load, from float checkpoints (CPU kernels; radixrt/model/cpu/layers.py):
+# int8 weights (one scale per output column), times float32 activations or, where the guard
+# measures AMX-INT8 / VNNI faster, times activations quantized per token to two int8 planes
+# (x and its rounding residual); w8a8 the same with one plane (faster, less precise).
+QUANTIZATIONS = ("int8", "w8a8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # The names radixrt.grammar's registry knows (a test keeps the two equal); the first is the

@@ -70,12 +70,14 @@ class ModelConfig:
                 )
             if self.device == "cuda" or self.dtype not in ("auto", "float32"):
                 raise ValueError(
-                    "quantization int8 runs on radixrt's CPU kernels: it needs the CPU and "
+                    f"quantization {self.quantization} runs on radixrt's CPU kernels: it needs "
+                    "the CPU and "
                     f"float32 activations (device {self.device!r}, dtype {self.dtype!r})"
                 )
             if self.cpu_kernels == "off":
                 raise ValueError(
-                    "quantization int8 runs on radixrt's CPU kernels: not with cpu_kernels='off'"
+                    f"quantization {self.quantization} runs on radixrt's CPU kernels: not with "
+                    "cpu_kernels='off'"
                 )
         if self.cuda_graph_max_bs < 1:
             raise ValueError(f"cuda_graph_max_bs must be >= 1, got {self.cuda_graph_max_bs}")

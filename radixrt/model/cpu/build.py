@@ -2,7 +2,8 @@
 and load the one for this CPU with ctypes.
 
 The kernels are written once against csrc/cpu/simd.h and built per ISA variant: "amx"
-(AVX-512 plus AMX-BF16 tiles for bfloat16 linear layers; Xeons since Sapphire Rapids),
+(AVX-512 plus AMX-BF16 tiles for bfloat16 linear layers and AMX-INT8 tiles for W8A8 int8
+ones; Xeons since Sapphire Rapids),
 "avx512" (AVX-512F/DQ/BW/VL), "avx2" (AVX2 + FMA) and "portable" (no vector intrinsics; the
 only one off x86). A process uses the best variant its CPU runs (`supported_isas()[0]`), or the one
 $RADIXRT_CPU_ISA names (tests force each variant the CPU supports). A variant that does not
@@ -38,6 +39,7 @@ CPU_SRC_DIR = Path(__file__).resolve().parents[3] / "csrc" / "cpu"
 CPU_SOURCES = (
     "gemm.c",
     "gemm_amx.c",
+    "gemm_q8a8.c",
     "ops_f32.c",
     "attention_f32.c",
     "attention_shared.c",
@@ -53,14 +55,14 @@ ISAS = ("amx", "avx512", "avx2", "portable")  # best first
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
 # Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.
 ISA_CFLAGS = {
-    "amx": (*_AVX512, "-mavx512bf16", "-mamx-tile", "-mamx-bf16"),
+    "amx": (*_AVX512, "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mamx-int8"),
     "avx512": _AVX512,
     "avx2": ("-mavx2", "-mfma", "-mf16c"),
     "portable": (),
 }
 _AVX512_FLAGS = frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma", "f16c"})
 ISA_CPU_FLAGS = {
-    "amx": _AVX512_FLAGS | {"avx512_bf16", "amx_tile", "amx_bf16"},
+    "amx": _AVX512_FLAGS | {"avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"},
     "avx512": _AVX512_FLAGS,
     "avx2": frozenset({"avx2", "fma", "f16c"}),
     "portable": frozenset(),
@@ -78,6 +80,10 @@ SIGNATURES: dict[str, list] = {
     "rt_pack_q8": [_P, _I, _I, _P, _P],
     "rt_linear_q8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "rt_linear_bf16": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
+    "rt_q8a8_packed_size": [_I, _I],
+    "rt_pack_q8a8": [_P, _I, _I, _P],
+    "rt_q8a8_path": [],
+    "rt_linear_q8a8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I, _I, _I],
     "rt_bf16_packed_size": [_I, _I],
     "rt_pack_bf16": [_P, _I, _I, _P],
     "rt_unpack_bf16": [_P, _I, _I, _P],
@@ -139,6 +145,9 @@ RESTYPES = {
     **{"rt_extend_attention_f32" + kv: ctypes.c_int for kv in ("", *KV_SUFFIXES)},
     "rt_isa": ctypes.c_char_p,
     "rt_bf16_packed_size": ctypes.c_int64,
+    "rt_q8a8_packed_size": ctypes.c_int64,
+    "rt_q8a8_path": ctypes.c_int,
+    "rt_linear_q8a8": ctypes.c_int,
     "rt_amx_ready": ctypes.c_int,
 }
 

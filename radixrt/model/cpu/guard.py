@@ -7,6 +7,11 @@ twice, at decode sizes (at most DECODE_ROWS rows) and at prefill sizes, and may 
 kernel for one and torch for the other. A kernel is kept unless torch beats it by more than
 TIE (the kernels are what lets a decode layer run as one fused call).
 
+With `--quantization int8` or `w8a8` the linear layers always run int8 kernels; with w8a8,
+where the library has a W8A8 path (w8a8.py: AMX-INT8 tiles or VNNI), the guard times it
+against the weight-only int8 kernel at decode and at prefill sizes (INT8_OPS) and keeps, per
+size, the faster.
+
 The timings run once per machine: the plan is kept as JSON under
 $RADIXRT_CACHE/kernels/plans/, keyed by the CPU's model and flags, the library's variant and
 build, torch's version and thread count, and the shapes (`plan_path`).
@@ -27,6 +32,7 @@ import torch
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu.timing import Shapes, time_ops
+from radixrt.model.cpu.timing_int8 import INT8_OPS, time_w8a8
 
 logger = logging.getLogger("radixrt")
 
@@ -55,8 +61,11 @@ class KernelPlan:
 
     isa: str = "none"
     kernels: frozenset[str] = frozenset()
-    # Per timed op: (kernel, torch) seconds, as measured ("auto" only).
+    # Per timed op: (kernel, torch) seconds, as measured ("auto" only); for INT8_OPS
+    # (W8A8, weight-only int8).
     timings: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
+    w8a8: str = ""  # the W8A8 path of the int8 ops in `kernels` ("amx", "vnni"), else ""
+    a8_planes: int = 1  # activation planes of the W8A8 ops (w8a8.linear)
 
     def uses(self, op: str) -> bool:
         return op in self.kernels
@@ -78,39 +87,74 @@ class KernelPlan:
         speed = [
             f"{op} {t_torch / t_kernel:.2f}x"
             for op, (t_kernel, t_torch) in self.timings.items()
-            if t_kernel > 0
+            if t_kernel > 0 and op not in INT8_OPS
         ]
         line = f"CPU kernels ({self.isa}, {cpu_build.cpu_model()}): kernels for {', '.join(on)}"
         line += f"; torch for {', '.join(off)}" if off else ""
-        return line + (f" (kernel speed-up over torch: {', '.join(speed)})" if speed else "")
+        line += f" (kernel speed-up over torch: {', '.join(speed)})" if speed else ""
+        return line + self._int8_summary()
+
+    def _int8_summary(self) -> str:
+        """The int8 linear layers' path per size, where the plan is an int8 one."""
+        if not LINEAR_OPS <= self.kernels or not (self.w8a8 or self.timings.keys() & INT8_OPS):
+            return ""
+        parts = []
+        for op, size in zip(INT8_OPS, ("decode", "prefill")):
+            if op in self.kernels:
+                planes = " (two activation planes)" if self.a8_planes == 2 else ""
+                parts.append(f"{size} int8 x int8{planes} on {self.w8a8.upper()}")
+            else:
+                parts.append(f"{size} weight-only int8 (float32 arithmetic)")
+            t_a8, t_wo = self.timings.get(op, (0.0, 0.0))
+            parts[-1] += f" ({t_wo / t_a8:.2f}x weight-only)" if t_a8 > 0 else ""
+        return "; int8 linear layers: " + ", ".join(parts) + " (fused decode layers: weight-only)"
 
 
-def plan_for(mode: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> KernelPlan:
+def plan_for(
+    mode: str,
+    shapes: Shapes,
+    fixed: frozenset[str] = frozenset(),
+    w8a8: str | None = None,
+    a8_planes: int = 1,
+) -> KernelPlan:
     """The plan of `mode` for a model of these shapes (the library must be available); the
     ops in `fixed` run on the kernels whatever the mode (int8 linear layers: there is no
-    torch op to time them against)."""
+    torch op to time them against). `w8a8`: the W8A8 path int8 layers may take (None: none),
+    with `a8_planes` activation planes, timed against weight-only int8 ("auto") or taken at
+    every size ("on")."""
     if mode not in MODES:
         raise ValueError(f"cpu_kernels must be one of {MODES}, got {mode!r}")
     if mode == "off":  # (ModelConfig refuses int8, the one user of `fixed`, with "off")
         return KernelPlan()
     isa = ck.isa()
     ops = frozenset(OPS) if ck.has_extend_attention() else frozenset(OPS) - {"extend_attention"}
+    int8_ops = frozenset(INT8_OPS) if w8a8 else frozenset()
     if mode == "on":
-        return KernelPlan(isa, ops)
-    path = plan_path(isa, shapes, fixed)
-    cached = _read(path, ops)
+        return KernelPlan(isa, ops | int8_ops, w8a8=w8a8 or "", a8_planes=a8_planes)
+    path = plan_path(isa, shapes, fixed, w8a8, a8_planes)
+    cached = _read(path, ops | int8_ops)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
     timings = time_ops(shapes, ops - fixed, DECODE_ROWS)
     kept = frozenset(op for op, (tk, tt) in timings.items() if tk <= tt * TIE) | fixed
-    plan = KernelPlan(isa, kept, timings)
+    if w8a8:  # W8A8 against weight-only int8: kept only where faster (no tie to break)
+        int8_timings = time_w8a8(shapes, int8_ops, w8a8, a8_planes, DECODE_ROWS)
+        kept |= frozenset(op for op, (ta, tw) in int8_timings.items() if ta < tw)
+        timings.update(int8_timings)
+    plan = KernelPlan(isa, kept, timings, w8a8 or "", a8_planes)
     _write(path, plan)
     logger.info("CPU kernels timed against torch in %.1f s: %s", time.perf_counter() - t0, path)
     return plan
 
 
-def plan_path(isa: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> Path:
+def plan_path(
+    isa: str,
+    shapes: Shapes,
+    fixed: frozenset[str] = frozenset(),
+    w8a8: str | None = None,
+    a8_planes: int = 1,
+) -> Path:
     """Where the plan for this machine, library, torch and model shapes is kept."""
     cc = cpu_build.compiler() or ""
     key = {
@@ -125,6 +169,8 @@ def plan_path(isa: str, shapes: Shapes, fixed: frozenset[str] = frozenset()) -> 
         "decode_rows": DECODE_ROWS,
         "tie": TIE,
     }
+    if w8a8:
+        key["w8a8"], key["a8_planes"] = w8a8, a8_planes
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
     return cache / "kernels" / "plans" / f"{isa}-{digest}.json"
@@ -137,11 +183,12 @@ def _read(path: Path, ops: frozenset[str]) -> KernelPlan | None:
         kernels = frozenset(data["kernels"])
         timings = {op: (float(t[0]), float(t[1])) for op, t in data["timings"].items()}
         isa = str(data["isa"])
+        w8a8, planes = str(data.get("w8a8", "")), int(data.get("a8_planes", 1))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     if not kernels <= ops:
         return None
-    return KernelPlan(isa, kernels, timings)
+    return KernelPlan(isa, kernels, timings, w8a8, planes)
 
 
 def _write(path: Path, plan: KernelPlan) -> None:
@@ -150,6 +197,8 @@ def _write(path: Path, plan: KernelPlan) -> None:
         "kernels": sorted(plan.kernels),
         "timings": {op: list(t) for op, t in plan.timings.items()},
         "cpu": cpu_build.cpu_model(),
+        "w8a8": plan.w8a8,
+        "a8_planes": plan.a8_planes,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import w8a8 as w8a8_kernel
 from radixrt.model.cpu.guard import DECODE_ROWS, OPS, KernelPlan
 from radixrt.model.layers.activation import GatedActivation
 from radixrt.model.layers.norm import RMSNorm
@@ -30,6 +31,10 @@ class PackedLinear(nn.Module):
     `weights` is the packed panels' type: "float32" (pack_weight), "bfloat16"
     (pack_weight_bf16: half the bytes, widened in registers) or "int8" (pack_weight_int8:
     weight-only int8 with one scale per output column; always the kernel, whatever the sizes).
+    With int8 weights, `w8a8` names the W8A8 path (w8a8.py) that calls of the sizes in
+    `a8_sizes` ("decode", "prefill") take instead of the weight-only kernel: x quantized per
+    row (`a8_planes` 2: and its rounding residual), int8 x int8 on AMX-INT8 tiles or VNNI;
+    the weight-only panels stay (the fused decode layer reads them).
 
     `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
     the other size runs torch on an (out, in) copy of the weight, kept only then (else the
@@ -44,6 +49,9 @@ class PackedLinear(nn.Module):
         small: bool = True,
         large: bool = True,
         weights: str = "float32",
+        w8a8: str = "",
+        a8_sizes: frozenset[str] = frozenset(),
+        a8_planes: int = 1,
     ) -> None:
         super().__init__()
         if weights not in WEIGHT_TYPES:
@@ -67,6 +75,13 @@ class PackedLinear(nn.Module):
             weight = linear.weight.detach()
             weight = weight.to(torch.bfloat16) if weights == "bfloat16" else weight.float()
         self.register_buffer("weight", weight, persistent=False)
+        self.w8a8 = w8a8 if weights == "int8" and a8_sizes else ""
+        self.a8_small, self.a8_large = "decode" in a8_sizes, "prefill" in a8_sizes
+        self.a8_planes = a8_planes
+        a8 = (
+            None if not self.w8a8 else w8a8_kernel.pack(packed, self.out_features, self.in_features)
+        )
+        self.register_buffer("a8_packed", a8, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -75,6 +90,17 @@ class PackedLinear(nn.Module):
             return self._torch(x)
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
+        if self.w8a8 and (self.a8_small if x2.shape[0] <= DECODE_ROWS else self.a8_large):
+            a8 = w8a8_kernel.linear(
+                x2,
+                self.a8_packed,
+                self.scale,
+                self.out_features,
+                self.bias,
+                self.w8a8,
+                self.a8_planes,
+            )
+            return a8.view(*lead, self.out_features)
         y = ck.linear(x2, self.packed, self.out_features, self.bias, self.scale)
         return y.view(*lead, self.out_features)
 
@@ -136,7 +162,12 @@ def _swap(module: nn.Module, plan: KernelPlan, weights: str) -> nn.Module | None
         small, large = plan.uses("linear_decode"), plan.uses("linear_prefill")
         if weights == "float32" and not (small or large):
             return None  # torch's own layer, as loaded
-        return PackedLinear(module, small, large, weights)  # type: ignore[arg-type]
+        a8 = frozenset(
+            size
+            for size, op in (("decode", "w8a8_decode"), ("prefill", "w8a8_prefill"))
+            if plan.uses(op)
+        )
+        return PackedLinear(module, small, large, weights, plan.w8a8, a8, plan.a8_planes)  # type: ignore[arg-type]
     if kind is RMSNorm and plan.uses("rmsnorm"):
         return CpuRMSNorm(module)  # type: ignore[arg-type]
     if kind is GatedActivation and module.name == "silu" and plan.uses("silu_mul"):  # type: ignore[attr-defined]

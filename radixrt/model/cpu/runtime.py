@@ -89,16 +89,19 @@ def init_cpu_kernels(
     config.cpu_kernels plans them (radixrt/model/cpu/guard.py); returns the plan (`KernelPlan()`,
     all torch, for other dtypes, "off", or a library that does not build). With
     config.quantization "int8" every linear layer is quantized and runs the int8 kernel
-    (ValueError where the kernels cannot run); with `bf16_weights` (see `bf16_on_kernels`)
+    (ValueError where the kernels cannot run), at the sizes where the guard measures it
+    faster the int8 x int8 kernel (w8a8.py: two activation planes for "int8", one for
+    "w8a8"); with `bf16_weights` (see `bf16_on_kernels`)
     every linear layer holds bfloat16 weights, on the kernel or on torch's bfloat16 matmul
     per size as the plan says; the attention kernels are timed over a `kv_dtype` pool. Logs
     one line: the ISA and which ops run on which path."""
     from radixrt.model.cpu import kernels as ck
+    from radixrt.model.cpu import w8a8
     from radixrt.model.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
     from radixrt.model.cpu.layers import use_cpu_kernels
     from radixrt.model.cpu.timing import Shapes
 
-    int8 = config.quantization == "int8"
+    int8 = config.quantization in ("int8", "w8a8")
     if int8 and (dtype != torch.float32 or not ck.available()):
         raise ValueError(
             f"--quantization int8 runs on radixrt's CPU kernels, which need float32 "
@@ -112,7 +115,13 @@ def init_cpu_kernels(
     fixed = LINEAR_OPS if int8 else frozenset()
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
     shapes = Shapes.of(model, bf16_weights, kv_dtype)
-    plan = plan_for(config.cpu_kernels, shapes, fixed=fixed)
+    # int8 x int8 where the library runs it here: int8 with two activation planes (x and its
+    # rounding residual: weight-only's precision), w8a8 with one
+    a8_path = w8a8.best_path() if int8 else None
+    if int8 and a8_path is None:
+        logger.info("no AMX-INT8 or VNNI int8 path here: int8 linear layers weight-only")
+    planes = 2 if config.quantization == "int8" else 1
+    plan = plan_for(config.cpu_kernels, shapes, fixed=fixed, w8a8=a8_path, a8_planes=planes)
     swapped = use_cpu_kernels(model, plan, weights)
     on_tiles = weights == "bfloat16" and plan.isa == "amx"
     logger.info(
