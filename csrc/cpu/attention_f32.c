@@ -72,7 +72,9 @@ void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* 
   const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
   int64_t max_len = 0;
   for (int64_t i = 0; i < b; ++i) max_len = seq_lens[i] > max_len ? seq_lens[i] : max_len;
-  // Request i owns slot out_loc[i]: storing its new K/V races with no other request.
+  // Row i owns slot out_loc[i]: storing its new K/V races with no other row. Every row is
+  // stored before any attends: consecutive rows of one request (a draft being verified, its
+  // seq_lens one apart) read the K/V of the rows before them.
   // k_new == NULL: the new K/V are in the pool already (stored by the caller), out_loc unused.
   for (int64_t i = 0; k_new && i < b; ++i) {
     kv_store_row(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, hkv, d);

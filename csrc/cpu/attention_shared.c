@@ -58,8 +58,20 @@ static int64_t common_slots(const int32_t* a, const int32_t* b, int64_t n) {
   return l;
 }
 
+// Whether request row `row` is already among order[first .. n).
+static int has_row(const int64_t* rows, const int64_t* order, int64_t first, int64_t n,
+                   int64_t row) {
+  for (int64_t t = first; t < n; ++t)
+    if (rows[order[t]] == row) return 1;
+  return 0;
+}
+
 // Groups of requests sharing their first slots; grp[i] = group of request i or -1, pos[i] its
-// index among the group's members. Returns the number of groups (0: nothing shared).
+// index among the group's members. Returns the number of groups (0: nothing shared). A group
+// holds one row per request row at most: the rows of a draft being verified (one request's
+// rows, seq_lens one apart) attend alone, as that request's decode step would, so that their
+// arithmetic is the decode step's whatever the draft (with bfloat16 weights a reordered sum
+// can flip a near-tie).
 static int64_t find_groups(const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                            const int64_t* seq_lens, int64_t b, int64_t* grp, int64_t* pos,
                            int64_t* order, group_t* groups) {
@@ -73,7 +85,7 @@ static int64_t find_groups(const int32_t* req_to_token, int64_t ld_table, const 
     order[n++] = i;
     for (int64_t j = i + 1; j < b && shared >= MIN_SHARED; ++j) {
       const int32_t* rj = req_to_token + rows[j] * ld_table;
-      if (grp[j] != -1 || rj[0] != ri[0]) continue;
+      if (grp[j] != -1 || rj[0] != ri[0] || has_row(rows, order, first, n, rows[j])) continue;
       const int64_t cap = shared < seq_lens[j] - 1 ? shared : seq_lens[j] - 1;
       const int64_t lcp = common_slots(ri, rj, cap);
       if (lcp < MIN_SHARED) continue;

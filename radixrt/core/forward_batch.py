@@ -1,6 +1,8 @@
-"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch, and the slots
-for what higher floors own and the pass reads: the request-to-slot table and KV buffers
-(cache/memory_pool.py) and the attention backend (model/attention/base.py), as Protocols."""
+"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch (a batch of
+short extends after cached prefixes, drafts being verified, becomes a decode batch of one row per
+token where the attention backend decodes such rows), and the slots for what higher floors own
+and the pass reads: the request-to-slot table and KV buffers (cache/memory_pool.py) and the
+attention backend (model/attention/base.py), as Protocols."""
 
 from __future__ import annotations
 
@@ -13,7 +15,12 @@ import torch
 
 class ForwardMode(enum.Enum):
     EXTEND = "extend"  # any mix of prefill chunks and single-token steps
-    DECODE = "decode"  # every request computes exactly one token after a non-empty prefix
+    DECODE = "decode"  # every row computes exactly one token after a non-empty prefix
+
+
+# A request computing at most this many tokens after a cached prefix (a draft being verified,
+# a short chunk) may run as that many decode rows (`ForwardBatch.build`).
+MAX_ROWS_PER_REQUEST = 16
 
 
 class ReqTokenTable(Protocol):
@@ -52,6 +59,11 @@ class KVBuffers(Protocol):
 class AttnBackend(Protocol):
     """`ForwardBatch.attn_backend` (BaseAttnBackend): attention over the batch's KV."""
 
+    @property
+    def decodes_request_rows(self) -> bool:
+        """A decode batch may hold several consecutive rows of one request (its draft)."""
+        ...
+
     def forward(
         self,
         q: torch.Tensor,
@@ -66,11 +78,15 @@ class AttnBackend(Protocol):
 
 @dataclass
 class ForwardBatch:
-    """Packed (ragged) batch: B requests, T = sum(extend_seq_lens) new tokens, no padding.
+    """Packed (ragged) batch: B rows, T = sum(extend_seq_lens) new tokens, no padding.
 
-    Request i computes tokens at positions extend_prefix_lens[i] .. seq_lens[i]-1; their new
+    Row i computes tokens at positions extend_prefix_lens[i] .. seq_lens[i]-1; their new
     K/V go to out_loc[extend_start_loc[i] : extend_start_loc[i] + extend_seq_lens[i]], and
     req_to_token[req_pool_indices[i], :seq_lens[i]] already lists every slot it attends to.
+    A row is a request, except in a decode batch built from short extends: there a request
+    computing e tokens is e consecutive rows sharing its req_to_token row, with seq_lens
+    L+1 .. L+e (causal within its new tokens); every row's K/V is stored before any row
+    attends (the backends' contract), so row j reads the K/V of the rows before it.
     """
 
     mode: ForwardMode
@@ -112,7 +128,15 @@ class ForwardBatch:
         attn_backend: AttnBackend,
         device: torch.device,
     ) -> ForwardBatch:
-        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1."""
+        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1.
+
+        When `attn_backend.decodes_request_rows` and every request extends a non-empty prefix
+        by 1..MAX_ROWS_PER_REQUEST tokens, each request becomes one decode row per token (the
+        packed tokens, positions, slots and logits rows stay as they are)."""
+        if attn_backend.decodes_request_rows and _short_extends(prefix_lens, extend_lens):
+            req_pool_indices = [r for r, e in zip(req_pool_indices, extend_lens) for _ in range(e)]
+            prefix_lens = [p + j for p, e in zip(prefix_lens, extend_lens) for j in range(e)]
+            extend_lens = [1] * len(prefix_lens)
         batch_size = len(extend_lens)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
         positions: list[int] = []
@@ -148,3 +172,11 @@ class ForwardBatch:
             token_to_kv_pool=token_to_kv_pool,
             attn_backend=attn_backend,
         )
+
+
+def _short_extends(prefix_lens: list[int], extend_lens: list[int]) -> bool:
+    """Whether some request extends by several tokens and every one extends a non-empty
+    prefix by at most MAX_ROWS_PER_REQUEST tokens."""
+    return any(e > 1 for e in extend_lens) and all(
+        p > 0 and 1 <= e <= MAX_ROWS_PER_REQUEST for p, e in zip(prefix_lens, extend_lens)
+    )

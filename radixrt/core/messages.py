@@ -107,9 +107,11 @@ class ReqOutMsg(msgspec.Struct, array_like=True):
     # With lower tiers: cached_tokens per tier ("device", "host", "disk") and the load time.
     cached_tokens_by_tier: dict[str, int] = {}
     cache_load_s: float = 0.0
-    # With speculative decoding: tokens drafted for it so far, and those accepted (totals).
+    # With speculative decoding: tokens drafted for it so far, those accepted, and the steps
+    # that sampled for it (totals).
     spec_drafted: int = 0
     spec_accepted: int = 0
+    spec_steps: int = 0
 
 
 class BatchTokenOutMsg(msgspec.Struct, tag=True):

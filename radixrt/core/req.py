@@ -68,12 +68,14 @@ class Req:
     # step to verify (empty: not speculating this step; extend_len is then 1 + len of them,
     # and their KV slots are the request's until the step keeps or frees them), the drafter's
     # per-request state, its draft budget (speculative/guard.py: DraftGuard), and the tokens
-    # drafted and accepted so far (the metric).
+    # drafted and accepted so far, and the steps that sampled for it (a one-token step or a
+    # verification: without speculation one per output token), the metrics.
     draft_ids: list[int] = field(default_factory=list)
     draft_state: DraftIndex | None = None
     draft_guard: DraftBudget | None = None
     spec_drafted: int = 0
     spec_accepted: int = 0
+    sampling_steps: int = 0
 
     @property
     def fill_ids(self) -> list[int]:

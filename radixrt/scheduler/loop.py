@@ -206,6 +206,7 @@ class SchedulerLoop:
             out.pins = req.pin_outcomes
         if req.spec_drafted:
             out.spec_drafted, out.spec_accepted = req.spec_drafted, req.spec_accepted
+            out.spec_steps = req.sampling_steps
         if req.cached_tokens_by_tier:
             out.cached_tokens_by_tier, out.cache_load_s = (
                 req.cached_tokens_by_tier,

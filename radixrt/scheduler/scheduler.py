@@ -287,6 +287,7 @@ class Scheduler:
         speculated: list[tuple[Req, int]] = []  # (request, its first logits row)
         closing = {id(r) for r in self.closing}
         for req, sample, last in zip(batch.reqs, batch.sample_mask, sample_rows):
+            req.sampling_steps += sample
             if req.draft_ids:  # verified below, after the one-token requests are sampled
                 speculated.append((req, row))
                 row += req.extend_len

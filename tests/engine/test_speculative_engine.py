@@ -48,6 +48,10 @@ def test_repeated_text_is_identical_and_accepted(engines) -> None:
     assert meta["spec_accepted_tokens"] > 10, meta
     assert meta["spec_draft_tokens"] >= meta["spec_accepted_tokens"]
     assert "spec_draft_tokens" not in ref["meta_info"]
+    # its speed-up in steps: at least one step per token not accepted from a draft
+    assert meta["completion_tokens"] - meta["spec_accepted_tokens"] <= meta["spec_steps"]
+    assert meta["spec_steps"] < meta["completion_tokens"]
+    assert meta["spec_tokens_per_step"] == round(meta["completion_tokens"] / meta["spec_steps"], 3)
     again = engines[1].generate(REPEAT, params)  # the answer is cached
     assert again["output_ids"] == ref["output_ids"]
     assert again["meta_info"]["spec_accepted_tokens"] > meta["spec_accepted_tokens"]

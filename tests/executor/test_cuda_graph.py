@@ -95,14 +95,13 @@ def test_given_model_must_carry_an_arch_config() -> None:
 
 
 def test_scheduler_around_an_in_memory_model_cache_on_equals_off() -> None:
-    model = _model()
     gen = torch.Generator().manual_seed(1)
     system = torch.randint(0, 512, (40,), generator=gen).tolist()
     prompts = [system + torch.randint(0, 512, (n,), generator=gen).tolist() for n in (3, 9, 5)]
     outs = []
     for radix in (True, False):
         sched = build_scheduler(
-            model,
+            _model(),  # each runner its own: the CPU kernels' swap changes a model in place
             radix_cache=radix,
             graphs=False,
             max_running_requests=4,
@@ -226,7 +225,9 @@ def test_replay_pads_copies_inputs_and_returns_the_real_rows(
 ) -> None:
     model = fake_cuda_graphs.model
     runner = ModelRunner(
-        ModelConfig(device="cpu", context_length=256),
+        # torch ops: the fake graph backend stands in for the attention, which a fused
+        # decode layer (the kernels' plan, timed per machine) would bypass
+        ModelConfig(device="cpu", context_length=256, cpu_kernels="off"),
         CacheConfig(max_total_tokens=2048),
         8,
         model=model,
@@ -268,6 +269,7 @@ def test_scheduler_with_fake_graphs_matches_eager(fake_cuda_graphs: _RecordingMo
             max_running_requests=8,
             max_total_tokens=1024,
             context_length=128,
+            cpu_kernels="off",  # as in the test above: no fused layer bypasses the fake backend
         )
         if graphs:
             _with_fake_graphs(sched.runner, fake_cuda_graphs, max_bs=8)

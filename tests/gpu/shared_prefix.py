@@ -61,6 +61,7 @@ def build_scheduler(
     max_total_tokens: int,
     context_length: int,
     cuda_graph_max_bs: int = 64,
+    cpu_kernels: str = "auto",
 ) -> Scheduler:
     """The scheduler radixrt.scheduler.builder assembles, around an in-memory model."""
     device = next(model.parameters()).device.type
@@ -71,6 +72,7 @@ def build_scheduler(
             context_length=context_length,
             disable_cuda_graph=not graphs,
             cuda_graph_max_bs=cuda_graph_max_bs,
+            cpu_kernels=cpu_kernels,
         ),
         cache,
         max_running_requests,

@@ -204,6 +204,38 @@ def test_decode_attention_over_shared_prefixes_matches_sdpa(
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("prefix", [20, 200, 600])  # (from 1024 keys a lone row splits them)
+def test_rows_of_one_request_attend_as_its_decode_steps(prefix: int) -> None:
+    """A draft being verified: one request's rows with seq_lens one apart (stored first, then
+    attended), next to another request sharing the prefix, match SDPA; alone, each is exactly
+    its own one-row decode (one request's rows never form a shared-prefix group)."""
+    torch.manual_seed(9)
+    hq, hkv, d, e = 9, 3, 64, 5
+    slots = 2 * prefix + 64
+    table = torch.zeros(3, prefix + e + 2, dtype=torch.int32)
+    order = torch.randperm(slots).int()
+    table[1, : prefix + e] = order[: prefix + e]
+    table[2, :prefix] = order[:prefix]  # request 2 shares request 1's prefix
+    table[2, prefix : prefix + 2] = order[prefix + e : prefix + e + 2]
+    rows = torch.tensor([1] * e + [2])
+    lens = torch.tensor([prefix + 1 + j for j in range(e)] + [prefix + 2])
+    out_loc = torch.stack([table[r, n - 1].long() for r, n in zip(rows.tolist(), lens.tolist())])
+    k_buf, v_buf = torch.randn(slots, hkv, d), torch.randn(slots, hkv, d)
+    qkv = torch.randn(e + 1, (hq + 2 * hkv) * d)
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    kb, vb = k_buf.clone(), v_buf.clone()
+    got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
+    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # The K/V are in the pool now. Request 1's rows alone, then each row as its decode step:
+    own = ck.decode_attention(q[:e], None, None, k_buf, v_buf, None, table, rows[:e], lens[:e],
+                              d**-0.5)  # fmt: skip
+    for j in range(e):
+        one = ck.decode_attention(q[j : j + 1], None, None, k_buf, v_buf, None, table,
+                                  rows[j : j + 1], lens[j : j + 1], d**-0.5)  # fmt: skip
+        assert torch.equal(one[0], own[j]), j
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_decode_attention_takes_k_and_v_of_other_layouts(batch: int) -> None:
     """k fresh (rotated by torch), v a view of qkv: one row needs no common stride; more rows

@@ -91,7 +91,9 @@ def test_repeated_request_drafts_from_the_tree(plain, spec) -> None:
     """The same prompt again: its first answer is a cached path, drafted and accepted."""
     _fresh(plain, spec)
     ids = _prompt(4, 30)
-    ref = _run(plain, [_req("a", ids, 30)])["a"]
+    ref_req = _req("a", ids, 30)
+    ref = _run(plain, [ref_req])["a"]
+    assert ref_req.sampling_steps == 30  # one step per token without speculation
     first = _req("a", ids, 30)
     assert _run(spec, [first])["a"] == ref
     again = _req("b", ids, 30)
@@ -99,6 +101,7 @@ def test_repeated_request_drafts_from_the_tree(plain, spec) -> None:
     assert _run(spec, [again])["b"] == ref
     assert again.spec_accepted >= 20  # all but a few tokens came from the tree
     assert spec.stats.forward_passes - passes < 15  # 30 tokens in far fewer steps
+    assert again.sampling_steps == spec.stats.forward_passes - passes  # alone: every pass
 
 
 def test_tree_drafts_stay_in_their_namespace(spec) -> None:

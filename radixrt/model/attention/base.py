@@ -56,6 +56,12 @@ class BaseAttnBackend(ABC):
       layers as one C call each (cpu/fused_layer.py), which attend over the pool and store
       the new K/V exactly as this backend's decode does; the runner decides it once, when it
       builds the model and this backend.
+    - `decodes_request_rows`: True when a decode batch may hold several consecutive rows of
+      one request (ForwardBatch.build makes them of a short extend, e.g. a draft being
+      verified): row j attends over req_to_token[row, :seq_lens[j]] like any decode row, and
+      `forward` (or the fused layer's kernel) stores every row's K/V before any row attends,
+      so each row reads the K/V of its request's rows before it. Else such extends run as
+      extends.
     - `reads_other_kv_dtypes`: True when the pool may hold K/V in another dtype than the
       activations' (--kv-cache-dtype): the backend widens what it reads and attends over
       exactly what the pool holds (new tokens' K/V as rounded by storing them too); else the
@@ -63,6 +69,7 @@ class BaseAttnBackend(ABC):
     """
 
     fuses_cpu_decode_layers: bool = False
+    decodes_request_rows: bool = False
     reads_other_kv_dtypes: bool = False
     supports: frozenset[str] = frozenset()
     reads_window_pool: bool = False

@@ -62,6 +62,9 @@ class TorchNativeAttnBackend(BaseAttnBackend):
     supports = frozenset(LAYER_FEATURES)
     reads_window_pool = True
     reads_other_kv_dtypes = True  # gathers widen to the activations' dtype
+    # Decode rows are gathered per row (req_to_token row, seq_len), after `forward` stored
+    # the whole batch's K/V: rows of one request need nothing more.
+    decodes_request_rows = True
 
     def __init__(
         self,

@@ -9,7 +9,11 @@ A sliding-window layer's decode reads a `KeyView`: per request the slots of its 
 keys, left-aligned in a table built once per pass (and per kind of layer), read through the
 window pool's slot map when the layer's K/V live there; the decode kernel then runs unchanged
 over that table. Its extends pass the window to the extend kernel, with the slots from the
-first key any of the request's rows sees."""
+first key any of the request's rows sees.
+
+A decode batch may hold several rows of one request (ForwardBatch.build splits a verified
+draft into decode rows): the kernel stores every row's K/V before any row attends, so those
+rows, their seq_lens one apart, run on the decode kernel (and the fused layer) unchanged."""
 
 from __future__ import annotations
 

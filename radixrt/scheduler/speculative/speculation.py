@@ -1,13 +1,18 @@
 """Speculation: drafts for decoding requests before a step, and after it the longest drafted
 prefix the model agrees with, plus one token of its own, kept.
 
-A speculating request computes 1 + k tokens in the step's forward pass, as an extend next to
-the other requests': its last sampled token and the k drafted ones, with logits at every
-position. Row j's pick is what a decode step after the first j drafted tokens would sample
-(greedy: its argmax; sampled: a draw from its distribution, rows.py says why that is exact),
-so the drafted tokens are accepted while they equal the row before's pick; the picks are
-emitted one at a time through the finish check, so a stop token, stop string,
-max_new_tokens or the context length ends the output exactly where one-token steps would.
+A speculating request computes 1 + k tokens in the step's forward pass next to the other
+requests': its last sampled token and the k drafted ones, with logits at every position.
+When no request in the step prefills and the attention backend decodes rows of one request
+(CPU kernels, torch_native), the pass is a decode pass of one row per token
+(ForwardBatch.build): row j attends over the request's slots up to its own position, so a
+verifying step stays on the fused decode path; otherwise the request runs as an extend.
+
+Row j's pick is what a decode step after the first j drafted tokens would sample (greedy:
+its argmax; sampled: a draw from its distribution, rows.py says why that is exact), so the
+drafted tokens are accepted while they equal the row before's pick; the picks are emitted
+one at a time through the finish check, so a stop token, stop string, max_new_tokens or the
+context length ends the output exactly where one-token steps would.
 
 Grammars: a constrained request's draft is cut to its longest prefix the grammar allows
 (within the token budget), and row j is sampled under the mask a decode step would use after
@@ -16,9 +21,11 @@ picks advance the grammar one by one; jump-forward runs only after the last of t
 would after a one-token step.
 
 Draft slot ownership: `alloc_for` gives the request slots for all 1 + k positions, like any
-extend (they are the request's). After verification the positions holding tokens of its
-output stay (kv_len moves past them); the slots of the rejected ones are freed in the same
-step, so the pool is whole after every step and no draft slot outlives it.
+extend, written into its own req_to_token row (they are the request's, whether the pass
+runs them as decode rows or an extend; the rows only read that table). After verification
+the positions holding tokens of its output stay (kv_len moves past them); the slots of the
+rejected ones are freed in `_accept`, in the same step, so the pool is whole after every
+step and no draft slot outlives it.
 """
 
 from __future__ import annotations

@@ -37,9 +37,11 @@ class ReqOutput:
     # With lower KV tiers: cached_tokens per tier ("device", "host", "disk"), load seconds.
     cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
     cache_load_s: float = 0.0
-    # Speculative decoding: tokens drafted for it and accepted so far (0: none drafted).
+    # Speculative decoding: tokens drafted for it and accepted so far, and the steps that
+    # sampled for it (0: none drafted).
     spec_drafted: int = 0
     spec_accepted: int = 0
+    spec_steps: int = 0
     pins: list[PinOutcome] = field(default_factory=list)  # set when it finishes
     finish_reason: FinishReason | None = None
     # n > 1 with input logprobs: the sample of the same prompt that computes them (fan_out).
@@ -70,6 +72,7 @@ class ReqOutput:
             )
         if out.spec_drafted:
             self.spec_drafted, self.spec_accepted = out.spec_drafted, out.spec_accepted
+            self.spec_steps = out.spec_steps
         if out.finish is None:
             return []
         self.pins = list(out.pins)
