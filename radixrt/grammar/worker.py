@@ -38,6 +38,7 @@ class WorkerArgs(msgspec.Struct, frozen=True):
     vocab_size: int
     eos_token_ids: list[int]
     log_level: str = "info"  # a logging level name
+    branch_cache_bytes: int | None = None  # SchedulerConfig.grammar_branch_cache_mb; None: default
 
 
 class CheckReqMsg(msgspec.Struct, tag=True):
@@ -93,7 +94,9 @@ def main(argv: list[str]) -> None:
     from radixrt.model.families.loader import load_tokenizer  # imports torch: only in the worker
 
     tokenizer = load_tokenizer(Path(args.model_path))
-    backend = create_grammar_backend(args.backend, tokenizer, args.vocab_size, args.eos_token_ids)
+    backend = create_grammar_backend(
+        args.backend, tokenizer, args.vocab_size, args.eos_token_ids, args.branch_cache_bytes
+    )
     encoder = msgspec.msgpack.Encoder()
     _send(out, encode_frame(encoder, WorkerReadyMsg(os.getpid())))
     while True:

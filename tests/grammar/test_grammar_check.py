@@ -247,3 +247,18 @@ def test_compiler_bounds_pending_compiles() -> None:
     assert [f.result(5) for f in futures] == ["0", "1", "2"]
     assert compiler.compile(GrammarSpec("regex", "3")) == "3"
     compiler.shutdown()
+
+
+def test_the_workers_get_the_branch_cache_bound(tiny_llama_path: Path) -> None:
+    """`--grammar-branch-cache-mb` reaches the check workers' backend, not only the scheduler's."""
+    import msgspec
+
+    from radixrt.grammar.worker import WorkerArgs
+
+    config = SchedulerConfig(grammar_backend="auto", grammar_branch_cache_mb=7)
+    ready = ReadyMsg(str(tiny_llama_path), 512, 0, 512, VOCAB, "cpu", "float32")
+    checker = GrammarChecker(config, None, ready)
+    slot = checker._pool()[0]  # built, not started: no process yet
+    args = msgspec.json.decode(slot._argv[-1], type=WorkerArgs)
+    assert args.branch_cache_bytes == 7 * 2**20
+    assert args.backend == "auto"

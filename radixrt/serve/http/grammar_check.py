@@ -185,6 +185,7 @@ class GrammarChecker:
                 vocab_size=ready.vocab_size,
                 eos_token_ids=eos_token_ids(Path(ready.model_path), tokenizer),
                 log_level=logging.getLevelName(logger.getEffectiveLevel()).lower(),
+                branch_cache_bytes=config.grammar_branch_cache_mb * 2**20,
             )
             argv = [
                 sys.executable,
