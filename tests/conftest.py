@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _give_memory_back_after_each_module() -> Iterator[None]:
+    """After a module's fixtures are gone, collect cycles and hand freed heap back to the OS:
+    the suite runs in one process, and models freed but kept by the allocator add up (a run
+    of the whole suite grew past 13 GB without this)."""
+    yield
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:  # not glibc
+            pass
 
 
 @pytest.fixture(scope="session")
