@@ -59,8 +59,8 @@ _HELP = {
     "kernel timed against torch once per machine and the faster kept",
     "quantization": "int8: int8 linear layers (per-output-channel scales) quantized at load, "
     "on the CPU kernels, times float32 activations or, where the guard measures AMX-INT8/VNNI "
-    "faster, activations as two int8 planes per token; w8a8: one plane (faster; perplexity "
-    "+4% against int8's +0.14%: docs/benchmarks.md section 8)",
+    "faster, activations as two int8 planes per token; w8a8: one plane (faster; "
+    "perplexity about +4 percent, int8 +0.14: docs/benchmarks.md section 8)",
     "context_length": "max tokens per request; None: the model's",
     "attention_backend": "None: the best available for the device",
     "tp_size": "tensor-parallel ranks: each holds 1/tp of the heads, MLP rows and KV heads",
