@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from abc import ABC, abstractmethod
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,10 +44,11 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class BaseContinuations:
+class BaseContinuations(ABC):
     """How a prompt text is tokenized: a kept turn's ids for the longest kept text it starts
     with (or the `known` prefix's, when longer), then the tokenizer's for the rest."""
 
+    @abstractmethod
     def put(
         self,
         owner: str,
@@ -55,11 +57,11 @@ class BaseContinuations:
         output_ids: list[int],
         tokenizer: Any,
     ) -> None:
-        raise NotImplementedError
+        """Keep an answered turn's prompt and output ids under `owner` (the tenant)."""
 
+    @abstractmethod
     def replay(self, owner: str, text: str) -> tuple[int, list[int]] | None:
         """(characters, ids) of the longest kept turn `text` starts with; None if none."""
-        raise NotImplementedError
 
     def head(
         self, owner: str, text: str, known: tuple[str, list[int]] | None = None
