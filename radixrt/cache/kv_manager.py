@@ -91,6 +91,9 @@ class KVCacheManager:
         self.cache.lock(match.last_node)
         req.req_pool_idx, req.last_node = row, match.last_node
         req.kv_len = req.cached_len = n
+        # A draft model's K/V of the device's cached slots is whatever whoever computed them
+        # wrote (its drafter's catch-up); blocks loaded from the tiers have none.
+        req.draft_kv_len = on_device
         self.advance_window(req)
         if not req.output_ids:  # the first admission; a retracted request keeps its metric
             req.cached_tokens = n
@@ -195,7 +198,7 @@ class KVCacheManager:
         self._behind.pop(row, None)
         self.req_to_token_pool.free(row)
         req.req_pool_idx, req.last_node = None, None
-        req.kv_len = req.cached_len = 0
+        req.kv_len = req.cached_len = req.draft_kv_len = 0
 
     def check_whole(self, num_held_by_requests: int = 0) -> None:
         """Raise RuntimeError unless free + evictable + protected + pinned + held == capacity."""

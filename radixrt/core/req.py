@@ -73,6 +73,11 @@ class Req:
     draft_ids: list[int] = field(default_factory=list)
     draft_state: DraftIndex | None = None
     draft_guard: DraftBudget | None = None
+    # With a draft model (speculative/draft_model.py): positions [0, draft_kv_len) of this
+    # request's slots hold the draft model's K/V as far as anyone knows. Set to the device's
+    # cached prefix at admission and to 0 at release (cache/kv_manager.py); moved on by the
+    # drafter. A stale entry below it can cost acceptance, never correctness.
+    draft_kv_len: int = 0
     spec_drafted: int = 0
     spec_accepted: int = 0
     sampling_steps: int = 0

@@ -23,12 +23,15 @@ from radixrt.cache.tiers.spill import SpillToTiers
 from radixrt.cache.tiers.write_through import WriteThrough
 from radixrt.cache.tree_observer import HitCounter
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.executor.draft_runner import DraftRunner
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
 from radixrt.model.families.fingerprint import model_fingerprint
 from radixrt.model.families.loader import eos_token_ids, load_tokenizer
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler
+from radixrt.scheduler.speculative import BaseDrafter
+from radixrt.scheduler.speculative.draft_model import DraftModelDrafter
 from radixrt.scheduler.stop_check import FinishChecker
 
 logger = logging.getLogger("radixrt")
@@ -67,10 +70,11 @@ def assemble_scheduler(
         )
         cache = tree
     kv = KVCacheManager(runner.allocator, runner.req_to_token_pool, cache, tiers)
+    drafter = build_draft_model(runner, scheduler_config)
     if tokenizer is None:
         finish = FinishChecker([], lambda ids: "")
         return Scheduler(runner, kv, finish, scheduler_config, pins=pins, events=events,
-                         evictions=evictions)  # fmt: skip
+                         evictions=evictions, drafter=drafter)  # fmt: skip
     eos = eos_token_ids(runner.model_path, tokenizer)
     finish = FinishChecker(eos, lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     grammar = GrammarQueue(
@@ -79,7 +83,18 @@ def assemble_scheduler(
         jump_forward=not scheduler_config.disable_jump_forward,
         budget=not scheduler_config.disable_grammar_budget,
     )
-    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins, events, evictions)
+    return Scheduler(runner, kv, finish, scheduler_config, grammar, pins, events, evictions,
+                     drafter)  # fmt: skip
+
+
+def build_draft_model(runner: ModelRunner, config: SchedulerConfig) -> BaseDrafter | None:
+    """--speculative-draft-model's drafter over `runner`'s slots (None: not configured);
+    ValueError for a model or setup it cannot draft for."""
+    if config.speculative_draft_model is None:
+        return None
+    draft = DraftRunner(config.speculative_draft_model, runner, config.max_running_requests,
+                        config.speculative_num_draft_tokens)  # fmt: skip
+    return DraftModelDrafter(draft, runner.req_to_token_pool.req_to_token)
 
 
 def observe_tree(

@@ -28,7 +28,7 @@ from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
-from radixrt.scheduler.speculative import build_speculation
+from radixrt.scheduler.speculative import BaseDrafter, build_speculation
 from radixrt.scheduler.stats import SchedulerStats, guarded
 from radixrt.scheduler.stop_check import FinishChecker
 
@@ -50,6 +50,7 @@ class Scheduler:
         pins: BasePinTable | None = None,
         events: BaseKVEvents | None = None,
         evictions: EvictionLog | None = None,
+        drafter: BaseDrafter | None = None,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -81,7 +82,7 @@ class Scheduler:
         self.evictions = evictions or EvictionLog()
         self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
                                              self.stats, self._check_finish_guarded,
-                                             self.grammar)  # fmt: skip
+                                             self.grammar, drafter)  # fmt: skip
 
     # ---- requests in and out -------------------------------------------------------------
 

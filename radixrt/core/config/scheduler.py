@@ -43,6 +43,10 @@ class SchedulerConfig:
     # speculative_ngram_max tokens (then shorter ones down to 1).
     speculative_num_draft_tokens: int = 0
     speculative_ngram_max: int = 4
+    # Draft with a second, smaller model of the same vocabulary (a local HF folder) instead of
+    # by lookup: its greedy continuation, speculative_num_draft_tokens long at most
+    # (scheduler/speculative/draft_model.py); None: lookup drafts.
+    speculative_draft_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running_requests < 1:
@@ -70,6 +74,11 @@ class SchedulerConfig:
         if self.speculative_ngram_max < 1:
             raise ValueError(
                 f"speculative_ngram_max must be >= 1, got {self.speculative_ngram_max}"
+            )
+        if self.speculative_draft_model is not None and self.speculative_num_draft_tokens < 1:
+            raise ValueError(
+                "speculative_draft_model needs speculative_num_draft_tokens >= 1 (the most "
+                "tokens it drafts per request and step)"
             )
         if self.grammar_timeout_s <= 0:
             raise ValueError(f"grammar_timeout_s must be > 0, got {self.grammar_timeout_s}")

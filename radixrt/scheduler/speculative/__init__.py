@@ -2,10 +2,13 @@
 verified in the step's forward pass (speculation.py says how, and who owns the draft slots;
 rows.py why sampled requests keep their exact distribution, and seeded ones their tokens).
 
+Drafts come from a `LookupDrafter`, or with --speculative-draft-model from a second model
+(draft_model.py: `DraftModelDrafter`, its K/V beside the target's in the same slots).
+
 Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
 matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under
-jump-forward); the rest decode one token per step in the same batch. Not yet: draft trees, a
-draft model, models with sliding-window layers (their window pool), and CUDA graphs for
+jump-forward); the rest decode one token per step in the same batch. Not yet: draft trees,
+models with sliding-window layers (their window pool), and CUDA graphs for
 batches that verify drafts.
 """
 
@@ -28,16 +31,18 @@ logger = logging.getLogger("radixrt")
 
 def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Sampler,
                       context_len: int, stats: SchedulerStats,
-                      check_finish: CheckFinish,
-                      grammar: GrammarQueue | None = None) -> Speculation:  # fmt: skip
-    """The configured speculation: lookup drafts when speculative_num_draft_tokens > 0, else
-    (and with a window pool, not supported yet) none."""
+                      check_finish: CheckFinish, grammar: GrammarQueue | None = None,
+                      drafter: BaseDrafter | None = None) -> Speculation:  # fmt: skip
+    """The configured speculation: when speculative_num_draft_tokens > 0, `drafter` (a draft
+    model's, made where the runner is) or else lookup drafts; otherwise (and with a window
+    pool, not supported yet) none."""
     k = config.speculative_num_draft_tokens
     if k and kv.window.window:
         logger.warning("speculative decoding is off: models with sliding-window layers are "
                        "not speculated yet")  # fmt: skip
         k = 0
-    drafter: BaseDrafter = NoDrafter()
-    if k:
+    if not k:
+        drafter = NoDrafter()
+    elif drafter is None:
         drafter = LookupDrafter(kv.cache, config.speculative_ngram_max)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar)

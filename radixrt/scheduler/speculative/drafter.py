@@ -27,6 +27,11 @@ class BaseDrafter(ABC):
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         """Up to `max_tokens` guessed tokens after req.fill_ids ([]: no guess)."""
 
+    def propose_batch(self, reqs: list[Req], max_tokens: list[int]) -> list[list[int]]:
+        """`propose` for each of a step's drafting requests (a drafter that runs a model
+        drafts them together); each within its own budget (0: no guess)."""
+        return [self.propose(r, n) if n > 0 else [] for r, n in zip(reqs, max_tokens)]
+
 
 class NoDrafter(BaseDrafter):
     """Speculation off: never guesses."""

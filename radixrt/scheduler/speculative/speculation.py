@@ -75,12 +75,15 @@ class Speculation:
 
     def plan(self, decoding: list[Req], spare: int) -> int:
         """Draft for the eligible of `decoding` (each set to extend 1 token) using at most
-        `spare` KV slots beyond their decode step's; sets draft_ids and extend_len and
+        `spare` KV slots beyond their decode step's, all asked of the drafter at once (a draft
+        model drafts them in one pass per position); sets draft_ids and extend_len and
         returns the slots taken."""
         if self.num_draft_tokens <= 0:
             return 0
-        used = 0
         self._masks.clear()
+        reqs: list[Req] = []
+        budgets: list[int] = []
+        used = 0  # slots the budgets so far may take (each draft as long as its budget)
         for req in decoding:
             if not (can_speculate(req) or self.grammar.speculates(req)):
                 continue
@@ -90,14 +93,20 @@ class Speculation:
             if room <= 0:
                 continue
             base = self.kv.slots_needed(req, 1)
-            fit = self.kv.tokens_fitting(req, base + spare - used) - 1
-            draft = self.drafter.propose(req, min(room, fit)) if fit > 0 else []
+            budget = min(room, self.kv.tokens_fitting(req, base + spare - used) - 1)
+            if budget > 0:
+                reqs.append(req)
+                budgets.append(budget)
+                used += self.kv.slots_needed(req, 1 + budget) - base
+        used = 0
+        for req, budget, draft in zip(reqs, budgets, self.drafter.propose_batch(reqs, budgets)):
+            draft = draft[:budget]
             if draft and req.grammar is not None:
-                draft = self._constrain(req, draft[: min(room, fit)])
+                draft = self._constrain(req, draft)
             if draft:
-                req.draft_ids = draft[: min(room, fit)]
-                req.extend_len = 1 + len(req.draft_ids)
-                used += self.kv.slots_needed(req, req.extend_len) - base
+                req.draft_ids = draft
+                req.extend_len = 1 + len(draft)
+                used += self.kv.slots_needed(req, req.extend_len) - self.kv.slots_needed(req, 1)
         return used
 
     def _constrain(self, req: Req, draft: list[int]) -> list[int]:

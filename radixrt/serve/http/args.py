@@ -127,6 +127,9 @@ _HELP = {
     "sampled output has the same distribution); fewer while drafts are rejected; 0: off",
     "speculative_ngram_max": "speculative decoding: the longest suffix n-gram looked up in the "
     "request's own tokens (shorter ones are tried down to 1)",
+    "speculative_draft_model": "speculative decoding: draft with this smaller model (a local HF "
+    "folder with the target's vocabulary) instead of by lookup; its greedy tokens are checked "
+    "like lookup drafts, so outputs are as without; needs --speculative-num-draft-tokens",
     "served_model_name": "model name reported by /v1/models; None: the file or folder name",
     "drain_timeout_s": "seconds running requests may take to finish after SIGTERM",
     "scheduler_stall_timeout_s": "seconds without a heartbeat from the scheduler loop after "

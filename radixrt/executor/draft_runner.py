@@ -1,0 +1,104 @@
+"""DraftRunner: a speculative draft model beside the target's ModelRunner, on the same device,
+with its own KV buffers indexed by the target's slot ids and read through the target's
+request-to-slot table, plus scratch rows for the positions being drafted."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from radixrt.cache.memory_pool import TokenToKVPool
+from radixrt.core.forward_batch import ForwardBatch
+from radixrt.executor.model_runner import ModelRunner
+from radixrt.model.attention import create_attention_backend
+from radixrt.model.families import get_model_cls
+from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.loader import load_hf_config, load_weights, resolve_model_path
+
+logger = logging.getLogger("radixrt")
+
+
+class _Table:
+    """A request-to-slot table for one draft pass (ForwardBatch's ReqTokenTable)."""
+
+    def __init__(self, req_to_token: torch.Tensor) -> None:
+        self.req_to_token = req_to_token
+
+
+class DraftRunner:
+    """Loads the draft model next to `target` and runs its passes.
+
+    KV layout: buffer row s holds the draft model's K/V of target slot s (the slot ids the
+    target's allocator hands out and the radix tree caches), so a cached prefix carries the
+    draft K/V of its slots too; rows from `target_rows` on are scratch, `scratch_per_req` per
+    drafting request, for the positions a step drafts (never a slot of the target's pool).
+    Attention runs on torch_native in the target's dtype, without radixrt's CPU kernels.
+    ValueError at load for what it does not support.
+    """
+
+    def __init__(self, path: str, target: ModelRunner, max_drafting: int,
+                 scratch_per_req: int) -> None:  # fmt: skip
+        t0 = time.perf_counter()
+        self.device, self.dtype = target.device, target.dtype
+        self.model_path = resolve_model_path(path)
+        self.arch = ArchConfig.from_hf(load_hf_config(self.model_path))
+        _check_pair(self.arch, target)
+        with torch.device("meta"):
+            model = get_model_cls(self.arch.architecture)(self.arch, target.context_len)
+        model = model.to(self.dtype).to_empty(device=self.device)
+        model.load_weights(load_weights(self.model_path))
+        self.model = model.eval()
+        self.target_rows = target.max_total_tokens + target.token_to_kv_pool.page_size
+        self.scratch_per_req = scratch_per_req
+        self.num_computed = 0  # tokens the draft model computed: catch-up and drafts
+        num_rows = self.target_rows + max_drafting * scratch_per_req
+        self.kv = TokenToKVPool(num_rows, self.arch.num_hidden_layers,
+                                self.arch.num_key_value_heads, self.arch.head_dim, self.dtype,
+                                self.device)  # fmt: skip
+        self.attn_backend = create_attention_backend(
+            "torch_native", self.device, num_heads=self.arch.num_attention_heads,
+            num_kv_heads=self.arch.num_key_value_heads, head_dim=self.arch.head_dim,
+        )  # fmt: skip
+        logger.info("draft model %s (%.1fM params) loaded in %.1f s; draft KV: %d rows",
+                    self.model_path.name, sum(p.numel() for p in model.parameters()) / 1e6,
+                    time.perf_counter() - t0, num_rows)  # fmt: skip
+
+    def scratch(self, i: int) -> torch.Tensor:
+        """(scratch_per_req,) int32: the scratch rows of the i-th drafting request."""
+        lo = self.target_rows + i * self.scratch_per_req
+        return torch.arange(lo, lo + self.scratch_per_req, dtype=torch.int32, device=self.device)
+
+    @torch.inference_mode()
+    def forward(self, table: torch.Tensor, input_ids: list[int], out_loc: torch.Tensor,
+                prefix_lens: list[int], extend_lens: list[int]) -> torch.Tensor:  # fmt: skip
+        """One pass; request i reads and writes the rows table[i, :prefix + extend] (its
+        new K/V at `out_loc`). Returns (B, vocab) float32 logits of each one's last token."""
+        ends = torch.tensor(extend_lens).cumsum(0) - 1
+        fb = ForwardBatch.build(
+            input_ids=input_ids, out_loc=out_loc, req_pool_indices=list(range(len(extend_lens))),
+            prefix_lens=prefix_lens, extend_lens=extend_lens, logits_indices=ends.tolist(),
+            req_to_token_pool=_Table(table), token_to_kv_pool=self.kv,
+            attn_backend=self.attn_backend, device=self.device,
+        )  # fmt: skip
+        self.attn_backend.init_forward_metadata(fb)
+        self.num_computed += len(input_ids)
+        return self.model(fb)
+
+
+def _check_pair(arch: ArchConfig, target: ModelRunner) -> None:
+    """ValueError unless the draft model can draft for `target` here."""
+    if arch.vocab_size != target.arch.vocab_size:
+        raise ValueError(
+            f"the draft model's vocabulary has {arch.vocab_size} tokens, the target's "
+            f"{target.arch.vocab_size}: a draft model must share the target's tokenizer"
+        )
+    if any(arch.layer_windows) or any(target.arch.layer_windows):
+        raise ValueError("a draft model is not supported with sliding-window layers yet "
+                         "(in the draft or the target model)")  # fmt: skip
+    if target.model_config.tp_size > 1:
+        raise ValueError("a draft model needs --tp 1 (it is not sharded across ranks)")
+    if target.device.type != "cpu" and not target.model_config.disable_cuda_graph:
+        raise ValueError("a draft model on CUDA needs --disable-cuda-graph (its draft steps "
+                         "are not captured)")  # fmt: skip
