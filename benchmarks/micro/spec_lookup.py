@@ -2,6 +2,10 @@
 output tokens per second, tokens accepted per token drafted and forward passes per workload.
 
     python -m benchmarks spec_lookup [--model-path DIR] [--draft-tokens 5] [--runs 3]
+                                     [--draft-model DIR]
+
+With --draft-model the drafts come from that model (--speculative-draft-model) instead of
+by lookup; the default model's own folder as its draft bounds what a draft model can give.
 
 Workloads: text that repeats (its own tokens give the drafts), a count (the same), a chat
 answer (little repeats), the chat prompt again with its answer in the prefix cache (the
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model-path", default=None)
     p.add_argument("--draft-tokens", type=int, default=5)
+    p.add_argument("--draft-model", default=None, help="draft with this model, not by lookup")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated names")
@@ -81,7 +86,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         engines = [
             stack.enter_context(
-                Engine(args.model_path, max_total_tokens=8192, speculative_num_draft_tokens=k)
+                Engine(
+                    args.model_path,
+                    max_total_tokens=8192,
+                    speculative_num_draft_tokens=k,
+                    speculative_draft_model=args.draft_model if k else None,
+                )
             )
             for k in ks
         ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import torch
 
@@ -13,6 +14,7 @@ from radixrt.cache.memory_pool import TokenToKVPool
 from radixrt.core.forward_batch import ForwardBatch
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.model.attention import create_attention_backend
+from radixrt.model.cpu.runtime import fuse_cpu_decode_layers, init_cpu_kernels
 from radixrt.model.families import get_model_cls
 from radixrt.model.families.arch import ArchConfig
 from radixrt.model.families.loader import load_hf_config, load_weights, resolve_model_path
@@ -34,7 +36,7 @@ class DraftRunner:
     target's allocator hands out and the radix tree caches), so a cached prefix carries the
     draft K/V of its slots too; rows from `target_rows` on are scratch, `scratch_per_req` per
     drafting request, for the positions a step drafts (never a slot of the target's pool).
-    Attention runs on torch_native in the target's dtype, without radixrt's CPU kernels.
+    It runs in the target's dtype, on the CPU kernels where the target does (else torch_native).
     ValueError at load for what it does not support.
     """
 
@@ -57,13 +59,31 @@ class DraftRunner:
         self.kv = TokenToKVPool(num_rows, self.arch.num_hidden_layers,
                                 self.arch.num_key_value_heads, self.arch.head_dim, self.dtype,
                                 self.device)  # fmt: skip
-        self.attn_backend = create_attention_backend(
-            "torch_native", self.device, num_heads=self.arch.num_attention_heads,
-            num_kv_heads=self.arch.num_key_value_heads, head_dim=self.arch.head_dim,
-        )  # fmt: skip
+        self._init_attention(target)
         logger.info("draft model %s (%.1fM params) loaded in %.1f s; draft KV: %d rows",
                     self.model_path.name, sum(p.numel() for p in model.parameters()) / 1e6,
                     time.perf_counter() - t0, num_rows)  # fmt: skip
+
+    def _init_attention(self, target: ModelRunner) -> None:
+        """Where the target runs radixrt's CPU kernels, the draft model does too (its linear
+        layers swapped as the target's plan says, the "cpu" attention backend, decoder layers
+        fused for decode passes); else torch_native."""
+        name, fuse = "torch_native", False
+        options: dict[str, Any] = {}
+        if target.device.type == "cpu" and target.cpu_kernels.any:
+            plan = init_cpu_kernels(self.model, target.model_config, self.dtype,
+                                    target.bf16_weights, self.dtype)  # fmt: skip
+            if plan.uses("decode_attention") or plan.uses("extend_attention"):
+                name = "cpu"
+                options = {"decode_kernel": plan.uses("decode_attention"),
+                           "extend_kernel": plan.uses("extend_attention")}  # fmt: skip
+            fuse = plan.fuses_decode_layers
+        self.attn_backend = create_attention_backend(
+            name, self.device, num_heads=self.arch.num_attention_heads,
+            num_kv_heads=self.arch.num_key_value_heads, head_dim=self.arch.head_dim, **options,
+        )  # fmt: skip
+        if fuse and self.attn_backend.fuses_cpu_decode_layers:
+            fuse_cpu_decode_layers(self.model)
 
     def scratch(self, i: int) -> torch.Tensor:
         """(scratch_per_req,) int32: the scratch rows of the i-th drafting request."""

@@ -16,11 +16,12 @@ from radixrt.scheduler.speculative.draft_model import DraftModelDrafter
 from radixrt.serve.http.args import parse_args
 
 
-def _build(path, k: int = 0, draft=None, context: int = 512, **sched):
-    """On torch's ops, so the target as its own draft computes the same logits."""
+def _build(path, k: int = 0, draft=None, context: int = 512, kernels: bool = False, **sched):
+    """On torch's ops (unless `kernels`), so the target as its own draft computes the same
+    logits."""
+    ops = {} if kernels else {"attention_backend": "torch_native", "cpu_kernels": "off"}
     scheduler, _ = build_scheduler(
-        ModelConfig(model_path=str(path), context_length=context,
-                    attention_backend="torch_native", cpu_kernels="off"),
+        ModelConfig(model_path=str(path), context_length=context, **ops),
         CacheConfig(max_total_tokens=4096),
         SchedulerConfig(speculative_num_draft_tokens=k,
                         speculative_draft_model=None if draft is None else str(draft), **sched),
@@ -89,6 +90,19 @@ def test_unrelated_draft_identical(reference, tiny_llama_path, other_llama_path)
     assert _run(spec, _batch()) == reference
     s = spec.stats
     assert s.spec_drafted_tokens > 0 and s.spec_accepted_tokens < 0.5 * s.spec_drafted_tokens
+
+
+def test_self_draft_on_cpu_kernels(tiny_llama_path) -> None:
+    """With the target on radixrt's CPU kernels the draft model runs on them too."""
+    plain = _build(tiny_llama_path, kernels=True)
+    spec = _build(tiny_llama_path, 4, draft=tiny_llama_path, kernels=True)
+    if plain.runner.attn_backend_name != "cpu":
+        pytest.skip("radixrt's CPU kernels are not available here")
+    assert type(spec.speculation.drafter.runner.attn_backend).__name__ == "CpuAttnBackend"
+    reqs = _batch()
+    assert _run(spec, reqs) == _run(plain, _batch())
+    s = spec.stats
+    assert s.spec_accepted_tokens >= 0.9 * s.spec_drafted_tokens > 0
 
 
 def test_n_greater_than_one_identical(plain, spec) -> None:
