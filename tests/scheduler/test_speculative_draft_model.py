@@ -159,3 +159,26 @@ def test_refusals(tiny_llama_path, tmp_path, smollm2_path) -> None:
                          use_sliding_window=True, max_window_layers=0)  # fmt: skip
     with pytest.raises(ValueError, match="sliding-window"):
         _build(tiny_llama_path, 4, draft=windowed)
+
+
+def test_refusals_of_setups(plain) -> None:
+    """Tensor parallelism and CUDA graphs are refused before the draft's weights load."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch
+
+    from radixrt.executor.draft_runner import _check_pair
+
+    arch, config = plain.runner.arch, plain.runner.model_config
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+
+    def target(device, **model):
+        return SimpleNamespace(arch=arch, device=device, model_config=replace(config, **model))
+
+    _check_pair(arch, target(cpu))  # type: ignore[arg-type]
+    _check_pair(arch, target(cuda, disable_cuda_graph=True))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--tp 1"):
+        _check_pair(arch, target(cpu, tp_size=2))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--disable-cuda-graph"):
+        _check_pair(arch, target(cuda))  # type: ignore[arg-type]

@@ -124,7 +124,8 @@ _HELP = {
     "speculative_num_draft_tokens": "speculative decoding: the most tokens drafted per request "
     "(not grammar-constrained) and step by lookup in its own prompt and output and in the prefix "
     "cache's paths, checked in the same forward pass (greedy output is the same as without, "
-    "sampled output has the same distribution); fewer while drafts are rejected; 0: off",
+    "sampled output has the same distribution), or by --speculative-draft-model; fewer while "
+    "drafts are rejected; 0: off",
     "speculative_ngram_max": "speculative decoding: the longest suffix n-gram looked up in the "
     "request's own tokens (shorter ones are tried down to 1)",
     "speculative_draft_model": "speculative decoding: draft with this smaller model (a local HF "
