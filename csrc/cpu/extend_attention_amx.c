@@ -72,7 +72,8 @@ static void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots
     for (int r = 0; r < 16; ++r)
       for (int e = 0; e < 2; ++e) {
         const kv_t* src = vr[2 * r + e];
-        for (int col = 0; col < 16; ++col) tile[(r * 16 + col) * 2 + e] = src ? src[c * 16 + col] : 0;
+        for (int col = 0; col < 16; ++col)
+          tile[(r * 16 + col) * 2 + e] = src ? src[c * 16 + col] : 0;
       }
   }
 }
