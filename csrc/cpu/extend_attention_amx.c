@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "kv.h"
 #include "rt_cpu.h"
 #include "simd.h"
@@ -27,20 +28,7 @@
 #define KB 64     // keys per online-softmax block: four 16-key S tiles, two 32-key V tiles
 #define MAXD 256  // largest head dim taken
 
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} amx_cfg;
-
-// Tiles 0-3: C (16 x 16 float32); 4: A (16 x 32 bf16); 5-7: B (16 x 64 bytes).
-static void configure(void) {
-  amx_cfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
-}
+// Tiles (amx_tiles.h) 0-3: C (16 x 16 float32); 4: A (16 x 32 bf16); 5-7: B (16 x 64 bytes).
 
 // exp(x) for x <= 0 to about 4e-5 relative (enough for probabilities rounded to bfloat16, and
 // the sum adds the same values): 2^n * 2^f, n = round(x log2 e), a degree-4 polynomial in f.
@@ -215,7 +203,7 @@ int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_bu
       pack_keys(k_buf, v_buf, slots, n, t * 32, h, hkv, d, kp + h * head_elems + t * 32 * d,
                 vp + h * head_elems + t * 32 * d);
     }
-    configure();
+    rt_configure_tiles();
     uint16_t* qb = (uint16_t*)aligned_alloc(64, sizeof(uint16_t) * (size_t)(16 * d * g));
     float* ob = (float*)aligned_alloc(64, sizeof(float) * (size_t)(16 * d * g));
     head_t* heads = (head_t*)malloc(sizeof(head_t) * (size_t)g);

@@ -50,7 +50,9 @@ CPU_SOURCES = (
     *(f"{src}_kv{kv}.c" for kv in ("bf16", "e4m3", "e5m2")
       for src in ("attention", "attention_shared", "extend_attention")),
 )  # fmt: skip
-CPU_HEADERS = ("rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h")
+CPU_HEADERS = (
+    "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
+)  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 ISAS = ("amx", "avx512", "avx2", "portable")  # best first
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
