@@ -187,6 +187,7 @@ int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_bu
                                    int64_t d, float scale, int64_t window) {
 #if defined(RT_AMX)
   if (d % 32 != 0 || d > MAXD || window > 0) return -3;
+  if (e <= 0) return 0;
   const int64_t n = p + e, npad = (n + KB - 1) / KB * KB, g = hq / hkv;
   const int64_t head_elems = npad * d;  // bf16 per KV head in each packed buffer
   uint16_t* kp = (uint16_t*)aligned_alloc(64, sizeof(uint16_t) * (size_t)(2 * hkv * head_elems));

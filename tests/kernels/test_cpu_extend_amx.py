@@ -87,6 +87,12 @@ def test_amx_matches_torch_bf16_sdpa(amx: None) -> None:
     _close(got, want.float(), 3e-2)  # torch also rounds its output to bfloat16
 
 
+def test_amx_takes_no_new_rows(amx: None) -> None:
+    for prefix in (0, 20):  # (nothing to pack at all with no prefix either)
+        q, k_buf, v_buf, slots = _case(9, 3, 64, prefix, 0, 30)
+        assert _run(q, k_buf, v_buf, slots, prefix, "amx").shape == (0, 9 * 64)
+
+
 def test_amx_is_causal(amx: None) -> None:
     """Row i reads no key after its own position: changing the last keys and values leaves
     every earlier row's output bit for bit the same."""
