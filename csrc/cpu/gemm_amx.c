@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "rt_cpu.h"
 #include "simd.h"
 
@@ -68,20 +69,7 @@ int rt_amx_ready(void) {
   return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
 }
 
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-// Tiles 0-3: C (16 rows x 16 float32); 4, 5: A (16 rows x 32 bf16); 6, 7: B (16 x 64 bytes).
-static void configure_tiles(void) {
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
-}
+// Tiles (amx_tiles.h) 0-3: C (16 rows x 16 float32); 4, 5: A (16 rows x 32 bf16); 6, 7: B.
 
 // xb (mp, kp) <- x (m, k) rounded to bf16, rows past m and columns past k zero.
 static void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb,
@@ -118,7 +106,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   round_rows(x, ldx, m, k, xb, mp, kp);
 #pragma omp parallel if (chunks * panels > 1 && m * n * k > 32768)
   {
-    configure_tiles();
+    rt_configure_tiles();
     float blk[16 * 32] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < chunks * panels; ++t) {

@@ -128,6 +128,14 @@ int rt_extend_attention_f32_kve5m2(const float* q, int64_t ldq, const uint8_t* k
                                    int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
                                    int64_t d, float scale, int64_t window);
 
+// The same over a bfloat16 pool on AMX tiles (extend_attention_amx.c): queries and
+// probabilities rounded to bfloat16, float32 softmax and accumulation. -2 in a variant
+// without AMX, -3 for a head dim or window it does not take (then call the one above).
+int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const uint16_t* k_buf,
+                                   const uint16_t* v_buf, const int32_t* slots, int64_t p,
+                                   int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                   int64_t d, float scale, int64_t window);
+
 // The calling thread's scratch for a GEMM's rows (gemm.c; NULL when out of memory).
 void* rt_row_scratch(size_t bytes);
 

@@ -91,7 +91,8 @@ def test_extend_attention_over_bf16_kv(
     slots = torch.randperm(300)[: prefix + new].int()
     q = torch.randn(new, hq * d)
     out = torch.full((new, hq * d), float("nan"))
-    ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out, window)
+    # The float32-arithmetic kernel (the amx variant's AMX one: test_cpu_extend_amx.py).
+    ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out, window, path="f32")
     want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 

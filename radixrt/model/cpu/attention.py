@@ -1,7 +1,8 @@
 """float32 CPU attention on radixrt's C kernels (csrc/cpu): a decode batch makes one call per
 layer (`rt_decode_attention_f32`, which also stores each request's new K/V); an extend makes
 one causal flash-style call per request over its prefix and new tokens in the pool
-(`rt_extend_attention_f32`). Decode rows of a mixed batch, and what the runner's kernel plan
+(`rt_extend_attention_f32`; over a bfloat16 pool on the amx variant, AMX tiles where
+`kernels.amx_extend_takes`). Decode rows of a mixed batch, and what the runner's kernel plan
 (cpu/guard.py) leaves to torch (`decode_kernel`, `extend_kernel`), run the torch_native code
 this backend extends.
 

@@ -44,12 +44,15 @@ CPU_SOURCES = (
     "attention_f32.c",
     "attention_shared.c",
     "extend_attention_f32.c",
+    "extend_attention_amx.c",
     "layer_f32.c",
     # the attention sources again over bfloat16 and fp8 (e4m3, e5m2) KV pools (kv.h)
     *(f"{src}_kv{kv}.c" for kv in ("bf16", "e4m3", "e5m2")
       for src in ("attention", "attention_shared", "extend_attention")),
 )  # fmt: skip
-CPU_HEADERS = ("rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h")
+CPU_HEADERS = (
+    "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
+)  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 ISAS = ("amx", "avx512", "avx2", "portable")  # best first
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
@@ -140,9 +143,11 @@ KV_SUFFIXES = ("_kvbf16", "_kve4m3", "_kve5m2")  # the attention builds per KV t
 for _kv in KV_SUFFIXES:
     SIGNATURES["rt_decode_attention_f32" + _kv] = SIGNATURES["rt_decode_attention_f32"]
     SIGNATURES["rt_extend_attention_f32" + _kv] = SIGNATURES["rt_extend_attention_f32"]
+SIGNATURES["rt_extend_attention_amx_kvbf16"] = SIGNATURES["rt_extend_attention_f32"]
 # Every other function returns void.
 RESTYPES = {
     **{"rt_extend_attention_f32" + kv: ctypes.c_int for kv in ("", *KV_SUFFIXES)},
+    "rt_extend_attention_amx_kvbf16": ctypes.c_int,
     "rt_isa": ctypes.c_char_p,
     "rt_bf16_packed_size": ctypes.c_int64,
     "rt_q8a8_packed_size": ctypes.c_int64,

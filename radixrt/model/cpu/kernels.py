@@ -24,6 +24,7 @@ __all__ = [
     "decode_attention_ref",
     "extend_attention",
     "extend_attention_ref",
+    "amx_extend_takes",
     "has_extend_attention",
     "isa",
     "linear",
@@ -275,6 +276,17 @@ def has_extend_attention() -> bool:
     return isa() != "portable"
 
 
+# "auto" takes the AMX kernel wherever it runs: it measured faster than the float32 one from
+# one new row up (docs/benchmarks.md section 15), so there is no size rule.
+EXTEND_PATHS = ("auto", "f32", "amx")
+
+
+def amx_extend_takes(kv_dtype: torch.dtype, d: int, window: int = 0) -> bool:
+    """True when the AMX extend kernel can run here: the amx variant, a bfloat16 pool, head dim
+    a multiple of 32 up to 256, no sliding window."""
+    return isa() == "amx" and kv_dtype == torch.bfloat16 and d % 32 == 0 and d <= 256 and not window
+
+
 def extend_attention(
     q: torch.Tensor,
     k_buf: torch.Tensor,
@@ -284,15 +296,28 @@ def extend_attention(
     scale: float,
     out: torch.Tensor,
     window: int = 0,
+    path: str = "auto",
 ) -> None:
     """Causal attention of one request's new rows q (e, Hq*D) or (e, Hq, D), heads of each row
     contiguous, at positions prefix_len .. prefix_len+e-1 over the K/V at slots[:prefix_len+e]
     (int32, contiguous) of k_buf, v_buf (S, Hkv, D), which already hold the new tokens; with
     `window` > 0 row i sees only the keys prefix_len+i-window+1 .. prefix_len+i. Writes out
-    (e, Hq*D) rows. k_buf, v_buf float32, bfloat16 or fp8 (widened as they are read)."""
-    fn_name = "rt_extend_attention_f32" + kv_suffix(k_buf, v_buf)
+    (e, Hq*D) rows. k_buf, v_buf float32, bfloat16 or fp8 (widened as they are read).
+    `path`: "auto" runs the AMX kernel where `amx_extend_takes` says so, else float32
+    arithmetic; "f32" always the latter; "amx" the AMX kernel (ValueError where it cannot)."""
+    suffix = kv_suffix(k_buf, v_buf)
     e = q.shape[0]
     hkv, d = k_buf.shape[1], head_dim_of(k_buf)
+    if path not in EXTEND_PATHS:
+        raise ValueError(f"path must be one of {EXTEND_PATHS}, got {path!r}")
+    takes = amx_extend_takes(k_buf.dtype, d, window)
+    if path == "amx" and not takes:
+        raise ValueError(
+            f"the AMX extend kernel needs the amx variant (this is {isa()}), a bfloat16 pool "
+            f"(got {k_buf.dtype}), head dim a multiple of 32 up to 256 (got {d}) and no window"
+        )
+    amx = takes and path != "f32"
+    fn_name = "rt_extend_attention_amx_kvbf16" if amx else "rt_extend_attention_f32" + suffix
     if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
         raise ValueError("slots must be contiguous int32 covering every key")
     hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows
