@@ -12,6 +12,7 @@ import torch
 
 from radixrt.cache.memory_pool import TokenToKVPool
 from radixrt.core.forward_batch import ForwardBatch
+from radixrt.executor.kv_memory import KVBeside
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.model.attention import create_attention_backend
 from radixrt.model.cpu.runtime import fuse_cpu_decode_layers, init_cpu_kernels
@@ -105,6 +106,17 @@ class DraftRunner:
         self.attn_backend.init_forward_metadata(fb)
         self.num_computed += len(input_ids)
         return self.model(fb)
+
+
+def draft_kv_beside(path: str) -> KVBeside:
+    """What a draft model at `path` keeps beside the target, for the target's KV budget: K/V
+    values per slot (its buffer has a row per target slot) and its weights (their files'
+    bytes, an upper bound where the target's dtype is narrower than the files')."""
+    folder = resolve_model_path(path)
+    arch = ArchConfig.from_hf(load_hf_config(folder))
+    values = 2 * arch.num_hidden_layers * arch.num_key_value_heads * arch.head_dim
+    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    return KVBeside(values, weights)
 
 
 def _check_pair(arch: ArchConfig, target: ModelRunner) -> None:

@@ -40,6 +40,19 @@ class KVMemory:
     capacity: int  # token slots
 
 
+@dataclass(frozen=True, slots=True)
+class KVBeside:
+    """Memory kept per slot beside the pool, and weights beside the model's, out of the same
+    budget: a draft model's K/V (indexed by the pool's slot ids, `values_per_slot` values in
+    the model's dtype) and its weights. The default is nothing beside."""
+
+    values_per_slot: int = 0  # 2 * layers * kv heads * head_dim
+    weight_bytes: int = 0
+
+
+NOTHING_BESIDE = KVBeside()
+
+
 def kv_budget_bytes(device: torch.device, cache: CacheConfig, weight_bytes: int) -> int:
     """Bytes the KV pool may take: --mem-fraction-static of the device's memory (CUDA: of
     what torch reports after the weights loaded; CPU: of physical memory) less the weights."""
@@ -64,22 +77,29 @@ def build_kv_memory(
     max_running_requests: int,
     context_len: int,
     window_pool: bool = False,
+    beside: KVBeside = NOTHING_BESIDE,
+    beside_dtype: torch.dtype = torch.float32,
 ) -> KVMemory:
     """The pools for --max-total-tokens slots, or as many as the memory budget holds;
-    `window_pool`: the caller's backend and setup can keep window layers in their own pool."""
+    `window_pool`: the caller's backend and setup can keep window layers in their own pool;
+    `beside`: what else each slot and the budget carry (a draft model's K/V, in
+    `beside_dtype`, and weights)."""
     window_layers = tuple(i for i, w in enumerate(arch.layer_windows) if w)
     fraction = window_fraction(cache) if window_pool and window_layers else 1.0
     if fraction >= 1.0:
         window_layers = ()
     per_layer = TokenToKVPool.bytes_per_token(1, num_kv_heads, arch.head_dim, dtype)
+    weight_bytes += beside.weight_bytes
     budget = None if cache.max_total_tokens else kv_budget_bytes(device, cache, weight_bytes)
     num_window = len(window_layers)
     split = per_layer * (arch.num_hidden_layers - (1 - fraction) * num_window)
+    beside_bytes = beside.values_per_slot * beside_dtype.itemsize
+    split += beside_bytes
     capacity = _capacity(cache, budget, split, comm, weight_bytes)
     window = _window_slots(arch, capacity, fraction, window_layers, device)
     if window is None and window_layers:  # the split would not be smaller: one pool
         window_layers = ()
-        whole = per_layer * arch.num_hidden_layers
+        whole = per_layer * arch.num_hidden_layers + beside_bytes
         capacity = _capacity(cache, budget, whole, comm, weight_bytes)
     page = cache.page_size
     pool = TokenToKVPool(capacity, arch.num_hidden_layers, num_kv_heads, arch.head_dim, dtype,

@@ -14,7 +14,7 @@ from radixrt.core import Batch
 from radixrt.core.config import CacheConfig, ModelConfig
 from radixrt.core.forward_batch import ForwardBatch
 from radixrt.executor.cuda_graph import capture_decode_graphs
-from radixrt.executor.kv_memory import build_kv_memory
+from radixrt.executor.kv_memory import NOTHING_BESIDE, KVBeside, build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
 from radixrt.executor.tp_group import NullTPGroup, TPGroup
 from radixrt.model.attention import create_attention_backend
@@ -90,8 +90,10 @@ class ModelRunner:
         max_running_requests: int,
         model: nn.Module | None = None,
         comm: BaseComm | None = None,
+        kv_beside: KVBeside = NOTHING_BESIDE,
     ) -> None:
         self.model_config = model_config
+        self.kv_beside = kv_beside  # a draft model's K/V and weights: out of the KV budget
         self.cache_config = cache_config
         self.tp_group: NullTPGroup = NullTPGroup()
         self._in_forward = False
@@ -231,6 +233,7 @@ class ModelRunner:
         mem = build_kv_memory(
             self.arch, self._partition_heads()[1], self.kv_dtype, self.device, self.cache_config,
             self.weight_bytes, self.comm, max_running_requests, self.context_len, window_pool,
+            self.kv_beside, self.dtype,
         )  # fmt: skip
         self.token_to_kv_pool, self.allocator = mem.token_to_kv_pool, mem.allocator
         self.req_to_token_pool, self.max_total_tokens = mem.req_to_token_pool, mem.capacity

@@ -23,7 +23,8 @@ from radixrt.cache.tiers.spill import SpillToTiers
 from radixrt.cache.tiers.write_through import WriteThrough
 from radixrt.cache.tree_observer import HitCounter
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
-from radixrt.executor.draft_runner import DraftRunner
+from radixrt.executor.draft_runner import DraftRunner, draft_kv_beside
+from radixrt.executor.kv_memory import NOTHING_BESIDE
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
 from radixrt.model.families.fingerprint import model_fingerprint
@@ -41,7 +42,11 @@ def build_scheduler(
     model_config: ModelConfig, cache_config: CacheConfig, scheduler_config: SchedulerConfig
 ) -> tuple[Scheduler, Any]:
     """Load the model and build what a scheduler loop needs; returns (scheduler, tokenizer)."""
-    runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests)
+    beside = NOTHING_BESIDE
+    if scheduler_config.speculative_draft_model is not None:  # its K/V and weights: same budget
+        beside = draft_kv_beside(scheduler_config.speculative_draft_model)
+    runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests,
+                         kv_beside=beside)  # fmt: skip
     tokenizer = load_tokenizer(runner.model_path)
     return assemble_scheduler(runner, cache_config, scheduler_config, tokenizer), tokenizer
 

@@ -182,3 +182,36 @@ def test_refusals_of_setups(plain) -> None:
         _check_pair(arch, target(cpu, tp_size=2))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="--disable-cuda-graph"):
         _check_pair(arch, target(cuda))  # type: ignore[arg-type]
+
+
+def test_the_draft_models_kv_and_weights_come_out_of_the_kv_budget(
+    tiny_llama_path, other_llama_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a memory budget (no --max-total-tokens), a draft model's K/V per slot and its
+    weights are counted: fewer target slots, and the two buffers together fit the budget."""
+    import radixrt.executor.kv_memory as kv_memory
+
+    budget = 128 * 2**20  # weights and KV
+    monkeypatch.setattr(kv_memory, "kv_budget_bytes", lambda device, cache, weights: budget
+                        - weights)  # fmt: skip
+
+    def build(draft):
+        scheduler, _ = build_scheduler(
+            ModelConfig(model_path=str(tiny_llama_path), context_length=512,
+                        attention_backend="torch_native", cpu_kernels="off"),
+            CacheConfig(),
+            SchedulerConfig(speculative_num_draft_tokens=2 if draft else 0,
+                            speculative_draft_model=str(draft) if draft else None),
+        )  # fmt: skip
+        return scheduler
+
+    alone = build(None).runner
+    with_draft = build(tiny_llama_path)
+    runner = with_draft.runner
+    assert runner.kv_beside.values_per_slot > 0 and runner.kv_beside.weight_bytes > 0
+    # the same model as its own draft: each slot carries twice the K/V
+    slots = runner.max_total_tokens
+    assert slots < alone.max_total_tokens * 0.6, (slots, alone.max_total_tokens)
+    pool = runner.token_to_kv_pool.size_bytes
+    draft_kv = with_draft.speculation.drafter.runner.kv.size_bytes  # type: ignore[attr-defined]
+    assert pool + draft_kv + runner.kv_beside.weight_bytes <= budget + 2 * 2**20
