@@ -44,7 +44,9 @@ class KeyView:
 
 
 class CpuAttnBackend(TorchNativeAttnBackend):
-    """Needs a float32 KV pool on the CPU and the kernel library (`ck.available()`)."""
+    """Needs the kernel library (`ck.available()`) and a KV pool on the CPU in float32,
+    bfloat16 or fp8 (kernels per KV dtype; a bfloat16 pool extends on AMX tiles on the amx
+    variant, kernels.extend_attention)."""
 
     supports: frozenset[str] = frozenset({"sliding_window"})  # soft caps: torch_native
     reads_window_pool = True
