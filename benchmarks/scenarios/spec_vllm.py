@@ -28,11 +28,14 @@ NOT_MEASURED = {
 def vllm_command(python: Path, folder: str, dtype: str, port: int, draft: int,
                  ngram_max: int) -> list[str]:  # fmt: skip
     """vLLM's OpenAI server on `folder`; `draft` > 0: n-gram speculation of that many tokens,
-    matching suffixes of up to `ngram_max` tokens down to one (as radixrt's lookup does)."""
+    matching suffixes of up to `ngram_max` tokens down to one (as radixrt's lookup does).
+    Both without async scheduling: n-gram speculation turns it off, and on two shared cores
+    it made the plain server about 3x slower (docs/benchmarks.md section 17)."""
     cmd = [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
         "--dtype", dtype, "--served-model-name", "default", "--enable-prefix-caching",
-        "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", "4096", "--no-async-scheduling",
+        "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     if draft:
         spec = {"method": "ngram", "num_speculative_tokens": draft,

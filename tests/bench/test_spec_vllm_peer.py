@@ -34,7 +34,9 @@ def test_the_ngram_server_drafts_as_many_tokens() -> None:
     config = json.loads(cmd[cmd.index("--speculative-config") + 1])
     assert config == {"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 4,
                       "prompt_lookup_min": 1}  # fmt: skip
-    assert "--speculative-config" not in vllm_command(Path("py"), "/m", "bfloat16", 8000, 0, 4)
+    plain = vllm_command(Path("py"), "/m", "bfloat16", 8000, 0, 4)
+    assert "--speculative-config" not in plain
+    assert "--no-async-scheduling" in cmd and "--no-async-scheduling" in plain  # one scheduler
 
 
 class _Stand(BaseHTTPRequestHandler):
