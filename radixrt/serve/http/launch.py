@@ -87,8 +87,9 @@ async def _serve(args: ServerArgs) -> int:
         await preload
         ready = readies[0]
         tokenizer = load_tokenizer(Path(ready.model_path))
-        metrics = Metrics(served_model_name(args)) if args.server.enable_metrics else NoMetrics()
-        recorder = DashboardRecorder()  # /dashboard's history, with or without metrics
+        k = args.scheduler.speculative_num_draft_tokens
+        metrics = Metrics(served_model_name(args), k) if args.server.enable_metrics else NoMetrics()
+        recorder = DashboardRecorder(spec_draft_tokens=k)  # /dashboard's history, always
         observers = [recorder, tenancy.usage, log]
         managers = [
             TokenizerManager(c, tokenizer, r, args.server, metrics, observers)

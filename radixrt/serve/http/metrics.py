@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from radixrt.core.messages import CacheSummaryReplyMsg, InfoReplyMsg
 from radixrt.serve.http.metrics_gateway import GatewayCollector
-from radixrt.serve.http.metrics_spec import SpecCollector
+from radixrt.serve.http.metrics_spec import SpecCollector, SpecRequestHistograms
 from radixrt.serve.http.metrics_tiers import TierCollector
 from radixrt.serve.results.state import ReqOutput
 from radixrt.serve.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
@@ -82,7 +82,8 @@ class Metrics(NoMetrics):
 
     enabled = True
 
-    def __init__(self, model_name: str = "radixrt") -> None:
+    def __init__(self, model_name: str = "radixrt", spec_draft_tokens: int = 0) -> None:
+        """`spec_draft_tokens`: --speculative-num-draft-tokens (0: off)."""
         from prometheus_client import (
             CollectorRegistry,
             Counter,
@@ -118,6 +119,7 @@ class Metrics(NoMetrics):
             buckets=_E2E_BUCKETS,
             registry=r,
         )
+        self.spec_requests = SpecRequestHistograms(r, spec_draft_tokens)
         self.prefix_breaks = Counter(
             "radixrt_prefix_breaks",
             "Conversation turns whose prompt did not extend the previous turn's prompt and reply",
@@ -181,6 +183,7 @@ class Metrics(NoMetrics):
         kind = req.finish_reason.kind.value if req.finish_reason is not None else "abort"
         self.requests.labels(kind).inc()
         self.e2e.observe(seconds)
+        self.spec_requests.observe(req)
 
     def observe_prefix_break(self, cause: str) -> None:
         self.prefix_breaks.labels(cause).inc()

@@ -1,8 +1,9 @@
 """Prometheus series of speculative decoding: tokens drafted, accepted and emitted, the
-acceptance rate and the tokens each verifying request step emits.
-
-Read from the scheduler's InfoReplyMsg at each scrape (the totals are the scheduler's
-counters); all zero while speculation is off.
+acceptance rate and the tokens each verifying request step emits, read from the scheduler's
+InfoReplyMsg at each scrape (the totals are the scheduler's counters); and per finished
+request (its ReqOutput, as for the latency histograms) histograms of its speed-up in tokens
+per step and of its acceptance rate. While speculation is off every series is present and
+zero (no observation, counters at 0), so a dashboard's queries find them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from radixrt.core.messages import InfoReplyMsg
+from radixrt.serve.results.state import ReqOutput
+
+ACCEPTANCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 # (series, InfoReplyMsg field, help): counters, rendered as `<series>_total`.
 _COUNTERS = (
@@ -20,6 +24,25 @@ _COUNTERS = (
     ("radixrt_spec_emitted_tokens", "spec_emitted_tokens",
      "Tokens emitted by request steps that verified a draft"),
 )  # fmt: skip
+
+
+def tokens_per_step_buckets(draft_tokens: int) -> tuple[float, ...]:
+    """Upper bounds from 1 (no draft accepted) to draft_tokens + 1 (every step all accepted):
+    quarters up to 2, halves above (forced grammar tokens can pass the last: +Inf)."""
+    top = draft_tokens + 1
+    edges = {1.0, 1.25, 1.5, 1.75} | {h / 2 for h in range(4, 2 * top + 1)}
+    return tuple(sorted(e for e in edges if e <= top))
+
+
+def request_figures(req: ReqOutput) -> tuple[float, float | None] | None:
+    """(tokens per step, accepted / drafted) of a finished request while speculation is on:
+    one token per step and no rate when nothing was drafted for it; None without output."""
+    if not req.output_ids:
+        return None
+    per_step = req.spec_tokens_per_step()
+    if per_step is None:
+        return 1.0, None
+    return per_step, req.spec_accepted / req.spec_drafted
 
 
 def spec_rates(info: InfoReplyMsg) -> tuple[float, float]:
@@ -56,3 +79,34 @@ class SpecCollector:
             "Tokens emitted per request step that verified a draft, since start",
             value=per_step,
         )
+
+
+class SpecRequestHistograms:
+    """The per-request histograms on `registry`; `draft_tokens` 0 (speculation off): they
+    stay empty."""
+
+    def __init__(self, registry: Any, draft_tokens: int) -> None:
+        from prometheus_client import Histogram
+
+        self.on = draft_tokens > 0
+        self.tokens_per_step = Histogram(
+            "radixrt_spec_request_tokens_per_step",
+            "Per finished request: output tokens per step that sampled for it (its speed-up)",
+            buckets=tokens_per_step_buckets(draft_tokens),
+            registry=registry,
+        )
+        self.acceptance = Histogram(
+            "radixrt_spec_request_acceptance_rate",
+            "Per finished request drafted for: its accepted / drafted tokens",
+            buckets=ACCEPTANCE_BUCKETS,
+            registry=registry,
+        )
+
+    def observe(self, req: ReqOutput) -> None:
+        figures = request_figures(req) if self.on else None
+        if figures is None:
+            return
+        per_step, acceptance = figures
+        self.tokens_per_step.observe(per_step)
+        if acceptance is not None:
+            self.acceptance.observe(acceptance)

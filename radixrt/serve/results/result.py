@@ -48,10 +48,8 @@ def result_meta(req: ReqOutput, num_out: int) -> dict[str, Any]:
     if req.spec_drafted:  # speculative decoding drafted for it
         meta["spec_draft_tokens"] = req.spec_drafted
         meta["spec_accepted_tokens"] = req.spec_accepted
-        # Its speed-up in steps: output tokens per step that sampled for it (1.0 without
-        # speculation; forced grammar tokens count as output, as they would without).
         meta["spec_steps"] = req.spec_steps
-        meta["spec_tokens_per_step"] = round(num_out / max(req.spec_steps, 1), 3)
+        meta["spec_tokens_per_step"] = round(req.spec_tokens_per_step(num_out) or 1.0, 3)
     return meta
 
 

@@ -58,6 +58,14 @@ class ReqOutput:
     def is_finished(self) -> bool:
         return self.finish_reason is not None
 
+    def spec_tokens_per_step(self, num_out: int | None = None) -> float | None:
+        """Speculation's speed-up for this request in steps: output tokens (`num_out`, else
+        all so far) per step that sampled for it, forced grammar tokens counted as they would
+        be without; None when nothing was drafted for it (one token per step)."""
+        if not self.spec_drafted:
+            return None
+        return (len(self.output_ids) if num_out is None else num_out) / max(self.spec_steps, 1)
+
     def apply(self, out: ReqOutMsg) -> list[ReqOutput]:
         """Add one step's output (tokens and logprobs gained since the last message); the
         requests it finished: none, this one, and the samples that waited on it."""

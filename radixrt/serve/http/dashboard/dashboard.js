@@ -109,6 +109,37 @@ function renderRates(data) {
   ], { ...win, yMax: top, yFmt: secs });
 }
 
+function renderSpec(data) {
+  const spec = data.recent.spec;
+  $("spec-card").hidden = !spec;
+  if (!spec) return;
+  const fixed = (x) => (x === null || x === undefined ? "–" : x.toFixed(2));
+  $("spec-k").textContent = `up to ${spec.draft_tokens} drafted tokens per step`;
+  $("spec-per-step").textContent = fixed(spec.tokens_per_step);
+  $("spec-acceptance").textContent = pct(spec.acceptance_rate);
+  $("spec-per-step-all").textContent = data.counters.spec_drafted_tokens ? fixed(data.counters.spec_tokens_per_step) : "–";
+  const mid = data.series.bucket_s / 2;
+  drawChart($("spec-chart"), [{ color: "var(--held)", label: "tokens per step",
+    points: data.series.points.map((p) => [p.t + mid, p.spec_tokens_per_step]) }],
+  { ...timeWindow(data), yMax: spec.draft_tokens + 1, yFmt: (v) => v.toFixed(1) });
+  drawBars($("spec-dist"), spec.distribution);
+}
+
+// Requests per histogram bucket (`le`: its upper bound; null: above the last), as bars.
+function drawBars(svg, bins) {
+  const [, , W, H] = svg.getAttribute("viewBox").split(" ").map(Number);
+  const T = 12, B = 14, w = W / Math.max(1, bins.length);
+  const most = Math.max(1, ...bins.map((b) => b.requests));
+  const parts = [];
+  bins.forEach((b, i) => {
+    const h = ((H - T - B) * b.requests) / most;
+    parts.push(svgEl("rect", { x: i * w + 1, y: H - B - h, width: w - 2, height: h, style: "fill:var(--evictable)" }));
+    if (b.requests) parts.push(svgEl("text", { x: i * w + w / 2, y: H - B - h - 2, "text-anchor": "middle" }, num(b.requests)));
+    parts.push(svgEl("text", { x: i * w + w / 2, y: H - 2, "text-anchor": "middle" }, b.le === null ? "more" : "≤" + b.le));
+  });
+  svg.replaceChildren(...parts);
+}
+
 function renderPool(pool) {
   const states = ["evictable", "locked", "pinned", "held", "free"];
   $("pool-bar").replaceChildren(...states.filter((s) => s !== "free").map((s) =>
@@ -196,6 +227,7 @@ function renderMisses(misses, now) {
 function render(data) {
   $("model").textContent = data.model;
   renderRates(data);
+  renderSpec(data);
   renderPool(data.pool);
   renderQueue(data);
   renderCounters(data);

@@ -1,7 +1,7 @@
-"""DashboardRecorder: the recent history the dashboard charts (hit rate and time to first token
-over time, finished requests by finish reason), kept in the HTTP process whether or not
-`--enable-metrics` is on. Every TokenizerManager feeds it as a RequestObserver; it is written
-and read on the event loop's thread only."""
+"""DashboardRecorder: the recent history the dashboard charts (hit rate, time to first token and
+speculation's tokens per step over time, finished requests by finish reason), kept in the HTTP
+process whether or not `--enable-metrics` is on. Every TokenizerManager feeds it as a
+RequestObserver; it is written and read on the event loop's thread only."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixrt.serve.http.dashboard.spec_recent import SpecTally, spec_recent
 from radixrt.serve.results.state import ReqOutput
 
 BUCKET_S = 2.0  # one chart point per bucket: the page polls about this often
@@ -27,14 +28,17 @@ class _Bucket:
     prompt_tokens: int = 0  # of those
     cached_tokens: int = 0
     ttfts: list[float] = field(default_factory=list)  # seconds, of first tokens in this bucket
+    spec: SpecTally = field(default_factory=SpecTally)  # empty while speculation is off
 
 
 class DashboardRecorder:
     """Per BUCKET_S of wall time: finished requests, their prompt and cached tokens, and the
-    times to first token seen; finish reasons since start."""
+    times to first token seen, speculation's figures; finish reasons since start.
+    `spec_draft_tokens`: --speculative-num-draft-tokens (0: off)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, spec_draft_tokens: int = 0) -> None:
         self._clock = clock
+        self.spec_draft_tokens = spec_draft_tokens
         self._buckets: deque[_Bucket] = deque(maxlen=NUM_BUCKETS)
         self.requests_by_finish: dict[str, int] = {}
         self.started_at = clock()
@@ -49,13 +53,16 @@ class DashboardRecorder:
         bucket.requests += 1
         bucket.prompt_tokens += req.prompt_len
         bucket.cached_tokens += req.cached_tokens
+        if self.spec_draft_tokens:
+            bucket.spec.add(req)
         kind = req.finish_reason.kind.value if req.finish_reason is not None else "abort"
         self.requests_by_finish[kind] = self.requests_by_finish.get(kind, 0) + 1
 
     def series(self) -> list[dict[str, Any]]:
         """One point per bucket that saw anything, oldest first: `t` (its start, unix time),
         `requests`, `hit_rate` (cached / prompt tokens of its finished requests, None without
-        any), `ttft_p50` and `ttft_p90` (seconds, None without a first token)."""
+        any), `ttft_p50` and `ttft_p90` (seconds, None without a first token),
+        `spec_tokens_per_step` (None without a finished request while speculation is on)."""
         return [
             {
                 "t": b.start,
@@ -63,12 +70,14 @@ class DashboardRecorder:
                 "hit_rate": b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None,
                 "ttft_p50": quantile(b.ttfts, 0.5),
                 "ttft_p90": quantile(b.ttfts, 0.9),
+                "spec_tokens_per_step": b.spec.tokens_per_step(),
             }
             for b in self._buckets
         ]
 
     def recent(self) -> dict[str, Any]:
-        """The last RECENT_S seconds: requests, hit rate and TTFT quantiles (None: no data)."""
+        """The last RECENT_S seconds: requests, hit rate, TTFT quantiles (None: no data) and
+        `spec` (spec_recent.py; None while speculation is off)."""
         since = self._clock() - RECENT_S
         buckets = [b for b in self._buckets if b.start + BUCKET_S > since]
         prompt = sum(b.prompt_tokens for b in buckets)
@@ -80,6 +89,9 @@ class DashboardRecorder:
             "ttft_p50": quantile(ttfts, 0.5),
             "ttft_p90": quantile(ttfts, 0.9),
             "ttft_p99": quantile(ttfts, 0.99),
+            "spec": spec_recent((b.spec for b in buckets), self.spec_draft_tokens)
+            if self.spec_draft_tokens
+            else None,
         }
 
     def _current(self) -> _Bucket:

@@ -11,7 +11,8 @@ Runs on the tokenizer thread (it decodes). Shape, every figure also a Prometheus
 | `queue`    | `running`, `waiting`, `in_flight` (HTTP side)                               |
 | `counters` | scheduler token counters, `cache_hit_rate` since start, requests by finish, |
 |            | speculation's drafted / accepted tokens, acceptance rate, tokens per step   |
-| `recent`   | the recorder's last minute: hit rate, TTFT quantiles                        |
+| `recent`   | the recorder's last minute: hit rate, TTFT quantiles, `spec` (speculation's |
+|            | acceptance rate, tokens per step, per-request speed-ups by bucket; or None) |
 | `series`   | the recorder's points (`bucket_s` apart)                                    |
 | `tree`     | `num_nodes`, `walked_nodes`, `truncated`, `subtrees` (rows, `text` decoded) |
 | `misses`   | `total`, `by_cause`, `recent` (newest first, `explanation` as /v1/cache/explain) |
