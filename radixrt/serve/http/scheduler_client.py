@@ -42,8 +42,10 @@ STOP_GRACE_S = 5.0  # for the step under way to end, then for SIGTERM to work
 # they sleep (libgomp's default is 300,000: milliseconds). Within a forward pass the next
 # region comes sooner, so it stays warm; between steps the cores go to this process and the
 # clients instead of to a spinning worker, and when other processes hold a core a
-# descheduled worker no longer stalls its spinning partner for whole time slices (the chat
-# workload at load average 5-7: 0.05-0.28 req/s with the default, 0.99-1.42 with this).
+# descheduled worker no longer stalls its spinning partner for whole time slices. Measured
+# on 2 cores (docs/benchmarks.md, section 13): with other processes busy, chat served 1.2-28x
+# the requests/s of libgomp's default; on a quiet machine it costs 3-6% (chat) and 8-10%
+# (single-stream decode). GOMP_SPINCOUNT=300000 in the server's environment restores it.
 OMP_SPIN_ENV = {"GOMP_SPINCOUNT": "10000"}
 
 
