@@ -177,6 +177,9 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     spec_accepted_tokens: int = 0
     spec_verify_steps: int = 0
     spec_emitted_tokens: int = 0
+    # Wall seconds of the steps that ran a pass: in the forward, in the whole step.
+    forward_time_s: float = 0.0
+    step_time_s: float = 0.0
 
 
 class FlushCacheReplyMsg(msgspec.Struct, tag=True):

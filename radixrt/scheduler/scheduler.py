@@ -155,6 +155,7 @@ class Scheduler:
             "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
             "generated_tokens": s.generated_tokens, "cache_hit_rate": s.hit_rate,
             "forward_passes": s.forward_passes, "retractions": s.retractions,
+            "forward_time_s": s.forward_time_s, "step_time_s": s.step_time_s,
             "pinned_tokens": kv.cache.pinned_size, "num_pins": self.pins.num_pins,
             "tiers": kv.tiers.info(), **s.spec_figures(),
         }  # fmt: skip
@@ -175,6 +176,7 @@ class Scheduler:
 
     def step(self) -> list[Req]:
         """Run one forward pass; return the requests that got a new token or finished."""
+        started = time.perf_counter()
         self.pins.expire()
         failed = self.grammar.release_ready(self.waiting)  # grammars that failed to compile
         batch = self._schedule()
@@ -184,9 +186,13 @@ class Scheduler:
             return failed
         out_loc = self.kv.alloc_for(batch.reqs)  # also written into the requests' rows
         logits_rows, sample_rows = self._layout(batch)
+        forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
+        self.stats.forward_time_s += time.perf_counter() - forward_start
         self.stats.forward_passes += 1
-        return failed + self._process(batch, logits, sample_rows)
+        done = failed + self._process(batch, logits, sample_rows)
+        self.stats.step_time_s += time.perf_counter() - started
+        return done
 
     def _schedule(self) -> Batch | None:
         decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]

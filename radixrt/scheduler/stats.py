@@ -22,6 +22,11 @@ class SchedulerStats:
     generated_tokens: int = 0
     forward_passes: int = 0
     retractions: int = 0
+    # Wall seconds of the steps that ran a pass: in the model's forward, and in the whole
+    # step (scheduling, the forward, sampling, finish checks); the difference is the
+    # scheduler's own per-step work.
+    forward_time_s: float = 0.0
+    step_time_s: float = 0.0
     input_logprob_rows: int = 0  # prompt positions whose logprobs were computed
     # Speculative decoding: draft tokens verified, those the model agreed with, the request
     # steps that verified a draft and the tokens those steps emitted (accepted + their own).

@@ -166,3 +166,23 @@ def test_waits_for_a_shared_prefix_still_being_prefilled(tiny_llama_path, shared
     assert got["b"] and second.cached_tokens >= shared - 4  # all of a's run, not just 64
     assert s.stats.cached_tokens == second.cached_tokens
     s.check_pool_whole()
+
+
+def test_step_timing_counts_the_forward_inside_the_step(sched) -> None:
+    """forward_time_s grows by each pass's forward, step_time_s by the whole step around it;
+    an idle step adds to neither, and info() carries both."""
+    sched.kv.cache.reset()
+    before = (sched.stats.forward_time_s, sched.stats.step_time_s, sched.stats.forward_passes)
+    sched.step()  # idle: no pass
+    assert (sched.stats.forward_time_s, sched.stats.step_time_s) == before[:2]
+    _run(sched, [_req("timed", _prompts(3, [40])[0], 6)])
+    forward = sched.stats.forward_time_s - before[0]
+    step = sched.stats.step_time_s - before[1]
+    assert sched.stats.forward_passes - before[2] == 6  # one prefill pass, then 5 decodes
+    assert 0 < forward < step
+    info = sched.info()
+    assert (info["forward_time_s"], info["step_time_s"]) == (
+        sched.stats.forward_time_s,
+        sched.stats.step_time_s,
+    )
+    sched.kv.cache.reset()

@@ -123,6 +123,8 @@ class Engine:
             "hit_rate": info.cache_hit_rate,
             "generated_tokens": info.generated_tokens,
             "forward_passes": info.forward_passes,
+            "forward_time_s": info.forward_time_s,
+            "step_time_s": info.step_time_s,
             "retractions": info.retractions,
             "max_total_tokens": info.max_total_tokens,
             "tiers": [msgspec.structs.asdict(t) for t in info.tiers],

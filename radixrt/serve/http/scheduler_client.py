@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
@@ -37,6 +38,24 @@ logger = logging.getLogger("radixrt")
 
 _POLL_S = 0.2
 STOP_GRACE_S = 5.0  # for the step under way to end, then for SIGTERM to work
+# The scheduler process's OpenMP workers spin this many rounds after a parallel region before
+# they sleep (libgomp's default is 300,000: milliseconds). Within a forward pass the next
+# region comes sooner, so it stays warm; between steps the cores go to this process and the
+# clients instead of to a spinning worker, and when other processes hold a core a
+# descheduled worker no longer stalls its spinning partner for whole time slices. Measured
+# on 2 cores (docs/benchmarks.md, section 13): with other processes busy, chat served 1.2-28x
+# the requests/s of libgomp's default; on a quiet machine it costs 3-6% (chat) and 8-10%
+# (single-stream decode). GOMP_SPINCOUNT=300000 in the server's environment restores it.
+OMP_SPIN_ENV = {"GOMP_SPINCOUNT": "10000"}
+
+
+def scheduler_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The scheduler process's environment: `env` (None: this process's) with OMP_SPIN_ENV,
+    unless the user chose a spin policy (GOMP_SPINCOUNT or OMP_WAIT_POLICY already set)."""
+    out = dict(os.environ if env is None else env)
+    if "GOMP_SPINCOUNT" not in out and "OMP_WAIT_POLICY" not in out:
+        out.update(OMP_SPIN_ENV)
+    return out
 
 
 class SchedulerStartError(RuntimeError):
@@ -88,7 +107,7 @@ class SchedulerClient:
             "radixrt.scheduler.process",
             msgspec.json.encode(start_args).decode(),
         ]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=self.env)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=scheduler_env(self.env))
 
     async def wait_ready(self) -> ReadyMsg:
         """Wait for ReadyMsg; SchedulerStartError if the process fails or exits first."""
