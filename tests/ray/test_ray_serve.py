@@ -94,7 +94,9 @@ def app_factory(tmp_path: Path, tiny_llama_path: Path) -> Iterator:
         return apps[-1]
 
     yield start
-    for app in apps:
+    # Latest first: stop() waits until no replica's server is left, so an app stopped earlier
+    # must not wait out the running one's servers.
+    for app in reversed(apps):
         app.stop()
     assert not _servers(), "a replica's server outlived the application"
 
