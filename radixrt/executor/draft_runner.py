@@ -75,9 +75,7 @@ class DraftRunner:
             plan = init_cpu_kernels(self.model, target.model_config, self.dtype,
                                     target.bf16_weights, self.dtype)  # fmt: skip
             if plan.uses("decode_attention") or plan.uses("extend_attention"):
-                name = "cpu"
-                options = {"decode_kernel": plan.uses("decode_attention"),
-                           "extend_kernel": plan.uses("extend_attention")}  # fmt: skip
+                name, options = "cpu", plan.attention_options()
             fuse = plan.fuses_decode_layers
         self.attn_backend = create_attention_backend(
             name, self.device, num_heads=self.arch.num_attention_heads,

@@ -257,12 +257,7 @@ class ModelRunner:
 
     def _init_attention_backend(self) -> None:
         plan, name = self.cpu_kernels, self.attn_backend_name
-        options: dict[str, object] = {}
-        if name == "cpu" and plan.any:
-            options = {
-                "decode_kernel": plan.uses("decode_attention"),
-                "extend_kernel": plan.uses("extend_attention"),
-            }
+        options = plan.attention_options() if name == "cpu" and plan.any else {}
         num_heads, num_kv_heads = self._partition_heads()
         self.attn_backend = create_attention_backend(
             name,

@@ -28,6 +28,7 @@ from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
+from radixrt.scheduler.retire import has_uncomputed_tail, retire
 from radixrt.scheduler.speculative import BaseDrafter, build_speculation
 from radixrt.scheduler.stats import SchedulerStats, guarded
 from radixrt.scheduler.stop_check import FinishChecker
@@ -209,7 +210,7 @@ class Scheduler:
         for r in closing:  # a finished request's tail, whole this step or never
             n = r.seq_len - r.kv_len
             if n > budget or self.kv.slots_needed(r, n) > avail:
-                self._retire(r)
+                retire(r, self.kv, self.pins)
                 self._closed.append(r)
                 continue
             r.extend_len, r.draft_ids = n, []
@@ -335,37 +336,14 @@ class Scheduler:
         for req in touched:
             if req.is_finished:
                 self.running.remove(req)
-                if self._has_tail(req):
+                if has_uncomputed_tail(req):
                     self.closing.append(req)
                     continue
-                self._retire(req)
+                retire(req, self.kv, self.pins)
             reported.append(req)
         for req in closed:
-            self._retire(req)
+            retire(req, self.kv, self.pins)
         return reported + closed
-
-    def _has_tail(self, req: Req) -> bool:
-        """Whether a finished request ends with tokens no step computed beyond its last one
-        (jump-forward's): they are computed by the next step before it goes to the cache."""
-        reason = req.finish_reason
-        return (
-            reason is not None and reason.kind != FinishKind.ABORT
-            and req.req_pool_idx is not None and not req.sampling_params.return_logprob
-            and req.seq_len - req.kv_len >= 2
-        )  # fmt: skip
-
-    def _retire(self, req: Req) -> None:
-        """Hand a finished request's computed tokens to the cache, then pin what it asks."""
-        self.kv.release(req)  # the prompt is in the tree now: its prefixes can be pinned
-        if req.pins and req.finish_reason and req.finish_reason.kind != FinishKind.ABORT:
-            self._pin(req)
-
-    def _pin(self, req: Req) -> None:
-        for spec in req.pins:
-            outcome = self.pins.pin(req.input_ids, req.extra_key, spec)
-            req.pin_outcomes.append(outcome)
-            if outcome.pinned:  # kept on the device; written through so a restart has it
-                self.kv.prefix_pinned(req.input_ids[: outcome.tokens], req.extra_key)
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[Req]:
         """Sample one token for each of `reqs` from its logits row (len(reqs), V), then check

@@ -78,6 +78,14 @@ class KernelPlan:
     def fuses_decode_layers(self) -> bool:
         return FUSED_DECODE_OPS <= self.kernels
 
+    def attention_options(self) -> dict[str, object]:
+        """The "cpu" attention backend's options under this plan: which of its passes run on
+        the kernels (the rest on torch_native's code)."""
+        return {
+            "decode_kernel": self.uses("decode_attention"),
+            "extend_kernel": self.uses("extend_attention"),
+        }
+
     def summary(self) -> str:
         """One line: the ISA and which ops run on which path."""
         if not self.kernels:
