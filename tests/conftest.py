@@ -23,6 +23,11 @@ __all__ = ["assert_pool_whole"]  # older tests import it from here
 # stays float32 here (and in every server a test starts) on every machine; tests of
 # bfloat16 ask for it by name.
 os.environ[AUTO_DTYPE_ENV] = "float32"
+# Without CUDA, triton kernels run in Triton's interpreter (the triton backend's tests). Triton
+# reads the variable when a kernel is defined and again when it is launched, so it is set here,
+# before any test module imports a kernel, and stays set for the session.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
