@@ -19,11 +19,17 @@ def resolve_kv_dtype(
     device: torch.device,
     backend: str,
     backend_reads_other: bool,
+    auto: torch.dtype | None = None,
 ) -> torch.dtype:
-    """The pool's dtype for `name` ("auto": the activations' own). Another dtype than the
-    activations' needs the CPU and a backend that widens what it reads (ValueError else)."""
+    """The pool's dtype for `name`. "auto": `auto` (the CPU kernels' choice,
+    model/cpu/runtime.py auto_kv_dtype) where the backend reads it, else the activations'
+    own. Another dtype than the activations' needs the CPU and a backend that widens what it
+    reads (ValueError else)."""
     if name == "auto":
-        return act_dtype
+        other = auto is not None and auto != act_dtype
+        if other and (device.type != "cpu" or not backend_reads_other):
+            return act_dtype
+        return auto or act_dtype
     if name not in KV_TORCH_DTYPES:
         raise ValueError(f"kv_cache_dtype must be auto or one of {sorted(KV_TORCH_DTYPES)}")
     kv = KV_TORCH_DTYPES[name]

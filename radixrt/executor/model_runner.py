@@ -213,7 +213,8 @@ class ModelRunner:
             )
         if self.device.type == "cpu":
             keep_freed_memory()
-            kv = KV_TORCH_DTYPES.get(self.cache_config.kv_cache_dtype, torch.float32)
+            name = self.cache_config.kv_cache_dtype
+            kv = None if name == "auto" else KV_TORCH_DTYPES.get(name, torch.float32)
             self.cpu_kernels = init_cpu_kernels(
                 self.model, self.model_config, self.dtype, self.bf16_weights, kv
             )
@@ -226,9 +227,11 @@ class ModelRunner:
         self.attn_backend_name = self._choose_attention_backend()
         backend_cls = get_attention_backend_cls(self.attn_backend_name)
         window_pool = self.comm.world_size == 1 and backend_cls.reads_window_pool
+        plan = self.cpu_kernels  # on the kernels, "auto" is the dtype the plan chose
+        auto = KV_TORCH_DTYPES[plan.kv_dtype] if plan.any else None
         self.kv_dtype = resolve_kv_dtype(
             self.cache_config.kv_cache_dtype, self.dtype, self.device, self.attn_backend_name,
-            backend_cls.reads_other_kv_dtypes,
+            backend_cls.reads_other_kv_dtypes, auto,
         )  # fmt: skip
         mem = build_kv_memory(
             self.arch, self._partition_heads()[1], self.kv_dtype, self.device, self.cache_config,

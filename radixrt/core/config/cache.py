@@ -139,7 +139,8 @@ class CacheConfig:
     # pool is sized from memory, 1 with max_total_tokens. Below 1 a request longer than the
     # window takes less memory, one shorter than it no less (it needs a window slot a token).
     window_kv_fraction: float | None = None
-    # The pool's element type (cache/kv_dtype.py): auto = the activations' dtype; bfloat16
+    # The pool's element type (cache/kv_dtype.py): auto = the activations' dtype, or on the
+    # CPU's kernels bfloat16 where extends run on AMX tiles (model/cpu/runtime.py); bfloat16
     # on the CPU halves a token's bytes (twice the tokens, and prefix, per GiB), compute
     # staying float32 (K/V rounded once as they are stored, widened as they are read);
     # fp8_e4m3/fp8_e5m2 on the CPU: a byte per element plus a float32 scale per (token, KV

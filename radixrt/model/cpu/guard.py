@@ -66,6 +66,11 @@ class KernelPlan:
     timings: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
     w8a8: str = ""  # the W8A8 path of the int8 ops in `kernels` ("amx", "vnni"), else ""
     a8_planes: int = 1  # activation planes of the W8A8 ops (w8a8.linear)
+    # Set by runtime.init_cpu_kernels, not kept with the timings: the KV pool's dtype the
+    # attention was planned over (its --kv-cache-dtype name) and whether the extend attention
+    # kernel runs on AMX tiles over it (kernels.amx_extend_takes).
+    kv_dtype: str = field(default="float32", compare=False)
+    extend_on_tiles: bool = field(default=False, compare=False)
 
     def uses(self, op: str) -> bool:
         return op in self.kernels
@@ -100,7 +105,19 @@ class KernelPlan:
         line = f"CPU kernels ({self.isa}, {cpu_build.cpu_model()}): kernels for {', '.join(on)}"
         line += f"; torch for {', '.join(off)}" if off else ""
         line += f" (kernel speed-up over torch: {', '.join(speed)})" if speed else ""
-        return line + self._int8_summary()
+        return line + self.attention_summary() + self._int8_summary()
+
+    def attention_summary(self) -> str:
+        """The attention passes' paths in their dtypes: which kernel, over which KV dtype."""
+        kv = f"{self.kv_dtype} KV"
+        decode = "the kernel (float32 arithmetic)" if self.uses("decode_attention") else "torch"
+        if not self.uses("extend_attention"):
+            extend = "torch"
+        elif self.extend_on_tiles:
+            extend = "AMX tiles (bfloat16 QK^T and PV, float32 softmax)"
+        else:
+            extend = "the float32 kernel"
+        return f"; attention: decode on {decode} over {kv}, extend on {extend} over {kv}"
 
     def _int8_summary(self) -> str:
         """The int8 linear layers' path per size, where the plan is an int8 one."""

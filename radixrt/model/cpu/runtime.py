@@ -17,6 +17,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -62,7 +63,7 @@ AUTO_DTYPE_ENV = "RADIXRT_CPU_AUTO_DTYPE"
 
 def bf16_on_kernels(config: ModelConfig) -> bool:
     """Whether the model's dtype on the CPU means bfloat16 linear weights on radixrt's kernels
-    (activations, norms, attention and KV in float32; the model loads in float32 and its
+    (activations, norms and attention in float32; the model loads in float32 and its
     linear layers are converted by `init_cpu_kernels`): `bfloat16` with the kernels on, or
     `auto` on a CPU whose kernel variant has AMX tiles (see AUTO_DTYPE_ENV). `bfloat16`
     with the kernels off or unavailable is a whole bfloat16 model on torch ops instead."""
@@ -71,11 +72,34 @@ def bf16_on_kernels(config: ModelConfig) -> bool:
     if config.cpu_kernels == "off" or config.quantization or not ck.available():
         return False
     if config.dtype == "auto":
-        pinned = os.environ.get(AUTO_DTYPE_ENV, "").strip().lower()
-        if pinned not in ("", "auto", "float32", "bfloat16"):
-            raise ValueError(f"${AUTO_DTYPE_ENV} must be float32 or bfloat16, got {pinned!r}")
+        pinned = _auto_pin()
         return pinned == "bfloat16" or (pinned in ("", "auto") and ck.isa() == "amx")
     return config.dtype == "bfloat16"
+
+
+def auto_kv_dtype(bf16_weights: bool, head_dim: int, windowed: bool) -> torch.dtype:
+    """`--kv-cache-dtype auto` on radixrt's kernels: bfloat16 where the linear weights are
+    bfloat16 (where `dtype auto` already goes bfloat16) and the extend attention runs on AMX
+    tiles over it (kernels.amx_extend_takes: the amx variant, head dim a multiple of 32 up to
+    256; no layer with a sliding window or a soft cap); float32 elsewhere and under
+    AUTO_DTYPE_ENV=float32 (the tests' reference). Chosen on measurement (docs/benchmarks.md
+    section 15, the default model with bfloat16 weights, both pools in one process): there
+    the bfloat16 pool prefilled 1.7-1.8x float32's tok/s and decoded in 0.76-0.9x its step
+    time; elsewhere its extends run the float32 kernel, no faster than over float32 KV.
+    `init_cpu_kernels` keeps float32 where the plan leaves an attention pass to torch."""
+    from radixrt.model.cpu import kernels as ck
+
+    if _auto_pin() == "float32" or not bf16_weights or windowed:
+        return torch.float32
+    return torch.bfloat16 if ck.amx_extend_takes(torch.bfloat16, head_dim) else torch.float32
+
+
+def _auto_pin() -> str:
+    """AUTO_DTYPE_ENV, lower-cased ("" when unset); ValueError for another value."""
+    pinned = os.environ.get(AUTO_DTYPE_ENV, "").strip().lower()
+    if pinned not in ("", "auto", "float32", "bfloat16"):
+        raise ValueError(f"${AUTO_DTYPE_ENV} must be float32 or bfloat16, got {pinned!r}")
+    return pinned
 
 
 def init_cpu_kernels(
@@ -83,7 +107,7 @@ def init_cpu_kernels(
     config: ModelConfig,
     dtype: torch.dtype,
     bf16_weights: bool = False,
-    kv_dtype: torch.dtype = torch.float32,
+    kv_dtype: torch.dtype | None = torch.float32,
 ) -> KernelPlan:
     """Swap a float32 CPU model's layers for radixrt's C kernels (radixrt/model/cpu/layers.py) as
     config.cpu_kernels plans them (radixrt/model/cpu/guard.py); returns the plan (`KernelPlan()`,
@@ -93,8 +117,9 @@ def init_cpu_kernels(
     faster the int8 x int8 kernel (w8a8.py: two activation planes for "int8", one for
     "w8a8"); with `bf16_weights` (see `bf16_on_kernels`)
     every linear layer holds bfloat16 weights, on the kernel or on torch's bfloat16 matmul
-    per size as the plan says; the attention kernels are timed over a `kv_dtype` pool. Logs
-    one line: the ISA and which ops run on which path."""
+    per size as the plan says; the attention kernels are timed over a `kv_dtype` pool (None:
+    `--kv-cache-dtype auto`, chosen by `auto_kv_dtype`), which the plan names (`kv_dtype`).
+    Logs one line: the ISA, which ops run on which path and the attention's dtypes."""
     from radixrt.model.cpu import kernels as ck
     from radixrt.model.cpu import w8a8
     from radixrt.model.cpu.guard import LINEAR_OPS, KernelPlan, plan_for
@@ -114,7 +139,10 @@ def init_cpu_kernels(
         return KernelPlan()
     fixed = LINEAR_OPS if int8 else frozenset()
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
-    shapes = Shapes.of(model, bf16_weights, kv_dtype)
+    head_dim, windowed = _attention_shape(model)  # windowed: a window or a soft cap
+    auto = kv_dtype is None
+    kv = auto_kv_dtype(bf16_weights, head_dim, windowed) if kv_dtype is None else kv_dtype
+    shapes = Shapes.of(model, bf16_weights, kv)
     # int8 x int8 where the library runs it here: int8 with two activation planes (x and its
     # rounding residual: weight-only's precision), w8a8 with one
     a8_path = w8a8.best_path() if int8 else None
@@ -122,17 +150,38 @@ def init_cpu_kernels(
         logger.info("no AMX-INT8 or VNNI int8 path here: int8 linear layers weight-only")
     planes = 2 if config.quantization == "int8" else 1
     plan = plan_for(config.cpu_kernels, shapes, fixed=fixed, w8a8=a8_path, a8_planes=planes)
+    attention = plan.uses("decode_attention") and plan.uses("extend_attention")
+    if auto and kv != torch.float32 and not attention:  # a torch pass: the reference pool
+        kv = torch.float32
+    plan = replace(
+        plan,
+        kv_dtype=kv_dtype_name(kv),  # fp8_e4m3 / fp8_e5m2: with a scale per (token, KV head)
+        extend_on_tiles=plan.uses("extend_attention")
+        and ck.amx_extend_takes(kv, head_dim, int(windowed)),
+    )
     swapped = use_cpu_kernels(model, plan, weights)
     on_tiles = weights == "bfloat16" and plan.isa == "amx"
     logger.info(
-        "%s; activations float32, linear weights %s%s, KV %s; %d modules swapped",
+        "%s; activations float32, linear weights %s%s, KV %s%s; %d modules swapped",
         plan.summary(),
         weights,
         " (AMX tiles where on the kernels)" if on_tiles else "",
-        kv_dtype_name(kv_dtype),  # fp8_e4m3 / fp8_e5m2: with a scale per (token, KV head)
+        plan.kv_dtype,
+        " (--kv-cache-dtype auto)" if auto else "",
         swapped,
     )
     return plan
+
+
+def _attention_shape(model: nn.Module) -> tuple[int, bool]:
+    """(head dim, whether any layer has a sliding window or a soft cap) of the model's
+    attention layers."""
+    from radixrt.model.attention.base import layer_features
+    from radixrt.model.layers.attention import RadixAttention
+
+    layers = [m.layer for m in model.modules() if isinstance(m, RadixAttention)]
+    head_dim = layers[0].head_dim if layers else 0
+    return head_dim, any(layer_features(layer) for layer in layers)
 
 
 def fuse_cpu_decode_layers(model: nn.Module) -> int:

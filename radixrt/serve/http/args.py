@@ -71,8 +71,9 @@ _HELP = {
     "max_total_tokens": "KV pool size in tokens; overrides --mem-fraction-static",
     "mem_fraction_static": "memory fraction for weights + KV pool; None: 0.85 of GPU, 0.25 of RAM",
     "page_size": "tokens per KV page",
-    "kv_cache_dtype": "KV pool element type (auto: the activations' dtype, float32 on the "
-    "CPU); bfloat16 on the CPU holds twice the tokens per GiB, attention still computed in "
+    "kv_cache_dtype": "KV pool element type (auto: the activations' dtype; on the CPU's "
+    "kernels bfloat16 where extends run on AMX tiles with bfloat16 weights, else float32); "
+    "bfloat16 on the CPU holds twice the tokens per GiB, attention still computed in "
     "float32 (K/V rounded once when stored); fp8_e4m3/fp8_e5m2 (CPU): a byte per value plus "
     "a float32 scale per token and KV head (about 3.8x float32's tokens at head dim 64)",
     "disable_radix_cache": "turn off prefix caching",

@@ -1,0 +1,110 @@
+"""`--kv-cache-dtype auto` on the CPU's kernels: a bfloat16 pool where the extends run on AMX
+tiles with bfloat16 linear weights (model/cpu/runtime.py auto_kv_dtype), float32 elsewhere and
+under the tests' pin; the KV sizing follows the chosen width; the start-up line names each
+attention pass's path and KV dtype."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from pool_checks import assert_pool_whole
+from tiny_models import make_tiny
+
+from radixrt import Engine
+from radixrt.model.cpu import build as cpu_build
+from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.guard import OPS, KernelPlan
+from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV, auto_kv_dtype
+
+pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
+HAS_AMX = "amx" in cpu_build.supported_isas()
+
+
+@pytest.fixture(scope="module")
+def tiny_d64(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A tiny Llama of head dim 64: the AMX extend kernel's shape."""
+    return make_tiny(tmp_path_factory.mktemp("tiny_kv_auto"), smollm2_path, "llama",
+                     hidden_size=128, num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+
+
+def test_auto_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16 only with bfloat16 weights, an AMX-sized head and no window or soft cap, on
+    the amx variant; the pin keeps float32."""
+    monkeypatch.delenv(AUTO_DTYPE_ENV)
+    amx = ck.isa() == "amx"
+    assert auto_kv_dtype(True, 64, False) == (torch.bfloat16 if amx else torch.float32)
+    assert auto_kv_dtype(True, 48, False) == torch.float32  # head dim not a multiple of 32
+    assert auto_kv_dtype(True, 64, True) == torch.float32  # a sliding window or a soft cap
+    assert auto_kv_dtype(False, 64, False) == torch.float32  # float32 weights
+    monkeypatch.setenv(AUTO_DTYPE_ENV, "float32")
+    assert auto_kv_dtype(True, 64, False) == torch.float32
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 here")
+def test_auto_pool_and_sizing_follow_the_width(
+    tiny_d64: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unpinned on the amx variant: dtype auto gives bfloat16 weights and a bfloat16 pool,
+    twice the slots of the float32 pool in the same memory; the pin gives float32 back."""
+    budget = {"mem_fraction_static": 0.004, "cpu_kernels": "on"}
+    monkeypatch.setenv("RADIXRT_CPU_ISA", "amx")
+    with Engine(str(tiny_d64), **budget) as e:  # pinned (the test suite's setting)
+        pinned = e.scheduler.runner
+        assert pinned.kv_dtype == torch.float32 and pinned.cpu_kernels.kv_dtype == "float32"
+        slots32 = pinned.max_total_tokens
+    monkeypatch.delenv(AUTO_DTYPE_ENV)
+    with Engine(str(tiny_d64), **budget) as e:
+        r = e.scheduler.runner
+        assert r.bf16_weights and r.kv_dtype == torch.bfloat16
+        assert r.token_to_kv_pool.dtype == torch.bfloat16 and r.cpu_kernels.extend_on_tiles
+        # the budget less the (bfloat16, smaller) weights, at half the bytes a slot
+        assert r.max_total_tokens >= 2 * slots32 - r.token_to_kv_pool.page_size
+        out = e.generate(input_ids=[5, 6, 7, 8] * 10,
+                         sampling_params={"max_new_tokens": 4, "temperature": 0})  # fmt: skip
+        assert len(out["output_ids"]) == 4  # type: ignore[index]
+        assert_pool_whole(e)
+    with Engine(str(tiny_d64), max_total_tokens=512, cpu_kernels="on",
+                kv_cache_dtype="float32") as e:  # fmt: skip
+        assert e.scheduler.runner.kv_dtype == torch.float32  # an explicit choice stands
+
+
+def test_auto_elsewhere_is_float32(tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unpinned, a head dim the AMX kernel does not take (16) keeps the float32 pool."""
+    monkeypatch.delenv(AUTO_DTYPE_ENV)
+    with Engine(str(tiny_llama_path), max_total_tokens=512, cpu_kernels="on") as e:
+        assert e.scheduler.runner.kv_dtype == torch.float32
+
+
+def test_summary_names_attention_paths() -> None:
+    plan = KernelPlan("amx", frozenset(OPS), kv_dtype="bfloat16", extend_on_tiles=True)
+    line = plan.summary()
+    assert "attention: decode on the kernel (float32 arithmetic) over bfloat16 KV" in line
+    assert "extend on AMX tiles (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV" in line
+    torch_extend = KernelPlan("avx2", frozenset(OPS) - {"extend_attention"}, kv_dtype="fp8_e4m3")
+    assert "extend on torch over fp8_e4m3 KV" in torch_extend.summary()
+
+
+@pytest.mark.skipif(
+    not {"amx", "avx512"} <= set(cpu_build.supported_isas()), reason="needs amx and avx512"
+)
+@pytest.mark.parametrize(("isa", "extend"), [
+    ("amx", "extend on AMX tiles (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV"),
+    ("avx512", "extend on the float32 kernel over bfloat16 KV"),
+])  # fmt: skip
+def test_startup_line_for_a_forced_variant(
+    tiny_d64: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    isa: str, extend: str,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
+    with caplog.at_level(logging.INFO, logger="radixrt"):
+        with Engine(str(tiny_d64), max_total_tokens=512, cpu_kernels="on",
+                    kv_cache_dtype="bfloat16"):  # fmt: skip
+            pass
+    line = next(r.getMessage() for r in caplog.records if "modules swapped" in r.getMessage())
+    assert f"CPU kernels ({isa}," in line
+    decode = "attention: decode on the kernel (float32 arithmetic) over bfloat16 KV, "
+    assert decode + extend in line
+    assert "KV bfloat16;" in line
