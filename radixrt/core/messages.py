@@ -11,6 +11,7 @@ import msgspec
 
 from radixrt.core import FinishKind, FinishReason, PinOutcome, PinSpec, SamplingParams
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core.step_times import StepTimesMsg
 
 TopLogprobs = list[tuple[float, int]]  # [(logprob, token id), ...] best first
 
@@ -177,9 +178,11 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     spec_accepted_tokens: int = 0
     spec_verify_steps: int = 0
     spec_emitted_tokens: int = 0
-    # Wall seconds of the steps that ran a pass: in the forward, in the whole step.
+    # Wall seconds of the steps that ran a pass: in the forward, in the whole step; and per
+    # step, by kind (core/step_times.py).
     forward_time_s: float = 0.0
     step_time_s: float = 0.0
+    step_times: list[StepTimesMsg] = []
 
 
 class FlushCacheReplyMsg(msgspec.Struct, tag=True):

@@ -21,6 +21,7 @@ from radixrt.cache.tree_node import held_node
 from radixrt.cache.tree_summary import TreeSummary, summarize
 from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.core.config import SchedulerConfig
+from radixrt.core.step_times import step_kind
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import NO_TOKEN, Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
@@ -158,7 +159,7 @@ class Scheduler:
             "forward_passes": s.forward_passes, "retractions": s.retractions,
             "forward_time_s": s.forward_time_s, "step_time_s": s.step_time_s,
             "pinned_tokens": kv.cache.pinned_size, "num_pins": self.pins.num_pins,
-            "tiers": kv.tiers.info(), **s.spec_figures(),
+            "tiers": kv.tiers.info(), "step_times": s.step_times.rows(), **s.spec_figures(),
         }  # fmt: skip
 
     @property
@@ -185,14 +186,18 @@ class Scheduler:
         if batch is None:
             self.grammar.wait(0.01)  # only requests waiting for a grammar, if any
             return failed
+        kind = step_kind(batch.reqs)
         out_loc = self.kv.alloc_for(batch.reqs)  # also written into the requests' rows
         logits_rows, sample_rows = self._layout(batch)
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
-        self.stats.forward_time_s += time.perf_counter() - forward_start
+        forward_s = time.perf_counter() - forward_start
+        self.stats.forward_time_s += forward_s
         self.stats.forward_passes += 1
         done = failed + self._process(batch, logits, sample_rows)
-        self.stats.step_time_s += time.perf_counter() - started
+        step_s = time.perf_counter() - started
+        self.stats.step_time_s += step_s
+        self.stats.step_times.observe(kind, forward_s, step_s)
         return done
 
     def _schedule(self) -> Batch | None:

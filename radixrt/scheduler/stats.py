@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from radixrt.core import FinishReason, Req
+from radixrt.core.step_times import StepTimes
 
 logger = logging.getLogger("radixrt")
 
@@ -27,6 +28,7 @@ class SchedulerStats:
     # scheduler's own per-step work.
     forward_time_s: float = 0.0
     step_time_s: float = 0.0
+    step_times: StepTimes = field(default_factory=StepTimes)  # the same, per step, by kind
     input_logprob_rows: int = 0  # prompt positions whose logprobs were computed
     # Speculative decoding: draft tokens verified, those the model agreed with, the request
     # steps that verified a draft and the tokens those steps emitted (accepted + their own).

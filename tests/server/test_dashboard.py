@@ -24,6 +24,7 @@ from radixrt.serve.results.state import ReqOutput
 from radixrt.serve.web.keys import hash_key
 
 from .server_proc import start_server
+from .test_metrics_steps import check_server_counts_every_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "You are the dashboard test assistant. Answer in one word. " + " ".join(
@@ -193,6 +194,10 @@ def test_every_series_of_the_grafana_dashboard_is_in_metrics(keyed_server) -> No
         assert re.search(rf"^{name}_count 0\.0$", text, re.M), name
         assert re.search(rf'^{name}_bucket{{le="\+Inf"}} 0\.0$', text, re.M), name
     assert re.search(r"^radixrt_largest_subtree_tokens [1-9]", text, re.M)
+
+
+def test_step_time_histograms_count_every_pass(keyed_server) -> None:
+    check_server_counts_every_pass(keyed_server)
 
 
 def test_the_page_asks_for_an_admin_key(keyed_server) -> None:

@@ -25,6 +25,7 @@ from radixrt.core.messages import (
     SubtreeMsg,
     TierInfoMsg,
 )
+from radixrt.core.step_times import merge_step_times
 from radixrt.serve.http.args import ServerArgs
 from radixrt.serve.http.tokenizer_manager import ReqState, TokenizerManager
 from radixrt.serve.placement.policy import BaseRoutingPolicy, RouteRequest, WorkerLoad
@@ -160,9 +161,10 @@ class DataParallelManager:
         infos = await asyncio.gather(*(m.get_info() for m in self.managers))
         totals: dict[str, Any] = {}
         for name in InfoReplyMsg.__struct_fields__:
-            if name not in ("reply_id", "cache_hit_rate", "tiers"):
+            if name not in ("reply_id", "cache_hit_rate", "tiers", "step_times"):
                 totals[name] = sum(getattr(i, name) for i in infos)
         totals["tiers"] = merge_tiers([i.tiers for i in infos])
+        totals["step_times"] = merge_step_times([i.step_times for i in infos])
         prompt = totals["prompt_tokens"]
         replicas = []
         for wid, info, routed in zip(self._ids, infos, self.routed):

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from radixrt.core.messages import CacheSummaryReplyMsg, InfoReplyMsg
 from radixrt.serve.http.metrics_gateway import GatewayCollector
 from radixrt.serve.http.metrics_spec import SpecCollector, SpecRequestHistograms
+from radixrt.serve.http.metrics_steps import StepTimesCollector
 from radixrt.serve.http.metrics_tiers import TierCollector
 from radixrt.serve.results.state import ReqOutput
 from radixrt.serve.web.responses import PROMETHEUS_CONTENT_TYPE as CONTENT_TYPE
@@ -160,6 +161,7 @@ class Metrics(NoMetrics):
         )
         self.tiers = TierCollector()
         self.spec = SpecCollector()
+        self.steps = StepTimesCollector()
         self.gateway = GatewayCollector(model_name)  # the inference gateway's names
         self.cached_by_tier = Counter(
             "radixrt_cached_tokens_by_tier",
@@ -168,7 +170,7 @@ class Metrics(NoMetrics):
             registry=r,
         )
         for counter in (self.token_hours, self.misses, self.miss_causes, self.tiers,
-                        self.spec, self.gateway):  # fmt: skip
+                        self.spec, self.steps, self.gateway):  # fmt: skip
             r.register(counter)
 
     def observe_first_token(self, seconds: float) -> None:
@@ -221,6 +223,7 @@ class Metrics(NoMetrics):
         self.miss_causes.values = dict(summary.misses_by_cause)
         self.tiers.tiers = list(info.tiers)
         self.spec.info = info
+        self.steps.info = info
         self.gateway.info = info
         return generate_latest(self.registry)
 
