@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from radixrt.cache.explain import EvictionLog
+from radixrt.cache.kv_dtype import kv_dtype_name
 from radixrt.cache.kv_events import BaseKVEvents, EventSender, KVEvents, NoKVEvents, NullSender
 from radixrt.cache.kv_events_zmq import ZmqEventPublisher
 from radixrt.cache.kv_manager import KVCacheManager
@@ -17,6 +18,7 @@ from radixrt.cache.tiers.base import BaseKVTier
 from radixrt.cache.tiers.contract import BaseKVTiers, NoKVTiers
 from radixrt.cache.tiers.disk import DiskTier
 from radixrt.cache.tiers.disk_format import BlockSpec
+from radixrt.cache.tiers.disk_layout import note_other_widths, record_layout
 from radixrt.cache.tiers.hierarchy import KVTiers
 from radixrt.cache.tiers.host import HostTier
 from radixrt.cache.tiers.spill import SpillToTiers
@@ -158,9 +160,16 @@ def build_tiers(runner: ModelRunner, cache_config: CacheConfig) -> BaseKVTiers:
         size = int(cache_config.disk_cache_size * 1e9)
         try:
             drain_s = cache_config.disk_drain_timeout_s
-            tiers.append(DiskTier(cache_config.cache_dir, spec, size, drain_s))
+            disk = DiskTier(cache_config.cache_dir, spec, size, drain_s)
         except (OSError, ValueError) as e:  # not ours, open to others, a bad key file
             raise ValueError(f"--cache-dir {cache_config.cache_dir!r} is not usable: {e}") from e
+        tiers.append(disk)
+        # the model and weights alone, whatever the KV width: to name blocks of another width
+        key = model_fingerprint(runner.model_path, given, runner.dtype, runner.weight_form,
+                                shape[:4])  # fmt: skip
+        kv_name = kv_dtype_name(pool.dtype)
+        record_layout(disk.root, key, kv_name, shape)
+        note_other_widths(disk.root.parent, disk.root, key, kv_name)
     logger.info("KV tiers below the pool: %s (blocks of %d tokens, %.1f MB each; model %s)",
                 ", ".join(f"{t.name} {t.capacity_bytes / 1e9:g} GB" for t in tiers), block,
                 tiers[0].block_bytes / 1e6, fingerprint[:16])  # fmt: skip
