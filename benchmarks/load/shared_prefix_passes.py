@@ -58,6 +58,8 @@ class RunResult:
     other_cpu: float | None = None  # CPU share of other processes during this pass
     cached_tokens: list[int] = field(default_factory=list, repr=False)  # per request
     output_ids: list[list[int]] = field(default_factory=list, repr=False)
+    kv_dtype: str | None = None  # the engine's KV pool, as resolved (`radixrt cost` reads it)
+    kv_bytes_per_token: int | None = None
 
 
 def build_prompts(w: Workload, vocab_size: int, seed: int) -> list[list[int]]:
@@ -95,6 +97,7 @@ def run_engine(
             outs = list(pool.map(lambda ids: _stream_one(engine, ids, params), prompts))
         wall = time.perf_counter() - t0
         after = engine.get_stats()
+        kv = _kv_figures(engine.scheduler.runner.token_to_kv_pool)
     prompt_tokens = after["prompt_tokens"] - before["prompt_tokens"]
     cached = after["cached_tokens"] - before["cached_tokens"]
     completion = sum(len(out["output_ids"]) for _, out in outs)
@@ -110,7 +113,17 @@ def run_engine(
         cached / max(prompt_tokens, 1),
         output_ids=[out["output_ids"] for _, out in outs],
         cached_tokens=[out["meta_info"]["cached_tokens"] for _, out in outs],
+        kv_dtype=kv[0],
+        kv_bytes_per_token=kv[1],
     )
+
+
+def _kv_figures(pool: Any) -> tuple[str, int]:
+    """(dtype name, bytes per token) of a TokenToKVPool, scales included."""
+    from radixrt.cache.kv_dtype import kv_dtype_name
+
+    per_token = pool.bytes_per_token(pool.num_layers, pool.num_kv_heads, pool.head_dim, pool.dtype)
+    return kv_dtype_name(pool.dtype), per_token
 
 
 def run_hf(

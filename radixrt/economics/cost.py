@@ -61,6 +61,9 @@ class CostReport:
     throughput_source: str | None = None
     radixrt_hit_rate: float | None = None  # what radixrt's own cache served, from a log
     notes: list[str] = field(default_factory=list)
+    # The measured server's KV pool (self_hosted.Throughput): dtype and bytes per token.
+    kv_dtype: str | None = None
+    kv_bytes_per_token: int | None = None
 
     @property
     def month_scale(self) -> float | None:
@@ -79,6 +82,8 @@ class CostReport:
             "throughput_source": self.throughput_source,
             "radixrt_hit_rate": self.radixrt_hit_rate,
             "notes": self.notes,
+            "kv_dtype": self.kv_dtype,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
         }
 
 
@@ -206,6 +211,12 @@ def format_report(report: CostReport) -> str:
             lines.append(
                 f"| {s.label} | {s.requests_per_s:,.3f} | {_usd(s.usd_per_million_requests)} "
                 f"| {s.gpu_hours:,.1f} | {_usd(s.cost_usd)} | {ttft} |"
+            )
+        if report.kv_bytes_per_token:
+            per_gib = 2**30 // report.kv_bytes_per_token
+            lines.append(
+                f"\nKV cache of the measured server: {report.kv_bytes_per_token:,} bytes per "
+                f"token ({report.kv_dtype or 'its'} pool): {per_gib:,} tokens per GiB"
             )
     if report.radixrt_hit_rate is not None:
         lines.append(f"\nradixrt's own cache served {report.radixrt_hit_rate:.3f} of prompt tokens")

@@ -150,9 +150,10 @@ def run(args: argparse.Namespace) -> tuple[CostReport, Sweep | None]:
             f"costs ${args.gpu_hour_usd * span / 3600:,.2f}. The throughput holds for the "
             "workload it was measured on."
         )
+    kv = (throughput.kv_dtype, throughput.kv_bytes_per_token) if throughput else (None, None)
     report = CostReport(
         workload, num_requests, span, book.as_of, rows, hosted,
-        throughput.source if throughput else None, radixrt_hit, notes,
+        throughput.source if throughput else None, radixrt_hit, notes, *kv,
     )  # fmt: skip
     return report, sweep
 

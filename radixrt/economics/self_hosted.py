@@ -24,6 +24,10 @@ class Throughput:
     ttft_s_cached: float | None = None
     ttft_s_uncached: float | None = None
     source: str = "given on the command line"
+    # The measured server's KV pool: its element type (its --kv-cache-dtype as resolved, e.g.
+    # bfloat16 where `auto` chose it) and bytes per token at that width (fp8: with scales).
+    kv_dtype: str | None = None
+    kv_bytes_per_token: int | None = None
 
     def __post_init__(self) -> None:
         if self.requests_per_s_cached <= 0 or self.requests_per_s_uncached <= 0:
@@ -60,8 +64,9 @@ def self_hosted_rows(gpu_hour_usd: float, tp: Throughput, num_requests: int) -> 
 
 def load_bench_json(path: str | Path) -> Throughput:
     """Throughput from a benchmark's JSON: `python -m benchmarks shared_prefix
-    --json` (results labelled "radix cache on"/"off", with req_s and mean_ttft_s), or an object
-    with requests_per_second_cached / requests_per_second_uncached."""
+    --json` (results labelled "radix cache on"/"off", with req_s and mean_ttft_s, and the
+    pool's kv_dtype and kv_bytes_per_token), or an object with requests_per_second_cached /
+    requests_per_second_uncached (and optionally kv_dtype, kv_bytes_per_token)."""
     data = json.loads(Path(path).read_text())
     if "requests_per_second_cached" in data:
         return Throughput(
@@ -69,7 +74,8 @@ def load_bench_json(path: str | Path) -> Throughput:
             float(data["requests_per_second_uncached"]),
             data.get("ttft_s_cached"),
             data.get("ttft_s_uncached"),
-            source=str(path),
+            str(path),
+            *_kv_figures(data),
         )
     runs: dict[str, dict[str, Any]] = {}
     for r in data.get("results", []):
@@ -88,5 +94,14 @@ def load_bench_json(path: str | Path) -> Throughput:
         float(off["req_s"]),
         on.get("mean_ttft_s"),
         off.get("mean_ttft_s"),
-        source=f"{path} ({data.get('workload', {})})",
+        f"{path} ({data.get('workload', {})})",
+        *_kv_figures(on),
     )
+
+
+def _kv_figures(data: dict[str, Any]) -> tuple[str | None, int | None]:
+    """(KV dtype, bytes per token) as a benchmark recorded them; None where it did not."""
+    dtype, per_token = data.get("kv_dtype"), data.get("kv_bytes_per_token")
+    if per_token is not None and (not isinstance(per_token, int) or per_token <= 0):
+        raise ValueError(f"kv_bytes_per_token must be a positive integer, got {per_token!r}")
+    return (None if dtype is None else str(dtype)), per_token

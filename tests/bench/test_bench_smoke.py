@@ -76,6 +76,8 @@ def test_shared_prefix_bench_on_tiny_model(tiny_llama_path, tmp_path, capsys) ->
     assert 0 < on["hit_rate"] <= data["optimal_hit_rate"] + 1e-9
     assert off["hit_rate"] == 0
     assert all(r["req_s"] > 0 and r["mean_ttft_s"] > 0 for r in data["results"])
+    # the pool's width for `radixrt cost`: the tiny model's 2 layers x 2 KV heads x 16 x 4 x 2
+    assert (on["kv_dtype"], on["kv_bytes_per_token"]) == ("float32", 512)
 
 
 def test_optimal_hit_rate_formula() -> None:

@@ -75,9 +75,30 @@ def test_bench_json_from_shared_prefix_benchmark(tmp_path: Path) -> None:
     tp = load_bench_json(path)
     assert (tp.requests_per_s_cached, tp.requests_per_s_uncached) == (3.0, 1.0)
     assert (tp.ttft_s_cached, tp.ttft_s_uncached) == (0.4, 2.5)
+    assert (tp.kv_dtype, tp.kv_bytes_per_token) == (None, None)  # an older benchmark's file
     path.write_text(json.dumps({"results": results[2:]}))
     with pytest.raises(ValueError, match="radix cache on/off"):
         load_bench_json(path)
+
+
+def test_cost_reports_kv_bytes_at_the_pools_width(tmp_path: Path, capsys) -> None:
+    """The benchmark records the pool it measured (bfloat16 where `auto` chose it); the
+    report gives its bytes per token and tokens per GiB at that width."""
+    path = tmp_path / "bench.json"
+    on = {"label": "radixrt, radix cache on", "req_s": 3.0, "mean_ttft_s": 0.4,
+          "kv_dtype": "bfloat16", "kv_bytes_per_token": 23040}  # fmt: skip
+    off = {**on, "label": "radixrt, radix cache off", "req_s": 1.0}
+    path.write_text(json.dumps({"results": [on, off]}))
+    argv = [*SMALL, "--gpu-hour-usd", "2", "--bench-json", str(path)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "23,040 bytes per token (bfloat16 pool): 46,603 tokens per GiB" in text
+    out = run_json(argv, capsys)
+    assert (out["kv_dtype"], out["kv_bytes_per_token"]) == ("bfloat16", 23040)
+    on["kv_bytes_per_token"] = -1
+    path.write_text(json.dumps({"results": [on, off]}))
+    with pytest.raises(SystemExit):
+        main(argv)
 
 
 def test_request_log_replay_with_radixrt_hit_rate(tmp_path: Path, capsys) -> None:
