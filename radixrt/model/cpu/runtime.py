@@ -84,8 +84,8 @@ def auto_kv_dtype(bf16_weights: bool, head_dim: int, windowed: bool) -> torch.dt
     256; no layer with a sliding window or a soft cap); float32 elsewhere and under
     AUTO_DTYPE_ENV=float32 (the tests' reference). Chosen on measurement (docs/benchmarks.md
     section 15, the default model with bfloat16 weights, both pools in one process): there
-    the bfloat16 pool prefilled 1.7-1.8x float32's tok/s and decoded in 0.76-0.9x its step
-    time; elsewhere its extends run the float32 kernel, no faster than over float32 KV.
+    the bfloat16 pool prefilled 1.75-1.85x float32's tok/s and decoded in 0.76-0.97x its
+    step time; elsewhere its extends run the float32 kernel, no faster than over float32 KV.
     `init_cpu_kernels` keeps float32 where the plan leaves an attention pass to torch."""
     from radixrt.model.cpu import kernels as ck
 
