@@ -36,7 +36,7 @@ def _prompts(args: argparse.Namespace, vocab: int) -> list[list[int]]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from radixrt.serve.engine import Engine
 
-    engine = Engine(args.model_path, max_total_tokens=30000)
+    engine = Engine(args.model_path, max_total_tokens=30000, kv_cache_dtype=args.kv_cache_dtype)
     runner = engine.scheduler.runner
     if args.unfused:
         for layer in runner.model.model.layers:
@@ -108,8 +108,9 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     from radixrt.core.config import split_kwargs
     from radixrt.scheduler.builder import build_scheduler
 
-    s, tok = build_scheduler(*split_kwargs({"model_path": args.model_path,
-                                            "max_total_tokens": 30000}))  # fmt: skip
+    flags = {"model_path": args.model_path, "max_total_tokens": 30000,
+             "kv_cache_dtype": args.kv_cache_dtype}  # fmt: skip
+    s, tok = build_scheduler(*split_kwargs(flags))
     runner, layers = s.runner, s.runner.model.model.layers
     prompts = _prompts(args, tok.vocab_size)
     seen: dict[str, ForwardBatch] = {}
@@ -142,7 +143,8 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 runner.forward_batch(fb)
                 times[fused].append(1000 * (time.perf_counter() - t0))
-        report[kind] = {"rows": fb.num_tokens}
+        parts = [e for p, e in zip(fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu) if e > 1]
+        report[kind] = {"rows": fb.num_tokens, "prefill parts": parts}
         for fused, name in ((True, "fused"), (False, "modules")):
             ms = times[fused]
             report[kind][f"{name} ms min/median"] = (
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--kv-cache-dtype", default="auto")
     ap.add_argument("--unfused", action="store_true")
     ap.add_argument("--replay", action="store_true", help="replay captured passes (above)")
     ap.add_argument("--reps", type=int, default=10)
