@@ -70,6 +70,8 @@ REGISTRY: dict[str, Bench] = {
                         "perplexity on a fixed text: float32, bfloat16 and int8 weights"),
     "spec_lookup": Bench("benchmarks.micro.spec_lookup", "micro",
                          "batch-1 decoding with and without lookup speculation"),
+    "mixed_steps": Bench("benchmarks.micro.mixed_steps", "micro",
+                         "the chat workload's steps: decode, mixed, prefill; fused or per module"),
 }  # fmt: skip
 
 

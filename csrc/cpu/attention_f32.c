@@ -62,6 +62,17 @@ static void attend_ranges(const float* q, int64_t ldq, const kv_t* k_buf, const 
     }
 }
 
+// Store t rows of new K/V (hkv*d floats each, rows ld_new apart) at slots out_loc[0..t).
+void KV_NAME(rt_store_kv)(const float* k_new, const float* v_new, int64_t ld_new, kv_t* k_buf,
+                          kv_t* v_buf, const int64_t* out_loc, int64_t t, int64_t hkv,
+                          int64_t d) {
+  const int64_t slot_len = hkv * KV_ROW(d);
+  for (int64_t i = 0; i < t; ++i) {
+    kv_store_row(k_buf + out_loc[i] * slot_len, k_new + i * ld_new, hkv, d);
+    kv_store_row(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, hkv, d);
+  }
+}
+
 void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* k_new,
                                       const float* v_new, int64_t ld_new, kv_t* k_buf,
                                       kv_t* v_buf,

@@ -91,6 +91,19 @@ void rt_decode_attention_f32_kve5m2(const float* q, int64_t ldq, const float* k_
                                     const int64_t* rows, const int64_t* seq_lens, float* out,
                                     int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
                                     float scale);
+// Store t rows of new K/V (hkv*d floats each, rows ld_new apart) at slots out_loc (t,) of
+// k_buf/v_buf, rounded to the pool's type as the decode kernels store them.
+void rt_store_kv(const float* k_new, const float* v_new, int64_t ld_new, float* k_buf,
+                 float* v_buf, const int64_t* out_loc, int64_t t, int64_t hkv, int64_t d);
+void rt_store_kv_kvbf16(const float* k_new, const float* v_new, int64_t ld_new,
+                        uint16_t* k_buf, uint16_t* v_buf, const int64_t* out_loc, int64_t t,
+                        int64_t hkv, int64_t d);
+void rt_store_kv_kve4m3(const float* k_new, const float* v_new, int64_t ld_new, uint8_t* k_buf,
+                        uint8_t* v_buf, const int64_t* out_loc, int64_t t, int64_t hkv,
+                        int64_t d);
+void rt_store_kv_kve5m2(const float* k_new, const float* v_new, int64_t ld_new, uint8_t* k_buf,
+                        uint8_t* v_buf, const int64_t* out_loc, int64_t t, int64_t hkv,
+                        int64_t d);
 // A whole decoder layer for one new token per request; see layer_f32.c. Each linear is its
 // packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels, or
 // bfloat16 panels for every linear when bf16_weights is nonzero). scratch holds
@@ -107,6 +120,21 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch,
                          int64_t bf16_weights, int64_t kv_kind);
+// The same layer over any batch of t rows: extend requests (prefill chunks) and decode rows
+// together; see layer_f32.c. ptrs: 14 addresses (ln1, ln2, then weight, bias, scales of qkv,
+// o, gate_up, down; 0 for none); dims: hidden, hq, hkv, d, inter, bf16 weights. Every new
+// K/V is stored at out_loc (t,) first; then per extend request r < n_ext, ext[4r..4r+3] =
+// (first row, new rows e, prefix p, pool row) attends causally over req_to_token[row, :p+e]
+// (on AMX tiles when `amx`: a bfloat16 pool); then the bd decode rows, dec = (rows in the
+// batch | pool rows | seq_lens), bd each, through the decode kernel. scratch holds
+// t * ((hq + 2*hkv)*d + hq*d + 3*inter) + 2 * bd * hq*d floats. Returns 0, or an extend
+// kernel's error code (x, residual then undefined).
+int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptrs,
+                        const int64_t* dims, float eps, const float* cos, const float* sin,
+                        void* k_buf, void* v_buf, int64_t kv_kind, const int64_t* out_loc,
+                        const int32_t* req_to_token, int64_t ld_table, const int64_t* ext,
+                        int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t amx,
+                        float* scratch);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1], each row over its last `window` keys when window > 0; see
 // extend_attention_f32.c. Returns 0, -1 when scratch memory ran out, -2 when built without a

@@ -54,8 +54,9 @@ class BaseAttnBackend(ABC):
       smaller pool of their own; storing through `set_kv_buffer` translates by itself.
     - `fuses_cpu_decode_layers`: True when a decode batch may instead run whole decoder
       layers as one C call each (cpu/fused_layer.py), which attend over the pool and store
-      the new K/V exactly as this backend's decode does; the runner decides it once, when it
-      builds the model and this backend.
+      the new K/V exactly as this backend's decode does (an extend batch too, where the
+      backend's `extend_segments` describes it); the runner decides it once, when it builds
+      the model and this backend.
     - `decodes_request_rows`: True when a decode batch may hold several consecutive rows of
       one request (ForwardBatch.build makes them of a short extend, e.g. a draft being
       verified): row j attends over req_to_token[row, :seq_lens[j]] like any decode row, and

@@ -43,6 +43,18 @@ class KeyView:
     out_loc: torch.Tensor | None  # (B,) int64
 
 
+@dataclass(frozen=True, slots=True)
+class Segments:
+    """An extend pass's attention segments for the fused layer (csrc/cpu/layer_f32.c):
+    `ext` (n, 4) int64 per extend request (first row in the batch, new rows, prefix, pool
+    row); `dec` the decode rows' rows in the batch, pool rows and seq_lens, `decode_rows`
+    each, concatenated (int64)."""
+
+    ext: torch.Tensor
+    dec: torch.Tensor
+    decode_rows: int
+
+
 class CpuAttnBackend(TorchNativeAttnBackend):
     """Needs the kernel library (`ck.available()`) and a KV pool on the CPU in float32,
     bfloat16 or fp8 (kernels per KV dtype; a bfloat16 pool extends on AMX tiles on the amx
@@ -80,9 +92,10 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         self._fb: ForwardBatch | None = None
         self._views: dict[ViewKey, KeyView] = {}
         self._extend_slots: dict[ViewKey, list[tuple[torch.Tensor, int]]] = {}
+        self._segments: Segments | None = None
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
-        self._fb, self._views, self._extend_slots = fb, {}, {}
+        self._fb, self._views, self._extend_slots, self._segments = fb, {}, {}, None
         self.decode_batch = fb.mode is ForwardMode.DECODE and self._decode_kernel
         if self.decode_batch:
             return
@@ -105,6 +118,21 @@ class CpuAttnBackend(TorchNativeAttnBackend):
             self._kernel_decode = (tok, fb.req_pool_indices[idx], fb.seq_lens[idx])
         elif decode_ids:
             self._decode = self._build_decode_group(fb, decode_ids)
+
+    def extend_segments(self) -> Segments | None:
+        """This extend pass's segments as the fused layer's extend call reads them
+        (cpu/fused_layer.py), built on first use; None where its attention does not run
+        wholly on the kernels (a pure decode pass, the extend kernel off, or decode rows left
+        to torch)."""
+        if self.decode_batch or not self._use_extend_kernel or self._decode is not None:
+            return None
+        if self._segments is None:
+            ext = torch.tensor(self._kernel_extends, dtype=torch.int64).reshape(-1, 4)
+            dec = torch.empty(0, dtype=torch.int64)
+            if self._kernel_decode is not None:
+                dec = torch.cat([t.to(torch.int64) for t in self._kernel_decode])
+            self._segments = Segments(ext, dec, dec.numel() // 3)
+        return self._segments
 
     def decode_view(self, layer: AttentionLayer, fb: ForwardBatch) -> KeyView:
         """The key view of a pure decode pass for `layer` (also the fused layer's)."""

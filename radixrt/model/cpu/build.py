@@ -139,15 +139,20 @@ SIGNATURES: dict[str, list] = {
         _I,
     ],
 }
+SIGNATURES["rt_store_kv"] = [_P, _P, _I, _P, _P, _P, _I, _I, _I]
+SIGNATURES["rt_extend_layer_f32"] = [_P, _P, _I, _P, _P, _F, _P, _P, _P, _P, _I, _P, _P, _I,
+                                     _P, _I, _P, _I, _F, _I, _P]  # fmt: skip
 KV_SUFFIXES = ("_kvbf16", "_kve4m3", "_kve5m2")  # the attention builds per KV type (kv.h)
 for _kv in KV_SUFFIXES:
     SIGNATURES["rt_decode_attention_f32" + _kv] = SIGNATURES["rt_decode_attention_f32"]
     SIGNATURES["rt_extend_attention_f32" + _kv] = SIGNATURES["rt_extend_attention_f32"]
+    SIGNATURES["rt_store_kv" + _kv] = SIGNATURES["rt_store_kv"]
 SIGNATURES["rt_extend_attention_amx_kvbf16"] = SIGNATURES["rt_extend_attention_f32"]
 # Every other function returns void.
 RESTYPES = {
     **{"rt_extend_attention_f32" + kv: ctypes.c_int for kv in ("", *KV_SUFFIXES)},
     "rt_extend_attention_amx_kvbf16": ctypes.c_int,
+    "rt_extend_layer_f32": ctypes.c_int,
     "rt_isa": ctypes.c_char_p,
     "rt_bf16_packed_size": ctypes.c_int64,
     "rt_q8a8_packed_size": ctypes.c_int64,

@@ -1,11 +1,14 @@
-"""Llama decoder layers whose decode steps run as one C call (csrc/cpu/layer_f32.c).
+"""Llama decoder layers whose steps run as one C call each (csrc/cpu/layer_f32.c).
 
 After `use_cpu_kernels` has swapped a layer's parts for their kernel versions, a decode batch
 spends more time dispatching eleven module calls per layer from Python than in most of the
 small kernels; `FusedDecodeLayer` runs the same kernels in the same order from one call.
-Other batches (prefill, mixed) run the wrapped layer's modules. The runner wraps the layers
-only when its attention backend says a fused layer may stand in for it
-(`BaseAttnBackend.fuses_cpu_decode_layers`), once, at start-up.
+Extend batches (prefill chunks, mixed with decode rows) run one call too
+(`rt_extend_layer_f32`) where every linear runs the kernel at every size and the attention
+backend runs the pass wholly on its kernels (`CpuAttnBackend.extend_segments`), the layer
+has no window and its K/V live in the main pool; other batches run the wrapped layer's
+modules. The runner wraps the layers only when its attention backend says a fused layer may
+stand in for it (`BaseAttnBackend.fuses_cpu_decode_layers`), once, at start-up.
 """
 
 from __future__ import annotations
@@ -39,15 +42,23 @@ class FusedDecodeLayer(nn.Module):
             _ptr(layer.input_layernorm.weight),
             _ptr(layer.post_attention_layernorm.weight),
         )
+        linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
         self.linear_ptrs = tuple(  # per linear: packed weight, bias, int8 scales (or None)
-            p
-            for lin in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-            for p in (_ptr(lin.packed), _ptr(lin.bias), _ptr(lin.scale))
+            p for lin in linears for p in (_ptr(lin.packed), _ptr(lin.bias), _ptr(lin.scale))
         )
         # 1: every linear holds bfloat16 panels (`can_fuse` admits one weight type per layer)
         self.bf16_weights = int(attn.qkv_proj.weights == "bfloat16")
         hq, hkv, d, inter = self.dims
         self.scratch_per_row = (hq + 2 * hkv) * d + hq * d + 3 * inter
+        # The extend call's weight addresses and sizes (rt_extend_layer_f32's ptrs, dims).
+        self.ext_ptrs = torch.tensor(
+            [p or 0 for p in (*self.norm_ptrs, *self.linear_ptrs)], dtype=torch.int64
+        )
+        self.ext_dims = torch.tensor([self.hidden, *self.dims, self.bf16_weights])
+        # Whether extend batches may run as one call: every linear on the kernel at every
+        # size, weight-only (a W8A8 path would compute them differently).
+        self.fuse_extend = all(lin.large and not lin.w8a8 for lin in linears)
+        self.extend_calls = 0  # extend passes run as one call (for tests and benchmarks)
 
     @staticmethod
     def can_fuse(layer: nn.Module) -> bool:
@@ -74,7 +85,7 @@ class FusedDecodeLayer(nn.Module):
         fb: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if fb.mode is not ForwardMode.DECODE:
-            return self.layer(rope, x, residual, fb)
+            return self._extend(rope, x, residual, fb)
         x = x.contiguous()
         residual = torch.zeros_like(x) if residual is None else residual.contiguous()
         cos, sin = rope
@@ -109,6 +120,42 @@ class FusedDecodeLayer(nn.Module):
             self.bf16_weights,
             kv_kind,
         )
+        return x, residual
+
+    def _extend(
+        self,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        fb: ForwardBatch,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An extend batch as one call where it can (see the module docstring), else the
+        wrapped layer's modules."""
+        segments_of = getattr(fb.attn_backend, "extend_segments", None)
+        seg = segments_of() if self.fuse_extend and segments_of is not None else None
+        pool = fb.token_to_kv_pool
+        if seg is None or self.spec.sliding_window or pool.slot_map(self.layer_id) is not None:
+            return self.layer(rope, x, residual, fb)
+        x = x.contiguous()
+        residual = torch.zeros_like(x) if residual is None else residual.contiguous()
+        cos, sin = (r.contiguous() for r in rope)
+        k_buf, v_buf = pool.get_kv_buffer(self.layer_id)
+        kv_kind = ck.KV_KINDS[ck.kv_suffix(k_buf, v_buf)]
+        amx = ck.amx_extend_takes(k_buf.dtype, self.dims[2])
+        table = fb.req_to_token_pool.req_to_token
+        t = x.shape[0]
+        hq_d = self.dims[0] * self.dims[2]
+        scratch = torch.empty(t * self.scratch_per_row + 2 * seg.decode_rows * hq_d)
+        rc = ck.lib().rt_extend_layer_f32(
+            x.data_ptr(), residual.data_ptr(), t, self.ext_ptrs.data_ptr(),
+            self.ext_dims.data_ptr(), self.eps, cos.data_ptr(), sin.data_ptr(),
+            k_buf.data_ptr(), v_buf.data_ptr(), kv_kind, fb.out_loc.data_ptr(),
+            table.data_ptr(), table.stride(0), seg.ext.data_ptr(), seg.ext.shape[0],
+            seg.dec.data_ptr(), seg.decode_rows, self.scaling, int(amx), scratch.data_ptr(),
+        )  # fmt: skip
+        if rc != 0:
+            raise RuntimeError(f"rt_extend_layer_f32 failed ({rc})")
+        self.extend_calls += 1
         return x, residual
 
 

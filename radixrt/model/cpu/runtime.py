@@ -185,9 +185,15 @@ def _attention_shape(model: nn.Module) -> tuple[int, bool]:
 
 
 def fuse_cpu_decode_layers(model: nn.Module) -> int:
-    """Run each decoder layer's decode steps as one C call where the model can (its
+    """Run each decoder layer's steps as one C call where the model can (its
     `fuse_cpu_decode_layers`); returns how many layers."""
     fuse = getattr(model, "fuse_cpu_decode_layers", None)
     fused = fuse() if fuse is not None else 0
-    logger.info("CPU kernels: %d decoder layers fused for decode batches", fused)
+    layers = getattr(getattr(model, "model", None), "layers", ())
+    extend = sum(bool(getattr(m, "fuse_extend", False)) for m in layers)
+    logger.info(
+        "CPU kernels: %d decoder layers fused for decode batches, %d for extend batches",
+        fused,
+        extend,
+    )
     return fused
