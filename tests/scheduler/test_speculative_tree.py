@@ -145,3 +145,18 @@ def test_sampled_distribution_unchanged(small_vocab_path) -> None:  # noqa: F811
     assert tree.stats.spec_tree_steps > 100 and tree.stats.spec_tree_side_accepts > 10
     z = _chi2_z(ref, got)
     assert z < 4.0, z
+
+
+def test_paged_pool_falls_back_to_chains(tiny_llama_path, scheds) -> None:
+    """Pages of 4 slots: node slots could not move to other positions, so chains only."""
+    plain = scheds["cpu"][0]
+    _fresh(plain)
+    paged = _build(tiny_llama_path, 4, page_size=4, **TREE)
+    assert paged.speculation.branches == 1
+    ids = _prompt(36, 20)
+    ref = _run(plain, [_req("a", ids, 20)])["a"]
+    _run(paged, [_req("warm", ids, 20)])
+    _decoys(paged, ids, ref, 2, 1)
+    r = _req("b", ids, 20)
+    assert _run(paged, [r])["b"] == ref
+    assert paged.stats.spec_tree_steps == 0 and r.spec_accepted > 0

@@ -51,7 +51,8 @@ from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, row_reqs
-from radixrt.scheduler.speculative.tree import DraftTree
+from radixrt.scheduler.speculative.tally import tally
+from radixrt.scheduler.speculative.tree import chain_path
 from radixrt.scheduler.speculative.tree_rows import TreeRows
 from radixrt.scheduler.stats import SchedulerStats
 
@@ -214,7 +215,7 @@ class Speculation:
         draft, start = req.draft_ids, req.kv_len
         picks = out.next_token_ids[first : first + req.extend_len]
         tree = self.tree_rows.tree_of(req)
-        path = tree.accept(picks) if tree is not None else _chain_path(draft, picks)
+        path = tree.accept(picks) if tree is not None else chain_path(draft, picks)
         emitted = 0
         for j, node in enumerate(path):
             token = picks[node]
@@ -235,7 +236,7 @@ class Speculation:
             self.check_finish(req, j == len(path) - 1)  # jump-forward after the last only
         req.first_token_time = req.first_token_time or now
         accepted = min(len(path) - 1, emitted)
-        self._count(req, tree, accepted, emitted, path)
+        tally(self.stats, req, tree, accepted, emitted, path)
         # Position start + i computed node path[i] (its K/V in that node's slot); for
         # i < emitted it is a token of the output now, the other nodes were rejected.
         keep = max(emitted, 1)
@@ -247,27 +248,6 @@ class Speculation:
         req.draft_ids, req.draft_parents = [], []
         self.kv.advance_window(req)
         return emitted
-
-    def _count(self, req: Req, tree: DraftTree | None, accepted: int, emitted: int,
-               path: list[int]) -> None:  # fmt: skip
-        """The guard's and the metrics' view of one verification: nodes verified (a tree's
-        cost) against tokens accepted."""
-        nodes = len(req.draft_ids)
-        assert req.draft_guard is not None  # made by its plan, before it drafted
-        req.draft_guard.record(max(tree.depths) if tree else nodes, accepted)
-        req.spec_drafted += nodes
-        req.spec_accepted += accepted
-        self.stats.generated_tokens += emitted
-        self.stats.spec_drafted_tokens += nodes
-        self.stats.spec_accepted_tokens += accepted
-        self.stats.spec_verify_steps += 1
-        self.stats.spec_emitted_tokens += emitted
-        if tree is not None:
-            self.stats.spec_tree_steps += 1
-            self.stats.spec_tree_branches += len(tree.leaves())
-            first_leaf = tree.leaves()[0]
-            if any(node > first_leaf for node in path[1 : accepted + 1]):
-                self.stats.spec_tree_side_accepts += 1
 
     def _free_positions(self, req: Req, lo: int, hi: int) -> None:
         """Free the slots of positions [lo, hi) of `req`, which it owns: with pages, only the
@@ -281,11 +261,3 @@ class Speculation:
         assert row is not None
         slots = self.kv.req_to_token_pool.req_to_token[row, lo:hi].to(torch.int64)
         self.kv.allocator.free(slots)
-
-
-def _chain_path(draft: list[int], picks: list[int]) -> list[int]:
-    """Rows 0..n of a chain: the drafts before row n all equal the picks before them."""
-    n = 0
-    while n < len(draft) and draft[n] == picks[n]:
-        n += 1
-    return list(range(n + 1))

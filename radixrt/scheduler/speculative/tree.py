@@ -114,3 +114,12 @@ def merge(candidates: list[list[int]], max_nodes: int, max_branches: int) -> Dra
     for c in kids[0]:
         visit(c, 0, 1)
     return DraftTree(tokens, parents, depths)
+
+
+def chain_path(draft: list[int], picks: list[int]) -> list[int]:
+    """`DraftTree.accept` for a chain: rows 0..n, the drafts before row n equal to the picks
+    before them."""
+    n = 0
+    while n < len(draft) and draft[n] == picks[n]:
+        n += 1
+    return list(range(n + 1))
