@@ -134,7 +134,8 @@ class Speculation:
         """Whether `req` may draft a tree this step (else a chain)."""
         p = req.sampling_params
         return (self.branches > 1 and req.grammar is None and can_speculate(req)
-                and (p.seed is None or p.is_greedy) and self.tree_rows.spare() > 0)  # fmt: skip
+                and (p.seed is None or p.is_greedy) and self.tree_rows.spare() > 0
+                and req.draft_guard is not None and req.draft_guard.trees_allowed())  # fmt: skip
 
     def _plan_tree(self, req: Req, depth: int, nodes: int) -> int:
         """Draft a tree for `req` (its first branch alone where rows are short); returns the

@@ -27,5 +27,6 @@ def tally(stats: SchedulerStats, req: Req, tree: DraftTree | None, accepted: int
         stats.spec_tree_steps += 1
         stats.spec_tree_branches += len(tree.leaves())
         first_leaf = tree.leaves()[0]  # nodes 1..first_leaf: the first branch
-        if any(node > first_leaf for node in path[1 : accepted + 1]):
-            stats.spec_tree_side_accepts += 1
+        side = any(node > first_leaf for node in path[1 : accepted + 1])
+        stats.spec_tree_side_accepts += side
+        req.draft_guard.record_tree(side)
