@@ -63,6 +63,21 @@ def test_side_branch_accepted_greedy_identical(scheds, backend: str) -> None:
     assert r.spec_accepted >= 12
 
 
+def test_stop_token_inside_an_accepted_side_branch(scheds) -> None:
+    plain, tree = scheds["cpu"]
+    _fresh(plain, tree)
+    ids = _prompt(37, 20)
+    ref = _run(plain, [_req("a", ids, 24)])["a"]
+    _run(tree, [_req("warm", ids, 24)])
+    _decoys(tree, ids, ref, 2, 1)
+    stop = ref[3]
+    side = tree.stats.spec_tree_side_accepts
+    r = _req("b", ids, 24, stop_token_ids=[stop])
+    assert _run(tree, [r])["b"] == ref[: ref.index(stop) + 1]
+    assert r.finish_reason.kind == FinishKind.STOP
+    assert tree.stats.spec_tree_side_accepts > side
+
+
 def test_own_tokens_branch_where_the_suffix_went_on_differently(scheds) -> None:
     """No cache help: the suffix's earlier occurrences went on differently (latest first)."""
     _, tree = scheds["cpu"]
