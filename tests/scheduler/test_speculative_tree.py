@@ -175,3 +175,27 @@ def test_paged_pool_falls_back_to_chains(tiny_llama_path, scheds) -> None:
     r = _req("b", ids, 20)
     assert _run(paged, [r])["b"] == ref
     assert paged.stats.spec_tree_steps == 0 and r.spec_accepted > 0
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch_native"])
+def test_tree_beside_a_prefill(scheds, backend: str) -> None:
+    """A tree verified in a pass that also prefills another request (tree nodes as the
+    decode rows of an extend pass)."""
+    plain, tree = scheds[backend]
+    _fresh(plain, tree)
+    ids, other = _prompt(38, 20), _prompt(39, 150)
+    ref = _run(plain, [_req("a", ids, 24), _req("o", other, 8)])
+    _run(tree, [_req("warm", ids, 24)])
+    _decoys(tree, ids, ref["a"], 2, 1)
+    a, o = _req("a", ids, 24), _req("o", other, 8)
+    tree.add_request(a)
+    tree.step()  # a's prompt
+    steps = tree.stats.spec_tree_steps
+    tree.add_request(o)
+    tree.step()  # a's tree and o's prefill in one pass
+    _check(tree)
+    assert tree.stats.spec_tree_steps == steps + 1 and o.kv_len > 0
+    while not tree.is_idle:
+        tree.step()
+        _check(tree)
+    assert a.output_ids == ref["a"] and o.output_ids == ref["o"]
