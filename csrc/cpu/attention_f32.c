@@ -92,8 +92,8 @@ void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* 
     kv_store_row(v_buf + out_loc[i] * slot_len, v_new + i * ld_new, hkv, d);
   }
   // Requests sharing a cached prefix: it is read once for all of them (attend_shared).
-  if (b > 1 && attend_shared(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens, out,
-                             ldo, b, hq, hkv, d, scale) == 0)
+  if (b > 1 && attend_shared(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens,
+                             k_new ? out_loc : 0, out, ldo, b, hq, hkv, d, scale) == 0)
     return;
   // Few requests over long contexts: one work item per (request, key range), all heads, the
   // ranges' partial softmaxes merged afterwards. Few requests otherwise: one per (request,

@@ -93,9 +93,9 @@ static inline void merge_parts(const float* const* o, const float* const* ml, in
 
 // Cascade decode (attention_shared.c): requests sharing the first 64+ slots of their rows attend
 // over them once per group. Returns 0, or -1 when no group formed or memory for the plan ran
-// out (the caller then attends per request).
+// out (the caller then attends per request). out_loc (b,) or NULL: the slots this pass stored.
 #define attend_shared KV_NAME(attend_shared)
 int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                   const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
-                  const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
-                  int64_t hkv, int64_t d, float scale);
+                  const int64_t* seq_lens, const int64_t* out_loc, float* out, int64_t ldo,
+                  int64_t b, int64_t hq, int64_t hkv, int64_t d, float scale);

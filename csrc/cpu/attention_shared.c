@@ -66,15 +66,32 @@ static int has_row(const int64_t* rows, const int64_t* order, int64_t first, int
   return 0;
 }
 
+// Whether `slot` is among the b slots this pass stores.
+static int is_stored(const int64_t* out_loc, int64_t b, int32_t slot) {
+  for (int64_t t = 0; t < b; ++t)
+    if (out_loc[t] == slot) return 1;
+  return 0;
+}
+
+// Whether rows ri and rj (seq_i, seq_j keys) are one request's: their common run of keys ends
+// in a slot this pass stores (a draft tree's root or a shared ancestor node).
+static int one_request(const int32_t* ri, const int32_t* rj, int64_t seq_i, int64_t seq_j,
+                       const int64_t* out_loc, int64_t b) {
+  const int64_t run = common_slots(ri, rj, seq_i < seq_j ? seq_i : seq_j);
+  return run > 0 && is_stored(out_loc, b, ri[run - 1]);
+}
+
 // Groups of requests sharing their first slots; grp[i] = group of request i or -1, pos[i] its
 // index among the group's members. Returns the number of groups (0: nothing shared). A group
 // holds one row per request row at most: the rows of a draft being verified (one request's
 // rows, seq_lens one apart) attend alone, as that request's decode step would, so that their
 // arithmetic is the decode step's whatever the draft (with bfloat16 weights a reordered sum
-// can flip a near-tie).
+// can flip a near-tie). So do the rows of a draft tree (a row of the table per branch): two
+// rows whose common keys end in a slot this pass stores (`out_loc`, when given) are one
+// request's, since a new slot is its request's alone; a cached prefix's slots are not new.
 static int64_t find_groups(const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
-                           const int64_t* seq_lens, int64_t b, int64_t* grp, int64_t* pos,
-                           int64_t* order, group_t* groups) {
+                           const int64_t* seq_lens, const int64_t* out_loc, int64_t b,
+                           int64_t* grp, int64_t* pos, int64_t* order, group_t* groups) {
   int64_t ng = 0, n = 0;
   for (int64_t i = 0; i < b; ++i) grp[i] = -1;
   for (int64_t i = 0; i < b; ++i) {
@@ -88,7 +105,8 @@ static int64_t find_groups(const int32_t* req_to_token, int64_t ld_table, const 
       if (grp[j] != -1 || rj[0] != ri[0] || has_row(rows, order, first, n, rows[j])) continue;
       const int64_t cap = shared < seq_lens[j] - 1 ? shared : seq_lens[j] - 1;
       const int64_t lcp = common_slots(ri, rj, cap);
-      if (lcp < MIN_SHARED) continue;
+      if (lcp < MIN_SHARED || (out_loc && one_request(ri, rj, seq_lens[i], seq_lens[j], out_loc, b)))
+        continue;
       grp[j] = ng;
       order[n++] = j;
       shared = lcp < shared ? lcp : shared;
@@ -184,8 +202,8 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
 
 int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
-                         const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
-                         int64_t hkv, int64_t d, float scale) {
+                         const int64_t* seq_lens, const int64_t* out_loc, float* out, int64_t ldo,
+                         int64_t b, int64_t hq, int64_t hkv, int64_t d, float scale) {
   const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
   int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)(3 * b));
   group_t* groups = (group_t*)malloc(sizeof(group_t) * (size_t)b);
@@ -195,8 +213,8 @@ int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_
     return -1;
   }
   int64_t *grp = idx, *pos = idx + b, *order = idx + 2 * b;
-  const int64_t ng = find_groups(req_to_token, ld_table, rows, seq_lens, b, grp, pos, order,
-                                 groups);
+  const int64_t ng = find_groups(req_to_token, ld_table, rows, seq_lens, out_loc, b, grp, pos,
+                                 order, groups);
   if (ng == 0) {
     free(idx);
     free(groups);

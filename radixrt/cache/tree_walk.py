@@ -14,7 +14,17 @@ def continuation(
     in namespace `extra_key` (compared token by token, whatever the page size); [] when it is
     not (always with caching off: the null cache's root has no child). Past the end of `key`
     the walk follows the most recently used child at each fork."""
-    if not key or max_tokens <= 0:
+    found = continuations(view, key, extra_key, max_tokens, 1)
+    return found[0] if found else []
+
+
+def continuations(
+    view: TreeView, key: list[int], extra_key: str | None, max_tokens: int, count: int
+) -> list[list[int]]:
+    """Up to `count` distinct cached continuations of `key` (as `continuation`), each up to
+    `max_tokens` long: at each fork past the end of `key` the most recently used child
+    first, so the first is `continuation`'s; [] when `key` is not a cached path."""
+    if not key or max_tokens <= 0 or count <= 0:
         return []
     node, pos, page_size = view.root, 0, view.page_size
     while pos < len(key):
@@ -26,7 +36,10 @@ def continuation(
             return []
         if pos + n == len(key):  # the key ends inside this node (or at its end)
             out = child.key[n : n + max_tokens]
-            return out + _follow(child, max_tokens - len(out))
+            if len(out) == max_tokens:
+                return [out]
+            paths = [out + rest for rest in _paths(child, max_tokens - len(out), count)]
+            return [p for p in paths if p]
         node, pos = child, pos + n
     return []
 
@@ -45,10 +58,17 @@ def _child_at(
     return None
 
 
-def _follow(node: TreeNode, max_tokens: int) -> list[int]:
-    """Tokens below `node` along its most recently used children, up to `max_tokens`."""
-    out: list[int] = []
-    while len(out) < max_tokens and node.children:
-        node = max(node.children.values(), key=lambda c: (c.last_access_time, c.id))
-        out += node.key[: max_tokens - len(out)]
-    return out
+def _paths(node: TreeNode, max_tokens: int, count: int) -> list[list[int]]:
+    """Up to `count` token paths below `node`, up to `max_tokens` each, the most recently used
+    children first ([[]] at a leaf)."""
+    kids = sorted(node.children.values(), key=lambda c: (c.last_access_time, c.id), reverse=True)
+    out: list[list[int]] = []
+    for child in kids:
+        head = child.key[:max_tokens]
+        if len(head) == max_tokens:
+            out.append(head)
+        else:
+            out += [head + rest for rest in _paths(child, max_tokens - len(head), count - len(out))]
+        if len(out) >= count:
+            return out[:count]
+    return out or [[]]

@@ -71,6 +71,12 @@ class Req:
     # drafted and accepted so far, and the steps that sampled for it (a one-token step or a
     # verification: without speculation one per output token), the metrics.
     draft_ids: list[int] = field(default_factory=list)
+    # A draft tree (speculative/tree.py): draft_ids in depth-first order, draft_parents[j] the
+    # parent of draft j + 1 (0: the last token; empty: a chain); draft_rows, once its slots are
+    # laid out, the (req_to_token row, prefix length) each of its 1 + len(draft_ids) tokens
+    # attends with (empty: its own row, consecutive positions). Both cleared with draft_ids.
+    draft_parents: list[int] = field(default_factory=list)
+    draft_rows: list[tuple[int, int]] = field(default_factory=list)
     draft_state: DraftIndex | None = None
     draft_guard: DraftBudget | None = None
     # With a draft model (speculative/draft_model.py): positions [0, draft_kv_len) of this

@@ -63,6 +63,14 @@ class DraftBudget(Protocol):
         """Account one verification: `drafted` tokens, of which `accepted` were kept."""
         ...
 
+    def trees_allowed(self) -> bool:
+        """Whether this step may draft a tree rather than a chain."""
+        ...
+
+    def record_tree(self, side_kept: bool) -> None:
+        """Account one tree verification: whether a branch past the first was kept."""
+        ...
+
 
 class RowGenerator(Protocol):
     """`Req.generator`: a seeded request's random number generator (a torch.Generator made by

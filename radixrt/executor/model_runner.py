@@ -318,12 +318,24 @@ class ModelRunner:
         input_ids: list[int] = []
         for r in batch.reqs:
             input_ids.extend(r.step_ids())
+        rows: list[int] = []
+        prefix_lens: list[int] = []
+        extend_lens: list[int] = []
+        for r in batch.reqs:
+            if r.draft_rows:  # a draft tree: one decode row per node, on its branch's row
+                rows += [row for row, _ in r.draft_rows]
+                prefix_lens += [p for _, p in r.draft_rows]
+                extend_lens += [1] * len(r.draft_rows)
+            else:
+                rows.append(r.req_pool_idx)  # type: ignore[arg-type]
+                prefix_lens.append(r.kv_len)
+                extend_lens.append(r.extend_len)
         desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,
-            req_pool_indices=[r.req_pool_idx for r in batch.reqs],  # type: ignore[misc]
-            prefix_lens=[r.kv_len for r in batch.reqs],
-            extend_lens=[r.extend_len for r in batch.reqs],
+            req_pool_indices=rows,
+            prefix_lens=prefix_lens,
+            extend_lens=extend_lens,
             logits_indices=logits_indices,
         )
         self._in_forward = True  # stays set if the pass raises: the ranks' collectives are torn

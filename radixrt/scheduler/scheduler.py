@@ -30,7 +30,7 @@ from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
 from radixrt.scheduler.retire import has_uncomputed_tail, retire
-from radixrt.scheduler.speculative import BaseDrafter, build_speculation
+from radixrt.scheduler.speculative import BaseDrafter, build_speculation, decodes_rows
 from radixrt.scheduler.stats import SchedulerStats, guarded
 from radixrt.scheduler.stop_check import FinishChecker
 
@@ -84,7 +84,8 @@ class Scheduler:
         self.evictions = evictions or EvictionLog()
         self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
                                              self.stats, self._check_finish_guarded,
-                                             self.grammar, drafter)  # fmt: skip
+                                             self.grammar, drafter,
+                                             decodes_rows(runner))  # fmt: skip
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class Scheduler:
             return failed
         kind = step_kind(batch.reqs)
         out_loc = self.kv.alloc_for(batch.reqs)  # also written into the requests' rows
+        self.speculation.lay_out()  # the rows its draft trees attend through
         logits_rows, sample_rows = self._layout(batch)
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
@@ -203,7 +205,7 @@ class Scheduler:
     def _schedule(self) -> Batch | None:
         decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]
         for r in decoding:
-            r.extend_len, r.draft_ids = 1, []
+            r.extend_len, r.draft_ids, r.draft_parents, r.draft_rows = 1, [], [], []
         while decoding and self.kv.available_size < self._decode_slots(decoding):
             self._retract(decoding.pop())  # newest last: it gives up its slots first
         self.speculation.plan(decoding, self.kv.available_size - self._decode_slots(decoding))

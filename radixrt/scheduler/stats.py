@@ -36,6 +36,11 @@ class SchedulerStats:
     spec_accepted_tokens: int = 0
     spec_verify_steps: int = 0
     spec_emitted_tokens: int = 0
+    # Draft trees (speculative/tree.py): verifications of a branched tree, their leaves in
+    # all, and those whose accepted path left the first branch.
+    spec_tree_steps: int = 0
+    spec_tree_branches: int = 0
+    spec_tree_side_accepts: int = 0
 
     @property
     def hit_rate(self) -> float:

@@ -236,6 +236,32 @@ def test_rows_of_one_request_attend_as_its_decode_steps(prefix: int) -> None:
         assert torch.equal(one[0], own[j]), j
 
 
+@pytest.mark.parametrize("prefix", [70, 600])
+def test_rows_of_a_draft_tree_attend_as_their_decode_steps(prefix: int) -> None:
+    """A draft tree being verified: its root and first branch on the request's row, a second
+    branch on a row of its own (the prefix and root slots copied, then its nodes): no two of
+    its rows form a shared-prefix group, so each is exactly its own one-row decode."""
+    torch.manual_seed(10)
+    hq, hkv, d = 9, 3, 64
+    slots = prefix + 16
+    order = torch.randperm(slots).int()
+    table = torch.zeros(3, prefix + 8, dtype=torch.int32)
+    table[1, : prefix + 4] = order[: prefix + 4]  # prefix, root (at prefix - 1), nodes 1-4
+    table[2, :prefix] = order[:prefix]  # the second branch: prefix and root, then 5, 6
+    table[2, prefix : prefix + 2] = order[prefix + 4 : prefix + 6]
+    rows = torch.tensor([1] * 5 + [2] * 2)
+    lens = torch.tensor([prefix + j for j in range(5)] + [prefix + 1, prefix + 2])
+    out_loc = torch.stack([table[r, n - 1].long() for r, n in zip(rows.tolist(), lens.tolist())])
+    k_buf, v_buf = torch.randn(slots, hkv, d), torch.randn(slots, hkv, d)
+    qkv = torch.randn(len(rows), (hq + 2 * hkv) * d)
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
+    for j in range(len(rows)):
+        one = ck.decode_attention(q[j : j + 1], None, None, k_buf, v_buf, None, table,
+                                  rows[j : j + 1], lens[j : j + 1], d**-0.5)  # fmt: skip
+        assert torch.equal(one[0], got[j]), j
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_decode_attention_takes_k_and_v_of_other_layouts(batch: int) -> None:
     """k fresh (rotated by torch), v a view of qkv: one row needs no common stride; more rows

@@ -7,7 +7,13 @@ from test_speculative import _build, _fresh, _prompt, _req, _run
 
 from radixrt.core import Req
 from radixrt.scheduler.speculative import BaseDrafter
-from radixrt.scheduler.speculative.guard import FIRST_PAUSE, MAX_PAUSE, DraftGuard
+from radixrt.scheduler.speculative.guard import (
+    FIRST_PAUSE,
+    FIRST_TREE_PAUSE,
+    MAX_PAUSE,
+    TREE_MISSES,
+    DraftGuard,
+)
 
 
 def test_length_follows_acceptance() -> None:
@@ -63,3 +69,16 @@ def test_always_rejected_drafts_are_rarely_verified(tiny_llama_path) -> None:
     assert all(0 not in r.output_ids and r.spec_accepted == 0 for r in reqs)
     drafted = [r.spec_drafted for r in reqs]
     assert all(0 < d < 0.1 * 200 for d in drafted), drafted  # without the guard: 5 per token
+
+
+def test_trees_pause_while_no_side_branch_is_kept() -> None:
+    g = DraftGuard(6)
+    for _ in range(TREE_MISSES):
+        assert g.trees_allowed()
+        g.record_tree(False)
+    allowed = [g.trees_allowed() for _ in range(FIRST_TREE_PAUSE + 1)]
+    assert allowed == [False] * FIRST_TREE_PAUSE + [True]
+    g.record_tree(False)  # one more miss right after: a pause twice as long
+    assert sum(not g.trees_allowed() for _ in range(40)) == 2 * FIRST_TREE_PAUSE
+    g.record_tree(True)
+    assert g.trees_allowed() and g.tree_pause == 0

@@ -47,6 +47,12 @@ class SchedulerConfig:
     # by lookup: its greedy continuation, speculative_num_draft_tokens long at most
     # (scheduler/speculative/draft_model.py); None: lookup drafts.
     speculative_draft_model: str | None = None
+    # Draft trees (scheduler/speculative/tree.py): lookup drafts that diverge (several cached
+    # continuations, earlier occurrences of the request's suffix going on differently) are
+    # verified together, up to this many branches and speculative_tree_nodes nodes (0: twice
+    # speculative_num_draft_tokens) per request and step; 1: one chain. CPU passes only.
+    speculative_tree_branches: int = 1
+    speculative_tree_nodes: int = 0
 
     def __post_init__(self) -> None:
         if self.max_running_requests < 1:
@@ -70,6 +76,11 @@ class SchedulerConfig:
             raise ValueError(
                 "speculative_num_draft_tokens must be >= 0 (0: off), "
                 f"got {self.speculative_num_draft_tokens}"
+            )
+        if self.speculative_tree_branches < 1 or self.speculative_tree_nodes < 0:
+            raise ValueError(
+                "speculative_tree_branches must be >= 1 and speculative_tree_nodes >= 0, got "
+                f"{self.speculative_tree_branches} and {self.speculative_tree_nodes}"
             )
         if self.speculative_ngram_max < 1:
             raise ValueError(

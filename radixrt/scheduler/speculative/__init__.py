@@ -7,9 +7,9 @@ Drafts come from a `LookupDrafter`, or with --speculative-draft-model from a sec
 
 Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
 matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under
-jump-forward); the rest decode one token per step in the same batch. Not yet: draft trees,
-models with sliding-window layers (their window pool), and CUDA graphs for
-batches that verify drafts.
+jump-forward); the rest decode one token per step in the same batch. Draft trees: lookup
+drafts only, on the CPU (tree.py, tree_rows.py). Not yet: models with sliding-window layers
+(their window pool), and CUDA graphs for batches that verify drafts.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, No
 from radixrt.scheduler.speculative.speculation import CheckFinish, Speculation
 from radixrt.scheduler.stats import SchedulerStats
 
-__all__ = ["BaseDrafter", "LookupDrafter", "NoDrafter", "Speculation", "build_speculation"]
+__all__ = [
+    "BaseDrafter",
+    "LookupDrafter",
+    "NoDrafter",
+    "Speculation",
+    "build_speculation",
+    "decodes_rows",
+]
 
 logger = logging.getLogger("radixrt")
 
@@ -32,17 +39,34 @@ logger = logging.getLogger("radixrt")
 def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Sampler,
                       context_len: int, stats: SchedulerStats,
                       check_finish: CheckFinish, grammar: GrammarQueue | None = None,
-                      drafter: BaseDrafter | None = None) -> Speculation:  # fmt: skip
+                      drafter: BaseDrafter | None = None,
+                      rows: bool = False) -> Speculation:  # fmt: skip
     """The configured speculation: when speculative_num_draft_tokens > 0, `drafter` (a draft
     model's, made where the runner is) or else lookup drafts; otherwise (and with a window
-    pool, not supported yet) none."""
+    pool, not supported yet) none. Lookup drafts branch into trees (up to
+    speculative_tree_branches leaves) when `rows` (the pass decodes rows of one request on
+    the CPU: cpu or torch_native attention) and slots are not paged; else chains."""
     k = config.speculative_num_draft_tokens
     if k and kv.window.window:
         logger.warning("speculative decoding is off: models with sliding-window layers are "
                        "not speculated yet")  # fmt: skip
         k = 0
+    branches = 1
     if not k:
         drafter = NoDrafter()
     elif drafter is None:
-        drafter = LookupDrafter(kv.cache, config.speculative_ngram_max)
-    return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar)
+        if rows and kv.page_size == 1:
+            branches = config.speculative_tree_branches
+        drafter = LookupDrafter(kv.cache, config.speculative_ngram_max, branches)
+    return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
+                       branches, config.speculative_tree_nodes)  # fmt: skip
+
+
+def decodes_rows(runner: object) -> bool:
+    """Whether `runner`'s passes run a request's rows as decode rows with per-row key
+    tables, which draft trees need: its attention backend says so, on the CPU (CUDA passes
+    may replay graphs, and the GPU backends decode one row per request)."""
+    device = getattr(runner, "device", None)
+    backend = getattr(runner, "attn_backend", None)
+    return (getattr(device, "type", None) == "cpu"
+            and bool(getattr(backend, "decodes_request_rows", False)))  # fmt: skip

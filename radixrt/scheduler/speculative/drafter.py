@@ -7,9 +7,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from radixrt.cache.tree_view import TreeView
-from radixrt.cache.tree_walk import continuation
+from radixrt.cache.tree_walk import continuation, continuations
 from radixrt.core import Req
 from radixrt.scheduler.speculative.ngram import NgramIndex
+from radixrt.scheduler.speculative.tree import DraftTree, chain, merge
 
 
 def can_speculate(req: Req) -> bool:
@@ -32,6 +33,12 @@ class BaseDrafter(ABC):
         drafts them together); each within its own budget (0: no guess)."""
         return [self.propose(r, n) if n > 0 else [] for r, n in zip(reqs, max_tokens)]
 
+    def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
+                     max_branches: int) -> DraftTree:  # fmt: skip
+        """A draft tree of at most `max_nodes` nodes, `max_branches` leaves and `max_depth`
+        levels; a drafter without alternatives proposes its chain."""
+        return chain(self.propose(req, min(max_depth, max_nodes)))
+
 
 class NoDrafter(BaseDrafter):
     """Speculation off: never guesses."""
@@ -49,15 +56,34 @@ class LookupDrafter(BaseDrafter):
     what followed the latest earlier occurrence of its last n tokens (n = ngram_max .. 1);
     the index lives on `req.draft_state`."""
 
-    def __init__(self, cache: TreeView, ngram_max: int) -> None:
+    def __init__(self, cache: TreeView, ngram_max: int, branches: int = 1) -> None:
         self.cache = cache
         self.ngram_max = ngram_max
+        self.branches = branches  # the most leaves of a draft tree (1: chains only)
 
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         tokens = req.fill_ids
         found = continuation(self.cache, tokens, req.extra_key, max_tokens)
         if found:
             return found
-        if req.draft_state is None:
-            req.draft_state = NgramIndex(self.ngram_max)
-        return req.draft_state.draft(tokens, max_tokens)
+        return self._own(req).draft(tokens, max_tokens)
+
+    def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
+                     max_branches: int) -> DraftTree:  # fmt: skip
+        """The cache's continuations (the most recently used first), then the request's own:
+        after the latest earlier occurrence of its suffix, then after earlier ones that went
+        on differently; merged into one tree within the budgets."""
+        tokens = req.fill_ids
+        count = min(max_branches, self.branches)
+        found = continuations(self.cache, tokens, req.extra_key, max_depth, count)
+        own = self._own(req)
+        cands = found + [own.draft(tokens, max_depth)]
+        if len(cands) < count + 1:
+            cands += own.alternatives(tokens, max_depth, count)
+        return merge([c for c in cands if c], max_nodes, count)
+
+    def _own(self, req: Req) -> NgramIndex:
+        """The index of `req`'s own tokens (made on first use, on req.draft_state)."""
+        if not isinstance(req.draft_state, NgramIndex):
+            req.draft_state = NgramIndex(self.ngram_max, self.branches)
+        return req.draft_state

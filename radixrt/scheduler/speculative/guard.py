@@ -6,6 +6,10 @@ The draft length grows by doubling while drafts are accepted whole and shrinks t
 accepted tokens on a rejection. After `MISSES_TO_PAUSE` verifications in a row that accept
 nothing, drafting pauses for a number of steps; each miss right after a pause starts a pause
 twice as long (up to `MAX_PAUSE`), and any accepted token ends the run.
+
+Draft trees pay only when a branch past the first is accepted: after `TREE_MISSES` tree
+verifications in a row that kept none, the request drafts chains for a while
+(`FIRST_TREE_PAUSE` steps, twice as long after each further such run, up to `MAX_PAUSE`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import dataclass
 MISSES_TO_PAUSE = 2  # verifications in a row with nothing accepted before a pause
 FIRST_PAUSE = 2  # steps without drafting after the first such run
 MAX_PAUSE = 64
+TREE_MISSES = 4  # tree verifications in a row without a side branch kept before chains
+FIRST_TREE_PAUSE = 8  # steps drafting chains after the first such run
 
 
 @dataclass(slots=True)
@@ -26,6 +32,9 @@ class DraftGuard:
     misses: int = 0  # verifications in a row that accepted nothing
     pause: int = 0  # the length of the last pause (0: none yet since an acceptance)
     wait: int = 0  # steps left before drafting again
+    tree_misses: int = 0  # tree verifications in a row that kept no branch but the first
+    tree_pause: int = 0  # the length of the last run of chains (0: none yet)
+    tree_wait: int = 0  # steps left that draft chains, not trees
 
     def allowed(self) -> int:
         """Tokens this step may draft (0 while paused); each call during a pause is one of
@@ -36,6 +45,25 @@ class DraftGuard:
         if self.length <= 0:
             self.length = self.limit
         return self.length
+
+    def trees_allowed(self) -> bool:
+        """Whether this step may draft a tree (each call while chains are due is one step)."""
+        if self.tree_wait > 0:
+            self.tree_wait -= 1
+            return False
+        return True
+
+    def record_tree(self, side_kept: bool) -> None:
+        """After a tree verification: whether its accepted path left the first branch."""
+        if side_kept:
+            self.tree_misses, self.tree_pause = 0, 0
+            return
+        self.tree_misses += 1
+        if self.tree_misses >= TREE_MISSES:
+            self.tree_pause = (
+                min(MAX_PAUSE, 2 * self.tree_pause) if self.tree_pause else FIRST_TREE_PAUSE
+            )
+            self.tree_wait, self.tree_misses = self.tree_pause, TREE_MISSES - 1
 
     def record(self, drafted: int, accepted: int) -> None:
         """Adapt after a verification of `drafted` tokens of which `accepted` were kept."""

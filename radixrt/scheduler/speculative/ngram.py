@@ -12,16 +12,24 @@ class NgramIndex:
     The sequence only grows (prompt + output; a retracted request keeps its output), so
     `update` indexes just the new positions."""
 
-    def __init__(self, max_n: int) -> None:
+    def __init__(self, max_n: int, keep: int = 1) -> None:
         self.max_n = max_n
+        self.keep = keep  # occurrences kept per n-gram, the latest first (drafts: one)
         self._after: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n)]
+        # With keep > 1: the earlier occurrences after the latest, each one's start.
+        self._earlier: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n)]
         self._indexed = 0  # n-grams ending before this position are indexed
 
     def update(self, tokens: list[int]) -> None:
         """Index the n-grams ending at positions _indexed .. len(tokens) - 2."""
         for end in range(self._indexed, len(tokens) - 1):
             for n in range(1, min(self.max_n, end + 1) + 1):
-                self._after[n - 1][tuple(tokens[end + 1 - n : end + 1])] = end + 1
+                gram = tuple(tokens[end + 1 - n : end + 1])
+                if self.keep > 1 and gram in self._after[n - 1]:
+                    older = self._earlier[n - 1].setdefault(gram, [])
+                    older.insert(0, self._after[n - 1][gram])
+                    del older[self.keep - 1 :]
+                self._after[n - 1][gram] = end + 1
         self._indexed = max(self._indexed, len(tokens) - 1)
 
     def draft(self, tokens: list[int], max_tokens: int) -> list[int]:
@@ -38,6 +46,27 @@ class NgramIndex:
                 break
             out += more
             seq = tokens + out
+        return out
+
+    def alternatives(self, tokens: list[int], max_tokens: int, count: int) -> list[list[int]]:
+        """Up to `count` distinct continuations besides the latest occurrence's (call `draft`
+        first: it indexes `tokens`): what followed earlier occurrences of the longest suffix,
+        then of shorter ones, each up to `max_tokens` long, the latest first."""
+        seen: set[tuple[int, ...]] = set()
+        out: list[list[int]] = []
+        for n in range(min(self.max_n, len(tokens) - 1), 0, -1):
+            gram = tuple(tokens[-n:])
+            latest = self._after[n - 1].get(gram)
+            if latest is None:
+                continue
+            seen.add(tuple(tokens[latest : latest + max_tokens]))
+            for start in self._earlier[n - 1].get(gram, []):
+                cont = tokens[start : start + max_tokens]
+                if cont and tuple(cont) not in seen:
+                    seen.add(tuple(cont))
+                    out.append(cont)
+                    if len(out) >= count:
+                        return out
         return out
 
     def _lookup(self, seq: list[int], max_tokens: int) -> list[int]:

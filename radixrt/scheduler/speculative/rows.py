@@ -19,20 +19,33 @@ from radixrt.executor.draws import request_generator
 
 
 def row_reqs(req: Req) -> list[Req]:
-    """The 1 + len(draft_ids) sampler rows of `req`: row j sees the output as if the first j
-    drafted tokens were accepted (penalties count them; min_new_tokens bans stop tokens on
-    the rows still under it). Rows share req's sampling params and generator; where the
-    output changes nothing the sampler reads, every row is `req` itself."""
+    """The 1 + len(draft_ids) sampler rows of `req`: row j sees the output as if the drafted
+    tokens up to node j were accepted (a chain: the first j; a tree: node j's path; penalties
+    count them; min_new_tokens bans stop tokens on the rows still under it). Rows share req's
+    sampling params and generator; where the output changes nothing the sampler reads, every
+    row is `req` itself."""
     n = 1 + len(req.draft_ids)
     p = req.sampling_params
     if not _reads_output(req):
         return [req] * n
     rows = [req]
     for j in range(1, n):
-        view = Req(req.rid, req.input_ids, p, output_ids=req.output_ids + req.draft_ids[:j])
+        view = Req(req.rid, req.input_ids, p, output_ids=req.output_ids + _drafted_to(req, j))
         view.generator = req.generator
         rows.append(view)
     return rows
+
+
+def _drafted_to(req: Req, j: int) -> list[int]:
+    """The drafted tokens on the way to draft node j (a chain: the first j; a tree: its path
+    from the root, each node's own output as if accepted)."""
+    if not req.draft_parents:
+        return req.draft_ids[:j]
+    out: list[int] = []
+    while j:
+        out.append(req.draft_ids[j - 1])
+        j = req.draft_parents[j - 1]
+    return out[::-1]
 
 
 def _reads_output(req: Req) -> bool:

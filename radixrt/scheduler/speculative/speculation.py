@@ -26,6 +26,14 @@ runs them as decode rows or an extend; the rows only read that table). After ver
 the positions holding tokens of its output stay (kv_len moves past them); the slots of the
 rejected ones are freed in `_accept`, in the same step, so the pool is whole after every
 step and no draft slot outlives it.
+
+Draft trees (`branches` > 1; lookup drafts on a backend that decodes rows of one request, one
+slot per page, requests neither constrained nor seeded): the drafter's alternatives merged
+into one tree of up to `tree_nodes` nodes, every node a decode row attending over the prefix
+and its own path (tree_rows.py: which rows, and who owns what), positions by depth. The pick
+at node 0 is emitted; while a child of the current node drafted the pick, it moves there and
+emits that node's pick (every emitted token is still a draw of the target at its position:
+rows.py's argument, each node's row seeing its own path as output).
 """
 
 from __future__ import annotations
@@ -43,6 +51,9 @@ from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, row_reqs
+from radixrt.scheduler.speculative.tally import tally
+from radixrt.scheduler.speculative.tree import chain_path
+from radixrt.scheduler.speculative.tree_rows import TreeRows
 from radixrt.scheduler.stats import SchedulerStats
 
 logger = logging.getLogger("radixrt")
@@ -58,9 +69,12 @@ class Speculation:
 
     def __init__(self, drafter: BaseDrafter, num_draft_tokens: int, kv: KVCacheManager,
                  sampler: Sampler, context_len: int, stats: SchedulerStats,
-                 check_finish: CheckFinish,
-                 grammar: GrammarQueue | None = None) -> None:  # fmt: skip
+                 check_finish: CheckFinish, grammar: GrammarQueue | None = None,
+                 branches: int = 1, tree_nodes: int = 0) -> None:  # fmt: skip
         self.drafter = drafter
+        self.branches = branches  # the most leaves of a draft tree; 1: chains only
+        self.tree_nodes = tree_nodes or 2 * num_draft_tokens  # the most nodes of a tree
+        self.tree_rows = TreeRows(kv)
         self.num_draft_tokens = num_draft_tokens
         self.kv = kv
         self.sampler = sampler
@@ -81,8 +95,10 @@ class Speculation:
         if self.num_draft_tokens <= 0:
             return 0
         self._masks.clear()
+        self.tree_rows.release()  # rows a pass that raised left borrowed, if any
         reqs: list[Req] = []
         budgets: list[int] = []
+        trees: list[tuple[Req, int, int]] = []  # (request, depth, nodes) of tree drafts
         used = 0  # slots the budgets so far may take (each draft as long as its budget)
         for req in decoding:
             if not (can_speculate(req) or self.grammar.speculates(req)):
@@ -93,12 +109,17 @@ class Speculation:
             if room <= 0:
                 continue
             base = self.kv.slots_needed(req, 1)
-            budget = min(room, self.kv.tokens_fitting(req, base + spare - used) - 1)
-            if budget > 0:
+            fit = self.kv.tokens_fitting(req, base + spare - used) - 1
+            budget = min(room, fit)
+            if budget > 0 and self._tree_ok(req):
+                nodes = max(budget, min(self.tree_nodes, fit))
+                trees.append((req, budget, nodes))
+                used += self.kv.slots_needed(req, 1 + nodes) - base
+            elif budget > 0:
                 reqs.append(req)
                 budgets.append(budget)
                 used += self.kv.slots_needed(req, 1 + budget) - base
-        used = 0
+        used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
         for req, budget, draft in zip(reqs, budgets, self.drafter.propose_batch(reqs, budgets)):
             draft = draft[:budget]
             if draft and req.grammar is not None:
@@ -108,6 +129,33 @@ class Speculation:
                 req.extend_len = 1 + len(draft)
                 used += self.kv.slots_needed(req, req.extend_len) - self.kv.slots_needed(req, 1)
         return used
+
+    def _tree_ok(self, req: Req) -> bool:
+        """Whether `req` may draft a tree this step (else a chain)."""
+        p = req.sampling_params
+        return (self.branches > 1 and req.grammar is None and can_speculate(req)
+                and (p.seed is None or p.is_greedy) and self.tree_rows.spare() > 0
+                and req.draft_guard is not None and req.draft_guard.trees_allowed())  # fmt: skip
+
+    def _plan_tree(self, req: Req, depth: int, nodes: int) -> int:
+        """Draft a tree for `req` (its first branch alone where rows are short); returns the
+        slots beyond its decode step's it takes."""
+        tree = self.drafter.propose_tree(req, depth, nodes, self.branches)
+        draft = tree.tokens
+        if not tree.is_chain and len(tree.leaves()) - 1 <= self.tree_rows.spare():
+            self.tree_rows.reserve(req, tree)
+            req.draft_parents = tree.parents
+        elif not tree.is_chain:  # its first branch: nodes 1..m, a chain
+            draft = tree.tokens[: tree.leaves()[0]]
+        if not draft:
+            return 0
+        req.draft_ids = draft
+        req.extend_len = 1 + len(draft)
+        return self.kv.slots_needed(req, req.extend_len) - self.kv.slots_needed(req, 1)
+
+    def lay_out(self) -> None:
+        """After the step's slots are allocated: the rows its draft trees attend through."""
+        self.tree_rows.lay_out()
 
     def _constrain(self, req: Req, draft: list[int]) -> list[int]:
         """`draft` cut to what `req`'s grammar allows; its masks kept for verify."""
@@ -141,6 +189,7 @@ class Speculation:
             emitted = self._accept(req, out, i, now)
             seeded.settle(req, emitted)
             i += e
+        self.tree_rows.release()
         return [req for req, _ in items]
 
     def _vocab_mask(self, items: list[tuple[Req, int]], num_rows: int) -> torch.Tensor | None:
@@ -161,15 +210,16 @@ class Speculation:
         return mask
 
     def _accept(self, req: Req, out: SampleOutput, first: int, now: float) -> int:
-        """Emit the picks of rows first.. while they equal the drafts (and the first that
-        does not); returns the tokens emitted."""
+        """Emit the picks of rows first.. along the drafts they accept (a chain: while they
+        equal the drafts; a tree: DraftTree.accept) and the first that is not drafted;
+        returns the tokens emitted."""
         draft, start = req.draft_ids, req.kv_len
         picks = out.next_token_ids[first : first + req.extend_len]
-        n = 0  # drafted tokens the model agrees with
-        while n < len(draft) and draft[n] == picks[n]:
-            n += 1
+        tree = self.tree_rows.tree_of(req)
+        path = tree.accept(picks) if tree is not None else chain_path(draft, picks)
         emitted = 0
-        for j, token in enumerate(picks[: n + 1]):
+        for j, node in enumerate(path):
+            token = picks[node]
             if req.is_finished:
                 break
             if token == NO_TOKEN:
@@ -180,27 +230,23 @@ class Speculation:
                 break
             req.output_ids.append(token)
             if req.sampling_params.return_logprob and out.logprobs is not None:
-                req.output_logprobs.append(out.logprobs[first + emitted])  # its own row's
+                req.output_logprobs.append(out.logprobs[first + node])  # its own row's
                 if out.top_logprobs is not None:
-                    req.output_top_logprobs.append(out.top_logprobs[first + emitted])
+                    req.output_top_logprobs.append(out.top_logprobs[first + node])
             emitted += 1
-            self.check_finish(req, j == n)  # jump-forward after the last pick only
+            self.check_finish(req, j == len(path) - 1)  # jump-forward after the last only
         req.first_token_time = req.first_token_time or now
-        assert req.draft_guard is not None  # made by its plan, before it drafted
-        req.draft_guard.record(len(draft), min(n, emitted))
-        req.spec_drafted += len(draft)
-        req.spec_accepted += min(n, emitted)
-        self.stats.generated_tokens += emitted
-        self.stats.spec_drafted_tokens += len(draft)
-        self.stats.spec_accepted_tokens += min(n, emitted)
-        self.stats.spec_verify_steps += 1
-        self.stats.spec_emitted_tokens += emitted
-        # Position start + j computed [last token, *draft][j]; for j <= emitted it is a token
-        # of the output now (drafts equal the picks before them), the rest were rejected.
-        keep = start + max(emitted, 1)
-        self._free_positions(req, keep, start + req.extend_len)
-        req.kv_len = keep
-        req.draft_ids = []
+        accepted = min(len(path) - 1, emitted)
+        tally(self.stats, req, tree, accepted, emitted, path)
+        # Position start + i computed node path[i] (its K/V in that node's slot); for
+        # i < emitted it is a token of the output now, the other nodes were rejected.
+        keep = max(emitted, 1)
+        if tree is not None:
+            self.tree_rows.accept(req, path[:keep])
+        else:
+            self._free_positions(req, start + keep, start + req.extend_len)
+        req.kv_len = start + keep
+        req.draft_ids, req.draft_parents = [], []
         self.kv.advance_window(req)
         return emitted
 

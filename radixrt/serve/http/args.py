@@ -129,6 +129,11 @@ _HELP = {
     "drafts are rejected; 0: off",
     "speculative_ngram_max": "speculative decoding: the longest suffix n-gram looked up in the "
     "request's own tokens (shorter ones are tried down to 1)",
+    "speculative_tree_branches": "speculative decoding: lookup drafts that diverge are verified "
+    "as one tree of up to this many branches in the same pass (CPU attention backends, one "
+    "slot per page); 1: a single chain",
+    "speculative_tree_nodes": "speculative decoding: the most drafted tokens of a draft tree "
+    "(0: twice --speculative-num-draft-tokens)",
     "speculative_draft_model": "speculative decoding: draft with this smaller model (a local HF "
     "folder with the target's vocabulary) instead of by lookup; its greedy tokens are checked "
     "like lookup drafts, so outputs are as without; needs --speculative-num-draft-tokens",

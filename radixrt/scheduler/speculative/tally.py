@@ -1,0 +1,32 @@
+"""tally: one verification counted where it is read: the request's draft guard (the next
+draft's length, pauses), its own counters (meta_info) and the scheduler's (metrics)."""
+
+from __future__ import annotations
+
+from radixrt.core import Req
+from radixrt.scheduler.speculative.tree import DraftTree
+from radixrt.scheduler.stats import SchedulerStats
+
+
+def tally(stats: SchedulerStats, req: Req, tree: DraftTree | None, accepted: int,
+          emitted: int, path: list[int]) -> None:  # fmt: skip
+    """Count a verification of req.draft_ids (still set): every node verified is a drafted
+    token (a tree's cost), against the `accepted` ones of `path` and the `emitted` ones. The
+    guard adapts the depth: a tree's deepest branch against its accepted path."""
+    nodes = len(req.draft_ids)
+    assert req.draft_guard is not None  # made by its plan, before it drafted
+    req.draft_guard.record(max(tree.depths) if tree else nodes, accepted)
+    req.spec_drafted += nodes
+    req.spec_accepted += accepted
+    stats.generated_tokens += emitted
+    stats.spec_drafted_tokens += nodes
+    stats.spec_accepted_tokens += accepted
+    stats.spec_verify_steps += 1
+    stats.spec_emitted_tokens += emitted
+    if tree is not None:
+        stats.spec_tree_steps += 1
+        stats.spec_tree_branches += len(tree.leaves())
+        first_leaf = tree.leaves()[0]  # nodes 1..first_leaf: the first branch
+        side = any(node > first_leaf for node in path[1 : accepted + 1])
+        stats.spec_tree_side_accepts += side
+        req.draft_guard.record_tree(side)
