@@ -57,11 +57,14 @@ def _close(got: torch.Tensor, want: torch.Tensor, max_err: float = MAX_ERR) -> N
 
 
 # GQA as SmolLM2 (9:3 of 64), head dim 128, multi-head, d 32 and 96 (a partial group of dim
-# tiles); prompts from 1 row to several key blocks, with and without a cached prefix.
+# tiles); prompts from 1 row to several 128-key blocks (whole blocks every row sees, the
+# diagonal's partial ones), with and without a cached prefix.
 @pytest.mark.parametrize(
     ("hq", "hkv", "d"), [(9, 3, 64), (2, 1, 128), (4, 4, 128), (2, 2, 32), (3, 1, 96)]
 )
-@pytest.mark.parametrize(("prefix", "new"), [(0, 1), (0, 17), (0, 200), (130, 70), (300, 5)])
+@pytest.mark.parametrize(
+    ("prefix", "new"), [(0, 1), (0, 17), (0, 200), (130, 70), (300, 5), (0, 300), (200, 333)]
+)
 def test_amx_matches_float32_kernel_and_sdpa(
     amx: None, hq: int, hkv: int, d: int, prefix: int, new: int
 ) -> None:
@@ -70,7 +73,9 @@ def test_amx_matches_float32_kernel_and_sdpa(
     assert torch.isfinite(got).all()
     _close(got, _run(q, k_buf, v_buf, slots, prefix, "f32"))
     _close(got, ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
-    q_bf16 = (q * d**-0.5).bfloat16().float()  # the scaled queries rounded as the kernel does
+    # the scaled queries rounded as the kernel does (it rounds them times log2 e: scores in
+    # log2 units, the same relative rounding)
+    q_bf16 = (q * d**-0.5).bfloat16().float()
     want = ck.extend_attention_ref(q_bf16, k_buf, v_buf, slots, prefix, 1.0)
     _close(got, want, MAX_ERR_ROUNDED_Q)
 

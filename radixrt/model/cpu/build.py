@@ -52,6 +52,7 @@ CPU_SOURCES = (
 )  # fmt: skip
 CPU_HEADERS = (
     "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
+    "extend_amx_layout.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 ISAS = ("amx", "avx512", "avx2", "portable")  # best first
