@@ -84,6 +84,7 @@ SIGNATURES: dict[str, list] = {
     "rt_pack_q8": [_P, _I, _I, _P, _P],
     "rt_linear_q8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "rt_linear_bf16": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
+    "rt_linear_bf16_silu": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
     "rt_q8a8_packed_size": [_I, _I],
     "rt_pack_q8a8": [_P, _I, _I, _P],
     "rt_q8a8_path": [],
@@ -154,6 +155,7 @@ RESTYPES = {
     "rt_q8a8_packed_size": ctypes.c_int64,
     "rt_q8a8_path": ctypes.c_int,
     "rt_linear_q8a8": ctypes.c_int,
+    "rt_linear_bf16_silu": ctypes.c_int,
     "rt_amx_ready": ctypes.c_int,
 }
 
