@@ -57,12 +57,11 @@ static void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots
   }
 }
 
-// The scaled queries (times log2 e: scores in log2 units) of 16 rows (rows past `rows` zero)
-// of one head as d/32 B tiles: each row's 32 dims of a chunk round to 16 bf16 pairs, and the
-// 16 x 16 pairs transpose.
+// The scaled queries of 16 rows (rows past `rows` zero) of one head as d/32 B tiles: each
+// row's 32 dims of a chunk round to 16 bf16 pairs, and the 16 x 16 pairs transpose.
 static void pack_queries(const float* qr, int64_t ldq, int64_t rows, int64_t d, float scale,
                          uint16_t* qt) {
-  const vf sc = vset1(scale * 1.44269504f);  // log2 units: exp(x) = 2^(x log2 e)
+  const vf sc = vset1(scale);
   for (int64_t c = 0; c < d / 32; ++c) {
     __m512i x[16];
     for (int i = 0; i < 16; ++i) {

@@ -36,9 +36,9 @@
 
 // 2^x for x <= 0: 2^n * 2^f, n = round(x), f in [-1/2, 1/2], a degree-3 polynomial in f
 // (fitted to minimise the relative error): relative error under 7.6e-5, far below the 2^-9
-// of the bfloat16 the probabilities are rounded to. Scores are kept in log2 units (the
-// queries are scaled by log2 e) so no multiply precedes it. x = -inf gives NaN; the callers
-// mask those lanes to 0.
+// of the bfloat16 the probabilities are rounded to. The callers pass (s - m) log2 e, one
+// fused multiply-add (LOG2E). x = -inf gives NaN; the callers mask those lanes to 0.
+#define LOG2E 1.44269504f
 static inline vf exp2_bf16(vf x) {
   const vf n = vround(x), f = vsub(x, n);
   vf p = vset1(0.055171f);
@@ -91,7 +91,7 @@ static void scores(const uint16_t* qt, const uint16_t* kr, int64_t nk16, int64_t
 
 // Keys j0 .. j0+nk-1 (nk <= KB) into one head's rows; query i (lane i) sees block keys up to
 // seen[i] - 1 (all KB when `full`). kr: the block's K rows; vt: V^T at the block's first key
-// (row stride npad); st (KB x 16) and pt (KB/2 x 32 bf16) scratch. Scores in log2 units.
+// (row stride npad); st (KB x 16) and pt (KB/2 x 32 bf16) scratch.
 static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64_t npad,
                        int64_t nk, __m512i seen, int full, int64_t d, float* st, uint16_t* pt,
                        float* pv) {
@@ -111,7 +111,9 @@ static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64
   }
   const vf m_new = vmax(hd->m, mx);
   // alpha = 2^(m_old - m_new); a query's first block (m_old = -inf) has no output to rescale.
-  const vf alpha = _mm512_maskz_mov_ps(vcmp_neq(hd->m, ninf), exp2_bf16(vsub(hd->m, m_new)));
+  const vf l2e = vset1(LOG2E), m_l2e = vmul(m_new, l2e);
+  const vf alpha =
+      _mm512_maskz_mov_ps(vcmp_neq(hd->m, ninf), exp2_bf16(vmul(vsub(hd->m, m_new), l2e)));
   hd->m = m_new;
   // Pass 2: probabilities, their sum, and P^T as B tiles: row q of 32-key group v holds, per
   // query, keys (32v + 2q, 32v + 2q + 1).
@@ -122,8 +124,8 @@ static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64
   for (int64_t r = 0; r < vg * 32; r += 2) {
     vf p0 = vzero(), p1 = vzero();
     if (r < rows) {
-      p0 = exp2_bf16(vsub(vload(st + r * 16), m_new));
-      p1 = exp2_bf16(vsub(vload(st + (r + 1) * 16), m_new));
+      p0 = exp2_bf16(_mm512_fmsub_ps(vload(st + r * 16), l2e, m_l2e));
+      p1 = exp2_bf16(_mm512_fmsub_ps(vload(st + (r + 1) * 16), l2e, m_l2e));
       if (!full) {
         p0 = _mm512_maskz_mov_ps(_mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32((int)r)), p0);
         p1 = _mm512_maskz_mov_ps(_mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32((int)r + 1)),

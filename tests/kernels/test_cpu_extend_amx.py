@@ -73,9 +73,7 @@ def test_amx_matches_float32_kernel_and_sdpa(
     assert torch.isfinite(got).all()
     _close(got, _run(q, k_buf, v_buf, slots, prefix, "f32"))
     _close(got, ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
-    # the scaled queries rounded as the kernel does (it rounds them times log2 e: scores in
-    # log2 units, the same relative rounding)
-    q_bf16 = (q * d**-0.5).bfloat16().float()
+    q_bf16 = (q * d**-0.5).bfloat16().float()  # the scaled queries rounded as the kernel does
     want = ck.extend_attention_ref(q_bf16, k_buf, v_buf, slots, prefix, 1.0)
     _close(got, want, MAX_ERR_ROUNDED_Q)
 
