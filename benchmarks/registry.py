@@ -64,6 +64,8 @@ REGISTRY: dict[str, Bench] = {
                       "this machine's memory bandwidth, matmul rate and the rooflines they imply"),
     "decode_attention": Bench("benchmarks.micro.decode_attention", "micro",
                               "decode attention per ISA: the C kernel against the torch path"),
+    "prefill_ops": Bench("benchmarks.micro.prefill_ops", "micro",
+                         "one prefill split by op: each CPU kernel, the rest, the matmul probe"),
     "kv_dtype": Bench("benchmarks.micro.kv_dtype", "micro",
                       "float32, bfloat16 and fp8 KV on the CPU: prefill tok/s, decode ms/step"),
     "perplexity": Bench("benchmarks.micro.perplexity", "micro",

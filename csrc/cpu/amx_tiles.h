@@ -1,7 +1,8 @@
-// AMX tile configuration of gemm_amx.c and extend_attention_amx.c (internal header): every one of
-// the eight tiles 16 rows x 64 bytes (C: 16 x 16 float32; A, B: 16 x 32 bf16 or 16 x 64
-// int8). The configuration is per thread: each OpenMP thread loads it before its first tile
-// instruction and releases the tiles (_tile_release) when done.
+// AMX tile configuration of gemm_amx.c, gemm_q8a8.c and extend_attention_amx.c (internal
+// header), the one place it is written: every one of the eight tiles 16 rows x 64 bytes (C:
+// 16 x 16 float32 or int32; A, B: 16 x 32 bf16 or 16 x 64 int8). The configuration is per
+// thread: each OpenMP thread loads it before its first tile instruction and releases the
+// tiles (_tile_release) when done.
 #pragma once
 
 #include <stdint.h>

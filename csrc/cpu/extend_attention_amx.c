@@ -3,13 +3,17 @@
 // products on TDPBF16PS. Queries (scaled) and probabilities are rounded to bfloat16 as GPU
 // flash attention does; scores, running max and sum, and the output accumulator are float32.
 //
-// First the request's keys and values are packed once per call, per KV head, into the B-tile
-// layouts (keys past p+e zero): K as (16-key tile, 32-dim chunk) tiles whose row r holds, for
-// each of the 16 keys, dims (2r, 2r+1); V as (32-key tile, 16-dim chunk) tiles whose row r
-// holds, for each of the 16 dims, keys (2r, 2r+1). A work item (one OpenMP task) is one KV
-// head's g query heads over 16 query rows; per block of KB keys each head computes S (16 x KB)
-// into four C tiles, an online softmax over its rows in AVX-512, then P (bf16, an A tile) @ V
-// into C tiles four dim tiles at a time, which rescale-and-add into its float32 output rows.
+// Transposed layout: scores are computed as S^T = K Q^T (rows = keys, lanes = the 16 query
+// rows of a work item) and the output as O^T = V^T P^T, so the online softmax's max, sum and
+// rescale are lane-wise vector operations over 16 queries at once, with no horizontal
+// reduction per row. The request's keys are packed once per call, per KV head, as bfloat16
+// rows (the A tiles of K Q^T, keys past p+e zero) and its values transposed (V^T, dims x keys:
+// the A tiles of V^T P^T). A work item (one OpenMP task) is one KV head's g query heads over 16
+// query rows; each head's scaled queries are packed once as the B tiles of K Q^T (row r holds,
+// per query, dims (2r, 2r+1)); per block of KB keys it computes S^T (KB x 16) four C tiles
+// at a time, the online softmax in AVX-512 (probabilities written as the B tiles of V^T P^T, key
+// pairs per query), then V^T P^T into four C tiles at a time, which rescale-and-add into its
+// float32 O^T. The packing and transposes are in extend_amx_layout.h.
 // Returns -2 without AMX, -3 for what it does not take (d not a multiple of 32 up to 256, a
 // sliding window): the caller then runs the float32 kernel.
 #define _GNU_SOURCE
@@ -20,165 +24,156 @@
 #include <string.h>
 
 #include "amx_tiles.h"
+#include "extend_amx_layout.h"
 #include "kv.h"
 #include "rt_cpu.h"
 #include "simd.h"
 
 #if defined(RT_AMX)
-#define KB 64     // keys per online-softmax block: four 16-key S tiles, two 32-key V tiles
-#define MAXD 256  // largest head dim taken
+#define KB 128    // keys per online-softmax block: eight 16-key S^T tiles, four 32-key P^T tiles
 
-// Tiles (amx_tiles.h) 0-3: C (16 x 16 float32); 4: A (16 x 32 bf16); 5-7: B (16 x 64 bytes).
+// Tiles (amx_tiles.h) 0-3: C (16 x 16 float32); 4, 5: A (16 x 32 bf16); 6, 7: B (16 x 64 bytes).
 
-// exp(x) for x <= 0 to about 4e-5 relative (enough for probabilities rounded to bfloat16, and
-// the sum adds the same values): 2^n * 2^f, n = round(x log2 e), a degree-4 polynomial in f.
-// Lanes with x = -inf give NaN; the callers mask them to 0.
-static inline vf exp_bf16(vf x) {
-  const vf y = vmul(x, vset1(1.44269504f)), n = vround(y), f = vsub(y, n);
-  vf p = vset1(9.6181291e-3f);
-  p = vfma(p, f, vset1(5.5504109e-2f));
-  p = vfma(p, f, vset1(2.4022651e-1f));
-  p = vfma(p, f, vset1(6.9314718e-1f));
-  p = vfma(p, f, vset1(1.0f));
+// 2^x for x <= 0: 2^n * 2^f, n = round(x), f in [-1/2, 1/2], a degree-3 polynomial in f
+// (fitted to minimise the relative error): relative error under 7.6e-5, far below the 2^-9
+// of the bfloat16 the probabilities are rounded to. The callers pass (s - m) log2 e, one
+// fused multiply-add (LOG2E). x = -inf gives NaN; the callers mask those lanes to 0.
+#define LOG2E 1.44269504f
+static inline vf exp2_bf16(vf x) {
+  const vf n = vround(x), f = vsub(x, n);
+  vf p = vset1(0.055171f);
+  p = vfma(p, f, vset1(0.2426095f));
+  p = vfma(p, f, vset1(0.69326095f));
+  p = vfma(p, f, vset1(0.99992817f));
   return vscale2(p, n);
 }
 
-// Keys t0 .. t0+31 of KV head h into their K and V tiles (kp: 2 key tiles x d/32 chunks of
-// 512 bf16; vp: d/16 chunks of 512), zero past n.
-static void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots, int64_t n,
-                      int64_t t0, int64_t h, int64_t hkv, int64_t d, uint16_t* kp,
-                      uint16_t* vp) {
-  const kv_t* kr[32];
-  const kv_t* vr[32];
-  for (int t = 0; t < 32; ++t) {
-    const int64_t row = t0 + t < n ? (int64_t)slots[t0 + t] * hkv * d + h * d : -1;
-    kr[t] = row < 0 ? NULL : k_buf + row;
-    vr[t] = row < 0 ? NULL : v_buf + row;
-  }
-  const int64_t kc = d / 32;
-  for (int half = 0; half < 2; ++half)
-    for (int64_t c = 0; c < kc; ++c) {
-      uint32_t* tile = (uint32_t*)(kp + (half * kc + c) * 512);
-      for (int key = 0; key < 16; ++key) {
-        const kv_t* src = kr[half * 16 + key];
-        for (int r = 0; r < 16; ++r) {
-          uint32_t pair = 0;
-          if (src) memcpy(&pair, src + c * 32 + 2 * r, sizeof pair);
-          tile[r * 16 + key] = pair;
-        }
-      }
-    }
-  for (int64_t c = 0; c < d / 16; ++c) {
-    uint16_t* tile = vp + c * 512;
-    for (int r = 0; r < 16; ++r)
-      for (int e = 0; e < 2; ++e) {
-        const kv_t* src = vr[2 * r + e];
-        for (int col = 0; col < 16; ++col)
-          tile[(r * 16 + col) * 2 + e] = src ? src[c * 16 + col] : 0;
-      }
-  }
-}
-
-// One head's 16 query rows: q (16, d) bf16 scaled, o (16, d) unnormalised outputs, m and l
-// each row's running max and sum.
+// One head's 16 query rows: qt the scaled queries as d/32 B tiles (512 bf16 each), ot (d, 16)
+// the unnormalised outputs transposed, m and l each query's running max and sum (lanes).
 typedef struct {
-  uint16_t* q;
-  float* o;
-  float m[16], l[16];
+  uint16_t* qt;
+  float* ot;
+  vf m, l;
 } head_t;
 
-// Keys j0 .. j0+nk-1 (nk <= KB) into one head's rows; row i sees keys up to vis[i].
-static void head_block(head_t* hd, const uint16_t* kp, const uint16_t* vp, int64_t j0,
-                       int64_t nk, const int64_t* vis, int64_t d, float* s, uint16_t* pb,
-                       float* pv) {
-  const int64_t kc = d / 32, kt = (nk + 15) / 16, vt = (nk + 31) / 32;
+// S^T tile `t` (keys 16t .. 16t+15 from kr) into C tile t; tile numbers must be constants.
+#define S_TILE(t, a)                                     \
+  do {                                                   \
+    _tile_loadd(a, kr + (16 * (t)) * d + c * 32, d * 2); \
+    _tile_dpbf16ps(t, a, 6);                             \
+  } while (0)
+
+// Up to 64 keys from kr (nk16 16-key tiles) of S^T into st (rows of 16 query lanes).
+static void scores(const uint16_t* qt, const uint16_t* kr, int64_t nk16, int64_t d, float* st) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t c = 0; c < kc; ++c) {
-    _tile_loadd(4, hd->q + c * 32, d * 2);
-    // Tile numbers must be constants: the four key tiles unrolled.
-    _tile_loadd(5, kp + (0 * kc + c) * 512, 64);
-    _tile_dpbf16ps(0, 4, 5);
-    if (kt > 1) {
-      _tile_loadd(6, kp + (1 * kc + c) * 512, 64);
-      _tile_dpbf16ps(1, 4, 6);
-    }
-    if (kt > 2) {
-      _tile_loadd(7, kp + (2 * kc + c) * 512, 64);
-      _tile_dpbf16ps(2, 4, 7);
-    }
-    if (kt > 3) {
-      _tile_loadd(5, kp + (3 * kc + c) * 512, 64);
-      _tile_dpbf16ps(3, 4, 5);
+  for (int64_t c = 0; c < d / 32; ++c) {
+    _tile_loadd(6, qt + c * 512, 64);
+    S_TILE(0, 4);
+    if (nk16 > 1) S_TILE(1, 5);
+    if (nk16 > 2) S_TILE(2, 4);
+    if (nk16 > 3) S_TILE(3, 5);
+  }
+  _tile_stored(0, st, 64);
+  if (nk16 > 1) _tile_stored(1, st + 256, 64);
+  if (nk16 > 2) _tile_stored(2, st + 512, 64);
+  if (nk16 > 3) _tile_stored(3, st + 768, 64);
+}
+
+// C tile c (16 dims) += V^T tile (va, row stride ld) x P^T tile in B tile b.
+#define PV_TILE(c, a, b, off)                               \
+  do {                                                      \
+    _tile_loadd(a, va + (16 * (c)) * ld + (off), ld * 2);   \
+    _tile_dpbf16ps(c, a, b);                                \
+  } while (0)
+
+// Keys j0 .. j0+nk-1 (nk <= KB) into one head's rows; query i (lane i) sees block keys up to
+// seen[i] - 1 (all KB when `full`). kr: the block's K rows; vt: V^T at the block's first key
+// (row stride npad); st (KB x 16) and pt (KB/2 x 32 bf16) scratch.
+static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64_t npad,
+                       int64_t nk, __m512i seen, int full, int64_t d, float* st, uint16_t* pt,
+                       float* pv) {
+  const int64_t kt = (nk + 15) / 16, vg = (nk + 31) / 32, rows = kt * 16;
+  scores(hd->qt, kr, kt < 4 ? kt : 4, d, st);
+  if (kt > 4) scores(hd->qt, kr + 64 * d, kt - 4, d, st + 1024);
+  // Pass 1: the block's max per query over the keys it sees (rows past kt * 16 are unused).
+  const vf ninf = vset1(-INFINITY);
+  vf mx = ninf;
+  if (full) {
+    for (int64_t r = 0; r < rows; ++r) mx = vmax(mx, vload(st + r * 16));
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const vmask mk = _mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32((int)r));
+      mx = _mm512_mask_max_ps(mx, mk, mx, vload(st + r * 16));
     }
   }
-  _tile_stored(0, s, KB * 4);
-  _tile_stored(1, s + 16, KB * 4);
-  _tile_stored(2, s + 32, KB * 4);
-  _tile_stored(3, s + 48, KB * 4);
-  float alpha[16] __attribute__((aligned(64))), lsum[16];
-  for (int i = 0; i < 16; ++i) {
-    const int64_t seen = vis[i] - j0 + 1;  // keys of this block row i sees (may be <= 0)
-    vf sv[KB / 16];
-    vmask mk[KB / 16];
-    vf mx = vset1(-INFINITY);
-    for (int t = 0; t < KB / 16; ++t) {
-      mk[t] = vmask_first(seen - 16 * t);
-      sv[t] = _mm512_mask_mov_ps(vset1(-INFINITY), mk[t], vload(s + i * KB + 16 * t));
-      mx = vmax(mx, sv[t]);
-    }
-    const float m_old = hd->m[i], m_blk = vhmax(mx), m_new = m_blk > m_old ? m_blk : m_old;
-    alpha[i] = m_old - m_new;  // exponentiated below for all 16 rows at once
-    vf sum = vzero();
-    const vf mv = vset1(m_new);
-    for (int t = 0; t < KB / 16; t += 2) {
-      const vf p0 = _mm512_maskz_mov_ps(mk[t], exp_bf16(vsub(sv[t], mv)));
-      const vf p1 = _mm512_maskz_mov_ps(mk[t + 1], exp_bf16(vsub(sv[t + 1], mv)));
+  const vf m_new = vmax(hd->m, mx);
+  // alpha = 2^(m_old - m_new); a query's first block (m_old = -inf) has no output to rescale.
+  const vf l2e = vset1(LOG2E), m_l2e = vmul(m_new, l2e);
+  const vf alpha =
+      _mm512_maskz_mov_ps(vcmp_neq(hd->m, ninf), exp2_bf16(vmul(vsub(hd->m, m_new), l2e)));
+  hd->m = m_new;
+  // Pass 2: probabilities, their sum, and P^T as B tiles: row q of 32-key group v holds, per
+  // query, keys (32v + 2q, 32v + 2q + 1).
+  const __m512i pair = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+  vf sum = vzero();
+  for (int64_t r = 0; r < vg * 32; r += 2) {
+    vf p0 = vzero(), p1 = vzero();
+    if (r < rows) {
+      p0 = exp2_bf16(_mm512_fmsub_ps(vload(st + r * 16), l2e, m_l2e));
+      p1 = exp2_bf16(_mm512_fmsub_ps(vload(st + (r + 1) * 16), l2e, m_l2e));
+      if (!full) {
+        p0 = _mm512_maskz_mov_ps(_mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32((int)r)), p0);
+        p1 = _mm512_maskz_mov_ps(_mm512_cmpgt_epi32_mask(seen, _mm512_set1_epi32((int)r + 1)),
+                                 p1);
+      }
       sum = vadd(sum, vadd(p0, p1));
-      _mm512_storeu_si512((void*)(pb + i * KB + 16 * t), (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
     }
-    hd->m[i] = m_new;
-    lsum[i] = vhsum(sum);
+    const __m512i bf = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);  // p0's 16 then p1's 16
+    _mm512_store_si512((void*)(pt + r * 16), _mm512_permutexvar_epi16(pair, bf));
   }
-  // alpha = exp(m_old - m_new); a row's first block (m_old = -inf) has no output to rescale.
-  const vf d_m = vload(alpha);
-  vstore(alpha, _mm512_maskz_mov_ps(vcmp_neq(d_m, vset1(-INFINITY)), vexp(d_m)));
-  vstore(hd->l, vfma(vload(hd->l), vload(alpha), vload(lsum)));
-  // P (16 x nk) @ V (nk x d), four dim tiles at a time, into o rescaled by alpha.
+  hd->l = vfma(hd->l, alpha, sum);
+  // O^T (d x 16) = V^T (d x nk) P^T (nk x 16), four 16-dim tiles at a time, rescaled by alpha.
+  const int64_t ld = npad;
   for (int64_t c0 = 0; c0 < d / 16; c0 += 4) {
     const int64_t nc = d / 16 - c0 < 4 ? d / 16 - c0 : 4;
+    const uint16_t* va = vt + c0 * 16 * npad;
     _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-    for (int64_t v = 0; v < vt; ++v) {
-      const uint16_t* vb = vp + (v * (d / 16) + c0) * 512;
-      _tile_loadd(4, pb + v * 32, KB * 2);
-      _tile_loadd(5, vb, 64);
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_loadd(6, vb + 512, 64);
-      _tile_dpbf16ps(1, 4, 6);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t v = 0; v < vg; v += 2) {
+      _tile_loadd(6, pt + v * 512, 64);
+      PV_TILE(0, 4, 6, v * 32);
+      PV_TILE(1, 5, 6, v * 32);
       if (nc > 2) {
-        _tile_loadd(7, vb + 1024, 64);
-        _tile_dpbf16ps(2, 4, 7);
-        _tile_loadd(5, vb + 1536, 64);
-        _tile_dpbf16ps(3, 4, 5);
+        PV_TILE(2, 4, 6, v * 32);
+        PV_TILE(3, 5, 6, v * 32);
+      }
+      if (v + 1 < vg) {
+        _tile_loadd(7, pt + (v + 1) * 512, 64);
+        PV_TILE(0, 4, 7, v * 32 + 32);
+        PV_TILE(1, 5, 7, v * 32 + 32);
+        if (nc > 2) {
+          PV_TILE(2, 4, 7, v * 32 + 32);
+          PV_TILE(3, 5, 7, v * 32 + 32);
+        }
       }
     }
-    _tile_stored(0, pv, 64 * 4);
-    _tile_stored(1, pv + 16, 64 * 4);
-    _tile_stored(2, pv + 32, 64 * 4);
-    _tile_stored(3, pv + 48, 64 * 4);
-    for (int i = 0; i < 16; ++i) {
-      const vf a = vset1(alpha[i]);
-      float* o = hd->o + i * d + c0 * 16;
-      for (int64_t t = 0; t < nc; ++t)
-        vstore(o + 16 * t, vfma(vload(o + 16 * t), a, vload(pv + i * 64 + 16 * t)));
-    }
+    _tile_stored(0, pv, 64);
+    _tile_stored(1, pv + 256, 64);
+    _tile_stored(2, pv + 512, 64);
+    _tile_stored(3, pv + 768, 64);
+    float* o = hd->ot + c0 * 16 * 16;
+    for (int64_t r = 0; r < nc * 16; ++r)
+      vstore(o + r * 16, vfma(vload(o + r * 16), alpha, vload(pv + r * 16)));
   }
 }
+
 #endif
 
 int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_buf,
@@ -192,7 +187,7 @@ int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_bu
   const int64_t head_elems = npad * d;  // bf16 per KV head in each packed buffer
   uint16_t* kp = (uint16_t*)aligned_alloc(64, sizeof(uint16_t) * (size_t)(2 * hkv * head_elems));
   if (!kp) return -1;
-  uint16_t* vp = kp + hkv * head_elems;
+  uint16_t* vp = kp + hkv * head_elems;  // per KV head: V^T, d rows of npad keys
   const int64_t groups = npad / 32, blocks = (e + 15) / 16;
   int failed = 0;
   // (A small call runs on one thread: the barriers would cost more than the work.)
@@ -201,16 +196,16 @@ int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_bu
 #pragma omp for schedule(static)
     for (int64_t w = 0; w < hkv * groups; ++w) {
       const int64_t h = w / groups, t = w % groups;
-      pack_keys(k_buf, v_buf, slots, n, t * 32, h, hkv, d, kp + h * head_elems + t * 32 * d,
-                vp + h * head_elems + t * 32 * d);
+      pack_keys(k_buf, v_buf, slots, n, t * 32, h, hkv, d, npad, kp + h * head_elems + t * 32 * d,
+                vp + h * head_elems);
     }
     rt_configure_tiles();
     uint16_t* qb = (uint16_t*)aligned_alloc(64, sizeof(uint16_t) * (size_t)(16 * d * g));
     float* ob = (float*)aligned_alloc(64, sizeof(float) * (size_t)(16 * d * g));
-    head_t* heads = (head_t*)malloc(sizeof(head_t) * (size_t)g);
-    float s[16 * KB] __attribute__((aligned(64)));
-    float pv[16 * 64] __attribute__((aligned(64)));
-    uint16_t pb[16 * KB] __attribute__((aligned(64)));
+    head_t* heads = (head_t*)aligned_alloc(64, sizeof(head_t) * (size_t)g);
+    float st[KB * 16] __attribute__((aligned(64)));
+    float pv[64 * 16] __attribute__((aligned(64)));
+    uint16_t pt[KB * 16] __attribute__((aligned(64)));
     failed = !qb || !ob || !heads;
     // Last row blocks (most keys) first, so the threads finish together.
 #pragma omp for schedule(dynamic, 1)
@@ -218,34 +213,32 @@ int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_bu
       if (failed) continue;
       const int64_t b = blocks - 1 - w / hkv, h = w % hkv;
       const int64_t r0 = b * 16, rows = e - r0 < 16 ? e - r0 : 16, len = p + r0 + rows;
-      int64_t vis[16];  // last key row i sees (padding rows: the last real key)
-      for (int i = 0; i < 16; ++i) vis[i] = p + r0 + (i < rows ? i : rows - 1);
+      // Per lane (query row), the keys it sees: up to p + r0 + i (padding rows: the last one).
+      int32_t last[16] __attribute__((aligned(64)));
+      for (int i = 0; i < 16; ++i) last[i] = (int32_t)(p + r0 + (i < rows ? i : rows - 1));
+      const __m512i lastv = _mm512_load_si512((const void*)last);
       for (int64_t r = 0; r < g; ++r) {
         head_t* hd = &heads[r];
-        hd->q = qb + r * 16 * d;
-        hd->o = ob + r * 16 * d;
-        const float* qr = q + r0 * ldq + (h * g + r) * d;
-        for (int i = 0; i < 16; ++i) {
-          hd->m[i] = -INFINITY;
-          hd->l[i] = 0.0f;
-          for (int64_t c = 0; c < d; ++c)
-            hd->q[i * d + c] = rt_round_bf16(i < rows ? qr[i * ldq + c] * scale : 0.0f);
-        }
-        memset(hd->o, 0, sizeof(float) * (size_t)(16 * d));
+        hd->qt = qb + r * 16 * d;
+        hd->ot = ob + r * 16 * d;
+        hd->m = vset1(-INFINITY);
+        hd->l = vzero();
+        pack_queries(q + r0 * ldq + (h * g + r) * d, ldq, rows, d, scale, hd->qt);
+        memset(hd->ot, 0, sizeof(float) * (size_t)(16 * d));
       }
       const uint16_t* kh = kp + h * head_elems;
       const uint16_t* vh = vp + h * head_elems;
       for (int64_t j0 = 0; j0 < len; j0 += KB) {
         const int64_t nk = len - j0 < KB ? len - j0 : KB;
+        // seen[i] = keys of this block query i sees; every query sees all of them when the
+        // block ends at or before the first query's last key.
+        const __m512i seen = _mm512_sub_epi32(lastv, _mm512_set1_epi32((int)(j0 - 1)));
+        const int full = nk == KB && j0 + KB - 1 <= p + r0;
         for (int64_t r = 0; r < g; ++r)
-          head_block(&heads[r], kh + j0 * d, vh + j0 * d, j0, nk, vis, d, s, pb, pv);
+          head_block(&heads[r], kh + j0 * d, vh + j0, npad, nk, seen, full, d, st, pt, pv);
       }
       for (int64_t r = 0; r < g; ++r)
-        for (int64_t i = 0; i < rows; ++i) {
-          float* dst = out + (r0 + i) * ldo + (h * g + r) * d;
-          const float inv = 1.0f / heads[r].l[i];
-          for (int64_t c = 0; c < d; ++c) dst[c] = heads[r].o[i * d + c] * inv;
-        }
+        write_rows(heads[r].ot, heads[r].l, out + r0 * ldo + (h * g + r) * d, ldo, rows, d);
     }
     _tile_release();
     free(qb);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "rt_cpu.h"
 #include "simd.h"
 
@@ -165,20 +166,8 @@ static int has_vnni(void) { return __builtin_cpu_supports("avx512vnni"); }
 #endif
 
 #if defined(RT_AMX) && defined(__AMX_INT8__)
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} q8_tile_config;
-
-// Tiles 0-3: C (16 x 16 int32); 4, 5: A (16 rows x 64 int8); 6, 7: B (16 x 64 bytes).
-static void configure_q8_tiles(void) {
-  q8_tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
-}
+// Tiles (amx_tiles.h) 0-3: C (16 x 16 int32); 4, 5: A (16 rows x 64 int8); 6, 7: B (16 x 64
+// bytes).
 
 // Rows [r, r + 16 * (1 + two)) x one panel on the tiles, into blk (and blk2 for the second).
 static void amx_blocks(const int8_t* a0, int64_t kp, int64_t kb, const int8_t* pw, int two,
@@ -252,7 +241,7 @@ int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8
 #pragma omp parallel if (chunks * panels > 1 && m * n * k > 32768)
   {
 #if defined(HAVE_AMX_Q8)
-    if (path == 2) configure_q8_tiles();
+    if (path == 2) rt_configure_tiles();
 #endif
     int32_t blk[16 * 32] __attribute__((aligned(64))), blk2[16 * 32] __attribute__((aligned(64)));
 #pragma omp for schedule(static)

@@ -32,6 +32,12 @@ int rt_amx_ready(void);
 // weights (panels), or x rounded to bf16 and float32 accumulation (AMX).
 void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                     int64_t n, const float* bias, float* y, int64_t ldy);
+// out (m, n/2) = silu(g) * u where [g | u] = rt_linear_bf16(x, wp, n, bias) (W's rows: n/2
+// gate, then n/2 up), in one pass: the (m, n) product is never written (AMX; the same values
+// as the two calls). 0; -3 when n is not a multiple of 64, -2 in a variant without AMX, -1
+// out of memory: out is then left as it was and the caller runs the two calls.
+int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
+                        int64_t n, const float* bias, float* out, int64_t ldo);
 
 // W8A8 int8 (gemm_q8a8.c): wp holds rt_q8a8_packed_size(n, k) bytes <- rt_pack_q8's panels
 // q8 re-laid for AMX-INT8 / VNNI (and column sums). rt_linear_q8a8: y = x quantized per row

@@ -57,11 +57,14 @@ def _close(got: torch.Tensor, want: torch.Tensor, max_err: float = MAX_ERR) -> N
 
 
 # GQA as SmolLM2 (9:3 of 64), head dim 128, multi-head, d 32 and 96 (a partial group of dim
-# tiles); prompts from 1 row to several key blocks, with and without a cached prefix.
+# tiles); prompts from 1 row to several 128-key blocks (whole blocks every row sees, the
+# diagonal's partial ones), with and without a cached prefix.
 @pytest.mark.parametrize(
     ("hq", "hkv", "d"), [(9, 3, 64), (2, 1, 128), (4, 4, 128), (2, 2, 32), (3, 1, 96)]
 )
-@pytest.mark.parametrize(("prefix", "new"), [(0, 1), (0, 17), (0, 200), (130, 70), (300, 5)])
+@pytest.mark.parametrize(
+    ("prefix", "new"), [(0, 1), (0, 17), (0, 200), (130, 70), (300, 5), (0, 300), (200, 333)]
+)
 def test_amx_matches_float32_kernel_and_sdpa(
     amx: None, hq: int, hkv: int, d: int, prefix: int, new: int
 ) -> None:

@@ -147,3 +147,14 @@ def test_tiny_model_stays_close_to_float32(
     lp, lr = _prompt_logprobs(out), _prompt_logprobs(ref)
     assert len(lp) == len(lr) > 16  # a prefill-sized call
     assert (lp - lr).abs().max() < (0.15 if quantization == "w8a8" else 0.1), (lp - lr).abs().max()
+
+
+def test_every_amx_kernel_loads_the_one_tile_configuration() -> None:
+    """The AMX tile configuration is written once (amx_tiles.h): every kernel on tiles includes
+    it and none loads a configuration of its own."""
+    src = cpu_build.CPU_SRC_DIR
+    loaders = sorted(p.name for p in src.iterdir() if "_tile_loadconfig" in p.read_text())
+    assert loaders == ["amx_tiles.h"]
+    for name in ("gemm_amx.c", "gemm_q8a8.c", "extend_attention_amx.c"):
+        text = (src / name).read_text()
+        assert '#include "amx_tiles.h"' in text and "rt_configure_tiles()" in text, name

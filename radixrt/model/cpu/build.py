@@ -52,6 +52,7 @@ CPU_SOURCES = (
 )  # fmt: skip
 CPU_HEADERS = (
     "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
+    "extend_amx_layout.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 ISAS = ("amx", "avx512", "avx2", "portable")  # best first
@@ -83,6 +84,7 @@ SIGNATURES: dict[str, list] = {
     "rt_pack_q8": [_P, _I, _I, _P, _P],
     "rt_linear_q8": [_P, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "rt_linear_bf16": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
+    "rt_linear_bf16_silu": [_P, _I, _I, _I, _P, _I, _P, _P, _I],
     "rt_q8a8_packed_size": [_I, _I],
     "rt_pack_q8a8": [_P, _I, _I, _P],
     "rt_q8a8_path": [],
@@ -158,6 +160,7 @@ RESTYPES = {
     "rt_q8a8_packed_size": ctypes.c_int64,
     "rt_q8a8_path": ctypes.c_int,
     "rt_linear_q8a8": ctypes.c_int,
+    "rt_linear_bf16_silu": ctypes.c_int,
     "rt_amx_ready": ctypes.c_int,
 }
 

@@ -28,6 +28,7 @@ __all__ = [
     "has_extend_attention",
     "isa",
     "linear",
+    "linear_silu",
     "pack_weight",
     "pack_weight_bf16",
     "unpack_weight_bf16",
@@ -142,6 +143,25 @@ def linear(
         x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, y.data_ptr(), n
     )
     return y
+
+
+def linear_silu(
+    x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """silu(g) * up -> (M, n/2) where [g | up] = linear(x, packed, n, bias), packed a bfloat16
+    weight of rows [gate; up], in one pass that never writes the (M, n) product (AMX tiles:
+    the same values as `silu_mul(linear(...))`). None where this library cannot (no AMX, or
+    n not a multiple of 64): the caller then runs the two."""
+    _rows(x, "x")
+    m, k = x.shape
+    if packed.dtype != torch.bfloat16 or packed.numel() != lib().rt_bf16_packed_size(n, k):
+        raise ValueError(f"not a bfloat16 weight of ({n}, {k}) packed by this library")
+    out = torch.empty(m, n // 2, dtype=torch.float32)
+    bias_ptr = None if bias is None else bias.data_ptr()
+    rc = lib().rt_linear_bf16_silu(
+        x.data_ptr(), x.stride(0), m, k, packed.data_ptr(), n, bias_ptr, out.data_ptr(), n // 2
+    )
+    return out if rc == 0 else None
 
 
 def rmsnorm_(

@@ -3,10 +3,12 @@ layers may hold their weights as float32, bfloat16 or int8.
 
 `use_cpu_kernels(model, plan)` swaps, after the weights are loaded, every nn.Linear, RMSNorm,
 GatedActivation("silu") and QKVRotary whose op the plan (guard.py) runs on the kernels for the
-module below that computes the same thing with them; everything else (embedding,
-tensor-parallel layers, attention) stays. The swap is all or nothing per module type, so the
-forward code has no per-call switches, except PackedLinear's one choice by row count where
-the plan keeps the kernel for decode sizes and torch for prefill sizes (or the reverse).
+module below that computes the same thing with them (and then, on AMX with bfloat16 weights,
+wraps each gated SiLU MLP to run its gate_up projection and activation in one pass);
+everything else (embedding, tensor-parallel layers, attention) stays. The swap is all or
+nothing per module type, so the forward code has no per-call switches, except the one choice
+by row count (PackedLinear's, and CpuSiluMLP's following it) where the plan keeps the kernel
+for decode sizes and torch for prefill sizes (or the reverse).
 """
 
 from __future__ import annotations
@@ -156,6 +158,42 @@ class CpuQKVRotary(nn.Module):
         return q, k, v
 
 
+class CpuSiluMLP(nn.Module):
+    """A gated SiLU MLP (down(silu(gate) * up), gate and up one bfloat16 PackedLinear) whose
+    first two steps run as one AMX pass (`ck.linear_silu`) wherever the gate_up projection
+    runs the kernel for that row count: the (T, 2I) product is never written. Holds the
+    wrapped MLP's own modules under their names (the fused decode layer reads them)."""
+
+    def __init__(self, mlp: nn.Module) -> None:
+        super().__init__()
+        self.gate_up_proj, self.act_fn, self.down_proj = mlp.gate_up_proj, mlp.act_fn, mlp.down_proj
+
+    @staticmethod
+    def fits(mlp: nn.Module) -> bool:
+        """Whether `mlp` declares that contract and holds the modules it needs, on AMX."""
+        gate_up = getattr(mlp, "gate_up_proj", None)
+        return (
+            getattr(mlp, "cpu_gated_silu", False)
+            and type(gate_up) is PackedLinear
+            and gate_up.weights == "bfloat16"
+            and gate_up.packed is not None
+            and gate_up.out_features % 64 == 0
+            and type(getattr(mlp, "act_fn", None)) is CpuSiluMul
+            and ck.isa() == "amx"
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up_proj
+        x2 = x.reshape(-1, gate_up.in_features)
+        h = None
+        if gate_up.small if x2.shape[0] <= DECODE_ROWS else gate_up.large:
+            h = ck.linear_silu(x2.contiguous(), gate_up.packed, gate_up.out_features, gate_up.bias)
+        if h is None:
+            h = self.act_fn(gate_up(x2))
+        y = self.down_proj(h)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
 def _swap(module: nn.Module, plan: KernelPlan, weights: str) -> nn.Module | None:
     kind = type(module)
     if kind is nn.Linear:
@@ -194,4 +232,12 @@ def use_cpu_kernels(
                 swaps.append((parent, name, new))
     for parent, name, new in swaps:
         setattr(parent, name, new)
-    return len(swaps)
+    mlps = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if CpuSiluMLP.fits(child)
+    ]
+    for parent, name, child in mlps:
+        setattr(parent, name, CpuSiluMLP(child))
+    return len(swaps) + len(mlps)

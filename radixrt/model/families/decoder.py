@@ -37,6 +37,10 @@ Residual = tuple[torch.Tensor, torch.Tensor]  # (x, residual): their sum is the 
 class GatedMLP(nn.Module):
     """down(act(gate(x)) * up(x)), gate and up as one projection; this rank's I/tp rows."""
 
+    # forward is exactly down_proj(act_fn(gate_up_proj(x))): the CPU kernels may run the
+    # first two as one pass (radixrt/model/cpu/layers.py, CpuSiluMLP)
+    cpu_gated_silu = True
+
     def __init__(self, cfg: ArchConfig, part: TPPartition, comm: BaseComm) -> None:
         super().__init__()
         bias, inter = cfg.mlp_bias, part.inter_size
