@@ -56,8 +56,13 @@ static void after_attention(const layer_t* L, float* x, float* residual, int64_t
   const int64_t hidden = L->hidden, inter = L->inter, hd = L->hq * L->d;
   lin(L, 1, attn, hd, rows, hd, hidden, x, hidden);
   rt_rmsnorm_f32(x, hidden, residual, hidden, L->ln2, rows, hidden, L->eps);
-  lin(L, 2, x, hidden, rows, hidden, 2 * inter, gate_up, 2 * inter);
-  rt_silu_mul_f32(gate_up, 2 * inter, act, inter, rows, inter);
+  // bfloat16 panels on AMX: gate_up and SiLU in one pass (the (rows, 2I) product never
+  // written; bit for bit the two calls); elsewhere (non-zero return) the two calls.
+  if (!L->bf16 || rt_linear_bf16_silu(x, hidden, rows, hidden, (const uint16_t*)L->w[2],
+                                      2 * inter, L->b[2], act, inter) != 0) {
+    lin(L, 2, x, hidden, rows, hidden, 2 * inter, gate_up, 2 * inter);
+    rt_silu_mul_f32(gate_up, 2 * inter, act, inter, rows, inter);
+  }
   lin(L, 3, act, inter, rows, inter, hidden, x, hidden);
 }
 
