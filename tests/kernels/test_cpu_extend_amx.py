@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import reference as ref
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 HAS_AMX = "amx" in cpu_build.supported_isas()
@@ -72,9 +73,9 @@ def test_amx_matches_float32_kernel_and_sdpa(
     got = _run(q, k_buf, v_buf, slots, prefix, "amx")
     assert torch.isfinite(got).all()
     _close(got, _run(q, k_buf, v_buf, slots, prefix, "f32"))
-    _close(got, ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
+    _close(got, ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
     q_bf16 = (q * d**-0.5).bfloat16().float()  # the scaled queries rounded as the kernel does
-    want = ck.extend_attention_ref(q_bf16, k_buf, v_buf, slots, prefix, 1.0)
+    want = ref.extend_attention_ref(q_bf16, k_buf, v_buf, slots, prefix, 1.0)
     _close(got, want, MAX_ERR_ROUNDED_Q)
 
 
@@ -123,7 +124,7 @@ def test_amx_pages_of_16_with_holes(amx: None) -> None:
     v_buf[slots.long()] = torch.randn(prefix + new, hkv, d).bfloat16()
     q = torch.randn(new, hq, d)
     got = _run(q, k_buf, v_buf, slots, prefix, "amx")
-    _close(got, ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
+    _close(got, ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
 
 
 @pytest.mark.parametrize("isa", cpu_build.supported_isas())

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import reference as ref
 from radixrt.model.layers.norm import RMSNorm
 from radixrt.model.layers.rotary import apply_rotary
 
@@ -155,7 +156,7 @@ def test_decode_attention_matches_sdpa(hq: int, hkv: int, d: int, batch: int, ma
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     assert torch.equal(k_buf, kb) and torch.equal(v_buf, vb)  # the new K/V were stored
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # K/V already in the pool (a mixed batch's decode rows): attends without storing.
@@ -199,7 +200,7 @@ def test_decode_attention_over_shared_prefixes_matches_sdpa(
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     assert torch.equal(k_buf, kb) and torch.equal(v_buf, vb)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
@@ -225,7 +226,7 @@ def test_rows_of_one_request_attend_as_its_decode_steps(prefix: int) -> None:
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # The K/V are in the pool now. Request 1's rows alone, then each row as its decode step:
     own = ck.decode_attention(q[:e], None, None, k_buf, v_buf, None, table, rows[:e], lens[:e],
@@ -281,7 +282,7 @@ def test_decode_attention_takes_k_and_v_of_other_layouts(batch: int) -> None:
             ck.decode_attention(q, k, v, *args)
         k, v = k.contiguous(), v.contiguous()
     got = ck.decode_attention(q, k, v, *args)
-    want = ck.decode_attention_ref(q, k, v, k_buf.clone(), v_buf.clone(), *args[2:])
+    want = ref.decode_attention_ref(q, k, v, k_buf.clone(), v_buf.clone(), *args[2:])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -352,7 +353,7 @@ def test_extend_attention_matches_sdpa(hq: int, hkv: int, d: int, prefix: int, n
     q = torch.randn(new, (hq + 2 * hkv) * d)[:, : hq * d]  # rows wider than q, like qkv
     out = torch.full((new, hq * d), float("nan"))
     ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out)
-    want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5)
+    want = ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
 
@@ -374,5 +375,5 @@ def test_extend_attention_with_a_window_matches_sdpa(
     q = torch.randn(new, hq * d)
     out = torch.full((new, hq * d), float("nan"))
     ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out, window)
-    want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
+    want = ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)

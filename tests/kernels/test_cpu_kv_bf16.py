@@ -9,6 +9,7 @@ import torch
 
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import reference as ref
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
@@ -45,7 +46,7 @@ def test_decode_attention_over_bf16_kv(hq: int, hkv: int, d: int, batch: int, ma
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     # Stored rounded to nearest even, as torch rounds: bit for bit.
     assert torch.equal(k_buf.view(torch.int16), kb.view(torch.int16))
     assert torch.equal(v_buf.view(torch.int16), vb.view(torch.int16))
@@ -75,7 +76,7 @@ def test_decode_attention_over_shared_bf16_prefixes(hq: int, hkv: int, d: int) -
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -93,7 +94,7 @@ def test_extend_attention_over_bf16_kv(
     out = torch.full((new, hq * d), float("nan"))
     # The float32-arithmetic kernel (the amx variant's AMX one: test_cpu_extend_amx.py).
     ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out, window, path="f32")
-    want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
+    want = ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
 

@@ -12,6 +12,7 @@ import torch
 from radixrt.cache.kv_layout import FP8_DTYPES, from_rows, to_rows
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import reference as ref
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 TOL = {"rtol": 2e-5, "atol": 2e-5}  # the scale applied after the sum, not per element
@@ -61,7 +62,7 @@ def test_decode_attention_over_fp8_kv(
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     # The new rows stored as torch stores them: values and scales bit for bit.
     assert torch.equal(_bits(k_buf), _bits(kb)) and torch.equal(_bits(v_buf), _bits(vb))
     torch.testing.assert_close(got, want, **TOL)
@@ -92,7 +93,7 @@ def test_decode_attention_over_shared_fp8_prefixes(
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
     kb, vb = k_buf.clone(), v_buf.clone()
     got = ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, d**-0.5)
-    want = ck.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
+    want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     torch.testing.assert_close(got, want, **TOL)
 
 
@@ -109,7 +110,7 @@ def test_extend_attention_over_fp8_kv(
     q = torch.randn(new, hq * d)
     out = torch.full((new, hq * d), float("nan"))
     ck.extend_attention(q, k_buf, v_buf, slots, prefix, d**-0.5, out, window)
-    want = ck.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
+    want = ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5, window)
     torch.testing.assert_close(out, want, **TOL)
 
 
