@@ -194,12 +194,8 @@ class Scheduler:
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
         forward_s = time.perf_counter() - forward_start
-        self.stats.forward_time_s += forward_s
-        self.stats.forward_passes += 1
         done = failed + self._process(batch, logits, sample_rows)
-        step_s = time.perf_counter() - started
-        self.stats.step_time_s += step_s
-        self.stats.step_times.observe(kind, forward_s, step_s)
+        self.stats.count_pass(kind, forward_s, time.perf_counter() - started)
         return done
 
     def _schedule(self) -> Batch | None:

@@ -46,6 +46,14 @@ class SchedulerStats:
     def hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    def count_pass(self, kind: str, forward_s: float, step_s: float) -> None:
+        """One step that ran a forward pass of `kind` (core/step_times.py): its seconds in the
+        forward and in the whole step."""
+        self.forward_passes += 1
+        self.forward_time_s += forward_s
+        self.step_time_s += step_s
+        self.step_times.observe(kind, forward_s, step_s)
+
     def spec_figures(self) -> dict[str, int]:
         """The speculation counters, as InfoReplyMsg names them."""
         return {"spec_drafted_tokens": self.spec_drafted_tokens,
