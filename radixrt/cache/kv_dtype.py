@@ -4,6 +4,8 @@ chosen path cannot read is refused with a message naming it, never ignored."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from radixrt.cache.kv_layout import FP8_DTYPES
@@ -11,6 +13,7 @@ from radixrt.cache.kv_layout import FP8_DTYPES
 # fp8 rows carry a float32 scale each (kv_layout.py): the C kernels and torch_native read them.
 KV_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, **FP8_DTYPES}
 _NAMES = {dtype: name for name, dtype in KV_TORCH_DTYPES.items()}
+logger = logging.getLogger("radixrt")
 
 
 def resolve_kv_dtype(
@@ -26,10 +29,16 @@ def resolve_kv_dtype(
     own. Another dtype than the activations' needs the CPU and a backend that widens what it
     reads (ValueError else)."""
     if name == "auto":
-        other = auto is not None and auto != act_dtype
-        if other and (device.type != "cpu" or not backend_reads_other):
+        if auto is None:
             return act_dtype
-        return auto or act_dtype
+        if auto != act_dtype and (device.type != "cpu" or not backend_reads_other):
+            logger.info(
+                "--kv-cache-dtype auto: %s KV, not the kernels' %s: attention backend %r reads "
+                "only the activations' dtype", kv_dtype_name(act_dtype), kv_dtype_name(auto),
+                backend,
+            )  # fmt: skip
+            return act_dtype
+        return auto
     if name not in KV_TORCH_DTYPES:
         raise ValueError(f"kv_cache_dtype must be auto or one of {sorted(KV_TORCH_DTYPES)}")
     kv = KV_TORCH_DTYPES[name]

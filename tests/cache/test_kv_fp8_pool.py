@@ -137,3 +137,14 @@ def test_rows_of_any_head_dim_and_layout(d: int) -> None:
         back = from_rows(rows, torch.float32)
         assert torch.equal(from_rows(rows.transpose(0, 1), torch.float32).transpose(0, 1), back)
         assert ((back - x).abs() <= x.abs().amax(-1, keepdim=True) / 8).all()
+
+
+def test_auto_follows_the_kernels_where_the_backend_reads_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cpu, bf16, f32 = torch.device("cpu"), torch.bfloat16, torch.float32
+    assert resolve_kv_dtype("auto", f32, cpu, "cpu", True) == f32  # no kernel choice
+    assert resolve_kv_dtype("auto", f32, cpu, "cpu", True, bf16) == bf16
+    with caplog.at_level("INFO", logger="radixrt"):
+        assert resolve_kv_dtype("auto", f32, cpu, "triton", False, bf16) == f32
+    assert "not the kernels' bfloat16: attention backend 'triton'" in caplog.text
