@@ -9,7 +9,9 @@ With OMP_NUM_THREADS=1 every time is the thread's CPU time (time.thread_time), w
 processes on a shared machine disturb far less than wall time (a descheduled thread's wait is
 not counted); otherwise wall time. A prefill is one scheduler step of a random prompt (radix
 cache off), best of --repeats; the probe is best of 5 before and after. fraction = tokens/s
-over the probe's rate / (2 x params), as `engine` reports it.
+over the probe's rate / (2 x params), as `engine` reports it. A prefill runs each decoder layer
+as one C call where the layer is fused (radixrt/model/cpu/fused_layer.py): those calls are one
+row; `--unfused` runs the layers' modules instead, each kernel call its own row.
 """
 
 from __future__ import annotations
@@ -68,6 +70,34 @@ def instrument(times: dict[str, float]) -> Callable[[], None]:
     return undo
 
 
+FUSED_ROW = "decoder layers, one C call each (linears, attention, element-wise)"
+
+
+def time_fused_layers(layers: Any, times: dict[str, float]) -> Callable[[], None]:
+    """Time the fused layers' calls (their kernels run inside C, out of `instrument`'s
+    reach) as FUSED_ROW; returns undo."""
+    now, wrapped = clock(), []
+    for layer in layers:
+        if not getattr(layer, "fuse_extend", False):
+            continue
+        fn = layer.forward
+
+        def timed(*a: Any, _fn: Callable = fn, **k: Any) -> Any:
+            t = now()
+            out = _fn(*a, **k)
+            times[FUSED_ROW] += now() - t
+            return out
+
+        layer.forward = timed
+        wrapped.append(layer)
+
+    def undo() -> None:
+        for layer in wrapped:
+            del layer.forward
+
+    return undo
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from radixrt.scheduler.builder import build_scheduler
 
@@ -80,6 +110,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         ),
         SchedulerConfig(max_running_requests=8, chunked_prefill_size=max(args.prefill_lens)),
     )
+    layers = sched.runner.model.model.layers
+    for layer in layers if args.unfused else ():
+        if hasattr(layer, "fuse_extend"):
+            layer.fuse_extend = False
     try:
         print(f"radixrt {sched.runner.cpu_kernels.summary()}", flush=True)
         params, vocab = sched.runner.num_params, sched.runner.arch.vocab_size
@@ -91,10 +125,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             best, split = float("inf"), {}
             for _ in range(args.repeats):
                 times: dict[str, float] = collections.defaultdict(float)
-                undo = instrument(times)
+                undo, undo_layers = instrument(times), time_fused_layers(layers, times)
                 t = now()
                 radixrt_prefill(sched, ids)
                 elapsed = now() - t
+                undo_layers()
                 undo()
                 if elapsed < best:
                     best, split = elapsed, dict(times)
@@ -137,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="bfloat16")
     p.add_argument("--repeats", type=int, default=5, help="best of this many prefills")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--unfused", action="store_true", help="the layers' modules, op by op")
     return p
 
 

@@ -36,3 +36,24 @@ def test_report_fraction_is_the_engine_benchmarks() -> None:
     assert "fraction 0.40" in text
     assert "| linear 8->64 | 300.0 | 60.0% |" in text
     assert "| the rest (Python, embedding, sampling) | 200.0 | 40.0% |" in text
+
+
+def test_fused_layers_are_timed_as_one_row_and_undone() -> None:
+    class Layer(torch.nn.Module):
+        fuse_extend = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+    class Plain(torch.nn.Module):  # not fused: left alone
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    layers = [Layer(), Plain()]
+    times: dict[str, float] = collections.defaultdict(float)
+    undo = prefill_ops.time_fused_layers(layers, times)
+    assert layers[0](torch.zeros(2)).tolist() == [1.0, 1.0]
+    layers[1](torch.zeros(2))
+    assert list(times) == [prefill_ops.FUSED_ROW]
+    undo()
+    assert "forward" not in vars(layers[0])
