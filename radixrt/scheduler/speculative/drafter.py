@@ -12,6 +12,11 @@ from radixrt.core import Req
 from radixrt.scheduler.speculative.ngram import NgramIndex
 from radixrt.scheduler.speculative.tree import DraftTree, chain, merge
 
+# A lookup draft whose source matched at least this many of the request's last tokens is
+# trusted past the guard's length (the guard shrinks on misses; a fresh long match is new
+# evidence, as when extraction output reaches text it copies from the prompt).
+TRUSTED_MATCH = 3
+
 
 def can_speculate(req: Req) -> bool:
     """Whether `req` may be speculated: any request without a grammar (its mask would have to
@@ -24,6 +29,10 @@ def can_speculate(req: Req) -> bool:
 class BaseDrafter(ABC):
     """Proposes the tokens most likely to follow a request's fill_ids."""
 
+    # Whether `trim` may keep more than the guard's length: such a drafter is asked for a
+    # request's whole room, paused or not (a lookup costs no pass); others for the guard's.
+    trusts_matches = False
+
     @abstractmethod
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         """Up to `max_tokens` guessed tokens after req.fill_ids ([]: no guess)."""
@@ -32,6 +41,11 @@ class BaseDrafter(ABC):
         """`propose` for each of a step's drafting requests (a drafter that runs a model
         drafts them together); each within its own budget (0: no guess)."""
         return [self.propose(r, n) if n > 0 else [] for r, n in zip(reqs, max_tokens)]
+
+    def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
+        """`draft` (this step's `propose` for `req`) cut to the `cap` tokens its draft guard
+        allows; a drafter may keep more of a draft it trusts."""
+        return draft[:cap]
 
     def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
                      max_branches: int) -> DraftTree:  # fmt: skip
@@ -56,6 +70,8 @@ class LookupDrafter(BaseDrafter):
     what followed the latest earlier occurrence of its last n tokens (n = ngram_max .. 1);
     the index lives on `req.draft_state`."""
 
+    trusts_matches = True
+
     def __init__(self, cache: TreeView, ngram_max: int, branches: int = 1) -> None:
         self.cache = cache
         self.ngram_max = ngram_max
@@ -64,9 +80,18 @@ class LookupDrafter(BaseDrafter):
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         tokens = req.fill_ids
         found = continuation(self.cache, tokens, req.extra_key, max_tokens)
+        own = self._own(req)
         if found:
+            own.matched = len(tokens)  # the whole sequence matched a cached path
             return found
-        return self._own(req).draft(tokens, max_tokens)
+        return own.draft(tokens, max_tokens)
+
+    def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
+        """Whole when its source matched TRUSTED_MATCH or more of the last tokens (the guard
+        bounds weak drafts only), else the guard's `cap`."""
+        if isinstance(req.draft_state, NgramIndex) and req.draft_state.matched >= TRUSTED_MATCH:
+            return draft
+        return draft[:cap]
 
     def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
                      max_branches: int) -> DraftTree:  # fmt: skip

@@ -19,6 +19,7 @@ class NgramIndex:
         # With keep > 1: the earlier occurrences after the latest, each one's start.
         self._earlier: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n)]
         self._indexed = 0  # n-grams ending before this position are indexed
+        self.matched = 0  # the length of the suffix the last `draft` matched (0: none)
 
     def update(self, tokens: list[int]) -> None:
         """Index the n-grams ending at positions _indexed .. len(tokens) - 2."""
@@ -40,10 +41,12 @@ class NgramIndex:
         self.update(tokens)
         out: list[int] = []
         seq = tokens
+        self.matched = 0
         while len(out) < max_tokens:
-            more = self._lookup(seq, max_tokens - len(out))
+            n, more = self._lookup(seq, max_tokens - len(out))
             if not more:
                 break
+            self.matched = self.matched or n
             out += more
             seq = tokens + out
         return out
@@ -69,9 +72,11 @@ class NgramIndex:
                         return out
         return out
 
-    def _lookup(self, seq: list[int], max_tokens: int) -> list[int]:
+    def _lookup(self, seq: list[int], max_tokens: int) -> tuple[int, list[int]]:
+        """(n, what followed the latest earlier occurrence of the last n tokens), the longest
+        such suffix first; (0, []) when none occurred."""
         for n in range(min(self.max_n, len(seq) - 1), 0, -1):
             start = self._after[n - 1].get(tuple(seq[-n:]))
             if start is not None:
-                return seq[start : start + max_tokens]
-        return []
+                return n, seq[start : start + max_tokens]
+        return 0, []

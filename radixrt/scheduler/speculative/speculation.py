@@ -98,6 +98,7 @@ class Speculation:
         self.tree_rows.release()  # rows a pass that raised left borrowed, if any
         reqs: list[Req] = []
         budgets: list[int] = []
+        caps: list[int] = []  # each chain's guard length (the drafter may trust more)
         trees: list[tuple[Req, int, int]] = []  # (request, depth, nodes) of tree drafts
         used = 0  # slots the budgets so far may take (each draft as long as its budget)
         for req in decoding:
@@ -105,23 +106,26 @@ class Speculation:
                 continue
             if req.draft_guard is None:
                 req.draft_guard = DraftGuard(self.num_draft_tokens)
-            room = min(self._room(req), req.draft_guard.allowed())  # the guard: recent acceptance
-            if room <= 0:
+            most = self._room(req)
+            cap = req.draft_guard.allowed()  # the guard: recent acceptance (0: paused)
+            if most <= 0:
                 continue
             base = self.kv.slots_needed(req, 1)
             fit = self.kv.tokens_fitting(req, base + spare - used) - 1
-            budget = min(room, fit)
+            budget = min(most, cap, fit)
             if budget > 0 and self._tree_ok(req):
                 nodes = max(budget, min(self.tree_nodes, fit))
                 trees.append((req, budget, nodes))
                 used += self.kv.slots_needed(req, 1 + nodes) - base
-            elif budget > 0:
-                reqs.append(req)
-                budgets.append(budget)
-                used += self.kv.slots_needed(req, 1 + budget) - base
+            elif (ask := min(most, fit) if self.drafter.trusts_matches else budget) > 0:
+                reqs.append(req)  # a chain: as long as a trusted draft may be
+                budgets.append(ask)
+                caps.append(cap)
+                used += self.kv.slots_needed(req, 1 + budgets[-1]) - base
         used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
-        for req, budget, draft in zip(reqs, budgets, self.drafter.propose_batch(reqs, budgets)):
-            draft = draft[:budget]
+        drafts = self.drafter.propose_batch(reqs, budgets)
+        for req, budget, cap, draft in zip(reqs, budgets, caps, drafts):
+            draft = self.drafter.trim(req, draft[:budget], cap)
             if draft and req.grammar is not None:
                 draft = self._constrain(req, draft)
             if draft:
