@@ -100,6 +100,35 @@ static void write_block(const float* blk, float* y, int64_t ldy, int64_t r0, int
   }
 }
 
+// C tiles 0, 1 (and 2, 3 when `two`) = the 16 (32) rows of x at a0 (row stride kp) times the
+// two 16-column halves whose kb blocks of 1024 bfloat16 start at b0 and b1 (tiles 4-7 are
+// scratch). `prefetch`: b1 == b0 + 512 and the blocks PF_BLOCKS ahead are fetched into L1
+// (decode: one pass over the weights).
+static inline void dot_rows(const uint16_t* a0, int64_t kp, int two, const uint16_t* b0,
+                            const uint16_t* b1, int64_t kb, int prefetch) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if (two) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t b = 0; b < kb; ++b) {
+    if (prefetch && b + PF_BLOCKS < kb)
+      for (int line = 0; line < 32; ++line)
+        _mm_prefetch((const char*)(b0 + (b + PF_BLOCKS) * 1024) + line * 64, _MM_HINT_T0);
+    _tile_loadd(6, b0 + b * 1024, 64);
+    _tile_loadd(7, b1 + b * 1024, 64);
+    _tile_loadd(4, a0 + b * 32, kp * 2);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (two) {
+      _tile_loadd(5, a0 + 16 * kp + b * 32, kp * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
 void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                     int64_t n, const float* bias, float* y, int64_t ldy) {
   if (m <= 0 || n <= 0) return;
@@ -121,27 +150,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
       for (int64_t r = c * CHUNK_BLOCKS; r < r_end; r += 2) {
         const int two = r + 1 < r_end;
         const uint16_t* a0 = xb + r * 16 * kp;
-        _tile_zero(0);
-        _tile_zero(1);
-        if (two) {
-          _tile_zero(2);
-          _tile_zero(3);
-        }
-        for (int64_t b = 0; b < kb; ++b) {
-          if (blocks == 1 && b + PF_BLOCKS < kb)  // decode: one pass over the weights
-            for (int line = 0; line < 32; ++line)
-              _mm_prefetch((const char*)(pw + (b + PF_BLOCKS) * 1024) + line * 64, _MM_HINT_T0);
-          _tile_loadd(6, pw + b * 1024, 64);
-          _tile_loadd(7, pw + b * 1024 + 512, 64);
-          _tile_loadd(4, a0 + b * 32, kp * 2);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          if (two) {
-            _tile_loadd(5, a0 + 16 * kp + b * 32, kp * 2);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-        }
+        dot_rows(a0, kp, two, pw, pw + 512, kb, blocks == 1);  // decode: prefetch the panel
         _tile_stored(0, blk, 128);
         _tile_stored(1, blk + 16, 128);
         write_block(blk, y, ldy, r * 16, m, p * 32, n, bias);
@@ -192,22 +201,7 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
       for (int64_t r = c * CHUNK_BLOCKS; r < r_end; r += 2) {
         const int two = r + 1 < r_end;
         const uint16_t* a0 = xb + r * 16 * kp;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t b = 0; b < kb; ++b) {
-          _tile_loadd(6, pg + b * 1024, 64);
-          _tile_loadd(7, pu + b * 1024, 64);
-          _tile_loadd(4, a0 + b * 32, kp * 2);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          if (two) {
-            _tile_loadd(5, a0 + 16 * kp + b * 32, kp * 2);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-        }
+        dot_rows(a0, kp, two, pg, pu, kb, 0);
         _tile_stored(0, blk, 128);
         _tile_stored(1, blk + 16, 128);
         write_silu(blk, out, ldo, r * 16, m, p * 32 + h * 16, inter, bias);
