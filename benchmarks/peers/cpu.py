@@ -6,11 +6,12 @@ cores, run in bfloat16 and in float32, the faster per workload being the referen
 where the CPU has AMX tiles, float32 often elsewhere; `--vllm-dtype` runs one), llama.cpp's own
 `llama-server` (continuous batching over `--parallel` slots, on the GGUF the default model
 ships), transformers (`generate`, one request at a time: it has no batching server of its own).
-radixrt runs with its defaults (`--dtype auto`: bfloat16 weights on AMX machines, float32
-elsewhere), in float32, in bfloat16 weights and with `--quantization int8`. Every system is
-started fresh for every workload, gets one warm-up request that is not timed, then the same
-seeded requests through the same load generator (streamed /v1/completions, greedy, EOS ignored
-so that every request produces its full output). Workloads:
+radixrt runs with its defaults (`--dtype auto`: bfloat16 weights where the CPU has
+avx512_bf16, float32 elsewhere), in float32, in bfloat16 weights and with `--quantization
+int8`. Every system is started fresh for every workload, gets one warm-up request that is not
+timed, then the same seeded requests through the same load generator (streamed
+/v1/completions, greedy, EOS ignored so that every request produces its full output).
+Workloads:
 
 - chat: 32 requests over 4 interleaved ~530-token system prompts, 8 clients, 32 output tokens;
 - unique: 16 unrelated ~330-token prompts, 16 clients, 64 output tokens;

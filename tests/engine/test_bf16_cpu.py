@@ -144,13 +144,21 @@ def test_bf16_perplexity_within_one_percent_of_float32(smollm2_path: Path) -> No
 
 
 def test_auto_dtype_on_the_cpu(tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto: bfloat16 weights where the kernels have AMX tiles, float32 elsewhere and under
-    the pin (the test suite's); a bad pin is named."""
+    """auto: bfloat16 weights where the CPU has a bfloat16 dot product (avx512_bf16: AMX
+    Xeons, AMD EPYC Zen 4/5), float32 elsewhere and under the pin (the test suite's); a bad
+    pin is named."""
     from radixrt.core.config import ModelConfig
-    from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV, bf16_on_kernels
+    from radixrt.model.cpu import build as cpu_build
+    from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV, bf16_on_kernels, native_bf16
 
     monkeypatch.delenv(AUTO_DTYPE_ENV)
-    assert bf16_on_kernels(ModelConfig()) == (ck.isa() == "amx")
+    assert native_bf16() == ("avx512_bf16" in cpu_build.cpu_flags().split())
+    assert bf16_on_kernels(ModelConfig()) == native_bf16()
+    real_flags = cpu_build.cpu_flags
+    for flags, want in (("flags : avx2 fma", False), ("flags : avx512f avx512_bf16", True)):
+        monkeypatch.setattr(cpu_build, "cpu_flags", lambda flags=flags: flags)
+        assert bf16_on_kernels(ModelConfig()) == want
+    monkeypatch.setattr(cpu_build, "cpu_flags", real_flags)
     assert not bf16_on_kernels(ModelConfig(cpu_kernels="off"))
     assert not bf16_on_kernels(ModelConfig(quantization="int8"))
     monkeypatch.setenv(AUTO_DTYPE_ENV, "bfloat16")

@@ -55,17 +55,31 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
-# `dtype auto` on the CPU: bfloat16 linear weights where the kernels run them on AMX tiles
-# (prefill 2x, decode batches 2-4x float32's speed there), float32 elsewhere. Setting this
-# variable to "float32" pins float32 (the reference; the test suite sets it).
+# `dtype auto` on the CPU: bfloat16 linear weights where the CPU multiplies bfloat16 natively
+# (`native_bf16`), float32 elsewhere. Setting this variable to "float32" pins float32 (the
+# reference; the test suite sets it).
 AUTO_DTYPE_ENV = "RADIXRT_CPU_AUTO_DTYPE"
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has a bfloat16 dot product (the avx512_bf16 flag: Xeons with AMX,
+    where the amx kernel variant runs bfloat16 weights on tiles, Cooper Lake, AMD EPYC Zen 4
+    and Zen 5, where torch's oneDNN matmul uses it). Measured where `dtype auto` turns on
+    bfloat16 weights (docs/benchmarks.md sections 13 and 18): on an AMX Xeon prefill 2x and
+    decode batches 2-4x float32's speed; on an AMD EPYC Zen 5 (no AMX) prefill 1.5x, decode
+    steps 2.4x (batch 1) and 1.6x (batch 8). Without the flag a bfloat16 weight is widened
+    to float32 in registers (half the bytes per decode step, float32's arithmetic) and
+    torch's bfloat16 matmul is emulated: not measured faster, so float32 stays."""
+    from radixrt.model.cpu import build as cpu_build
+
+    return "avx512_bf16" in cpu_build.cpu_flags().split()
 
 
 def bf16_on_kernels(config: ModelConfig) -> bool:
     """Whether the model's dtype on the CPU means bfloat16 linear weights on radixrt's kernels
     (activations, norms and attention in float32; the model loads in float32 and its
     linear layers are converted by `init_cpu_kernels`): `bfloat16` with the kernels on, or
-    `auto` on a CPU whose kernel variant has AMX tiles (see AUTO_DTYPE_ENV). `bfloat16`
+    `auto` on a CPU with a bfloat16 dot product (`native_bf16`; see AUTO_DTYPE_ENV). `bfloat16`
     with the kernels off or unavailable is a whole bfloat16 model on torch ops instead."""
     from radixrt.model.cpu import kernels as ck
 
@@ -73,7 +87,7 @@ def bf16_on_kernels(config: ModelConfig) -> bool:
         return False
     if config.dtype == "auto":
         pinned = _auto_pin()
-        return pinned == "bfloat16" or (pinned in ("", "auto") and ck.isa() == "amx")
+        return pinned == "bfloat16" or (pinned in ("", "auto") and native_bf16())
     return config.dtype == "bfloat16"
 
 
