@@ -24,8 +24,9 @@ from benchmarks.load.shared_prefix_passes import (
     run_hf,
     timed_pass,
 )
-from benchmarks.micro.roofline import OtherLoad, close_machine_info, machine_info
+from benchmarks.micro.roofline import close_machine_info, machine_info
 from radixrt.core.config import CacheConfig, SchedulerConfig
+from radixrt.core.other_load import OtherLoad
 
 
 def format_report(w: Workload, results: list[RunResult], prompt_tokens: int) -> str:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.micro.engine_rows import random_prompts
-from benchmarks.micro.roofline import OtherLoad
 from benchmarks.peers.hf_peer import hf_generate, load_hf_model
+from radixrt.core.other_load import OtherLoad
 
 HF_REQUESTS = 16  # transformers runs on this many requests and is extrapolated to all
 

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from benchmarks.micro.roofline import OtherLoad, Roofline, measure_roofline
+from benchmarks.micro.roofline import Roofline, measure_roofline
 from benchmarks.peers.hf_peer import hf_generate
 from radixrt.core import Req, SamplingParams
+from radixrt.core.other_load import OtherLoad
 
 PROBE_REPEATS = 3  # roofline measurements per round: best of this many
 WARM_UP_SEED = 99  # the warm-up's prompts, apart from every measured row's

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from radixrt.core.other_load import OtherLoad
+
 COPY_MIB = 512  # each of the two copy buffers; far above any CPU cache
 MATMUL_N = 2048  # square float32 matmul: 17 GFLOP per product
 REPEATS = 5
@@ -93,50 +95,6 @@ def machine_info() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
-
-
-class OtherLoad:
-    """CPU used by other processes while a benchmark runs, as a fraction of all cores.
-
-    From /proc/stat (busy time of the whole machine) minus this process's CPU time and that of
-    `pids` (its tensor-parallel ranks); None where /proc/stat is missing. 0.0 means the
-    benchmark had the machine to itself.
-    """
-
-    def __init__(self, pids: tuple[int, ...] = ()) -> None:
-        self._pids = pids
-        self._start = self._sample()
-
-    def fraction(self) -> float | None:
-        """Since construction: other processes' CPU seconds / (wall seconds * cores)."""
-        now = self._sample()
-        if now is None or self._start is None:
-            return None
-        wall, busy, own = (b - a for a, b in zip(self._start, now, strict=True))
-        return max(busy - own, 0.0) / (wall * (os.cpu_count() or 1)) if wall > 0 else None
-
-    def _sample(self) -> tuple[float, float, float] | None:
-        try:
-            with open("/proc/stat") as f:
-                ticks = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-        busy = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # up to steal; guests in user
-        return time.monotonic(), busy, time.process_time() + _cpu_seconds(self._pids)
-
-
-def _cpu_seconds(pids: tuple[int, ...]) -> float:
-    """User + system CPU seconds of the processes `pids` (0 for any that are gone)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def close_machine_info(machine: dict[str, Any], load: OtherLoad) -> str:

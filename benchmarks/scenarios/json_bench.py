@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks.micro.roofline import OtherLoad, close_machine_info, machine_info
+from benchmarks.micro.roofline import close_machine_info, machine_info
+from radixrt.core.other_load import OtherLoad
 from radixrt.grammar import GRAMMAR_BACKENDS
 from radixrt.grammar.base import GrammarSpec
 

@@ -47,6 +47,7 @@ def test_shapes_of_a_model(tiny_llama_path: Path) -> None:
 def test_auto_measures_once_then_reads_the_plan(
     tiny_llama_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(guard, "BUSY", float("inf"))  # kept however busy the machine is
     shapes = _shapes(tiny_llama_path)
     plan = guard.plan_for("auto", shapes)
     assert plan.isa == ck.isa() and plan.kernels <= frozenset(guard.OPS)
@@ -64,6 +65,37 @@ def test_auto_measures_once_then_reads_the_plan(
     path.write_text("{not json")  # a damaged plan is measured again
     with pytest.raises(AssertionError, match="not measured again"):
         guard.plan_for("auto", shapes)
+
+
+class _Others:
+    """A stand-in for OtherLoad: other processes took `share` of the cores."""
+
+    share = 0.0
+
+    def fraction(self) -> float:
+        return self.share
+
+
+@pytest.mark.parametrize(("share", "kept"), [(0.0, True), (0.05, True), (0.5, False)])
+def test_a_plan_timed_on_a_busy_machine_is_not_kept(
+    tiny_llama_path: Path,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    share: float,
+    kept: bool,
+) -> None:
+    """Others above BUSY of the cores during the timing: the plan serves this run (it is the
+    measured one) but is not written, so the next start times again."""
+    shapes = _shapes(tiny_llama_path)
+    monkeypatch.setattr(guard, "time_ops", _fake_timings(set()))
+    monkeypatch.setattr(_Others, "share", share)
+    monkeypatch.setattr(guard, "OtherLoad", _Others)
+    with caplog.at_level(logging.WARNING, logger="radixrt"):
+        plan = guard.plan_for("auto", shapes)
+    assert plan.kernels == frozenset(plan.timings)  # every kernel won its (fake) race
+    assert guard.plan_path(plan.isa, shapes).is_file() == kept
+    assert ("is not kept" in caplog.text) == (not kept)
 
 
 def test_on_off_and_bad_modes(tiny_llama_path: Path) -> None:

@@ -14,7 +14,11 @@ size, the faster.
 
 The timings run once per machine: the plan is kept as JSON under
 $RADIXRT_CACHE/kernels/plans/, keyed by the CPU's model and flags, the library's variant and
-build, torch's version and thread count, and the shapes (`plan_path`).
+build, torch's version and thread count, and the shapes (`plan_path`). A plan timed while
+other processes took more than BUSY of the cores (core/other_load.py) serves that run only and
+is not kept: on 2 busy cores a kernel and its torch op slow down by different factors (an
+OpenMP region waits for a descheduled thread), and a kept plan would carry that start's luck
+into every later one; the next start times again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from radixrt.core.other_load import OtherLoad
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu.timing import Shapes, time_ops
@@ -39,6 +44,7 @@ logger = logging.getLogger("radixrt")
 MODES = ("auto", "on", "off")
 DECODE_ROWS = 16  # a linear call with at most this many rows is decode-sized
 TIE = 1.05
+BUSY = 0.1  # others' share of the cores above which a timed plan is not kept
 PLAN_VERSION = 2  # 2: decode attention also timed on a batch sharing a prefix
 OPS = (
     "linear_decode",
@@ -160,7 +166,7 @@ def plan_for(
     cached = _read(path, ops | int8_ops)
     if cached is not None:
         return cached
-    t0 = time.perf_counter()
+    t0, others = time.perf_counter(), OtherLoad()
     timings = time_ops(shapes, ops - fixed, DECODE_ROWS)
     kept = frozenset(op for op, (tk, tt) in timings.items() if tk <= tt * TIE) | fixed
     if w8a8:  # W8A8 against weight-only int8: kept only where faster (no tie to break)
@@ -168,6 +174,14 @@ def plan_for(
         kept |= frozenset(op for op, (ta, tw) in int8_timings.items() if ta < tw)
         timings.update(int8_timings)
     plan = KernelPlan(isa, kept, timings, w8a8 or "", a8_planes)
+    busy = others.fraction()
+    if busy is not None and busy > BUSY:
+        logger.warning(
+            "CPU kernels timed against torch while other processes used %.0f%% of the cores: "
+            "the plan serves this run and is not kept (the next start times again)",
+            100 * busy,
+        )
+        return plan
     _write(path, plan)
     logger.info("CPU kernels timed against torch in %.1f s: %s", time.perf_counter() - t0, path)
     return plan
