@@ -1,5 +1,5 @@
-"""`--kv-cache-dtype auto` on the CPU's kernels: a bfloat16 pool where the extends run on AMX
-tiles with bfloat16 linear weights (model/cpu/runtime.py auto_kv_dtype), float32 elsewhere and
+"""`--kv-cache-dtype auto` on the CPU's kernels: a bfloat16 pool with bfloat16 linear weights
+and no sliding window or soft cap (model/cpu/runtime.py auto_kv_dtype), float32 elsewhere and
 under the tests' pin; the KV sizing follows the chosen width; the start-up line names each
 attention pass's path and KV dtype."""
 
@@ -20,7 +20,6 @@ from radixrt.model.cpu.guard import OPS, KernelPlan
 from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV, auto_kv_dtype
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
-HAS_AMX = "amx" in cpu_build.supported_isas()
 
 
 @pytest.fixture(scope="module")
@@ -31,51 +30,47 @@ def tiny_d64(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Pa
 
 
 def test_auto_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """bfloat16 only with bfloat16 weights, an AMX-sized head and no window or soft cap, on
-    the amx variant; the pin keeps float32."""
+    """bfloat16 only with bfloat16 weights and no window or soft cap; the pin keeps float32."""
     monkeypatch.delenv(AUTO_DTYPE_ENV)
-    amx = ck.isa() == "amx"
-    assert auto_kv_dtype(True, 64, False) == (torch.bfloat16 if amx else torch.float32)
-    assert auto_kv_dtype(True, 48, False) == torch.float32  # head dim not a multiple of 32
-    assert auto_kv_dtype(True, 64, True) == torch.float32  # a sliding window or a soft cap
-    assert auto_kv_dtype(False, 64, False) == torch.float32  # float32 weights
+    assert auto_kv_dtype(True, False) == torch.bfloat16
+    assert auto_kv_dtype(True, True) == torch.float32  # a sliding window or a soft cap
+    assert auto_kv_dtype(False, False) == torch.float32  # float32 weights
     monkeypatch.setenv(AUTO_DTYPE_ENV, "float32")
-    assert auto_kv_dtype(True, 64, False) == torch.float32
+    assert auto_kv_dtype(True, False) == torch.float32
 
 
-@pytest.mark.skipif(not HAS_AMX, reason="no AMX-BF16 here")
+@pytest.mark.parametrize("head_dim_model", ["tiny_d64", "tiny_llama_path"])
 def test_auto_pool_and_sizing_follow_the_width(
-    tiny_d64: Path, monkeypatch: pytest.MonkeyPatch
+    head_dim_model: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Unpinned on the amx variant: dtype auto gives bfloat16 weights and a bfloat16 pool,
-    twice the slots of the float32 pool in the same memory; the pin gives float32 back."""
-    budget = {"mem_fraction_static": 0.004, "cpu_kernels": "on"}
-    monkeypatch.setenv("RADIXRT_CPU_ISA", "amx")
-    with Engine(str(tiny_d64), **budget) as e:  # pinned (the test suite's setting)
+    """Unpinned with bfloat16 weights: a bfloat16 pool, twice the slots of the float32 pool in
+    the same memory, extends on AMX tiles where the kernel takes the head dim (64 on the amx
+    variant) and on the float32 kernel otherwise (head dim 16, other variants); the pin gives
+    float32 back, and so do float32 weights."""
+    path: Path = request.getfixturevalue(head_dim_model)
+    budget = {"mem_fraction_static": 0.004, "cpu_kernels": "on", "dtype": "bfloat16"}
+    with Engine(str(path), **budget) as e:  # pinned (the test suite's setting)
         pinned = e.scheduler.runner
         assert pinned.kv_dtype == torch.float32 and pinned.cpu_kernels.kv_dtype == "float32"
         slots32 = pinned.max_total_tokens
     monkeypatch.delenv(AUTO_DTYPE_ENV)
-    with Engine(str(tiny_d64), **budget) as e:
+    with Engine(str(path), **budget) as e:
         r = e.scheduler.runner
         assert r.bf16_weights and r.kv_dtype == torch.bfloat16
-        assert r.token_to_kv_pool.dtype == torch.bfloat16 and r.cpu_kernels.extend_on_tiles
+        assert r.token_to_kv_pool.dtype == torch.bfloat16
+        head_dim = r.arch.head_dim
+        assert r.cpu_kernels.extend_on_tiles == ck.amx_extend_takes(torch.bfloat16, head_dim)
         # the budget less the (bfloat16, smaller) weights, at half the bytes a slot
         assert r.max_total_tokens >= 2 * slots32 - r.token_to_kv_pool.page_size
         out = e.generate(input_ids=[5, 6, 7, 8] * 10,
                          sampling_params={"max_new_tokens": 4, "temperature": 0})  # fmt: skip
         assert len(out["output_ids"]) == 4  # type: ignore[index]
         assert_pool_whole(e)
-    with Engine(str(tiny_d64), max_total_tokens=512, cpu_kernels="on",
+    with Engine(str(path), max_total_tokens=512, cpu_kernels="on", dtype="bfloat16",
                 kv_cache_dtype="float32") as e:  # fmt: skip
         assert e.scheduler.runner.kv_dtype == torch.float32  # an explicit choice stands
-
-
-def test_auto_elsewhere_is_float32(tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unpinned, a head dim the AMX kernel does not take (16) keeps the float32 pool."""
-    monkeypatch.delenv(AUTO_DTYPE_ENV)
-    with Engine(str(tiny_llama_path), max_total_tokens=512, cpu_kernels="on") as e:
-        assert e.scheduler.runner.kv_dtype == torch.float32
+    with Engine(str(path), max_total_tokens=512, cpu_kernels="on", dtype="float32") as e:
+        assert e.scheduler.runner.kv_dtype == torch.float32  # float32 weights
 
 
 def test_summary_names_attention_paths() -> None:

@@ -91,21 +91,22 @@ def bf16_on_kernels(config: ModelConfig) -> bool:
     return config.dtype == "bfloat16"
 
 
-def auto_kv_dtype(bf16_weights: bool, head_dim: int, windowed: bool) -> torch.dtype:
+def auto_kv_dtype(bf16_weights: bool, windowed: bool) -> torch.dtype:
     """`--kv-cache-dtype auto` on radixrt's kernels: bfloat16 where the linear weights are
-    bfloat16 (where `dtype auto` already goes bfloat16) and the extend attention runs on AMX
-    tiles over it (kernels.amx_extend_takes: the amx variant, head dim a multiple of 32 up to
-    256; no layer with a sliding window or a soft cap); float32 elsewhere and under
-    AUTO_DTYPE_ENV=float32 (the tests' reference). Chosen on measurement (docs/benchmarks.md
-    section 15, the default model with bfloat16 weights, both pools in one process): there
-    the bfloat16 pool prefilled 1.75-1.85x float32's tok/s and decoded in 0.76-0.97x its
-    step time; elsewhere its extends run the float32 kernel, no faster than over float32 KV.
+    bfloat16 (where `dtype auto` already goes bfloat16) and no layer has a sliding window or
+    a soft cap; float32 elsewhere and under AUTO_DTYPE_ENV=float32 (the tests' reference).
+    Twice the tokens per GiB, attention still in float32 arithmetic (each K/V rounded once as
+    it is stored). Chosen on measurement (`python -m benchmarks kv_dtype`, the default model
+    with bfloat16 weights, both pools in one process; docs/benchmarks.md sections 15 and 18):
+    on an AMX Xeon, where the extend attention runs on AMX tiles over a bfloat16 pool
+    (kernels.amx_extend_takes), prefill 1.75-1.85x float32's tok/s and decode steps in
+    0.76-0.97x its time; on an AMD EPYC Zen 5 (no AMX), where the float32 extend kernel
+    widens the bfloat16 rows as it reads them, prefill at float32's rate (1.01x) and decode
+    steps in 0.70x (batch 8) to 0.94x (shared prefix) its time.
     `init_cpu_kernels` keeps float32 where the plan leaves an attention pass to torch."""
-    from radixrt.model.cpu import kernels as ck
-
     if _auto_pin() == "float32" or not bf16_weights or windowed:
         return torch.float32
-    return torch.bfloat16 if ck.amx_extend_takes(torch.bfloat16, head_dim) else torch.float32
+    return torch.bfloat16
 
 
 def _auto_pin() -> str:
@@ -155,7 +156,7 @@ def init_cpu_kernels(
     weights = "int8" if int8 else "bfloat16" if bf16_weights else "float32"
     head_dim, windowed = _attention_shape(model)  # windowed: a window or a soft cap
     auto = kv_dtype is None
-    kv = auto_kv_dtype(bf16_weights, head_dim, windowed) if kv_dtype is None else kv_dtype
+    kv = auto_kv_dtype(bf16_weights, windowed) if kv_dtype is None else kv_dtype
     shapes = Shapes.of(model, bf16_weights, kv)
     # int8 x int8 where the library runs it here: int8 with two activation planes (x and its
     # rounding residual: weight-only's precision), w8a8 with one
