@@ -17,6 +17,12 @@
 // output and residual the layer's new residual stream, as LlamaDecoderLayer.forward returns
 // them. Each linear's weight is float32 panels (its s_* NULL), int8 panels with scales s_*,
 // or, when bf16 is nonzero, bfloat16 panels (every linear of the layer; s_* NULL).
+// a8 (NULL: none) names the int8 linears' W8A8 weights, as PackedLinear runs them:
+//   a8[0]                       the most rows of a decode-sized call (guard.DECODE_ROWS)
+//   a8[1 + 5j .. 5 + 5j]        linear j (qkv, o, gate_up, down): rt_pack_q8a8 weight (0:
+//                               none), path, planes, taken at decode sizes, at prefill sizes
+// so that a call of m rows runs rt_linear_q8a8 where its size takes it, the weight-only
+// int8 kernel otherwise: the arithmetic of the per-module path, call for call.
 #include <stdint.h>
 
 #include "rt_cpu.h"
@@ -29,10 +35,18 @@ typedef struct {
   const float* s[4];
   int64_t hidden, hq, hkv, d, inter, bf16;
   float eps;
+  const int64_t* a8;  // W8A8 weights and where they are taken (see above), or NULL
 } layer_t;
 
 static void lin(const layer_t* L, int j, const float* x, int64_t ldx, int64_t m, int64_t k,
                 int64_t n, float* y, int64_t ldy) {
+  const int64_t* a8 = L->a8 ? L->a8 + 1 + 5 * j : 0;
+  // (a W8A8 call that cannot run, out of memory for its quantized rows, leaves y as it was
+  // and the weight-only kernel computes it)
+  if (a8 && a8[0] && (m <= L->a8[0] ? a8[3] : a8[4]) &&
+      rt_linear_q8a8(x, ldx, m, k, (const int8_t*)a8[0], L->s[j], n, L->b[j], y, ldy, a8[1],
+                     a8[2]) == 0)
+    return;
   if (L->bf16)
     rt_linear_bf16(x, ldx, m, k, (const uint16_t*)L->w[j], n, L->b[j], y, ldy);
   else if (L->s[j])
@@ -100,9 +114,10 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          void* k_buf, void* v_buf, const int64_t* out_loc,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch,
-                         int64_t bf16_weights, int64_t kv_kind) {
+                         int64_t bf16_weights, int64_t kv_kind, const int64_t* a8) {
   const layer_t L = {ln1, ln2, {w_qkv, w_o, w_gu, w_down}, {b_qkv, b_o, b_gu, b_down},
-                     {s_qkv, s_o, s_gu, s_down}, hidden, hq, hkv, d, inter, bf16_weights, eps};
+                     {s_qkv, s_o, s_gu, s_down}, hidden, hq, hkv, d, inter, bf16_weights, eps,
+                     a8};
   const int64_t width = (hq + 2 * hkv) * d;
   // scratch: qkv (b, width) | attn (b, hq*d) | gate_up (b, 2*inter) | act (b, inter)
   float* qkv = scratch;
@@ -156,7 +171,7 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
                         void* k_buf, void* v_buf, int64_t kv_kind, const int64_t* out_loc,
                         const int32_t* req_to_token, int64_t ld_table, const int64_t* ext,
                         int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t amx,
-                        float* scratch) {
+                        float* scratch, const int64_t* a8) {
   const layer_t L = {
       (const float*)ptrs[0], (const float*)ptrs[1],
       {(const void*)ptrs[2], (const void*)ptrs[5], (const void*)ptrs[8], (const void*)ptrs[11]},
@@ -164,7 +179,7 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
        (const float*)ptrs[12]},
       {(const float*)ptrs[4], (const float*)ptrs[7], (const float*)ptrs[10],
        (const float*)ptrs[13]},
-      dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], eps};
+      dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], eps, a8};
   const int64_t hq = L.hq, hkv = L.hkv, d = L.d, hd = hq * d, width = (hq + 2 * hkv) * d;
   // scratch: qkv (t, width) | attn (t, hq*d) | gate_up (t, 2*inter) | act (t, inter) |
   // decode rows' q, then their output (bd, hq*d each)

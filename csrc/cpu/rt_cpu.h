@@ -114,7 +114,8 @@ void rt_store_kv_kve5m2(const float* k_new, const float* v_new, int64_t ld_new, 
 // packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels, or
 // bfloat16 panels for every linear when bf16_weights is nonzero). scratch holds
 // b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d). k_buf, v_buf hold the KV
-// pool's type kv_kind: 0 float32, 1 bfloat16, 2 fp8 e4m3, 3 fp8 e5m2 (with scales).
+// pool's type kv_kind: 0 float32, 1 bfloat16, 2 fp8 e4m3, 3 fp8 e5m2 (with scales). a8:
+// the int8 linears' W8A8 weights and the call sizes that take them (layer_f32.c), or NULL.
 void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* ln1, const float* ln2, float eps, const void* w_qkv,
                          const float* b_qkv, const float* s_qkv, const void* w_o,
@@ -125,7 +126,7 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          void* k_buf, void* v_buf, const int64_t* out_loc,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch,
-                         int64_t bf16_weights, int64_t kv_kind);
+                         int64_t bf16_weights, int64_t kv_kind, const int64_t* a8);
 // The same layer over any batch of t rows: extend requests (prefill chunks) and decode rows
 // together; see layer_f32.c. ptrs: 14 addresses (ln1, ln2, then weight, bias, scales of qkv,
 // o, gate_up, down; 0 for none); dims: hidden, hq, hkv, d, inter, bf16 weights. Every new
@@ -133,14 +134,14 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
 // (first row, new rows e, prefix p, pool row) attends causally over req_to_token[row, :p+e]
 // (on AMX tiles when `amx`: a bfloat16 pool); then the bd decode rows, dec = (rows in the
 // batch | pool rows | seq_lens), bd each, through the decode kernel. scratch holds
-// t * ((hq + 2*hkv)*d + hq*d + 3*inter) + 2 * bd * hq*d floats. Returns 0, or an extend
-// kernel's error code (x, residual then undefined).
+// t * ((hq + 2*hkv)*d + hq*d + 3*inter) + 2 * bd * hq*d floats; a8 as rt_decode_layer_f32's.
+// Returns 0, or an extend kernel's error code (x, residual then undefined).
 int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptrs,
                         const int64_t* dims, float eps, const float* cos, const float* sin,
                         void* k_buf, void* v_buf, int64_t kv_kind, const int64_t* out_loc,
                         const int32_t* req_to_token, int64_t ld_table, const int64_t* ext,
                         int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t amx,
-                        float* scratch);
+                        float* scratch, const int64_t* a8);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1], each row over its last `window` keys when window > 0; see
 // extend_attention_f32.c. Returns 0, -1 when scratch memory ran out, -2 when built without a

@@ -15,6 +15,7 @@ from radixrt.core import Req, SamplingParams
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.core.forward_batch import ForwardMode
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import w8a8
 from radixrt.scheduler.builder import build_scheduler
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
@@ -98,6 +99,44 @@ def test_fused_extend_equals_modules(
         assert mixed >= 4 and fused_calls >= mixed  # the mixed passes ran fused
         modules, mixed_again, none = _workload(s, fused=False)
         assert mixed_again == mixed and none == 0
+    finally:
+        s.close()
+    assert fused.keys() == modules.keys()
+    for rid, (ids, logprobs) in fused.items():
+        assert ids == modules[rid][0], rid
+        assert logprobs == pytest.approx(modules[rid][1], abs=1e-4), rid
+
+
+@pytest.mark.skipif(w8a8.best_path() is None, reason="no W8A8 path (AMX-INT8 or VNNI) here")
+@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+def test_fused_layers_take_w8a8_where_the_modules_do(
+    tiny_d32_path: Path, quantization: str
+) -> None:
+    """int8 layers planned W8A8 ("on": at every size): the fused decode and extend calls run
+    the int8 x int8 kernel where each linear would (layer_f32.c's a8 table), so decode steps
+    and mixed passes give the per-module path's tokens and logprobs."""
+    s, _ = build_scheduler(
+        ModelConfig(model_path=str(tiny_d32_path), context_length=512,
+                    quantization=quantization, cpu_kernels="on"),
+        CacheConfig(max_total_tokens=2048, kv_cache_dtype="float32"),
+        SchedulerConfig(chunked_prefill_size=32),
+    )  # fmt: skip
+    try:
+        layers = s.runner.model.model.layers
+        assert all(type(m).__name__ == "FusedDecodeLayer" for m in layers)
+        assert all(m.a8 is not None and m.fuse_extend for m in layers)
+        fused, mixed, fused_calls = _workload(s, fused=True)
+        assert mixed >= 4 and fused_calls >= mixed
+        wrapped = list(layers)
+        for i, m in enumerate(wrapped):  # the decoder layers' own modules, decode steps too
+            layers[i] = m.layer
+            m.layer.fuse_extend, m.layer.extend_calls = False, 0
+        try:
+            modules, mixed_again, _ = _workload(s, fused=False)
+        finally:
+            for i, m in enumerate(wrapped):
+                layers[i] = m
+        assert mixed_again == mixed
     finally:
         s.close()
     assert fused.keys() == modules.keys()

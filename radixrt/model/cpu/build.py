@@ -139,11 +139,12 @@ SIGNATURES: dict[str, list] = {
         _P,
         _I,
         _I,
+        _P,
     ],
 }
 SIGNATURES["rt_store_kv"] = [_P, _P, _I, _P, _P, _P, _I, _I, _I]
 SIGNATURES["rt_extend_layer_f32"] = [_P, _P, _I, _P, _P, _F, _P, _P, _P, _P, _I, _P, _P, _I,
-                                     _P, _I, _P, _I, _F, _I, _P]  # fmt: skip
+                                     _P, _I, _P, _I, _F, _I, _P, _P]  # fmt: skip
 KV_SUFFIXES = ("_kvbf16", "_kve4m3", "_kve5m2")  # the attention builds per KV type (kv.h)
 for _kv in KV_SUFFIXES:
     SIGNATURES["rt_decode_attention_f32" + _kv] = SIGNATURES["rt_decode_attention_f32"]

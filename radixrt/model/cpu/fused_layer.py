@@ -18,11 +18,27 @@ from torch import nn
 
 from radixrt.core.forward_batch import ForwardBatch, ForwardMode
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import w8a8
+from radixrt.model.cpu.guard import DECODE_ROWS
 from radixrt.model.cpu.layers import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, PackedLinear
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+def _a8_table(linears: tuple[PackedLinear, ...]) -> torch.Tensor | None:
+    """The W8A8 part of the layer call (layer_f32.c's a8): DECODE_ROWS, then per linear its
+    W8A8 weight's address (0: none), path, planes and whether decode- and prefill-sized calls
+    take it, as each PackedLinear's forward decides; None when no linear has one."""
+    if not any(lin.w8a8 for lin in linears):
+        return None
+    rows = [DECODE_ROWS]
+    for lin in linears:
+        packed = lin.a8_packed if lin.w8a8 else None
+        rows += [_ptr(packed) or 0, w8a8.PATHS.get(lin.w8a8, 0), lin.a8_planes]
+        rows += [int(lin.a8_small), int(lin.a8_large)]
+    return torch.tensor(rows, dtype=torch.int64)
 
 
 class FusedDecodeLayer(nn.Module):
@@ -55,9 +71,11 @@ class FusedDecodeLayer(nn.Module):
             [p or 0 for p in (*self.norm_ptrs, *self.linear_ptrs)], dtype=torch.int64
         )
         self.ext_dims = torch.tensor([self.hidden, *self.dims, self.bf16_weights])
-        # Whether extend batches may run as one call: every linear on the kernel at every
-        # size, weight-only (a W8A8 path would compute them differently).
-        self.fuse_extend = all(lin.large and not lin.w8a8 for lin in linears)
+        # int8 linears' W8A8 weights where the plan gives them one (owned by the linears)
+        self.a8 = _a8_table(linears)
+        self.a8_ptr = None if self.a8 is None else self.a8.data_ptr()
+        # Whether extend batches may run as one call: every linear on the kernel at every size.
+        self.fuse_extend = all(lin.large for lin in linears)
         self.extend_calls = 0  # extend passes run as one call (for tests and benchmarks)
 
     @staticmethod
@@ -119,6 +137,7 @@ class FusedDecodeLayer(nn.Module):
             scratch.data_ptr(),
             self.bf16_weights,
             kv_kind,
+            self.a8_ptr,
         )
         return x, residual
 
@@ -152,6 +171,7 @@ class FusedDecodeLayer(nn.Module):
             k_buf.data_ptr(), v_buf.data_ptr(), kv_kind, fb.out_loc.data_ptr(),
             table.data_ptr(), table.stride(0), seg.ext.data_ptr(), seg.ext.shape[0],
             seg.dec.data_ptr(), seg.decode_rows, self.scaling, int(amx), scratch.data_ptr(),
+            self.a8_ptr,
         )  # fmt: skip
         if rc != 0:
             raise RuntimeError(f"rt_extend_layer_f32 failed ({rc})")

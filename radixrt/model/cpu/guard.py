@@ -138,7 +138,7 @@ class KernelPlan:
                 parts.append(f"{size} weight-only int8 (float32 arithmetic)")
             t_a8, t_wo = self.timings.get(op, (0.0, 0.0))
             parts[-1] += f" ({t_wo / t_a8:.2f}x weight-only)" if t_a8 > 0 else ""
-        return "; int8 linear layers: " + ", ".join(parts) + " (fused decode layers: weight-only)"
+        return "; int8 linear layers: " + ", ".join(parts)
 
 
 def plan_for(
