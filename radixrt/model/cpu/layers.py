@@ -36,7 +36,7 @@ class PackedLinear(nn.Module):
     With int8 weights, `w8a8` names the W8A8 path (w8a8.py) that calls of the sizes in
     `a8_sizes` ("decode", "prefill") take instead of the weight-only kernel: x quantized per
     row (`a8_planes` 2: and its rounding residual), int8 x int8 on AMX-INT8 tiles or VNNI;
-    the weight-only panels stay (the fused decode layer reads them).
+    the weight-only panels stay (for the other size; the fused layers read both).
 
     `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
     the other size runs torch on an (out, in) copy of the weight, kept only then (else the
