@@ -227,7 +227,7 @@ static void tile_q8(const float* xb, int64_t xs, const void* wp, int64_t k0, int
          pf_phase);
 }
 
-#if !defined(RT_AMX)  // (the amx variant runs bfloat16 weights on its tiles)
+#if !defined(RT_BF16_PAIRS)  // (amx and avx512bf16 run bfloat16 weights as k pairs)
 static void tile_bf16(const float* xb, int64_t xs, const void* wp, int64_t k0, int64_t k1,
                       float* y, int64_t ldy, int mr, int ncols, const float* bias,
                       const float* scale, int first, int64_t pf, int pf_every, int pf_phase) {
@@ -378,7 +378,13 @@ void rt_linear_q8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8_
   linear(x, ldx, m, k, wp, 1, scale, n, bias, y, ldy, tile_q8);
 }
 
-#if !defined(RT_AMX)  // the amx variant has its own layout and kernel (gemm_amx.c)
+#if !defined(RT_AMX)
+int rt_amx_ready(void) { return -1; }  // no tiles in this variant
+#endif
+
+// amx and avx512bf16 have their own layout (gemm_amx.c) and kernels (gemm_amx.c,
+// gemm_bf16dot.c)
+#if !defined(RT_BF16_PAIRS)
 int64_t rt_bf16_packed_size(int64_t n, int64_t k) { return (n + NR - 1) / NR * NR * k; }
 
 // bfloat16 panels: the layout of rt_pack_f32, each value rounded to nearest even.
@@ -397,8 +403,6 @@ void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
   for (int64_t col = 0; col < n; ++col)
     for (int64_t kk = 0; kk < k; ++kk) w[col * k + kk] = rt_bf16_to_f32(wp[((col / NR) * k + kk) * NR + col % NR]);
 }
-
-int rt_amx_ready(void) { return -1; }  // no tiles in this variant
 
 void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                     int64_t n, const float* bias, float* y, int64_t ldy) {

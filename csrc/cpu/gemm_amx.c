@@ -1,7 +1,8 @@
 // y = x @ W^T (+ bias) with W in bfloat16 on AMX tiles (the "amx" library variant: Xeons since
-// Sapphire Rapids); x and y float32. In the other variants rt_pack_bf16 / rt_linear_bf16 are
-// gemm.c's (bfloat16 panels widened in registers); the layout differs, so a packed weight is
-// only ever used with the library that packed it.
+// Sapphire Rapids); x and y float32. The "avx512bf16" variant packs the same layout (this
+// file) and multiplies it with VDPBF16PS (gemm_bf16dot.c). In the other variants
+// rt_pack_bf16 / rt_linear_bf16 are gemm.c's (bfloat16 panels widened in registers); the
+// layouts differ, so a packed weight is only ever used with the library that packed it.
 //
 // Packed layout: W (N, K) becomes P = ceil(N/32) panels of 32 output columns; K is padded with
 // zeros to KP = ceil(K/32) * 32. Panel p, k block b (32 k's) is 2 B tiles of 16 rows x 64
@@ -27,20 +28,11 @@
 #include <string.h>
 
 #include "amx_tiles.h"
+#include "bf16_pairs.h"
 #include "rt_cpu.h"
 #include "simd.h"
 
-#if defined(RT_AMX)
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-#define PF_BLOCKS 4
-#ifndef CHUNK_BLOCKS
-#define CHUNK_BLOCKS 8  // 16-row blocks of x per work item (128 rows: 147 KB at K 576)
-#endif
-
+#if defined(RT_BF16_PAIRS)
 int64_t rt_bf16_packed_size(int64_t n, int64_t k) {
   return (n + 31) / 32 * ((k + 31) / 32) * 1024;
 }
@@ -70,35 +62,24 @@ void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
     }
 }
 
+#endif
+
+#if defined(RT_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define PF_BLOCKS 4
+#ifndef CHUNK_BLOCKS
+#define CHUNK_BLOCKS 8  // 16-row blocks of x per work item (128 rows: 147 KB at K 576)
+#endif
+
 int rt_amx_ready(void) {
   return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
 }
 
 // Tiles (amx_tiles.h) 0-3: C (16 rows x 16 float32); 4, 5: A (16 rows x 32 bf16); 6, 7: B.
-
-// xb (mp, kp) <- x (m, k) rounded to bf16, rows past m and columns past k zero.
-static void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb,
-                       int64_t mp, int64_t kp) {
-#pragma omp parallel for schedule(static) if (m * k > 65536)
-  for (int64_t i = 0; i < mp; ++i)
-    for (int64_t j = 0; j < kp; j += 16) {
-      const vmask live = vmask_first(i < m ? k - j : 0);
-      const vf v = vload_mask(live, x + i * ldx + j);
-      _mm256_storeu_si256((__m256i*)(xb + i * kp + j), (__m256i)_mm512_cvtneps_pbh(v));
-    }
-}
-
-// y rows [r0, r0 + 16) of panel p from a 16 x 32 float32 block, bias added.
-static void write_block(const float* blk, float* y, int64_t ldy, int64_t r0, int64_t m,
-                        int64_t col, int64_t n, const float* bias) {
-  const vmask lo = vmask_first(n - col), hi = vmask_first(n - col - 16);
-  const vf b0 = bias ? vload_mask(lo, bias + col) : vzero();
-  const vf b1 = bias ? vload_mask(hi, bias + col + 16) : vzero();
-  for (int64_t i = 0; i < 16 && r0 + i < m; ++i) {
-    vstore_mask(y + (r0 + i) * ldy + col, lo, vadd(vload(blk + i * 32), b0));
-    vstore_mask(y + (r0 + i) * ldy + col + 16, hi, vadd(vload(blk + i * 32 + 16), b1));
-  }
-}
 
 // C tiles 0, 1 (and 2, 3 when `two`) = the 16 (32) rows of x at a0 (row stride kp) times the
 // two 16-column halves whose kb blocks of 1024 bfloat16 start at b0 and b1 (tiles 4-7 are
@@ -164,19 +145,6 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
     _tile_release();
   }
 }
-// out rows of silu(g) * u for one 16 x 32 block [g | u] (16 gate columns, their 16 up columns)
-// at rows r0.., gate column col: the bias added and silu taken as rt_silu_mul_f32 does.
-static void write_silu(const float* blk, float* out, int64_t ldo, int64_t r0, int64_t m,
-                       int64_t col, int64_t inter, const float* bias) {
-  const vf bg = bias ? vload(bias + col) : vzero();
-  const vf bu = bias ? vload(bias + inter + col) : vzero();
-  for (int64_t i = 0; i < 16 && r0 + i < m; ++i) {
-    const vf g = vadd(vload(blk + i * 32), bg), u = vadd(vload(blk + i * 32 + 16), bu);
-    const vf silu = vdiv(g, vadd(vset1(1.0f), vexp(vsub(vzero(), g))));
-    vstore(out + (r0 + i) * ldo + col, vmul(silu, u));
-  }
-}
-
 int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                         int64_t n, const float* bias, float* out, int64_t ldo) {
   if (n % 64 != 0) return -3;
@@ -216,7 +184,7 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
   }
   return 0;
 }
-#else
+#elif !defined(RT_BF16_DOT)
 int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const uint16_t* wp,
                         int64_t n, const float* bias, float* out, int64_t ldo) {
   (void)x, (void)ldx, (void)m, (void)k, (void)wp, (void)n, (void)bias, (void)out, (void)ldo;

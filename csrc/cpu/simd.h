@@ -2,7 +2,8 @@
 // against `vf` (VW float32 lanes) and the operations below, and each library variant is built
 // with its ISA's flags (radixrt/model/cpu/build.py):
 //   AVX-512F (+DQ/BW/VL): VW = 16, masks are __mmask16 (the "amx" variant is this one plus
-//                         AMX-BF16 tiles for bfloat16 linear layers, gemm_amx.c);
+//                         AMX-BF16 tiles for bfloat16 linear layers, gemm_amx.c; the
+//                         "avx512bf16" one plus VDPBF16PS for them, gemm_bf16dot.c);
 //   AVX2 + FMA:           VW = 8, masks are __m256 lanes of all ones or zeros;
 //   neither (GCC/Clang):  VW = 4 generic vectors with the arithmetic only (RT_VEC, not
 //                         RT_SIMD): the decode attention uses them, other kernels their C loops.
@@ -36,8 +37,14 @@ static inline uint16_t rt_round_bf16(float v) {
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__)
 #define RT_AMX 1  // the "amx" variant: AVX-512 plus AMX tiles for bfloat16 weights (gemm_amx.c)
 #define RT_ISA "amx"
+#elif defined(__AVX512BF16__)
+#define RT_BF16_DOT 1  // "avx512bf16": AVX-512 plus VDPBF16PS for bfloat16 weights (gemm_bf16dot.c)
+#define RT_ISA "avx512bf16"
 #else
 #define RT_ISA "avx512"
+#endif
+#if defined(RT_AMX) || defined(RT_BF16_DOT)
+#define RT_BF16_PAIRS 1  // bfloat16 weights packed as k pairs (gemm_amx.c's layout)
 #endif
 #define VW 16
 typedef __m512 vf;

@@ -118,10 +118,11 @@ class ModelRunner:
     @property
     def weight_form(self) -> str | None:
         """How the weights differ from the checkpoint's in `dtype` (None: they do not): the
-        quantization, or bfloat16 linear weights (on AMX tiles the linears' inputs are rounded
-        too, so the two bfloat16 forms compute different KV as well)."""
+        quantization, or bfloat16 linear weights (on AMX tiles and VDPBF16PS the linears'
+        inputs are rounded too, so the bfloat16 forms compute different KV as well)."""
         if self.bf16_weights:
-            return "bf16-weights-amx" if self.cpu_kernels.isa == "amx" else "bf16-weights"
+            isa = self.cpu_kernels.isa
+            return f"bf16-weights-{isa}" if isa in ("amx", "avx512bf16") else "bf16-weights"
         return self.model_config.quantization
 
     def shutdown(self) -> None:

@@ -71,8 +71,9 @@ def test_bf16_linear_is_float32_arithmetic_on_rounded_weights(m: int, n: int, k:
     assert torch.equal(ck.unpack_weight_bf16(packed, n, k), w.bfloat16().float())
     x = torch.randn(m, k + 7)[:, 3 : 3 + k]
     got = ck.linear(x, packed, n, b)
-    # AMX multiplies x rounded to bfloat16 too (float32 sums); the panels widen w only.
-    xr = x.bfloat16() if ck.isa() == "amx" else x
+    # AMX and VDPBF16PS multiply x rounded to bfloat16 too (float32 sums); the panels widen
+    # w only.
+    xr = x.bfloat16() if ck.bf16_dot() else x
     want = F.linear(xr.double(), w.bfloat16().double(), b.double()).float()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5 * k**0.5)
 

@@ -1,11 +1,12 @@
-"""The gate_up projection and SiLU in one AMX pass (`ck.linear_silu`, csrc/cpu/gemm_amx.c)
-and the MLP wrapper that takes it (`CpuSiluMLP`), on every ISA variant this CPU runs.
+"""The gate_up projection and SiLU in one pass (`ck.linear_silu`: csrc/cpu/gemm_amx.c on AMX
+tiles, gemm_bf16dot.c on VDPBF16PS) and the MLP wrapper that takes it (`CpuSiluMLP`), on
+every ISA variant this CPU runs.
 
-On amx the fused pass computes the same tiles in the same order as `linear` and the same SiLU
-as `silu_mul`, so it must equal the two calls bit for bit; every other variant (and an odd
-width) answers None and the MLP keeps its two calls. Against float32 torch the bfloat16
-rounding of x and W bounds the error: |err| <= 5e-2 on outputs of magnitude ~1 here
-(measured up to 0.026)."""
+On amx and avx512bf16 the fused pass accumulates every output in the same order as `linear`
+and takes the same SiLU as `silu_mul`, so it must equal the two calls bit for bit; every other
+variant (and an odd width) answers None and the MLP keeps its two calls. Against float32
+torch the bfloat16 rounding of x and W bounds the error: |err| <= 5e-2 on outputs of magnitude
+~1 here (measured up to 0.026)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_linear_silu_is_the_two_calls(isa: str, m: int, n: int, k: int, bias: bo
     b = torch.randn(n) if bias else None
     packed = ck.pack_weight_bf16(w)
     got = ck.linear_silu(x, packed, n, b)
-    if isa != "amx":
+    if isa not in ck.BF16_DOT_ISAS:
         assert got is None
         return
     assert got is not None
@@ -79,7 +80,7 @@ def test_mlp_runs_one_pass_on_amx_and_two_elsewhere(isa: str, rows: int) -> None
     want = block.mlp(x)
     use_cpu_kernels(block, weights="bfloat16")
     wrapped = type(block.mlp) is CpuSiluMLP
-    assert wrapped == (isa == "amx")
+    assert wrapped == (isa in ck.BF16_DOT_ISAS)
     assert type(block.mlp.gate_up_proj) is PackedLinear  # the fused decode layer reads it
     got = block.mlp(x)
     assert got.shape == want.shape

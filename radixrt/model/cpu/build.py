@@ -3,11 +3,11 @@ and load the one for this CPU with ctypes.
 
 The kernels are written once against csrc/cpu/simd.h and built per ISA variant: "amx"
 (AVX-512 plus AMX-BF16 tiles for bfloat16 linear layers and AMX-INT8 tiles for W8A8 int8
-ones; Xeons since Sapphire Rapids),
-"avx512" (AVX-512F/DQ/BW/VL), "avx2" (AVX2 + FMA) and "portable" (no vector intrinsics; the
-only one off x86). A process uses the best variant its CPU runs (`supported_isas()[0]`), or the one
-$RADIXRT_CPU_ISA names (tests force each variant the CPU supports). A variant that does not
-build falls back to the next one.
+ones; Xeons since Sapphire Rapids), "avx512bf16" (AVX-512 plus VDPBF16PS for bfloat16 linear
+layers; AMD EPYC Zen 4 and Zen 5), "avx512" (AVX-512F/DQ/BW/VL), "avx2" (AVX2 + FMA) and
+"portable" (no vector intrinsics; the only one off x86). A process uses the best variant its
+CPU runs (`supported_isas()[0]`), or the one $RADIXRT_CPU_ISA names (tests force each variant
+the CPU supports). A variant that does not build falls back to the next one.
 
 The sources use no torch headers, so a build takes about a second. A library is built into
 RADIXRT_CACHE/kernels (default ~/.cache/radixrt), named by a hash of the sources, flags,
@@ -39,6 +39,7 @@ CPU_SRC_DIR = Path(__file__).resolve().parents[3] / "csrc" / "cpu"
 CPU_SOURCES = (
     "gemm.c",
     "gemm_amx.c",
+    "gemm_bf16dot.c",
     "gemm_q8a8.c",
     "ops_f32.c",
     "attention_f32.c",
@@ -52,14 +53,15 @@ CPU_SOURCES = (
 )  # fmt: skip
 CPU_HEADERS = (
     "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
-    "extend_amx_layout.h",
+    "extend_amx_layout.h", "bf16_pairs.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-ISAS = ("amx", "avx512", "avx2", "portable")  # best first
+ISAS = ("amx", "avx512bf16", "avx512", "avx2", "portable")  # best first
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
 # Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.
 ISA_CFLAGS = {
     "amx": (*_AVX512, "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mamx-int8"),
+    "avx512bf16": (*_AVX512, "-mavx512bf16"),
     "avx512": _AVX512,
     "avx2": ("-mavx2", "-mfma", "-mf16c"),
     "portable": (),
@@ -67,6 +69,7 @@ ISA_CFLAGS = {
 _AVX512_FLAGS = frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma", "f16c"})
 ISA_CPU_FLAGS = {
     "amx": _AVX512_FLAGS | {"avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"},
+    "avx512bf16": _AVX512_FLAGS | {"avx512_bf16"},
     "avx512": _AVX512_FLAGS,
     "avx2": frozenset({"avx2", "fma", "f16c"}),
     "portable": frozenset(),

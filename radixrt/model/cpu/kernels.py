@@ -71,8 +71,9 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
 
 def pack_weight_bf16(w: torch.Tensor) -> torch.Tensor:
     """A weight w (N, K) rounded to bfloat16 (nearest even, as `w.bfloat16()` rounds) and
-    packed, 1-D, in the loaded variant's layout: panels as pack_weight's, or AMX tiles (the
-    "amx" variant; see gemm.c and gemm_amx.c). Use it only with the library that packed it."""
+    packed, 1-D, in the loaded variant's layout: panels as pack_weight's, or k pairs as AMX
+    tiles read them (the BF16_DOT_ISAS; see gemm.c and gemm_amx.c). Use it only with the
+    library that packed it."""
     w = w.detach().to(torch.float32).contiguous()
     n, k = w.shape
     out = torch.empty(lib().rt_bf16_packed_size(n, k), dtype=torch.bfloat16)
@@ -283,8 +284,20 @@ def decode_attention(
 
 
 def isa() -> str:
-    """The vector ISA of the loaded library: "amx", "avx512", "avx2" or "portable"."""
+    """The variant of the loaded library: "amx", "avx512bf16", "avx512", "avx2" or
+    "portable"."""
     return lib().rt_isa().decode()
+
+
+# The variants whose bfloat16 linear weights are k pairs multiplied by a bfloat16 dot product
+# (AMX tiles, VDPBF16PS): x is rounded to bfloat16 too, and the gate_up+SiLU pass exists.
+BF16_DOT_ISAS = ("amx", "avx512bf16")
+
+
+def bf16_dot() -> bool:
+    """Whether the loaded variant multiplies bfloat16 weights by x rounded to bfloat16
+    (BF16_DOT_ISAS), rather than widening the weights to float32."""
+    return isa() in BF16_DOT_ISAS
 
 
 def has_extend_attention() -> bool:

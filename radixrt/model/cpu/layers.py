@@ -170,7 +170,8 @@ class CpuSiluMLP(nn.Module):
 
     @staticmethod
     def fits(mlp: nn.Module) -> bool:
-        """Whether `mlp` declares that contract and holds the modules it needs, on AMX."""
+        """Whether `mlp` declares that contract and holds the modules it needs, on a variant
+        with the one-pass kernel (AMX tiles or VDPBF16PS)."""
         gate_up = getattr(mlp, "gate_up_proj", None)
         return (
             getattr(mlp, "cpu_gated_silu", False)
@@ -179,7 +180,7 @@ class CpuSiluMLP(nn.Module):
             and gate_up.packed is not None
             and gate_up.out_features % 64 == 0
             and type(getattr(mlp, "act_fn", None)) is CpuSiluMul
-            and ck.isa() == "amx"
+            and ck.bf16_dot()
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

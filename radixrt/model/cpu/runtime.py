@@ -175,12 +175,12 @@ def init_cpu_kernels(
         and ck.amx_extend_takes(kv, head_dim, int(windowed)),
     )
     swapped = use_cpu_kernels(model, plan, weights)
-    on_tiles = weights == "bfloat16" and plan.isa == "amx"
+    dot = {"amx": " (AMX tiles where on the kernels)", "avx512bf16": " (VDPBF16PS on the kernels)"}
     logger.info(
         "%s; activations float32, linear weights %s%s, KV %s%s; %d modules swapped",
         plan.summary(),
         weights,
-        " (AMX tiles where on the kernels)" if on_tiles else "",
+        dot.get(plan.isa, "") if weights == "bfloat16" else "",
         plan.kv_dtype,
         " (--kv-cache-dtype auto)" if auto else "",
         swapped,
