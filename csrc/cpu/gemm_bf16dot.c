@@ -9,8 +9,9 @@
 // column halves of 16 columns (24 float32 accumulators at 6 x 4): per k pair it loads C B
 // rows and R broadcasts for R * C dot products. Work items are (chunk of CHUNK_ROWS rows,
 // pair of panels), chunk-major: a chunk's rounded rows stay in L1/L2 across the panels, a
-// panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's micro-tiles; a decode
-// call (one chunk) splits the panels over the threads and reads each weight byte once.
+// panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's micro-tiles. A decode
+// call (at most MR_DECODE rows) is one micro-tile of all its rows per panel, the panels split
+// over the threads: each weight byte is read once, fetched PF_BLOCKS blocks ahead.
 //
 // rt_linear_bf16_silu: the gate_up projection and SiLU in one pass, as the AMX kernel does
 // it: a micro-tile holds 32 gate columns (panel p) and their 32 up columns (panel p + n/64),
@@ -22,22 +23,29 @@
 #include "simd.h"
 
 #if defined(RT_BF16_DOT)
-#define MR 6            // rows per micro-tile
+#define MR 6            // rows per micro-tile of a prefill-sized call (4 column halves)
+#define MR_DECODE 12    // rows of a decode-sized call: one micro-tile of 2 halves, one pass
 #define CHUNK_ROWS 96   // rows per work item (16 micro-tiles; 110 KB of rounded x at K 576)
+#define PF_BLOCKS 4     // decode: blocks of 32 k's fetched ahead of the one being read
 
 // dst[c] + i * 32 (16 floats) <- row i of x (xr, rows kp apart) times column half c, whose
-// kb blocks of 1024 bfloat16 start at col[c], for R rows and C halves (constants after
-// inlining: the accumulators stay in registers).
+// kb blocks of 1024 bfloat16 start at col[c], for R rows and C halves (R * C <= 24; constants
+// after inlining: the accumulators stay in registers). `pf`: fetch each half PF_BLOCKS blocks
+// ahead into L1 (a decode call reads its weights once, from memory).
 static inline __attribute__((always_inline)) void tile(const uint16_t* xr, int64_t kp, int R,
                                                        int C, const uint16_t* const* col,
-                                                       int64_t kb, float* const* dst) {
-  __m512 acc[MR][4];
+                                                       int64_t kb, float* const* dst, int pf) {
+  __m512 acc[MR_DECODE][4];
   for (int i = 0; i < R; ++i)
     for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < kb; ++b)
     for (int r = 0; r < 16; ++r) {
       __m512i w[4];
-      for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(col[c] + b * 1024 + r * 32);
+      for (int c = 0; c < C; ++c) {
+        if (pf && b + PF_BLOCKS < kb)
+          _mm_prefetch((const char*)(col[c] + (b + PF_BLOCKS) * 1024 + r * 32), _MM_HINT_T0);
+        w[c] = _mm512_loadu_si512(col[c] + b * 1024 + r * 32);
+      }
       const int64_t kk = b * 16 + r;  // the k pair
       for (int i = 0; i < R; ++i) {
         const __m512i a = _mm512_set1_epi32(((const int32_t*)(xr + i * kp))[kk]);
@@ -49,15 +57,16 @@ static inline __attribute__((always_inline)) void tile(const uint16_t* xr, int64
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(dst[c] + i * 32, acc[i][c]);
 }
 
-// `tile` for a run-time row count rows <= MR and C in {2, 4}.
+// `tile` for a run-time row count: rows <= MR with C in {2, 4}, or a decode call's rows <=
+// MR_DECODE with C 2 (prefetching).
 static void tile_any(const uint16_t* xr, int64_t kp, int rows, int C, const uint16_t* const* col,
                      int64_t kb, float* const* dst) {
 #define ROWS(R)                                    \
   case R:                                          \
     if (C == 4)                                    \
-      tile(xr, kp, R, 4, col, kb, dst);            \
+      tile(xr, kp, R, 4, col, kb, dst, 0);         \
     else                                           \
-      tile(xr, kp, R, 2, col, kb, dst);            \
+      tile(xr, kp, R, 2, col, kb, dst, 0);         \
     break;
   switch (rows) {
     ROWS(1)
@@ -66,6 +75,31 @@ static void tile_any(const uint16_t* xr, int64_t kp, int rows, int C, const uint
     ROWS(4)
     ROWS(5)
     ROWS(6)
+    default:
+      break;
+  }
+#undef ROWS
+}
+
+static void tile_decode(const uint16_t* xr, int64_t kp, int rows, const uint16_t* const* col,
+                        int64_t kb, float* const* dst) {
+#define ROWS(R)                              \
+  case R:                                    \
+    tile(xr, kp, R, 2, col, kb, dst, 1);     \
+    break;
+  switch (rows) {
+    ROWS(1)
+    ROWS(2)
+    ROWS(3)
+    ROWS(4)
+    ROWS(5)
+    ROWS(6)
+    ROWS(7)
+    ROWS(8)
+    ROWS(9)
+    ROWS(10)
+    ROWS(11)
+    ROWS(12)
     default:
       break;
   }
@@ -86,6 +120,17 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   const int64_t pairs = (panels + 1) / 2, chunks = (m + CHUNK_ROWS - 1) / CHUNK_ROWS;
   const uint16_t* xb = rounded_rows(x, ldx, m, k, kp);
   if (!xb) return;  // (no memory for the rounded rows: the caller's y is left as it was)
+  if (m <= MR_DECODE) {  // decode: one micro-tile per panel, each weight byte read once
+#pragma omp parallel for schedule(static) if (panels > 1 && m * n * k > 32768)
+    for (int64_t p = 0; p < panels; ++p) {
+      const uint16_t* const col[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512};
+      float blk[16 * 32] __attribute__((aligned(64)));
+      float* const dst[2] = {blk, blk + 16};
+      tile_decode(xb, kp, (int)m, col, kb, dst);
+      write_block(blk, y, ldy, 0, m, p * 32, n, bias);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (chunks * pairs > 1 && m * n * k > 32768)
   for (int64_t t = 0; t < chunks * pairs; ++t) {
     const int64_t c = t / pairs, p = t % pairs * 2;  // chunk-major; panels p, p + 1
@@ -112,6 +157,22 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
   const int64_t chunks = (m + CHUNK_ROWS - 1) / CHUNK_ROWS;
   const uint16_t* xb = rounded_rows(x, ldx, m, k, kp);
   if (!xb) return -1;
+  if (m <= MR_DECODE) {  // decode: a gate panel, then its up panel, each read once
+#pragma omp parallel for schedule(static) if (gates > 1 && m * n * k > 32768)
+    for (int64_t p = 0; p < gates; ++p) {
+      const uint16_t* const gate[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512};
+      const uint16_t* const up[2] = {wp + (p + gates) * kb * 1024,
+                                     wp + (p + gates) * kb * 1024 + 512};
+      float blk[2][16 * 32] __attribute__((aligned(64)));  // per half: rows of [gate | up]
+      float* const dst_gate[2] = {blk[0], blk[1]};
+      float* const dst_up[2] = {blk[0] + 16, blk[1] + 16};
+      tile_decode(xb, kp, (int)m, gate, kb, dst_gate);
+      tile_decode(xb, kp, (int)m, up, kb, dst_up);
+      write_silu(blk[0], out, ldo, 0, m, p * 32, inter, bias);
+      write_silu(blk[1], out, ldo, 0, m, p * 32 + 16, inter, bias);
+    }
+    return 0;
+  }
 #pragma omp parallel for schedule(static) if (chunks * gates > 1 && m * n * k > 32768)
   for (int64_t t = 0; t < chunks * gates; ++t) {
     const int64_t c = t / gates, p = t % gates;  // gate panel p, its up panel p + gates
