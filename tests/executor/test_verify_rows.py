@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_variants import variants
 
 from benchmarks.fixtures.runner_driver import RunnerDriver, Seq
 from radixrt.core.config import CacheConfig, ModelConfig
 from radixrt.core.forward_batch import ForwardBatch, ForwardMode
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.model.cpu import build as cpu_build
-from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu.fused_layer import FusedDecodeLayer
 from tests.gpu import common as gb
 
-_ISAS = cpu_build.supported_isas() if ck.available() else []
+_ISAS = variants()
 # (attention backend, CPU kernels, ISA variant, KV dtype)
 _CASES = [("torch_native", "off", None, "auto")] + [
     ("cpu", "on", isa, kv) for isa in _ISAS for kv in ("auto", "bfloat16")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from cpu_variants import variants
 
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
@@ -127,7 +128,7 @@ def test_amx_pages_of_16_with_holes(amx: None) -> None:
     _close(got, ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
 
 
-@pytest.mark.parametrize("isa", cpu_build.supported_isas())
+@pytest.mark.parametrize("isa", variants())
 def test_auto_path_is_amx_only_where_it_runs(monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
     """ "auto" takes the AMX kernel on the amx variant over bfloat16 KV with head dim 64; every
     other variant, a float32 pool, head dim 48 and a sliding window run the float32 kernel bit

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from cpu_variants import GEMM_ONLY, variants
 
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
@@ -20,9 +21,16 @@ from radixrt.model.layers.rotary import apply_rotary
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
 
-@pytest.fixture(autouse=True, params=cpu_build.supported_isas())
+# The tests a GEMM_ONLY variant runs: its bfloat16 GEMM's, and that it builds and loads.
+_GEMM_TESTS = ("bf16", "builds", "pack_weight", "linear_rejects")
+
+
+@pytest.fixture(autouse=True, params=variants(bf16_linear=True))
 def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test once per variant this CPU runs, with that variant's library loaded."""
+    name = request.node.name
+    if request.param in GEMM_ONLY and not any(t in name for t in _GEMM_TESTS):
+        pytest.skip(f"{request.param}: its other kernels are avx512's (tests/cpu_variants.py)")
     monkeypatch.setenv("RADIXRT_CPU_ISA", request.param)
     assert ck.isa() == request.param
     return request.param

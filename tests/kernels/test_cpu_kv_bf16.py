@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_variants import variants
 
-from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import reference as ref
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
 
-@pytest.fixture(autouse=True, params=cpu_build.supported_isas())
+@pytest.fixture(autouse=True, params=variants())
 def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("RADIXRT_CPU_ISA", request.param)
     assert ck.isa() == request.param

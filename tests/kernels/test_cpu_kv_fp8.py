@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_variants import variants
 
 from radixrt.cache.kv_layout import FP8_DTYPES, from_rows, to_rows
-from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import reference as ref
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck
 TOL = {"rtol": 2e-5, "atol": 2e-5}  # the scale applied after the sum, not per element
 
 
-@pytest.fixture(autouse=True, params=cpu_build.supported_isas())
+@pytest.fixture(autouse=True, params=variants())
 def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("RADIXRT_CPU_ISA", request.param)
     assert ck.isa() == request.param

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cpu_variants import variants
 
 from radixrt import Engine
 from radixrt.core.config import ModelConfig
@@ -27,11 +28,12 @@ CPU_FLAGS = frozenset(cpu_build.cpu_flags().split())
 EXPECTED = {
     "amx": ("amx", "vnni"),
     "avx512": ("vnni",) if "avx512_vnni" in CPU_FLAGS else (),
+    "avx512bf16": ("vnni",) if "avx512_vnni" in CPU_FLAGS else (),
     "avx2": (),
     "portable": (),
 }
 VARIANT_PATHS = [
-    (isa, path) for isa in cpu_build.supported_isas() for path in EXPECTED[isa]
+    (isa, path) for isa in variants() for path in EXPECTED[isa]
 ]  # fmt: skip
 
 
@@ -41,7 +43,7 @@ def _auto_isa(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(w8a8.PATH_ENV, raising=False)
 
 
-@pytest.mark.parametrize("isa", cpu_build.supported_isas())
+@pytest.mark.parametrize("isa", cpu_build.supported_isas())  # every variant: its paths
 def test_each_variant_reports_its_paths(isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
     assert w8a8.paths() == EXPECTED[isa]
