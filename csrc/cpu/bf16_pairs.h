@@ -10,8 +10,8 @@
 
 #if defined(RT_BF16_PAIRS)
 // xb (mp, kp) <- x (m, k) rounded to bf16, rows past m and columns past k zero.
-static inline void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, uint16_t* xb,
-                       int64_t mp, int64_t kp) {
+static inline void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k,
+                              uint16_t* xb, int64_t mp, int64_t kp) {
 #pragma omp parallel for schedule(static) if (m * k > 65536)
   for (int64_t i = 0; i < mp; ++i)
     for (int64_t j = 0; j < kp; j += 16) {
@@ -23,7 +23,7 @@ static inline void round_rows(const float* x, int64_t ldx, int64_t m, int64_t k,
 
 // y rows [r0, r0 + 16) of panel p from a 16 x 32 float32 block, bias added.
 static inline void write_block(const float* blk, float* y, int64_t ldy, int64_t r0, int64_t m,
-                        int64_t col, int64_t n, const float* bias) {
+                               int64_t col, int64_t n, const float* bias) {
   const vmask lo = vmask_first(n - col), hi = vmask_first(n - col - 16);
   const vf b0 = bias ? vload_mask(lo, bias + col) : vzero();
   const vf b1 = bias ? vload_mask(hi, bias + col + 16) : vzero();
@@ -36,7 +36,7 @@ static inline void write_block(const float* blk, float* y, int64_t ldy, int64_t 
 // out rows of silu(g) * u for one 16 x 32 block [g | u] (16 gate columns, their 16 up columns)
 // at rows r0.., gate column col: the bias added and silu taken as rt_silu_mul_f32 does.
 static inline void write_silu(const float* blk, float* out, int64_t ldo, int64_t r0, int64_t m,
-                       int64_t col, int64_t inter, const float* bias) {
+                              int64_t col, int64_t inter, const float* bias) {
   const vf bg = bias ? vload(bias + col) : vzero();
   const vf bu = bias ? vload(bias + inter + col) : vzero();
   for (int64_t i = 0; i < 16 && r0 + i < m; ++i) {

@@ -57,35 +57,16 @@ static inline __attribute__((always_inline)) void tile(const uint16_t* xr, int64
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(dst[c] + i * 32, acc[i][c]);
 }
 
-// `tile` for a run-time row count: rows <= MR with C in {2, 4}, or a decode call's rows <=
-// MR_DECODE with C 2 (prefetching).
-static void tile_any(const uint16_t* xr, int64_t kp, int rows, int C, const uint16_t* const* col,
-                     int64_t kb, float* const* dst) {
-#define ROWS(R)                                    \
-  case R:                                          \
-    if (C == 4)                                    \
-      tile(xr, kp, R, 4, col, kb, dst, 0);         \
-    else                                           \
-      tile(xr, kp, R, 2, col, kb, dst, 0);         \
-    break;
-  switch (rows) {
-    ROWS(1)
-    ROWS(2)
-    ROWS(3)
-    ROWS(4)
-    ROWS(5)
-    ROWS(6)
-    default:
-      break;
-  }
-#undef ROWS
-}
-
-static void tile_decode(const uint16_t* xr, int64_t kp, int rows, const uint16_t* const* col,
-                        int64_t kb, float* const* dst) {
-#define ROWS(R)                              \
-  case R:                                    \
-    tile(xr, kp, R, 2, col, kb, dst, 1);     \
+// `tile` for a run-time row count: 4 halves for rows <= MR (a prefill micro-tile), 2 halves
+// for rows <= MR_DECODE, prefetching (a decode call's panel, or a prefill call's odd last one).
+static void tile_rows(const uint16_t* xr, int64_t kp, int rows, int C,
+                      const uint16_t* const* col, int64_t kb, float* const* dst) {
+#define ROWS(R)                                 \
+  case R:                                       \
+    if (C == 4 && R <= MR) /* (constant) */     \
+      tile(xr, kp, R, 4, col, kb, dst, 0);      \
+    else                                        \
+      tile(xr, kp, R, 2, col, kb, dst, 1);      \
     break;
   switch (rows) {
     ROWS(1)
@@ -126,7 +107,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
       const uint16_t* const col[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512};
       float blk[16 * 32] __attribute__((aligned(64)));
       float* const dst[2] = {blk, blk + 16};
-      tile_decode(xb, kp, (int)m, col, kb, dst);
+      tile_rows(xb, kp, (int)m, 2, col, kb, dst);
       write_block(blk, y, ldy, 0, m, p * 32, n, bias);
     }
     return;
@@ -142,7 +123,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
     const int64_t end = (c + 1) * CHUNK_ROWS < m ? (c + 1) * CHUNK_ROWS : m;
     for (int64_t r0 = c * CHUNK_ROWS; r0 < end; r0 += MR) {
       const int rows = (int)(end - r0 < MR ? end - r0 : MR);
-      tile_any(xb + r0 * kp, kp, rows, C, col, kb, dst);
+      tile_rows(xb + r0 * kp, kp, rows, C, col, kb, dst);
       write_block(blk[0], y, ldy, r0, r0 + rows, p * 32, n, bias);
       if (C == 4) write_block(blk[1], y, ldy, r0, r0 + rows, (p + 1) * 32, n, bias);
     }
@@ -166,8 +147,8 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
       float blk[2][16 * 32] __attribute__((aligned(64)));  // per half: rows of [gate | up]
       float* const dst_gate[2] = {blk[0], blk[1]};
       float* const dst_up[2] = {blk[0] + 16, blk[1] + 16};
-      tile_decode(xb, kp, (int)m, gate, kb, dst_gate);
-      tile_decode(xb, kp, (int)m, up, kb, dst_up);
+      tile_rows(xb, kp, (int)m, 2, gate, kb, dst_gate);
+      tile_rows(xb, kp, (int)m, 2, up, kb, dst_up);
       write_silu(blk[0], out, ldo, 0, m, p * 32, inter, bias);
       write_silu(blk[1], out, ldo, 0, m, p * 32 + 16, inter, bias);
     }
@@ -184,7 +165,7 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
     const int64_t end = (c + 1) * CHUNK_ROWS < m ? (c + 1) * CHUNK_ROWS : m;
     for (int64_t r0 = c * CHUNK_ROWS; r0 < end; r0 += MR) {
       const int rows = (int)(end - r0 < MR ? end - r0 : MR);
-      tile_any(xb + r0 * kp, kp, rows, 4, col, kb, dst);
+      tile_rows(xb + r0 * kp, kp, rows, 4, col, kb, dst);
       write_silu(blk[0], out, ldo, r0, r0 + rows, p * 32, inter, bias);
       write_silu(blk[1], out, ldo, r0, r0 + rows, p * 32 + 16, inter, bias);
     }

@@ -19,6 +19,7 @@ from radixrt.executor.tp_batch import BatchDesc, BatchLink
 from radixrt.executor.tp_group import NullTPGroup, TPGroup
 from radixrt.model.attention import create_attention_backend
 from radixrt.model.cpu.guard import KernelPlan
+from radixrt.model.cpu.kernels import BF16_DOT_ISAS
 from radixrt.model.cpu.runtime import (
     bf16_on_kernels,
     fuse_cpu_decode_layers,
@@ -122,7 +123,7 @@ class ModelRunner:
         inputs are rounded too, so the bfloat16 forms compute different KV as well)."""
         if self.bf16_weights:
             isa = self.cpu_kernels.isa
-            return f"bf16-weights-{isa}" if isa in ("amx", "avx512bf16") else "bf16-weights"
+            return f"bf16-weights-{isa}" if isa in BF16_DOT_ISAS else "bf16-weights"
         return self.model_config.quantization
 
     def shutdown(self) -> None:

@@ -93,7 +93,7 @@ def test_bf16_weights_on_the_kernels_equal_transformers_on_rounded_weights(
     tiles (inputs rounded to bfloat16 as well, float32 sums)."""
     monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
     path = request.getfixturevalue(fixture)
-    dot = isa in ("amx", "avx512bf16")  # x rounded to bfloat16 too
+    dot = isa in ck.BF16_DOT_ISAS  # x rounded to bfloat16 too
     hf = _hf_rounded(path, round_inputs=dot)
     tol = TOL_AMX if dot else TOL
     outs, _ = _generate(path, "on")

@@ -78,6 +78,14 @@ def _workload(s, fused: bool) -> tuple[dict[str, tuple[list[int], list[float]]],
     return {r.rid: (r.output_ids, r.output_logprobs) for r in reqs}, calls["mixed"], fused_calls
 
 
+def _assert_same(fused: dict, modules: dict) -> None:
+    """The same requests, the same tokens, logprobs within 1e-4."""
+    assert fused.keys() == modules.keys()
+    for rid, (ids, logprobs) in fused.items():
+        assert ids == modules[rid][0], rid
+        assert logprobs == pytest.approx(modules[rid][1], abs=1e-4), rid
+
+
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("kv", ["float32", "bfloat16"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -101,10 +109,7 @@ def test_fused_extend_equals_modules(
         assert mixed_again == mixed and none == 0
     finally:
         s.close()
-    assert fused.keys() == modules.keys()
-    for rid, (ids, logprobs) in fused.items():
-        assert ids == modules[rid][0], rid
-        assert logprobs == pytest.approx(modules[rid][1], abs=1e-4), rid
+    _assert_same(fused, modules)
 
 
 @pytest.mark.skipif(w8a8.best_path() is None, reason="no W8A8 path (AMX-INT8 or VNNI) here")
@@ -139,7 +144,4 @@ def test_fused_layers_take_w8a8_where_the_modules_do(
         assert mixed_again == mixed
     finally:
         s.close()
-    assert fused.keys() == modules.keys()
-    for rid, (ids, logprobs) in fused.items():
-        assert ids == modules[rid][0], rid
-        assert logprobs == pytest.approx(modules[rid][1], abs=1e-4), rid
+    _assert_same(fused, modules)

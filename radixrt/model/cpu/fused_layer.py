@@ -34,9 +34,8 @@ def _a8_table(linears: tuple[PackedLinear, ...]) -> torch.Tensor | None:
     if not any(lin.w8a8 for lin in linears):
         return None
     rows = [DECODE_ROWS]
-    for lin in linears:
-        packed = lin.a8_packed if lin.w8a8 else None
-        rows += [_ptr(packed) or 0, w8a8.PATHS.get(lin.w8a8, 0), lin.a8_planes]
+    for lin in linears:  # (a8_packed is None where the linear has no W8A8 path)
+        rows += [_ptr(lin.a8_packed) or 0, w8a8.PATHS.get(lin.w8a8, 0), lin.a8_planes]
         rows += [int(lin.a8_small), int(lin.a8_large)]
     return torch.tensor(rows, dtype=torch.int64)
 
