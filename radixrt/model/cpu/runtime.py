@@ -117,6 +117,9 @@ def _auto_pin() -> str:
     return pinned
 
 
+SWAPPED_ATTR = "radixrt_cpu_kernels"  # on a swapped model: (the settings asked, the plan)
+
+
 def init_cpu_kernels(
     model: nn.Module,
     config: ModelConfig,
@@ -147,6 +150,18 @@ def init_cpu_kernels(
             f"--quantization int8 runs on radixrt's CPU kernels, which need float32 "
             f"(got {dtype}) and a C compiler (kernels: {ck.build_error() or 'ok'})"
         )
+    # A model given to a second runner (benchmarks, tests) has its layers swapped already:
+    # its plan is the one they were swapped for, which other settings cannot change.
+    asked = (config.cpu_kernels, config.quantization, bf16_weights, kv_dtype)
+    done: tuple[tuple[object, ...], KernelPlan] | None = getattr(model, SWAPPED_ATTR, None)
+    if done is not None:
+        if done[0] != asked:
+            raise ValueError(
+                f"this model's layers already run radixrt's CPU kernels as planned for "
+                f"(cpu_kernels, quantization, bfloat16 weights, KV dtype) = {done[0]}; "
+                f"{asked} needs a freshly loaded model"
+            )
+        return done[1]
     if dtype != torch.float32 or config.cpu_kernels == "off":
         return KernelPlan()
     if not ck.available():
@@ -175,6 +190,7 @@ def init_cpu_kernels(
         and ck.amx_extend_takes(kv, head_dim, int(windowed)),
     )
     swapped = use_cpu_kernels(model, plan, weights)
+    setattr(model, SWAPPED_ATTR, (asked, plan))
     dot = {"amx": " (AMX tiles where on the kernels)", "avx512bf16": " (VDPBF16PS on the kernels)"}
     logger.info(
         "%s; activations float32, linear weights %s%s, KV %s%s; %d modules swapped",
