@@ -33,7 +33,7 @@ from radixrt.model.families.fingerprint import model_fingerprint
 from radixrt.model.families.loader import eos_token_ids, load_tokenizer
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler
-from radixrt.scheduler.speculative import BaseDrafter
+from radixrt.scheduler.speculative import BaseDrafter, TokenTexts
 from radixrt.scheduler.speculative.draft_model import DraftModelDrafter
 from radixrt.scheduler.stop_check import FinishChecker
 
@@ -90,8 +90,10 @@ def assemble_scheduler(
         jump_forward=not scheduler_config.disable_jump_forward,
         budget=not scheduler_config.disable_grammar_budget,
     )
+    # Token texts for lookup drafts keyed on the prompt's words (speculative/keyed.py).
+    texts = TokenTexts(tokenizer.decode, lambda s: tokenizer.encode(s, add_special_tokens=False))
     return Scheduler(runner, kv, finish, scheduler_config, grammar, pins, events, evictions,
-                     drafter)  # fmt: skip
+                     drafter, texts)  # fmt: skip
 
 
 def build_draft_model(runner: ModelRunner, config: SchedulerConfig) -> BaseDrafter | None:

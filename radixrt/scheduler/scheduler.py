@@ -30,7 +30,7 @@ from radixrt.scheduler.logprobs import add_input_logprobs
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
 from radixrt.scheduler.retire import has_uncomputed_tail, retire
-from radixrt.scheduler.speculative import BaseDrafter, build_speculation, decodes_rows
+from radixrt.scheduler.speculative import BaseDrafter, TokenTexts, build_speculation, decodes_rows
 from radixrt.scheduler.stats import SchedulerStats, guarded
 from radixrt.scheduler.stop_check import FinishChecker
 
@@ -53,6 +53,7 @@ class Scheduler:
         events: BaseKVEvents | None = None,
         evictions: EvictionLog | None = None,
         drafter: BaseDrafter | None = None,
+        texts: TokenTexts | None = None,
     ) -> None:
         self.runner = runner
         self.kv = kv
@@ -85,7 +86,7 @@ class Scheduler:
         self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
                                              self.stats, self._check_finish_guarded,
                                              self.grammar, drafter,
-                                             decodes_rows(runner))  # fmt: skip
+                                             decodes_rows(runner), texts)  # fmt: skip
 
     # ---- requests in and out -------------------------------------------------------------
 

@@ -59,7 +59,10 @@ class SchedulerStats:
         return {"spec_drafted_tokens": self.spec_drafted_tokens,
                 "spec_accepted_tokens": self.spec_accepted_tokens,
                 "spec_verify_steps": self.spec_verify_steps,
-                "spec_emitted_tokens": self.spec_emitted_tokens}  # fmt: skip
+                "spec_emitted_tokens": self.spec_emitted_tokens,
+                "spec_tree_steps": self.spec_tree_steps,
+                "spec_tree_branches": self.spec_tree_branches,
+                "spec_tree_side_accepts": self.spec_tree_side_accepts}  # fmt: skip
 
 
 def guarded(req: Req, what: str, fn: Callable[..., None], *args: Any) -> None:

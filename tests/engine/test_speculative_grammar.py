@@ -94,3 +94,29 @@ def test_sampled_constrained_output_stays_in_the_grammar(engines) -> None:
     for out in spec.generate(prompt, params):
         value = json.loads(out["text"])
         assert set(value) == set(CITY["properties"])
+
+
+INVOICE = {
+    "type": "object",
+    "properties": {
+        "customer": {"type": "string", "maxLength": 40},
+        "email": {"type": "string", "maxLength": 40},
+        "phone": {"type": "string", "maxLength": 24},
+    },
+    "required": ["customer", "email", "phone"],
+    "additionalProperties": False,
+}
+
+
+def test_values_copied_from_the_prompt_are_drafted_by_their_keys(engines) -> None:
+    """Each value starts where `": "` last led into the previous value; the key-tied draft
+    (the prompt's `Email:`) is verified like any other: output identical, drafts accepted."""
+    plain, spec = engines
+    text = ("Extract customer, email and phone as JSON.\n\nInvoice 7. Customer: Ann Berg, "
+            "Lyon. Email: ann.berg@example-mail.org. Phone: +00 41 92 15 60.")  # fmt: skip
+    params = {"temperature": 0, "max_new_tokens": 64, "json_schema": json.dumps(INVOICE)}
+    ref = plain.generate(_chat(plain, text), params)
+    got = spec.generate(_chat(spec, text), params)
+    assert got["output_ids"] == ref["output_ids"] and got["text"] == ref["text"]
+    # Lookup by suffix alone accepts 19 of 30 here (the value starts miss); keyed: 25 of 29.
+    assert got["meta_info"]["spec_accepted_tokens"] >= 22, got["meta_info"]

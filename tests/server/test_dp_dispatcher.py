@@ -32,7 +32,10 @@ class FakeReplica:
         return []
 
     async def get_info(self) -> InfoReplyMsg:
-        return InfoReplyMsg(0, 100, self.free, 100 - self.free, 0, 0, 0, 10, 5, 3, 0.5, 1, 0)
+        tree = {"spec_tree_steps": 2, "spec_tree_branches": 5, "spec_tree_side_accepts": 1}
+        return InfoReplyMsg(
+            0, 100, self.free, 100 - self.free, 0, 0, 0, 10, 5, 3, 0.5, 1, 0, **tree
+        )
 
     async def cache_summary(self, max_rows: int = 20) -> CacheSummaryReplyMsg:
         """Root children of `free` and 10 tokens (the first with one child), one miss."""
@@ -61,6 +64,8 @@ def test_prompts_sharing_a_prefix_go_to_one_replica_and_info_adds_up() -> None:
     assert info.max_total_tokens == 200 and info.free_tokens == 190
     assert info.cache_hit_rate == 0.5 and info.router_policy == "cache_aware"
     assert [r["routed_requests"] for r in info.replicas] == [4, 3]
+    tree = (info.spec_tree_steps, info.spec_tree_branches, info.spec_tree_side_accepts)
+    assert tree == (4, 10, 2)  # the draft-tree counters summed over the replicas
 
 
 def test_cache_summaries_merge_by_size_with_each_row_named_by_its_replica() -> None:

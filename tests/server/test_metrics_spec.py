@@ -48,6 +48,14 @@ def test_series_follow_the_counters() -> None:
     assert spec_rates(info) == (0.75, 3.8)
 
 
+def test_tree_counters_are_series() -> None:
+    got = _scrape(_info(spec_tree_steps=7, spec_tree_branches=19, spec_tree_side_accepts=3))
+    assert got["radixrt_spec_tree_steps_total"] == 7
+    assert got["radixrt_spec_tree_branches_total"] == 19
+    assert got["radixrt_spec_tree_side_accepts_total"] == 3
+    assert _scrape(_info())["radixrt_spec_tree_steps_total"] == 0.0  # off: present, zero
+
+
 def test_off_is_zeros() -> None:
     got = _scrape(_info())
     assert got["radixrt_spec_acceptance_rate"] == 0.0

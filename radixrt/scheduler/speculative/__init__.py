@@ -21,6 +21,7 @@ from radixrt.core.config import SchedulerConfig
 from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, NoDrafter
+from radixrt.scheduler.speculative.keyed import TokenTexts
 from radixrt.scheduler.speculative.speculation import CheckFinish, Speculation
 from radixrt.scheduler.stats import SchedulerStats
 
@@ -29,6 +30,7 @@ __all__ = [
     "LookupDrafter",
     "NoDrafter",
     "Speculation",
+    "TokenTexts",
     "build_speculation",
     "decodes_rows",
 ]
@@ -40,12 +42,14 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
                       context_len: int, stats: SchedulerStats,
                       check_finish: CheckFinish, grammar: GrammarQueue | None = None,
                       drafter: BaseDrafter | None = None,
-                      rows: bool = False) -> Speculation:  # fmt: skip
+                      rows: bool = False,
+                      texts: TokenTexts | None = None) -> Speculation:  # fmt: skip
     """The configured speculation: when speculative_num_draft_tokens > 0, `drafter` (a draft
     model's, made where the runner is) or else lookup drafts; otherwise (and with a window
     pool, not supported yet) none. Lookup drafts branch into trees (up to
     speculative_tree_branches leaves) when `rows` (the pass decodes rows of one request on
-    the CPU: cpu or torch_native attention) and slots are not paged; else chains."""
+    the CPU: cpu or torch_native attention) and slots are not paged; else chains. With the
+    tokenizer's `texts`, lookup drafts also key on the prompt's words (keyed.py)."""
     k = config.speculative_num_draft_tokens
     if k and kv.window.window:
         logger.warning("speculative decoding is off: models with sliding-window layers are "
@@ -57,7 +61,7 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     elif drafter is None:
         if rows and kv.page_size == 1:
             branches = config.speculative_tree_branches
-        drafter = LookupDrafter(kv.cache, config.speculative_ngram_max, branches)
+        drafter = LookupDrafter(kv.cache, config.speculative_ngram_max, branches, texts)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
                        branches, config.speculative_tree_nodes)  # fmt: skip
 

@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from radixrt.cache.tree_view import TreeView
 from radixrt.cache.tree_walk import continuation, continuations
 from radixrt.core import Req
+from radixrt.scheduler.speculative.keyed import KeyedIndex, TokenTexts
 from radixrt.scheduler.speculative.ngram import NgramIndex
 from radixrt.scheduler.speculative.tree import DraftTree, chain, merge
 
@@ -68,14 +69,18 @@ class LookupDrafter(BaseDrafter):
     First the prefix cache: when all of the request's tokens are a cached path (the same
     question asked and answered before), the cached tokens after it. Then its own tokens:
     what followed the latest earlier occurrence of its last n tokens (n = ngram_max .. 1);
-    the index lives on `req.draft_state`."""
+    the index lives on `req.draft_state`. With token `texts`, where that match is shorter
+    than TRUSTED_MATCH: what follows the same key words in its prompt, if they occur there
+    (keyed.py; the start of a value copied from the prompt)."""
 
     trusts_matches = True
 
-    def __init__(self, cache: TreeView, ngram_max: int, branches: int = 1) -> None:
+    def __init__(self, cache: TreeView, ngram_max: int, branches: int = 1,
+                 texts: TokenTexts | None = None) -> None:  # fmt: skip
         self.cache = cache
         self.ngram_max = ngram_max
         self.branches = branches  # the most leaves of a draft tree (1: chains only)
+        self.texts = texts
 
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         tokens = req.fill_ids
@@ -84,7 +89,10 @@ class LookupDrafter(BaseDrafter):
         if found:
             own.matched = len(tokens)  # the whole sequence matched a cached path
             return found
-        return own.draft(tokens, max_tokens)
+        draft = own.draft(tokens, max_tokens)
+        if own.matched < TRUSTED_MATCH and own.keyed is not None:
+            return own.keyed.draft(tokens, max_tokens) or draft
+        return draft
 
     def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
         """Whole when its source matched TRUSTED_MATCH or more of the last tokens (the guard
@@ -111,4 +119,6 @@ class LookupDrafter(BaseDrafter):
         """The index of `req`'s own tokens (made on first use, on req.draft_state)."""
         if not isinstance(req.draft_state, NgramIndex):
             req.draft_state = NgramIndex(self.ngram_max, self.branches)
+            if self.texts is not None:
+                req.draft_state.keyed = KeyedIndex(self.texts, req.input_ids)
         return req.draft_state

@@ -3,6 +3,8 @@ followed the latest earlier occurrence of its last n tokens are found in O(n) pe
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class NgramIndex:
     """For n = 1..max_n: each n-gram of the sequence seen so far -> where the tokens after
@@ -20,6 +22,7 @@ class NgramIndex:
         self._earlier: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n)]
         self._indexed = 0  # n-grams ending before this position are indexed
         self.matched = 0  # the length of the suffix the last `draft` matched (0: none)
+        self.keyed: Any = None  # the drafter's KeyedIndex of the prompt, if it keys drafts
 
     def update(self, tokens: list[int]) -> None:
         """Index the n-grams ending at positions _indexed .. len(tokens) - 2."""

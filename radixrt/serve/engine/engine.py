@@ -132,6 +132,9 @@ class Engine:
             "spec_accepted_tokens": info.spec_accepted_tokens,
             "spec_verify_steps": info.spec_verify_steps,
             "spec_emitted_tokens": info.spec_emitted_tokens,
+            "spec_tree_steps": info.spec_tree_steps,
+            "spec_tree_branches": info.spec_tree_branches,
+            "spec_tree_side_accepts": info.spec_tree_side_accepts,
         }
 
     def shutdown(self) -> None:

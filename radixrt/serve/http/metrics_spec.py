@@ -1,5 +1,6 @@
-"""Prometheus series of speculative decoding: tokens drafted, accepted and emitted, the
-acceptance rate and the tokens each verifying request step emits, read from the scheduler's
+"""Prometheus series of speculative decoding: tokens drafted, accepted and emitted, draft
+trees verified (their branches, and those accepted off the first branch), the acceptance
+rate and the tokens each verifying request step emits, read from the scheduler's
 InfoReplyMsg at each scrape (the totals are the scheduler's counters); and per finished
 request (its ReqOutput, as for the latency histograms) histograms of its speed-up in tokens
 per step and of its acceptance rate. While speculation is off every series is present and
@@ -23,6 +24,11 @@ _COUNTERS = (
     ("radixrt_spec_verify_steps", "spec_verify_steps", "Request steps that verified a draft"),
     ("radixrt_spec_emitted_tokens", "spec_emitted_tokens",
      "Tokens emitted by request steps that verified a draft"),
+    ("radixrt_spec_tree_steps", "spec_tree_steps", "Verifications of a branched draft tree"),
+    ("radixrt_spec_tree_branches", "spec_tree_branches",
+     "Leaves (branches) of the branched draft trees verified"),
+    ("radixrt_spec_tree_side_accepts", "spec_tree_side_accepts",
+     "Branched tree verifications whose accepted path left the first branch"),
 )  # fmt: skip
 
 
