@@ -3,7 +3,10 @@ followed the latest earlier occurrence of its last n tokens are found in O(n) pe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from radixrt.scheduler.speculative.keyed import KeyedIndex
 
 
 class NgramIndex:
@@ -22,7 +25,7 @@ class NgramIndex:
         self._earlier: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n)]
         self._indexed = 0  # n-grams ending before this position are indexed
         self.matched = 0  # the length of the suffix the last `draft` matched (0: none)
-        self.keyed: Any = None  # the drafter's KeyedIndex of the prompt, if it keys drafts
+        self.keyed: KeyedIndex | None = None  # the prompt's key index, if the drafter keys drafts
 
     def update(self, tokens: list[int]) -> None:
         """Index the n-grams ending at positions _indexed .. len(tokens) - 2."""
