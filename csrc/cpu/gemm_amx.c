@@ -9,6 +9,7 @@
 // bytes, one per 16 columns: row r of half h holds, for each of its 16 columns c, the pair
 // (W[p*32 + h*16 + c, b*32 + 2r], W[..., b*32 + 2r + 1]) (the pairs TDPBF16PS multiplies), so
 // element (p, b, h, r, c, e) is at ((((p*KB + b)*2 + h)*16 + r)*16 + c)*2 + e; 2 KiB per block.
+// The avx512bf16 variant orders a block's rows r-major instead (PAIR_AT).
 // Columns past N are zero.
 //
 // x is rounded to bfloat16 (nearest even) into a per-thread buffer of rows padded to 16 (the
@@ -33,6 +34,15 @@
 #include "simd.h"
 
 #if defined(RT_BF16_PAIRS)
+// Element (p, b, h, r, c, e) of the packed weight. AMX loads each half's 16 rows as one tile
+// (rows 64 bytes apart); VDPBF16PS reads row r of both halves together, so the avx512bf16
+// variant keeps them adjacent (128 bytes: two neighbouring cache lines per k pair, one
+// stream through a panel), which measured 5-25% faster than the tile order at 1-64 rows.
+#if defined(RT_BF16_DOT)
+#define PAIR_AT(p, kb, b, h, r, c, e) (((((p) * (kb) + (b)) * 16 + (r)) * 2 + (h)) * 16 + (c)) * 2 + (e)
+#else
+#define PAIR_AT(p, kb, b, h, r, c, e) (((((p) * (kb) + (b)) * 2 + (h)) * 16 + (r)) * 16 + (c)) * 2 + (e)
+#endif
 int64_t rt_bf16_packed_size(int64_t n, int64_t k) {
   return (n + 31) / 32 * ((k + 31) / 32) * 1024;
 }
@@ -48,7 +58,7 @@ void rt_pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* wp) {
             for (int e = 0; e < 2; ++e) {
               const int64_t col = p * 32 + h * 16 + c, kk = b * 32 + 2 * r + e;
               const float v = col < n && kk < k ? w[col * k + kk] : 0.0f;
-              wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e] = rt_round_bf16(v);
+              wp[PAIR_AT(p, kb, b, h, r, c, e)] = rt_round_bf16(v);
             }
 }
 
@@ -58,7 +68,7 @@ void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
     for (int64_t kk = 0; kk < k; ++kk) {
       const int64_t p = col / 32, h = (col % 32) / 16, c = col % 16, b = kk / 32;
       const int64_t r = (kk % 32) / 2, e = kk % 2;
-      w[col * k + kk] = rt_bf16_to_f32(wp[((((p * kb + b) * 2 + h) * 16 + r) * 16 + c) * 2 + e]);
+      w[col * k + kk] = rt_bf16_to_f32(wp[PAIR_AT(p, kb, b, h, r, c, e)]);
     }
 }
 

@@ -1,4 +1,4 @@
-// y = x @ W^T (+ bias) with W in bfloat16 k pairs (gemm_amx.c's packed layout) on VDPBF16PS:
+// y = x @ W^T (+ bias) with W in bfloat16 k pairs (gemm_amx.c packs them; PAIR_AT) on VDPBF16PS:
 // the "avx512bf16" library variant (AVX512_BF16 without AMX: AMD EPYC Zen 4 and Zen 5, Intel
 // Cooper Lake); x and y float32. x is rounded to bfloat16 as the AMX kernel rounds it
 // (bf16_pairs.h); every output lane accumulates its k pairs in float32, in k order, whatever
@@ -27,6 +27,8 @@
 #define MR_DECODE 12    // rows of a decode-sized call: one micro-tile of 2 halves, one pass
 #define CHUNK_ROWS 96   // rows per work item (16 micro-tiles; 110 KB of rounded x at K 576)
 #define PF_BLOCKS 4     // decode: blocks of 32 k's fetched ahead of the one being read
+#define ROW_STEP 64     // bf16 values from k pair r of a half to pair r + 1 (PAIR_AT)
+#define HALF_OFF 32     // from half 0 of a block to half 1
 
 // dst[c] + i * 32 (16 floats) <- row i of x (xr, rows kp apart) times column half c, whose
 // kb blocks of 1024 bfloat16 start at col[c], for R rows and C halves (R * C <= 24; constants
@@ -43,8 +45,8 @@ static inline __attribute__((always_inline)) void tile(const uint16_t* xr, int64
       __m512i w[4];
       for (int c = 0; c < C; ++c) {
         if (pf && b + PF_BLOCKS < kb)
-          _mm_prefetch((const char*)(col[c] + (b + PF_BLOCKS) * 1024 + r * 32), _MM_HINT_T0);
-        w[c] = _mm512_loadu_si512(col[c] + b * 1024 + r * 32);
+          _mm_prefetch((const char*)(col[c] + (b + PF_BLOCKS) * 1024 + r * ROW_STEP), _MM_HINT_T0);
+        w[c] = _mm512_loadu_si512(col[c] + b * 1024 + r * ROW_STEP);
       }
       const int64_t kk = b * 16 + r;  // the k pair
       for (int i = 0; i < R; ++i) {
@@ -104,7 +106,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   if (m <= MR_DECODE) {  // decode: one micro-tile per panel, each weight byte read once
 #pragma omp parallel for schedule(static) if (panels > 1 && m * n * k > 32768)
     for (int64_t p = 0; p < panels; ++p) {
-      const uint16_t* const col[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512};
+      const uint16_t* const col[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + HALF_OFF};
       float blk[16 * 32] __attribute__((aligned(64)));
       float* const dst[2] = {blk, blk + 16};
       tile_rows(xb, kp, (int)m, 2, col, kb, dst);
@@ -116,8 +118,8 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   for (int64_t t = 0; t < chunks * pairs; ++t) {
     const int64_t c = t / pairs, p = t % pairs * 2;  // chunk-major; panels p, p + 1
     const int C = p + 1 < panels ? 4 : 2;
-    const uint16_t* const col[4] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512,
-                                    wp + (p + 1) * kb * 1024, wp + (p + 1) * kb * 1024 + 512};
+    const uint16_t* const col[4] = {wp + p * kb * 1024, wp + p * kb * 1024 + HALF_OFF,
+                                    wp + (p + 1) * kb * 1024, wp + (p + 1) * kb * 1024 + HALF_OFF};
     float blk[2][16 * 32] __attribute__((aligned(64)));  // per panel: rows of [half 0 | 1]
     float* const dst[4] = {blk[0], blk[0] + 16, blk[1], blk[1] + 16};
     const int64_t end = (c + 1) * CHUNK_ROWS < m ? (c + 1) * CHUNK_ROWS : m;
@@ -141,9 +143,9 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
   if (m <= MR_DECODE) {  // decode: a gate panel, then its up panel, each read once
 #pragma omp parallel for schedule(static) if (gates > 1 && m * n * k > 32768)
     for (int64_t p = 0; p < gates; ++p) {
-      const uint16_t* const gate[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512};
+      const uint16_t* const gate[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + HALF_OFF};
       const uint16_t* const up[2] = {wp + (p + gates) * kb * 1024,
-                                     wp + (p + gates) * kb * 1024 + 512};
+                                     wp + (p + gates) * kb * 1024 + HALF_OFF};
       float blk[2][16 * 32] __attribute__((aligned(64)));  // per half: rows of [gate | up]
       float* const dst_gate[2] = {blk[0], blk[1]};
       float* const dst_up[2] = {blk[0] + 16, blk[1] + 16};
@@ -157,9 +159,9 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
 #pragma omp parallel for schedule(static) if (chunks * gates > 1 && m * n * k > 32768)
   for (int64_t t = 0; t < chunks * gates; ++t) {
     const int64_t c = t / gates, p = t % gates;  // gate panel p, its up panel p + gates
-    const uint16_t* const col[4] = {wp + p * kb * 1024, wp + p * kb * 1024 + 512,
+    const uint16_t* const col[4] = {wp + p * kb * 1024, wp + p * kb * 1024 + HALF_OFF,
                                     wp + (p + gates) * kb * 1024,
-                                    wp + (p + gates) * kb * 1024 + 512};
+                                    wp + (p + gates) * kb * 1024 + HALF_OFF};
     float blk[2][16 * 32] __attribute__((aligned(64)));  // per half: rows of [gate | up]
     float* const dst[4] = {blk[0], blk[1], blk[0] + 16, blk[1] + 16};
     const int64_t end = (c + 1) * CHUNK_ROWS < m ? (c + 1) * CHUNK_ROWS : m;

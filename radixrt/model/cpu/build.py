@@ -4,7 +4,7 @@ and load the one for this CPU with ctypes.
 The kernels are written once against csrc/cpu/simd.h and built per ISA variant: "amx"
 (AVX-512 plus AMX-BF16 tiles for bfloat16 linear layers and AMX-INT8 tiles for W8A8 int8
 ones; Xeons since Sapphire Rapids), "avx512bf16" (AVX-512 plus VDPBF16PS for bfloat16 linear
-layers, for AMD EPYC Zen 4 and Zen 5; opt-in, see ISAS), "avx512" (AVX-512F/DQ/BW/VL),
+layers, for AMD EPYC Zen 4 and Zen 5), "avx512" (AVX-512F/DQ/BW/VL),
 "avx2" (AVX2 + FMA) and "portable" (no vector intrinsics; the only one off x86). A process
 uses the best variant its CPU runs (`supported_isas()[0]`), or the one $RADIXRT_CPU_ISA names
 (tests force each variant the CPU supports). A variant that does not build falls back to the
@@ -57,10 +57,10 @@ CPU_HEADERS = (
     "extend_amx_layout.h", "bf16_pairs.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-# Best first. avx512bf16 comes after avx512, so it runs only where RADIXRT_CPU_ISA names it: on
-# a Zen 5 its GEMM beats the avx512 panels 2x at prefill sizes, but the engine's decode steps
-# measured 8-15% slower (docs/benchmarks.md section 8), so it is not yet the default.
-ISAS = ("amx", "avx512", "avx512bf16", "avx2", "portable")
+# Best first. On a Zen 5 the avx512bf16 variant's bfloat16 GEMM beat the avx512 panels at
+# every row count once its k-pair rows were packed r-major (PAIR_AT in gemm_amx.c): decode
+# steps 13-16% faster at batch 8-16, level at batch 1 (docs/benchmarks.md section 8).
+ISAS = ("amx", "avx512bf16", "avx512", "avx2", "portable")
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
 # Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.
 ISA_CFLAGS = {
