@@ -20,6 +20,7 @@ from radixrt.core.config import SchedulerConfig
 from radixrt.core.messages import ReadyMsg
 from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarError, GrammarSpec
 from radixrt.grammar.compiler import GrammarCompiler
+from radixrt.serve.http import grammar_check
 from radixrt.serve.http.grammar_check import GrammarBusyError, GrammarChecker, GrammarWorkerError
 from radixrt.serve.http.protocol import BadRequestError
 
@@ -188,6 +189,25 @@ def test_a_spec_over_the_size_limit_is_refused_before_any_worker(
         loop.run(checker.check(big))
     assert checker.pids == [] and checker._workers == []  # nothing was started
     loop.run(llg.check([SamplingParams(regex="é" * 50)]))  # 100 bytes in UTF-8: allowed
+
+
+def test_the_warm_worker_waits_for_no_request_in_flight(loop, tiny_llama_path) -> None:
+    """A server's warm worker starts once the server has been quiet for QUIET_S, not while
+    requests are in flight (its start would take cores from them)."""
+    checker = _checker(tiny_llama_path)
+    in_flight = [True]
+
+    async def run() -> None:
+        warm = asyncio.create_task(checker.warm_when_quiet(lambda: in_flight[0]))
+        await asyncio.sleep(3 * grammar_check.QUIET_S)
+        assert checker._workers == [] and not warm.done()  # busy all along: nothing started
+        in_flight[0] = False
+        await asyncio.wait_for(warm, 5 * grammar_check.QUIET_S)
+        await checker._workers[0].wait_ready()
+        assert len(checker.pids) == 1
+
+    loop.run(run())
+    loop.close(checker)
 
 
 async def _start_and_wait(checker: GrammarChecker) -> None:

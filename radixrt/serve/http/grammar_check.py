@@ -11,6 +11,7 @@ import hashlib
 import logging
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,10 @@ from radixrt.serve.http.tenancy import TooManyRequestsError
 
 NUM_WORKERS = 2
 CACHE_SIZE = 1024  # verdicts kept, least recently used dropped first
+# `warm_when_quiet`: the warm worker starts once no request has been in flight for QUIET_S
+# (polled every QUIET_POLL_S).
+QUIET_S = 1.0
+QUIET_POLL_S = 0.25
 
 logger = logging.getLogger("radixrt")
 
@@ -64,6 +69,25 @@ class GrammarChecker:
         """Start one worker in the background (call on the event loop, e.g. at server start-up),
         so the first constrained request does not wait seconds for it."""
         self._pool()[0].start()
+
+    async def warm_when_quiet(self, busy: Callable[[], bool]) -> None:
+        """`start` once `busy()` (requests in flight) has been false for QUIET_S. A worker's
+        start costs about 3 CPU-seconds (tokenizer, backend); started with the server, it ran
+        beside the first requests served and, niced as it is, still took a third of a 2-core
+        machine's throughput from them (the OpenMP steps wait for a core it holds). A
+        constrained request that comes first starts a worker itself."""
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        while True:
+            await asyncio.sleep(QUIET_POLL_S)
+            if busy():
+                quiet_since = loop.time()
+            elif loop.time() - quiet_since >= QUIET_S:
+                try:
+                    self.start()
+                except GrammarWorkerError:  # closed meanwhile: the server is stopping
+                    pass
+                return
 
     async def check(self, params: list[SamplingParams], tenant: str | None = None) -> None:
         """Check every distinct spec in `params`; BadRequestError with the backend's message (or

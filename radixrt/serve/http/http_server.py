@@ -8,6 +8,7 @@ the tokenizer thread (the event loop stays free) and hands the result to the pip
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from types import ModuleType
@@ -55,9 +56,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        grammar.start()  # warms a grammar-check worker in the background
+        # A grammar-check worker warms in the background once no request is in flight.
+        warm = asyncio.create_task(grammar.warm_when_quiet(lambda: bool(tm.states)))
         tenancy.watch_sighup()
         yield
+        warm.cancel()
         grammar.close()
         if on_shutdown is not None:
             await on_shutdown()
