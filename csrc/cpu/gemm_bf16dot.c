@@ -10,8 +10,9 @@
 // rows and R broadcasts for R * C dot products. Work items are (chunk of CHUNK_ROWS rows,
 // pair of panels), chunk-major: a chunk's rounded rows stay in L1/L2 across the panels, a
 // panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's micro-tiles. A decode
-// call (at most MR_DECODE rows) is one micro-tile of all its rows per panel, the panels split
-// over the threads: each weight byte is read once, fetched PF_BLOCKS blocks ahead.
+// call (at most DECODE_CALL rows) is one micro-tile of all its rows per panel (two past
+// MR_DECODE), the panels split over the threads: each weight byte is read from memory once,
+// fetched PF_BLOCKS blocks ahead.
 //
 // rt_linear_bf16_silu: the gate_up projection and SiLU in one pass, as the AMX kernel does
 // it: a micro-tile holds 32 gate columns (panel p) and their 32 up columns (panel p + n/64),
@@ -24,7 +25,8 @@
 
 #if defined(RT_BF16_DOT)
 #define MR 6            // rows per micro-tile of a prefill-sized call (4 column halves)
-#define MR_DECODE 12    // rows of a decode-sized call: one micro-tile of 2 halves, one pass
+#define MR_DECODE 12    // rows of one decode micro-tile (2 halves)
+#define DECODE_CALL 16  // a call of at most this many rows is decode-sized (guard.DECODE_ROWS)
 #define CHUNK_ROWS 96   // rows per work item (16 micro-tiles; 110 KB of rounded x at K 576)
 #define PF_BLOCKS 4     // decode: blocks of 32 k's fetched ahead of the one being read
 #define ROW_STEP 64     // bf16 values from k pair r of a half to pair r + 1 (PAIR_AT)
@@ -89,6 +91,20 @@ static void tile_rows(const uint16_t* xr, int64_t kp, int rows, int C,
 #undef ROWS
 }
 
+// Rows [0, m) (m <= DECODE_CALL) of x times one panel's two halves into dst[c] + i * 32: one
+// micro-tile, or two of at most 8 rows (the second reads the panel again from L1/L2).
+static void decode_rows(const uint16_t* xr, int64_t kp, int m, const uint16_t* const* col,
+                        int64_t kb, float* const* dst) {
+  if (m <= MR_DECODE) {
+    tile_rows(xr, kp, m, 2, col, kb, dst);
+    return;
+  }
+  const int h = (m + 1) / 2;
+  float* const rest[2] = {dst[0] + h * 32, dst[1] + h * 32};
+  tile_rows(xr, kp, h, 2, col, kb, dst);
+  tile_rows(xr + h * kp, kp, m - h, 2, col, kb, rest);
+}
+
 // x (m, k) rounded to bfloat16 rows of kp (zero padded) in this thread's scratch, or NULL.
 static uint16_t* rounded_rows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp) {
   uint16_t* xb = (uint16_t*)rt_row_scratch((size_t)(m * kp) * sizeof(uint16_t));
@@ -103,13 +119,13 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   const int64_t pairs = (panels + 1) / 2, chunks = (m + CHUNK_ROWS - 1) / CHUNK_ROWS;
   const uint16_t* xb = rounded_rows(x, ldx, m, k, kp);
   if (!xb) return;  // (no memory for the rounded rows: the caller's y is left as it was)
-  if (m <= MR_DECODE) {  // decode: one micro-tile per panel, each weight byte read once
+  if (m <= DECODE_CALL) {  // decode: all rows per panel, each weight byte read once from memory
 #pragma omp parallel for schedule(static) if (panels > 1 && m * n * k > 32768)
     for (int64_t p = 0; p < panels; ++p) {
       const uint16_t* const col[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + HALF_OFF};
       float blk[16 * 32] __attribute__((aligned(64)));
       float* const dst[2] = {blk, blk + 16};
-      tile_rows(xb, kp, (int)m, 2, col, kb, dst);
+      decode_rows(xb, kp, (int)m, col, kb, dst);
       write_block(blk, y, ldy, 0, m, p * 32, n, bias);
     }
     return;
@@ -140,7 +156,7 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
   const int64_t chunks = (m + CHUNK_ROWS - 1) / CHUNK_ROWS;
   const uint16_t* xb = rounded_rows(x, ldx, m, k, kp);
   if (!xb) return -1;
-  if (m <= MR_DECODE) {  // decode: a gate panel, then its up panel, each read once
+  if (m <= DECODE_CALL) {  // decode: a gate panel, then its up panel, each read once
 #pragma omp parallel for schedule(static) if (gates > 1 && m * n * k > 32768)
     for (int64_t p = 0; p < gates; ++p) {
       const uint16_t* const gate[2] = {wp + p * kb * 1024, wp + p * kb * 1024 + HALF_OFF};
@@ -149,8 +165,8 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
       float blk[2][16 * 32] __attribute__((aligned(64)));  // per half: rows of [gate | up]
       float* const dst_gate[2] = {blk[0], blk[1]};
       float* const dst_up[2] = {blk[0] + 16, blk[1] + 16};
-      tile_rows(xb, kp, (int)m, 2, gate, kb, dst_gate);
-      tile_rows(xb, kp, (int)m, 2, up, kb, dst_up);
+      decode_rows(xb, kp, (int)m, gate, kb, dst_gate);
+      decode_rows(xb, kp, (int)m, up, kb, dst_up);
       write_silu(blk[0], out, ldo, 0, m, p * 32, inter, bias);
       write_silu(blk[1], out, ldo, 0, m, p * 32 + 16, inter, bias);
     }

@@ -29,8 +29,9 @@ def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     return request.param
 
 
-# Rows not a multiple of 16 (one A tile, two, a chunk and a tail), K tails, SmolLM2's shape.
-@pytest.mark.parametrize("m", [1, 5, 17, 33, 130])
+# Rows not a multiple of 16 (one A tile, two, a chunk and a tail; 13 and 16: a decode call
+# of two VDPBF16PS micro-tiles), K tails, SmolLM2's shape.
+@pytest.mark.parametrize("m", [1, 5, 13, 16, 17, 33, 130])
 @pytest.mark.parametrize(("n", "k"), [(128, 40), (192, 600), (3072, 576)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_silu_is_the_two_calls(isa: str, m: int, n: int, k: int, bias: bool) -> None:
