@@ -1,10 +1,13 @@
-"""Input-token logprobs: the logprob of each prompt token given the tokens before it."""
+"""Input-token logprobs: the logprob of each prompt token given the tokens before it; and
+which rows of a packed batch's logits a step computes (all of a request's where it wants them
+or verifies a draft)."""
 
 from __future__ import annotations
 
 import torch
 
-from radixrt.core import Req
+from radixrt.core import Batch, Req
+from radixrt.scheduler.admission import wants_input_logprobs
 
 
 def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
@@ -36,3 +39,20 @@ def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
             req.input_top_logprobs.append(list(zip(vals, ids)))
         else:
             req.input_top_logprobs.append(None)
+
+
+def logits_layout(batch: Batch) -> tuple[list[int], list[int]]:
+    """The logits rows of the packed batch (all, last, or none per request), and each sampled
+    request's row among them (-1: not sampled)."""
+    logits_rows: list[int] = []
+    sample_rows: list[int] = []
+    start = 0
+    for req, sample in zip(batch.reqs, batch.sample_mask):
+        e = req.extend_len
+        if wants_input_logprobs(req) or req.draft_ids:
+            logits_rows.extend(range(start, start + e))
+        elif sample:
+            logits_rows.append(start + e - 1)
+        sample_rows.append(len(logits_rows) - 1 if sample else -1)
+        start += e
+    return logits_rows, sample_rows

@@ -26,7 +26,7 @@ from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import NO_TOKEN, Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
-from radixrt.scheduler.logprobs import add_input_logprobs
+from radixrt.scheduler.logprobs import add_input_logprobs, logits_layout
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.policy import SchedulePolicy
 from radixrt.scheduler.retire import has_uncomputed_tail, retire
@@ -191,7 +191,7 @@ class Scheduler:
         kind = step_kind(batch.reqs)
         out_loc = self.kv.alloc_for(batch.reqs)  # also written into the requests' rows
         self.speculation.lay_out()  # the rows its draft trees attend through
-        logits_rows, sample_rows = self._layout(batch)
+        logits_rows, sample_rows = logits_layout(batch)
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
         forward_s = time.perf_counter() - forward_start
@@ -274,22 +274,6 @@ class Scheduler:
         """Free slots this step of `decoding` takes: extend_len tokens each (1, or more with a
         draft), new pages only when paged."""
         return sum(self.kv.slots_needed(r, r.extend_len) for r in decoding)
-
-    def _layout(self, batch: Batch) -> tuple[list[int], list[int]]:
-        """Choose the logits rows of the packed batch (all, last, or none per request), and
-        each sampled request's row among them (-1: not sampled)."""
-        logits_rows: list[int] = []
-        sample_rows: list[int] = []
-        start = 0
-        for req, sample in zip(batch.reqs, batch.sample_mask):
-            e = req.extend_len
-            if wants_input_logprobs(req) or req.draft_ids:
-                logits_rows.extend(range(start, start + e))
-            elif sample:
-                logits_rows.append(start + e - 1)
-            sample_rows.append(len(logits_rows) - 1 if sample else -1)
-            start += e
-        return logits_rows, sample_rows
 
     def _process(self, batch: Batch, logits: torch.Tensor, sample_rows: list[int]) -> list[Req]:
         row = 0

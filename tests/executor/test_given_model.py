@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from radixrt.model.cpu import kernels as ck
+from radixrt.scheduler.scheduler import Scheduler
 from tests.gpu import common as gb
 from tests.gpu.shared_prefix import build_scheduler, greedy, run_to_completion
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.skipif(not ck.available(), reason="the CPU kernels do n
 CTX = 96
 
 
-def _sched(model: torch.nn.Module, radix: bool, cpu_kernels: str = "auto"):  # type: ignore[no-untyped-def]
+def _sched(model: torch.nn.Module, radix: bool, cpu_kernels: str = "auto") -> Scheduler:
     return build_scheduler(
         model, radix_cache=radix, graphs=False, max_running_requests=4,
         max_total_tokens=4 * CTX + 64, context_length=CTX, cpu_kernels=cpu_kernels,

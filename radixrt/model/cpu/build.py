@@ -57,9 +57,9 @@ CPU_HEADERS = (
     "extend_amx_layout.h", "bf16_pairs.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-# Best first. On a Zen 5 the avx512bf16 variant's bfloat16 GEMM beat the avx512 panels at
-# every row count once its k-pair rows were packed r-major (PAIR_AT in gemm_amx.c): decode
-# steps 13-16% faster at batch 8-16, level at batch 1 (docs/benchmarks.md section 8).
+# Best first. On a Zen 5 the avx512bf16 variant's bfloat16 GEMM beat the avx512 panels at 1-64
+# rows once its k-pair rows were packed r-major (PAIR_AT in gemm_amx.c); in the engine, prefill
+# 1.06x, decode steps level at batch 1 and 8 and 5-10% faster at 16 (docs/benchmarks.md §8).
 ISAS = ("amx", "avx512bf16", "avx512", "avx2", "portable")
 _AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c")
 # Compiler flags of each variant, and the /proc/cpuinfo flags a CPU needs to run it.
