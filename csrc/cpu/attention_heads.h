@@ -21,15 +21,37 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
                          int64_t len, int64_t slot_len, int64_t d, float scale, float* sc,
                          float* ml) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
+  // The bytes of a slot row that heads [h0, h1) read, from its head h0's row.
+  const int64_t row_bytes = (h1 - h0) * KV_ROW(d) * (int64_t)sizeof(kv_t);
   int64_t l0 = 0;
 #if defined(RT_VEC)
-  if (d % VW == 0) {  // VW keys at a time: VW dot products, then one transposing reduction
-    for (; l0 + VW <= len; l0 += VW)
-      for (int64_t h = h0, j = 0; h < h1; ++h)
+  if (d % VW == 0 && d <= 128) {  // VW keys at a time: VW dot products, then one transposing reduction
+    const kv_t* k0 = k_buf + h0 * KV_ROW(d);
+    for (int64_t t = 0; t < PF_BLOCKS * VW && t < len; ++t)
+      prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);
+    // bfloat16 and fp8 K rows read by several queries (g > 1) are widened once per block and
+    // head (fp8 with its scale applied) into kb (VW, d); float32 rows are read in place.
+    const int widen = g > 1 && (KV_SCALED || sizeof(kv_t) != sizeof(float));
+    float kb[VW * 128];
+    for (; l0 + VW <= len; l0 += VW) {
+      for (int64_t t = l0 + PF_BLOCKS * VW; t < l0 + (PF_BLOCKS + 1) * VW && t < len; ++t)
+        prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);
+      for (int64_t h = h0, j = 0; h < h1; ++h) {
+        const kv_t* kh = k_buf + h * KV_ROW(d);
+        if (!widen) {
+          for (int64_t r = 0; r < g; ++r, ++j)
+            vstore(sc + j * len + l0,
+                   vmul(vset1(scale), dots_keys(q + (q0 + j) * d, kh, slots + l0, slot_len, d)));
+          continue;
+        }
+        for (int64_t t = 0; t < VW; ++t) {
+          const float* w = kv_row_f32(kh + (int64_t)slots[l0 + t] * slot_len, d, kb + t * d);
+          if (w != kb + t * d) memcpy(kb + t * d, w, sizeof(float) * (size_t)d);
+        }
         for (int64_t r = 0; r < g; ++r, ++j)
-          vstore(sc + j * len + l0,
-                 vmul(vset1(scale),
-                      dots_keys(q + (q0 + j) * d, k_buf + h * KV_ROW(d), slots + l0, slot_len, d)));
+          vstore(sc + j * len + l0, vmul(vset1(scale), dots_rows(q + (q0 + j) * d, kb, d)));
+      }
+    }
   }
 #endif
   for (int64_t l = l0; l < len; ++l) {
@@ -52,14 +74,12 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   }
   float* o = out + q0 * d;
 #if defined(RT_VEC)
-  if (d == 64 || d == 128) {  // one query head at a time, its output row in registers
-    for (int64_t h = h0, j = 0; h < h1; ++h)
-      for (int64_t r = 0; r < g; ++r, ++j) {
-        if (d == 64)
-          weighted_rows_64(sc + j * len, v_buf + h * KV_ROW(d), slots, len, slot_len, o + j * d);
-        else
-          weighted_rows_128(sc + j * len, v_buf + h * KV_ROW(d), slots, len, slot_len, o + j * d);
-      }
+  // Per KV head, its g query heads in passes over the V rows; the first head's pass fetches
+  // the rows of every head [h0, h1) ahead.
+  if (d == 64 || d == 128) {
+    for (int64_t h = h0; h < h1; ++h)
+      weighted_heads(sc + (h - h0) * g * len, len, g, v_buf + h * KV_ROW(d), slots, len,
+                     slot_len, d, o + (h - h0) * g * d, h == h0 ? row_bytes : 0);
     return;
   }
 #endif

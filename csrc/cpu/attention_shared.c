@@ -183,20 +183,18 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
     ml[2 * j] = max_f32(row, len);
     ml[2 * j + 1] = softmax_numerators(row, len, ml[2 * j]);
   }
-  for (int64_t h = 0; h < hkv; ++h)
+  for (int64_t h = 0; h < hkv; ++h) {
+    if (weighted_heads(sc + h * gq * lenp, lenp, gq, v_buf + h * KV_ROW(d), slots, len, slot_len,
+                       d, out + h * gq * d, h == 0 ? hkv * KV_ROW(d) * (int64_t)sizeof(kv_t) : 0) == 0)
+      continue;
     for (int64_t j = h * gq; j < (h + 1) * gq; ++j) {
       float* o = out + j * d;
       const float* p = sc + j * lenp;
-      if (d == 64) {
-        weighted_rows_64(p, v_buf + h * KV_ROW(d), slots, len, slot_len, o);
-      } else if (d == 128) {
-        weighted_rows_128(p, v_buf + h * KV_ROW(d), slots, len, slot_len, o);
-      } else {
-        memset(o, 0, sizeof(float) * (size_t)d);
-        for (int64_t l = 0; l < len; ++l)
-          axpy_kv(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * KV_ROW(d), d);
-      }
+      memset(o, 0, sizeof(float) * (size_t)d);
+      for (int64_t l = 0; l < len; ++l)
+        axpy_kv(o, p[l], v_buf + (int64_t)slots[l] * slot_len + h * KV_ROW(d), d);
     }
+  }
 }
 #endif
 

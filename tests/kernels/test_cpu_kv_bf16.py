@@ -25,9 +25,10 @@ def _pool(slots: int, hkv: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(slots, hkv, d).bfloat16(), torch.randn(slots, hkv, d).bfloat16()
 
 
-# (9, 3, 64), (2, 1, 128): weighted rows in registers; (8, 2, 24): the generic loops;
+# (9, 3, 64), (2, 1, 128): weighted rows in registers; (12, 2, 128): six query heads per KV
+# head, in passes of as many as the registers hold; (8, 2, 24): the generic loops;
 # (1, 3000) split-key ranges; (7, 250) one item per request.
-@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (2, 1, 128), (8, 2, 24)])
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (2, 1, 128), (12, 2, 128), (8, 2, 24)])
 @pytest.mark.parametrize(("batch", "max_len"), [(1, 250), (7, 250), (1, 3000), (3, 2100)])
 def test_decode_attention_over_bf16_kv(hq: int, hkv: int, d: int, batch: int, max_len: int) -> None:
     torch.manual_seed(4)

@@ -41,7 +41,7 @@ def _bits(buf: torch.Tensor) -> torch.Tensor:
     return buf.view(torch.uint8)
 
 
-@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (2, 1, 128), (8, 2, 24)])
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (2, 1, 128), (12, 2, 128), (8, 2, 24)])
 @pytest.mark.parametrize(("batch", "max_len"), [(1, 250), (7, 250), (1, 3000)])
 def test_decode_attention_over_fp8_kv(
     fp8: torch.dtype, hq: int, hkv: int, d: int, batch: int, max_len: int
@@ -65,7 +65,8 @@ def test_decode_attention_over_fp8_kv(
     want = ref.decode_attention_ref(q, k, v, kb, vb, out_loc, table, rows, lens, d**-0.5)
     # The new rows stored as torch stores them: values and scales bit for bit.
     assert torch.equal(_bits(k_buf), _bits(kb)) and torch.equal(_bits(v_buf), _bits(vb))
-    torch.testing.assert_close(got, want, **TOL)
+    # Float32 sums in another order: their rounding grows with the head size.
+    torch.testing.assert_close(got, want, rtol=TOL["rtol"], atol=TOL["atol"] * max(1, d // 64))
 
 
 @pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (16, 2, 64), (8, 2, 24)])

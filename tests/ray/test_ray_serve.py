@@ -32,25 +32,38 @@ GROUPS, PER_GROUP, PREFIX, SUFFIX = 3, 8, 200, 10
 JSON = {"content-type": "application/json"}  # a body is refused without it
 START_S = 240
 READY = "radixrt on Ray Serve: "  # what `python -m radixrt.serve.ray serve` prints when up
+PROXY_BIND_FAILED = "Failed to start proxy HTTP server"  # Ray's words when the port is taken
 
 
 class RayApp:
     """`python -m radixrt.serve.ray serve` in its own process group, logging to a file."""
 
     def __init__(self, model: Path, policy: str, log: Path) -> None:
+        self.log = log
+        # The port is picked free and released, so another process (Ray's own workers among
+        # them) can take it before the proxy binds it: a start that failed to bind is retried
+        # on a fresh port.
+        for attempt in range(3):
+            if self._start(model, policy) or attempt == 2:
+                return
+            self.stop()
+
+    def _start(self, model: Path, policy: str) -> bool:
+        """Starts the app; False where its HTTP proxy could not bind the port picked."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self.log = log
         cmd = [sys.executable, "-m", "radixrt.serve.ray", "serve", "--replicas", "2", "--port",
                str(port), "--router-policy", policy, "--health-check-period-s", "1", "--",
                "--model-path", str(model), "--max-total-tokens", "4096"]  # fmt: skip
-        with open(log, "wb") as out:
+        with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + START_S
         while True:
+            if PROXY_BIND_FAILED in self.log.read_text(errors="replace"):
+                return False
             if self.proc.poll() is not None:
                 pytest.fail(f"python -m radixrt.serve.ray serve exited:\n{self._tail()}")
             # The line is printed once serve.run has seen every replica healthy; the ingress
@@ -58,7 +71,7 @@ class RayApp:
             if READY in self.log.read_text(errors="replace"):
                 try:
                     if httpx.get(self.url + "/v1/models", timeout=5).status_code == 200:
-                        return
+                        return True
                 except httpx.HTTPError:
                     pass
             if time.monotonic() > deadline:
