@@ -1,5 +1,5 @@
-// Causal extend attention over a bfloat16 KV pool on AMX tiles (the "amx" variant): the same
-// inputs and result as rt_extend_attention_f32_kvbf16 (extend_attention_f32.c), with both
+// Causal extend attention over a bfloat16 KV pool on AMX tiles (the "amx" variant's
+// rt_extend_attention_bf16_kvbf16): the same inputs and result as rt_extend_attention_f32_kvbf16 (extend_attention_f32.c), with both
 // products on TDPBF16PS. Queries (scaled) and probabilities are rounded to bfloat16 as GPU
 // flash attention does; scores, running max and sum, and the output accumulator are float32.
 //
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "amx_tiles.h"
+#include "bf16_pairs.h"
 #include "extend_amx_layout.h"
 #include "kv.h"
 #include "rt_cpu.h"
@@ -33,20 +34,6 @@
 #define KB 128    // keys per online-softmax block: eight 16-key S^T tiles, four 32-key P^T tiles
 
 // Tiles (amx_tiles.h) 0-3: C (16 x 16 float32); 4, 5: A (16 x 32 bf16); 6, 7: B (16 x 64 bytes).
-
-// 2^x for x <= 0: 2^n * 2^f, n = round(x), f in [-1/2, 1/2], a degree-3 polynomial in f
-// (fitted to minimise the relative error): relative error under 7.6e-5, far below the 2^-9
-// of the bfloat16 the probabilities are rounded to. The callers pass (s - m) log2 e, one
-// fused multiply-add (LOG2E). x = -inf gives NaN; the callers mask those lanes to 0.
-#define LOG2E 1.44269504f
-static inline vf exp2_bf16(vf x) {
-  const vf n = vround(x), f = vsub(x, n);
-  vf p = vset1(0.055171f);
-  p = vfma(p, f, vset1(0.2426095f));
-  p = vfma(p, f, vset1(0.69326095f));
-  p = vfma(p, f, vset1(0.99992817f));
-  return vscale2(p, n);
-}
 
 // One head's 16 query rows: qt the scaled queries as d/32 B tiles (512 bf16 each), ot (d, 16)
 // the unnormalised outputs transposed, m and l each query's running max and sum (lanes).
@@ -174,13 +161,13 @@ static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64
   }
 }
 
-#endif
 
-int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_buf,
-                                   const kv_t* v_buf, const int32_t* slots, int64_t p,
-                                   int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
-                                   int64_t d, float scale, int64_t window) {
-#if defined(RT_AMX)
+// rt_extend_attention_bf16_kvbf16 on AMX tiles (on the avx512bf16 variant:
+// extend_attention_dot.c; elsewhere -2).
+int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_buf,
+                                    const kv_t* v_buf, const int32_t* slots, int64_t p,
+                                    int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                    int64_t d, float scale, int64_t window) {
   if (d % 32 != 0 || d > MAXD || window > 0) return -3;
   if (e <= 0) return 0;
   const int64_t n = p + e, npad = (n + KB - 1) / KB * KB, g = hq / hkv;
@@ -247,9 +234,15 @@ int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const kv_t* k_bu
   }
   free(kp);
   return failed ? -1 : 0;
-#else
+}
+
+#elif !defined(RT_BF16_DOT)
+int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_buf,
+                                    const kv_t* v_buf, const int32_t* slots, int64_t p,
+                                    int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                    int64_t d, float scale, int64_t window) {
   (void)q, (void)ldq, (void)k_buf, (void)v_buf, (void)slots, (void)p, (void)e, (void)out;
   (void)ldo, (void)hq, (void)hkv, (void)d, (void)scale, (void)window;
-  return -2;  // no AMX in this variant: the caller runs the float32 kernel
-#endif
+  return -2;  // no bfloat16 products in this variant: the caller runs the float32 kernel
 }
+#endif

@@ -131,15 +131,16 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   after_attention(&L, x, residual, b, attn, gate_up, act);
 }
 
-// Causal attention of one extend request's rows; the AMX kernel where `amx` (a bfloat16
-// pool), else the float32 kernel of the pool's type. 0, or the kernel's error code.
-static int extend_attention(int64_t kv_kind, int64_t amx, const float* q, int64_t ldq,
+// Causal attention of one extend request's rows; the bfloat16-product kernel where `bf16` (a
+// bfloat16 pool), else the float32 kernel of the pool's type. 0, or the kernel's error code.
+static int extend_attention(int64_t kv_kind, int64_t bf16, const float* q, int64_t ldq,
                             const void* k_buf, const void* v_buf, const int32_t* slots,
                             int64_t p, int64_t e, float* out, int64_t ldo, int64_t hq,
                             int64_t hkv, int64_t d, float scale) {
-  if (amx)
-    return rt_extend_attention_amx_kvbf16(q, ldq, (const uint16_t*)k_buf, (const uint16_t*)v_buf,
-                                          slots, p, e, out, ldo, hq, hkv, d, scale, 0);
+  if (bf16)
+    return rt_extend_attention_bf16_kvbf16(q, ldq, (const uint16_t*)k_buf,
+                                           (const uint16_t*)v_buf, slots, p, e, out, ldo, hq, hkv,
+                                           d, scale, 0);
   if (kv_kind == 1)
     return rt_extend_attention_f32_kvbf16(q, ldq, (const uint16_t*)k_buf, (const uint16_t*)v_buf,
                                           slots, p, e, out, ldo, hq, hkv, d, scale, 0);
@@ -170,7 +171,7 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
                         const int64_t* dims, float eps, const float* cos, const float* sin,
                         void* k_buf, void* v_buf, int64_t kv_kind, const int64_t* out_loc,
                         const int32_t* req_to_token, int64_t ld_table, const int64_t* ext,
-                        int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t amx,
+                        int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t bf16,
                         float* scratch, const int64_t* a8) {
   const layer_t L = {
       (const float*)ptrs[0], (const float*)ptrs[1],
@@ -194,7 +195,7 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
   // ext: per extend request (first row in the batch, new rows, prefix, pool row)
   for (int64_t r = 0; r < n_ext; ++r) {
     const int64_t start = ext[4 * r], e = ext[4 * r + 1], p = ext[4 * r + 2];
-    const int rc = extend_attention(kv_kind, amx, qkv + start * width, width, k_buf, v_buf,
+    const int rc = extend_attention(kv_kind, bf16, qkv + start * width, width, k_buf, v_buf,
                                     req_to_token + ext[4 * r + 3] * ld_table, p, e,
                                     attn + start * hd, hd, hq, hkv, d, scale);
     if (rc != 0) return rc;

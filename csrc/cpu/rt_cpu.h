@@ -132,7 +132,7 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
 // o, gate_up, down; 0 for none); dims: hidden, hq, hkv, d, inter, bf16 weights. Every new
 // K/V is stored at out_loc (t,) first; then per extend request r < n_ext, ext[4r..4r+3] =
 // (first row, new rows e, prefix p, pool row) attends causally over req_to_token[row, :p+e]
-// (on AMX tiles when `amx`: a bfloat16 pool); then the bd decode rows, dec = (rows in the
+// (with bfloat16 products when `bf16`: a bfloat16 pool, rt_extend_attention_bf16_kvbf16); then the bd decode rows, dec = (rows in the
 // batch | pool rows | seq_lens), bd each, through the decode kernel. scratch holds
 // t * ((hq + 2*hkv)*d + hq*d + 3*inter) + 2 * bd * hq*d floats; a8 as rt_decode_layer_f32's.
 // Returns 0, or an extend kernel's error code (x, residual then undefined).
@@ -140,7 +140,7 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
                         const int64_t* dims, float eps, const float* cos, const float* sin,
                         void* k_buf, void* v_buf, int64_t kv_kind, const int64_t* out_loc,
                         const int32_t* req_to_token, int64_t ld_table, const int64_t* ext,
-                        int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t amx,
+                        int64_t n_ext, const int64_t* dec, int64_t bd, float scale, int64_t bf16,
                         float* scratch, const int64_t* a8);
 // Causal attention of one request's e new query rows (positions p .. p+e-1) over its keys
 // and values at slots[0 .. p+e-1], each row over its last `window` keys when window > 0; see
@@ -163,13 +163,14 @@ int rt_extend_attention_f32_kve5m2(const float* q, int64_t ldq, const uint8_t* k
                                    int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
                                    int64_t d, float scale, int64_t window);
 
-// The same over a bfloat16 pool on AMX tiles (extend_attention_amx.c): queries and
-// probabilities rounded to bfloat16, float32 softmax and accumulation. -2 in a variant
-// without AMX, -3 for a head dim or window it does not take (then call the one above).
-int rt_extend_attention_amx_kvbf16(const float* q, int64_t ldq, const uint16_t* k_buf,
-                                   const uint16_t* v_buf, const int32_t* slots, int64_t p,
-                                   int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
-                                   int64_t d, float scale, int64_t window);
+// The same over a bfloat16 pool with bfloat16 products: on AMX tiles in the amx variant
+// (extend_attention_amx.c), on VDPBF16PS in the avx512bf16 one (extend_attention_dot.c);
+// queries and probabilities rounded to bfloat16, float32 softmax and accumulation. -2 in a
+// variant with neither, -3 for a head dim or window it does not take (then call the one above).
+int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const uint16_t* k_buf,
+                                    const uint16_t* v_buf, const int32_t* slots, int64_t p,
+                                    int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
+                                    int64_t d, float scale, int64_t window);
 
 // The calling thread's scratch for a GEMM's rows (gemm.c; NULL when out of memory).
 void* rt_row_scratch(size_t bytes);

@@ -6,6 +6,7 @@ attention pass's path and KV dtype."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def test_auto_pool_and_sizing_follow_the_width(
         assert r.bf16_weights and r.kv_dtype == torch.bfloat16
         assert r.token_to_kv_pool.dtype == torch.bfloat16
         head_dim = r.arch.head_dim
-        assert r.cpu_kernels.extend_on_tiles == ck.amx_extend_takes(torch.bfloat16, head_dim)
+        assert r.cpu_kernels.extend_bf16 == ck.bf16_extend_takes(torch.bfloat16, head_dim)
         # the budget less the (bfloat16, smaller) weights, at half the bytes a slot
         assert r.max_total_tokens >= 2 * slots32 - r.token_to_kv_pool.page_size
         out = e.generate(input_ids=[5, 6, 7, 8] * 10,
@@ -74,25 +75,27 @@ def test_auto_pool_and_sizing_follow_the_width(
 
 
 def test_summary_names_attention_paths() -> None:
-    plan = KernelPlan("amx", frozenset(OPS), kv_dtype="bfloat16", extend_on_tiles=True)
+    plan = KernelPlan("amx", frozenset(OPS), kv_dtype="bfloat16", extend_bf16=True)
     line = plan.summary()
     assert "attention: decode on the kernel (float32 arithmetic) over bfloat16 KV" in line
     assert "extend on AMX tiles (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV" in line
+    dot = replace(plan, isa="avx512bf16").summary()
+    assert "extend on VDPBF16PS (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV" in dot
     torch_extend = KernelPlan("avx2", frozenset(OPS) - {"extend_attention"}, kv_dtype="fp8_e4m3")
     assert "extend on torch over fp8_e4m3 KV" in torch_extend.summary()
 
 
-@pytest.mark.skipif(
-    not {"amx", "avx512"} <= set(cpu_build.supported_isas()), reason="needs amx and avx512"
-)
 @pytest.mark.parametrize(("isa", "extend"), [
     ("amx", "extend on AMX tiles (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV"),
+    ("avx512bf16", "extend on VDPBF16PS (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV"),
     ("avx512", "extend on the float32 kernel over bfloat16 KV"),
 ])  # fmt: skip
 def test_startup_line_for_a_forced_variant(
     tiny_d64: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
     isa: str, extend: str,
 ) -> None:  # fmt: skip
+    if isa not in cpu_build.supported_isas():
+        pytest.skip(f"this CPU cannot run the {isa} variant")
     monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
     with caplog.at_level(logging.INFO, logger="radixrt"):
         with Engine(str(tiny_d64), max_total_tokens=512, cpu_kernels="on",

@@ -1,10 +1,10 @@
 """float32 CPU attention on radixrt's C kernels (csrc/cpu): a decode batch makes one call per
 layer (`rt_decode_attention_f32`, which also stores each request's new K/V); an extend makes
 one causal flash-style call per request over its prefix and new tokens in the pool
-(`rt_extend_attention_f32`; over a bfloat16 pool on the amx variant, AMX tiles where
-`kernels.amx_extend_takes`). Decode rows of a mixed batch, and what the runner's kernel plan
-(cpu/guard.py) leaves to torch (`decode_kernel`, `extend_kernel`), run the torch_native code
-this backend extends.
+(`rt_extend_attention_f32`; over a bfloat16 pool on the amx and avx512bf16 variants,
+bfloat16 products on AMX tiles or VDPBF16PS where `kernels.bf16_extend_takes`). Decode rows
+of a mixed batch, and what the runner's kernel plan (cpu/guard.py) leaves to torch
+(`decode_kernel`, `extend_kernel`), run the torch_native code this backend extends.
 
 A sliding-window layer's decode reads a `KeyView`: per request the slots of its last `window`
 keys, left-aligned in a table built once per pass (and per kind of layer), read through the
@@ -57,8 +57,8 @@ class Segments:
 
 class CpuAttnBackend(TorchNativeAttnBackend):
     """Needs the kernel library (`ck.available()`) and a KV pool on the CPU in float32,
-    bfloat16 or fp8 (kernels per KV dtype; a bfloat16 pool extends on AMX tiles on the amx
-    variant, kernels.extend_attention)."""
+    bfloat16 or fp8 (kernels per KV dtype; a bfloat16 pool extends with bfloat16 products on
+    the amx and avx512bf16 variants, kernels.extend_attention)."""
 
     supports: frozenset[str] = frozenset({"sliding_window"})  # soft caps: torch_native
     reads_window_pool = True

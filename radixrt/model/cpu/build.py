@@ -47,6 +47,7 @@ CPU_SOURCES = (
     "attention_shared.c",
     "extend_attention_f32.c",
     "extend_attention_amx.c",
+    "extend_attention_dot.c",
     "layer_f32.c",
     # the attention sources again over bfloat16 and fp8 (e4m3, e5m2) KV pools (kv.h)
     *(f"{src}_kv{kv}.c" for kv in ("bf16", "e4m3", "e5m2")
@@ -157,11 +158,11 @@ for _kv in KV_SUFFIXES:
     SIGNATURES["rt_decode_attention_f32" + _kv] = SIGNATURES["rt_decode_attention_f32"]
     SIGNATURES["rt_extend_attention_f32" + _kv] = SIGNATURES["rt_extend_attention_f32"]
     SIGNATURES["rt_store_kv" + _kv] = SIGNATURES["rt_store_kv"]
-SIGNATURES["rt_extend_attention_amx_kvbf16"] = SIGNATURES["rt_extend_attention_f32"]
+SIGNATURES["rt_extend_attention_bf16_kvbf16"] = SIGNATURES["rt_extend_attention_f32"]
 # Every other function returns void.
 RESTYPES = {
     **{"rt_extend_attention_f32" + kv: ctypes.c_int for kv in ("", *KV_SUFFIXES)},
-    "rt_extend_attention_amx_kvbf16": ctypes.c_int,
+    "rt_extend_attention_bf16_kvbf16": ctypes.c_int,
     "rt_extend_layer_f32": ctypes.c_int,
     "rt_isa": ctypes.c_char_p,
     "rt_bf16_packed_size": ctypes.c_int64,

@@ -159,7 +159,7 @@ class FusedDecodeLayer(nn.Module):
         cos, sin = (r.contiguous() for r in rope)
         k_buf, v_buf = pool.get_kv_buffer(self.layer_id)
         kv_kind = ck.KV_KINDS[ck.kv_suffix(k_buf, v_buf)]
-        amx = ck.amx_extend_takes(k_buf.dtype, self.dims[2])
+        bf16 = ck.bf16_extend_takes(k_buf.dtype, self.dims[2])
         table = fb.req_to_token_pool.req_to_token
         t = x.shape[0]
         hq_d = self.dims[0] * self.dims[2]
@@ -169,7 +169,7 @@ class FusedDecodeLayer(nn.Module):
             self.ext_dims.data_ptr(), self.eps, cos.data_ptr(), sin.data_ptr(),
             k_buf.data_ptr(), v_buf.data_ptr(), kv_kind, fb.out_loc.data_ptr(),
             table.data_ptr(), table.stride(0), seg.ext.data_ptr(), seg.ext.shape[0],
-            seg.dec.data_ptr(), seg.decode_rows, self.scaling, int(amx), scratch.data_ptr(),
+            seg.dec.data_ptr(), seg.decode_rows, self.scaling, int(bf16), scratch.data_ptr(),
             self.a8_ptr,
         )  # fmt: skip
         if rc != 0:

@@ -74,9 +74,10 @@ class KernelPlan:
     a8_planes: int = 1  # activation planes of the W8A8 ops (w8a8.linear)
     # Set by runtime.init_cpu_kernels, not kept with the timings: the KV pool's dtype the
     # attention was planned over (its --kv-cache-dtype name) and whether the extend attention
-    # kernel runs on AMX tiles over it (kernels.amx_extend_takes).
+    # runs the kernel of bfloat16 products over it (AMX tiles or VDPBF16PS:
+    # kernels.bf16_extend_takes).
     kv_dtype: str = field(default="float32", compare=False)
-    extend_on_tiles: bool = field(default=False, compare=False)
+    extend_bf16: bool = field(default=False, compare=False)
 
     def uses(self, op: str) -> bool:
         return op in self.kernels
@@ -119,8 +120,9 @@ class KernelPlan:
         decode = "the kernel (float32 arithmetic)" if self.uses("decode_attention") else "torch"
         if not self.uses("extend_attention"):
             extend = "torch"
-        elif self.extend_on_tiles:
-            extend = "AMX tiles (bfloat16 QK^T and PV, float32 softmax)"
+        elif self.extend_bf16:
+            on = "AMX tiles" if self.isa == "amx" else "VDPBF16PS"
+            extend = f"{on} (bfloat16 QK^T and PV, float32 softmax)"
         else:
             extend = "the float32 kernel"
         return f"; attention: decode on {decode} over {kv}, extend on {extend} over {kv}"

@@ -21,7 +21,7 @@ __all__ = [
     "build_error",
     "decode_attention",
     "extend_attention",
-    "amx_extend_takes",
+    "bf16_extend_takes",
     "has_extend_attention",
     "isa",
     "linear",
@@ -306,15 +306,25 @@ def has_extend_attention() -> bool:
     return isa() != "portable"
 
 
-# "auto" takes the AMX kernel wherever it runs: it measured faster than the float32 one from
-# one new row up (docs/benchmarks.md section 15), so there is no size rule.
-EXTEND_PATHS = ("auto", "f32", "amx")
+# "auto" takes the bfloat16-product kernel wherever it runs: on AMX tiles it measured faster
+# than the float32 one from one new row up (docs/benchmarks.md section 15), on VDPBF16PS from
+# 16 rows up and level below (section 8), so there is no size rule.
+EXTEND_PATHS = ("auto", "f32", "bf16")
+# The variants with an extend kernel of bfloat16 products (rt_extend_attention_bf16_kvbf16):
+# AMX tiles, VDPBF16PS.
+BF16_EXTEND_ISAS = ("amx", "avx512bf16")
 
 
-def amx_extend_takes(kv_dtype: torch.dtype, d: int, window: int = 0) -> bool:
-    """True when the AMX extend kernel can run here: the amx variant, a bfloat16 pool, head dim
-    a multiple of 32 up to 256, no sliding window."""
-    return isa() == "amx" and kv_dtype == torch.bfloat16 and d % 32 == 0 and d <= 256 and not window
+def bf16_extend_takes(kv_dtype: torch.dtype, d: int, window: int = 0) -> bool:
+    """True when the extend kernel of bfloat16 products can run here: the amx or avx512bf16
+    variant, a bfloat16 pool, head dim a multiple of 32 up to 256, no sliding window."""
+    return (
+        isa() in BF16_EXTEND_ISAS
+        and kv_dtype == torch.bfloat16
+        and d % 32 == 0
+        and d <= 256
+        and not window
+    )
 
 
 def extend_attention(
@@ -333,21 +343,23 @@ def extend_attention(
     (int32, contiguous) of k_buf, v_buf (S, Hkv, D), which already hold the new tokens; with
     `window` > 0 row i sees only the keys prefix_len+i-window+1 .. prefix_len+i. Writes out
     (e, Hq*D) rows. k_buf, v_buf float32, bfloat16 or fp8 (widened as they are read).
-    `path`: "auto" runs the AMX kernel where `amx_extend_takes` says so, else float32
-    arithmetic; "f32" always the latter; "amx" the AMX kernel (ValueError where it cannot)."""
+    `path`: "auto" runs the kernel of bfloat16 products (queries and probabilities rounded to
+    bfloat16: AMX tiles or VDPBF16PS) where `bf16_extend_takes` says so, else float32
+    arithmetic; "f32" always the latter; "bf16" the former (ValueError where it cannot)."""
     suffix = kv_suffix(k_buf, v_buf)
     e = q.shape[0]
     hkv, d = k_buf.shape[1], head_dim_of(k_buf)
     if path not in EXTEND_PATHS:
         raise ValueError(f"path must be one of {EXTEND_PATHS}, got {path!r}")
-    takes = amx_extend_takes(k_buf.dtype, d, window)
-    if path == "amx" and not takes:
+    takes = bf16_extend_takes(k_buf.dtype, d, window)
+    if path == "bf16" and not takes:
         raise ValueError(
-            f"the AMX extend kernel needs the amx variant (this is {isa()}), a bfloat16 pool "
-            f"(got {k_buf.dtype}), head dim a multiple of 32 up to 256 (got {d}) and no window"
+            f"the bfloat16 extend kernel needs the {' or '.join(BF16_EXTEND_ISAS)} variant (this "
+            f"is {isa()}), a bfloat16 pool (got {k_buf.dtype}), head dim a multiple of 32 up to "
+            f"256 (got {d}) and no window"
         )
-    amx = takes and path != "f32"
-    fn_name = "rt_extend_attention_amx_kvbf16" if amx else "rt_extend_attention_f32" + suffix
+    bf16 = takes and path != "f32"
+    fn_name = "rt_extend_attention_bf16_kvbf16" if bf16 else "rt_extend_attention_f32" + suffix
     if slots.dtype != torch.int32 or not slots.is_contiguous() or slots.numel() < prefix_len + e:
         raise ValueError("slots must be contiguous int32 covering every key")
     hq = q.shape[1] if q.dim() == 3 else q.shape[1] // d  # (e, Hq, D) or (e, Hq*D) rows

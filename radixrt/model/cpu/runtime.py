@@ -99,10 +99,11 @@ def auto_kv_dtype(bf16_weights: bool, windowed: bool) -> torch.dtype:
     it is stored). Chosen on measurement (`python -m benchmarks kv_dtype`, the default model
     with bfloat16 weights, both pools in one process; docs/benchmarks.md sections 15 and 18):
     on an AMX Xeon, where the extend attention runs on AMX tiles over a bfloat16 pool
-    (kernels.amx_extend_takes), prefill 1.75-1.85x float32's tok/s and decode steps in
+    (kernels.bf16_extend_takes), prefill 1.75-1.85x float32's tok/s and decode steps in
     0.76-0.97x its time; on an AMD EPYC Zen 5 (no AMX), where the float32 extend kernel
-    widens the bfloat16 rows as it reads them, prefill at float32's rate (1.01x) and decode
-    steps in 0.70x (batch 8) to 0.94x (shared prefix) its time.
+    then widened the bfloat16 rows as it read them, prefill at float32's rate (1.01x) and
+    decode steps in 0.70x (batch 8) to 0.94x (shared prefix) its time (its extends now run
+    on VDPBF16PS over a bfloat16 pool, as the AMX ones on tiles).
     `init_cpu_kernels` keeps float32 where the plan leaves an attention pass to torch."""
     if _auto_pin() == "float32" or not bf16_weights or windowed:
         return torch.float32
@@ -186,8 +187,8 @@ def init_cpu_kernels(
     plan = replace(
         plan,
         kv_dtype=kv_dtype_name(kv),  # fp8_e4m3 / fp8_e5m2: with a scale per (token, KV head)
-        extend_on_tiles=plan.uses("extend_attention")
-        and ck.amx_extend_takes(kv, head_dim, int(windowed)),
+        extend_bf16=plan.uses("extend_attention")
+        and ck.bf16_extend_takes(kv, head_dim, int(windowed)),
     )
     swapped = use_cpu_kernels(model, plan, weights)
     setattr(model, SWAPPED_ATTR, (asked, plan))

@@ -1,5 +1,6 @@
-"""A tiny random Llama (head dim 64, GQA 2:1) on the amx variant with a bfloat16 KV pool: its
-prefill attention runs the AMX extend kernel (queries and probabilities in bfloat16), and its
+"""A tiny random Llama (head dim 64, GQA 2:1) with a bfloat16 KV pool on each variant with an
+extend kernel of bfloat16 products this CPU runs (AMX tiles on amx, VDPBF16PS on avx512bf16):
+its prefill attention runs that kernel (queries and probabilities in bfloat16), and its
 prompt logprobs stay within TOL of the same model over a float32 pool, through a cached
 prefix (the second prompt extends the first's radix-tree entry)."""
 
@@ -20,9 +21,7 @@ from radixrt.model.cpu import kernels as ck
 # 0.024 nats, mean 0.005; the bfloat16 pool through the float32 kernel alone: at most 0.016.
 TOL, TOL_MEAN = 0.05, 0.01
 
-pytestmark = pytest.mark.skipif(
-    "amx" not in cpu_build.supported_isas() or not ck.available(), reason="no AMX-BF16 here"
-)
+pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
 
 def _ids(seed: int, n: int) -> list[int]:
@@ -52,23 +51,26 @@ def _logprobs(model: Path, kv_dtype: str) -> list[list[float]]:
     return out
 
 
-def test_amx_prefill_logprobs_match_float32_kv(
-    model: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("isa", ck.BF16_EXTEND_ISAS)
+def test_bf16_prefill_logprobs_match_float32_kv(
+    model: Path, monkeypatch: pytest.MonkeyPatch, isa: str
 ) -> None:
-    monkeypatch.setenv("RADIXRT_CPU_ISA", "amx")
+    if isa not in cpu_build.supported_isas():
+        pytest.skip(f"this CPU cannot run the {isa} variant")
+    monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
     taken: list[bool] = []
-    takes = ck.amx_extend_takes
+    takes = ck.bf16_extend_takes
 
     def spy(kv_dtype: torch.dtype, d: int, window: int = 0) -> bool:
         taken.append(takes(kv_dtype, d, window))
         return taken[-1]
 
-    monkeypatch.setattr(ck, "amx_extend_takes", spy)
+    monkeypatch.setattr(ck, "bf16_extend_takes", spy)
     ref = _logprobs(model, "float32")
     assert taken and not any(taken)  # the float32 pool: the float32 kernel
     taken.clear()
     got = _logprobs(model, "bfloat16")
-    assert taken and all(taken)  # every extend on the AMX kernel
+    assert taken and all(taken)  # every extend on the bfloat16 kernel
     for g, r in zip(got, ref):
         assert len(g) == len(r)
         err = [abs(a - b) for a, b in zip(g, r)]

@@ -1,8 +1,10 @@
-"""The AMX extend-attention kernel over a bfloat16 KV pool (csrc/cpu/extend_attention_amx.c)
+"""The extend-attention kernel of bfloat16 products over a bfloat16 KV pool
+(rt_extend_attention_bf16_kvbf16: AMX tiles in the amx variant, csrc/cpu/extend_attention_amx.c;
+VDPBF16PS in the avx512bf16 one, extend_attention_dot.c), on each of the two this CPU runs,
 against the float32 extend kernel and SDPA, and where it must step aside: every other
 variant, KV dtype, head dim and sliding window runs the float32 kernel unchanged.
 
-Tolerances: the kernel rounds the scaled queries and the softmax probabilities to bfloat16
+Tolerances: both kernels round the scaled queries and the softmax probabilities to bfloat16
 (8 significant bits, relative error <= 2^-9 each) and keeps scores, max, sum and outputs in
 float32. An output is a convex mix of V rows (|v| ~ 1 here), so its error is about 2^-8 of
 |v| with the probabilities' errors partly cancelling: max abs error <= 2e-2, mean <= 2e-3
@@ -21,16 +23,17 @@ from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import reference as ref
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
-HAS_AMX = "amx" in cpu_build.supported_isas()
 MAX_ERR, MEAN_ERR, MAX_ERR_ROUNDED_Q = 2e-2, 2e-3, 1e-2
 
 
-@pytest.fixture
-def amx(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not HAS_AMX:
-        pytest.skip("this CPU has no AMX-BF16")
-    monkeypatch.setenv("RADIXRT_CPU_ISA", "amx")
-    assert ck.isa() == "amx"
+@pytest.fixture(params=ck.BF16_EXTEND_ISAS)
+def bf16(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each variant with the kernel, where this CPU runs it."""
+    if request.param not in cpu_build.supported_isas():
+        pytest.skip(f"this CPU cannot run the {request.param} variant")
+    monkeypatch.setenv("RADIXRT_CPU_ISA", request.param)
+    assert ck.isa() == request.param
+    return request.param
 
 
 def _case(hq: int, hkv: int, d: int, prefix: int, new: int, pool: int, seed: int = 0):
@@ -67,11 +70,11 @@ def _close(got: torch.Tensor, want: torch.Tensor, max_err: float = MAX_ERR) -> N
 @pytest.mark.parametrize(
     ("prefix", "new"), [(0, 1), (0, 17), (0, 200), (130, 70), (300, 5), (0, 300), (200, 333)]
 )
-def test_amx_matches_float32_kernel_and_sdpa(
-    amx: None, hq: int, hkv: int, d: int, prefix: int, new: int
+def test_bf16_matches_float32_kernel_and_sdpa(
+    bf16: str, hq: int, hkv: int, d: int, prefix: int, new: int
 ) -> None:
     q, k_buf, v_buf, slots = _case(hq, hkv, d, prefix, new, prefix + new + 40)
-    got = _run(q, k_buf, v_buf, slots, prefix, "amx")
+    got = _run(q, k_buf, v_buf, slots, prefix, "bf16")
     assert torch.isfinite(got).all()
     _close(got, _run(q, k_buf, v_buf, slots, prefix, "f32"))
     _close(got, ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
@@ -80,11 +83,11 @@ def test_amx_matches_float32_kernel_and_sdpa(
     _close(got, want, MAX_ERR_ROUNDED_Q)
 
 
-def test_amx_matches_torch_bf16_sdpa(amx: None) -> None:
+def test_bf16_matches_torch_bf16_sdpa(bf16: str) -> None:
     """Against torch's own bfloat16 SDPA (causal, GQA), a 300-token prompt."""
     hq, hkv, d, e = 9, 3, 64, 300
     q, k_buf, v_buf, slots = _case(hq, hkv, d, 0, e, e)
-    got = _run(q, k_buf, v_buf, slots, 0, "amx").view(e, hq, d).transpose(0, 1)
+    got = _run(q, k_buf, v_buf, slots, 0, "bf16").view(e, hq, d).transpose(0, 1)
     kk, vv = (b[slots.long()].transpose(0, 1) for b in (k_buf, v_buf))
     want = F.scaled_dot_product_attention(
         q.bfloat16().transpose(0, 1), kk, vv, is_causal=True, scale=d**-0.5, enable_gqa=True
@@ -92,26 +95,26 @@ def test_amx_matches_torch_bf16_sdpa(amx: None) -> None:
     _close(got, want.float(), 3e-2)  # torch also rounds its output to bfloat16
 
 
-def test_amx_takes_no_new_rows(amx: None) -> None:
+def test_bf16_takes_no_new_rows(bf16: str) -> None:
     for prefix in (0, 20):  # (nothing to pack at all with no prefix either)
         q, k_buf, v_buf, slots = _case(9, 3, 64, prefix, 0, 30)
-        assert _run(q, k_buf, v_buf, slots, prefix, "amx").shape == (0, 9 * 64)
+        assert _run(q, k_buf, v_buf, slots, prefix, "bf16").shape == (0, 9 * 64)
 
 
-def test_amx_is_causal(amx: None) -> None:
+def test_bf16_is_causal(bf16: str) -> None:
     """Row i reads no key after its own position: changing the last keys and values leaves
     every earlier row's output bit for bit the same."""
     prefix, new = 100, 90
     q, k_buf, v_buf, slots = _case(9, 3, 64, prefix, new, prefix + new)
-    before = _run(q, k_buf, v_buf, slots, prefix, "amx")
+    before = _run(q, k_buf, v_buf, slots, prefix, "bf16")
     late = slots[prefix + 60 :].long()
     k_buf[late], v_buf[late] = k_buf[late] * 3 + 1, -v_buf[late]
-    after = _run(q, k_buf, v_buf, slots, prefix, "amx")
+    after = _run(q, k_buf, v_buf, slots, prefix, "bf16")
     assert torch.equal(before[:60], after[:60])
     assert not torch.equal(before[60:], after[60:])
 
 
-def test_amx_pages_of_16_with_holes(amx: None) -> None:
+def test_bf16_pages_of_16_with_holes(bf16: str) -> None:
     """A prefix and new tokens in scattered pages of 16 slots (page size 16), the pool's other
     slots NaN: slot j of the request is page[j // 16] * 16 + j % 16."""
     torch.manual_seed(5)
@@ -124,15 +127,15 @@ def test_amx_pages_of_16_with_holes(amx: None) -> None:
     k_buf[slots.long()] = torch.randn(prefix + new, hkv, d).bfloat16()
     v_buf[slots.long()] = torch.randn(prefix + new, hkv, d).bfloat16()
     q = torch.randn(new, hq, d)
-    got = _run(q, k_buf, v_buf, slots, prefix, "amx")
+    got = _run(q, k_buf, v_buf, slots, prefix, "bf16")
     _close(got, ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
 
 
 @pytest.mark.parametrize("isa", variants())
-def test_auto_path_is_amx_only_where_it_runs(monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
-    """ "auto" takes the AMX kernel on the amx variant over bfloat16 KV with head dim 64; every
-    other variant, a float32 pool, head dim 48 and a sliding window run the float32 kernel bit
-    for bit, and forcing "amx" there is refused with the reason."""
+def test_auto_path_is_bf16_only_where_it_runs(monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
+    """ "auto" takes the bfloat16 kernel on the amx and avx512bf16 variants over bfloat16 KV
+    with head dim 64; every other variant, a float32 pool, head dim 48 and a sliding window
+    run the float32 kernel bit for bit, and forcing "bf16" there is refused with the reason."""
     monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
     if not ck.has_extend_attention():
         pytest.skip("the portable variant leaves extends to torch")
@@ -143,14 +146,14 @@ def test_auto_path_is_amx_only_where_it_runs(monkeypatch: pytest.MonkeyPatch, is
         k_buf, v_buf = k_buf.to(dtype), v_buf.to(dtype)
         auto = _run(q, k_buf, v_buf, slots, 40, "auto", window)
         f32 = _run(q, k_buf, v_buf, slots, 40, "f32", window)
-        amx_here = isa == "amx" and dtype == torch.bfloat16 and d == 64 and not window
-        assert ck.amx_extend_takes(dtype, d, window) == amx_here
-        if amx_here:
-            assert torch.equal(auto, _run(q, k_buf, v_buf, slots, 40, "amx"))
+        here = isa in ck.BF16_EXTEND_ISAS and dtype == torch.bfloat16 and d == 64 and not window
+        assert ck.bf16_extend_takes(dtype, d, window) == here
+        if here:
+            assert torch.equal(auto, _run(q, k_buf, v_buf, slots, 40, "bf16"))
             assert not torch.equal(auto, f32)  # the rounding shows: the other kernel ran
         else:
             assert torch.equal(auto, f32)
-            with pytest.raises(ValueError, match="AMX extend kernel needs"):
-                _run(q, k_buf, v_buf, slots, 40, "amx", window)
+            with pytest.raises(ValueError, match="bfloat16 extend kernel needs"):
+                _run(q, k_buf, v_buf, slots, 40, "bf16", window)
     with pytest.raises(ValueError, match="path must be one of"):
-        _run(q, k_buf, v_buf, slots, 40, "bf16")
+        _run(q, k_buf, v_buf, slots, 40, "amx")
