@@ -8,6 +8,7 @@ import torch
 
 from radixrt.core import Batch, Req
 from radixrt.scheduler.admission import wants_input_logprobs
+from radixrt.scheduler.speculative.rows import forced_rows
 
 
 def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
@@ -49,7 +50,9 @@ def logits_layout(batch: Batch) -> tuple[list[int], list[int]]:
     start = 0
     for req, sample in zip(batch.reqs, batch.sample_mask):
         e = req.extend_len
-        if wants_input_logprobs(req) or req.draft_ids:
+        if req.draft_ids:  # its verifying rows, after the forced tokens' (if any)
+            logits_rows.extend(range(start + forced_rows(req), start + e))
+        elif wants_input_logprobs(req):
             logits_rows.extend(range(start, start + e))
         elif sample:
             logits_rows.append(start + e - 1)

@@ -200,14 +200,19 @@ class Scheduler:
         return done
 
     def _schedule(self) -> Batch | None:
-        decoding = [r for r in self.running if r.kv_len == r.seq_len - 1]
+        # Decoding: one uncomputed token, or (speculating) forced tokens to draft after.
+        after_forced = self.speculation.drafts_after_forced
+        decoding = [r for r in self.running if r.kv_len == r.seq_len - 1 or after_forced(r)]
         for r in decoding:
-            r.extend_len, r.draft_ids, r.draft_parents, r.draft_rows = 1, [], [], []
+            r.extend_len = r.seq_len - r.kv_len
+            r.draft_ids, r.draft_parents, r.draft_rows = [], [], []
         while decoding and self.kv.available_size < self._decode_slots(decoding):
             self._retract(decoding.pop())  # newest last: it gives up its slots first
         self.speculation.plan(decoding, self.kv.available_size - self._decode_slots(decoding))
         budget = self.prefill_chunk
-        prefilling = [r for r in self.running if r.kv_len < r.seq_len - 1]
+        decoding_ids = {id(r) for r in decoding}
+        prefilling = [r for r in self.running
+                      if r.kv_len < r.seq_len - 1 and id(r) not in decoding_ids]  # fmt: skip
         reserved = len(decoding) * self.config.decode_reserve_tokens
         avail = self.kv.available_size - self._decode_slots(decoding)
         closing, self.closing = self.closing, []
@@ -286,7 +291,7 @@ class Scheduler:
             req.sampling_steps += sample
             if req.draft_ids:  # verified below, after the one-token requests are sampled
                 speculated.append((req, row))
-                row += req.extend_len
+                row += 1 + len(req.draft_ids)  # its verifying rows' logits
                 continue
             if wants_input_logprobs(req):
                 n = req.extend_len

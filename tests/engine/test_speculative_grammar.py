@@ -11,6 +11,7 @@ import pytest
 from conftest import assert_pool_whole
 
 from radixrt import Engine
+from radixrt.scheduler.speculative.rows import forced_rows
 
 CITY = {
     "type": "object",
@@ -120,3 +121,46 @@ def test_values_copied_from_the_prompt_are_drafted_by_their_keys(engines) -> Non
     assert got["output_ids"] == ref["output_ids"] and got["text"] == ref["text"]
     # Lookup by suffix alone accepts 19 of 30 here (the value starts miss); keyed: 25 of 29.
     assert got["meta_info"]["spec_accepted_tokens"] >= 22, got["meta_info"]
+
+
+EXTRACT = {
+    "type": "object",
+    "properties": {
+        "customer": {"type": "string", "maxLength": 40},
+        "address": {"type": "string", "maxLength": 60},
+        "email": {"type": "string", "maxLength": 48},
+        "tracking": {"type": "string", "maxLength": 20},
+    },
+    "required": ["customer", "address", "email", "tracking"],
+    "additionalProperties": False,
+}
+
+
+def test_the_step_that_computes_forced_keys_verifies_a_draft_after_them(
+    engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a pick ends a value, jump-forward appends the key the grammar forces next
+    (`email":`) to the output uncomputed; the next step computes it and, in the same pass,
+    verifies a draft of the value after it (rows after the forced ones: rows.forced_rows).
+    Output identical; the pool whole (the autouse check)."""
+    plain, spec = engines
+    text = ("Extract customer, address, email and tracking number as JSON.\n\nInvoice 2026-0001. "
+            "Customer: Margarethe Oyelaran-Whitfield, 1 Harbour Street, Lyon 69002, France. "
+            "Email: margarethe@example-mail.org. Order: 3 x Stainless steel espresso tamper. "
+            "Delivery tracking 6A19384021155.")  # fmt: skip
+    params = {"temperature": 0, "max_new_tokens": 120, "json_schema": json.dumps(EXTRACT)}
+    speculation = spec.scheduler.speculation
+    forced: list[int] = []
+    accept = speculation._accept
+
+    def spy(req, out, first, now):  # type: ignore[no-untyped-def]
+        forced.append(forced_rows(req))
+        return accept(req, out, first, now)
+
+    monkeypatch.setattr(speculation, "_accept", spy)
+    spec.flush_cache()  # drafts by lookup, not from a cached answer
+    ref = plain.generate(_chat(plain, text), params)
+    got = spec.generate(_chat(spec, text), params)
+    assert got["output_ids"] == ref["output_ids"] and got["text"] == ref["text"]
+    assert any(f > 0 for f in forced), forced  # a draft verified after forced tokens
+    json.loads(got["text"])

@@ -1,7 +1,8 @@
 """Key-tied lookup drafts (speculative/keyed.py) over a toy vocabulary: at the start of a value
 the 1-2 token suffix `": "` last led into the previous value, the key word `email` finds the
-prompt's `Email:` and drafts what follows it there (its leading space dropped after a quote);
-a long own match still wins, and without token texts nothing changes."""
+prompt's `Email:` and drafts what follows it there (its leading space dropped after a quote;
+right after the key's colon, an opening quote first); a long own match still wins, and
+without token texts nothing changes."""
 
 from __future__ import annotations
 
@@ -49,8 +50,20 @@ def test_value_start_drafts_the_prompt_value_not_the_previous_one() -> None:
     assert keyed.draft(tokens, 4) == _ids("ann", "@", "x", ".com")
     assert keyed.draft(tokens + _ids("ann"), 3) == _ids("@", "x", ".com")
     assert keyed.draft(tokens + _ids("ann", "@"), 0) == []
-    assert keyed.draft(PROMPT + _ids('{"', "phone", '":'), 2) == _ids(" +1", "23")
     assert keyed.draft(PROMPT + _ids('{"', "name", ","), 2) == []
+
+
+def test_after_a_keys_colon_the_value_opens_with_a_quote() -> None:
+    """Right after `"email":` (the grammar forced the key, the value's quote is still to come)
+    the draft opens the JSON string: ` "`, then the value unspaced; within max_tokens."""
+    keyed = KeyedIndex(_texts(), PROMPT)
+    after_key = PROMPT + _ids('{"', "email", '":')
+    assert keyed.draft(after_key, 4) == _ids(' "', "ann", "@", "x")
+    assert keyed.draft(after_key, 1) == _ids(' "')
+    assert keyed.draft(PROMPT + _ids('{"', "phone", '":'), 2) == _ids(' "', " +1")  # no "+1"
+    # A document value that opens with a quote itself gets none added.
+    quoted = KeyedIndex(_texts(), _ids(" Email", ":", ' "', "ann", '",'))
+    assert quoted.draft(_ids('{"', "email", '":'), 2) == _ids(' "', "ann")
 
 
 def _req() -> Req:

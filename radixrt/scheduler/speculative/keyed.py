@@ -27,6 +27,7 @@ class TokenTexts:
         self._encode = encode
         self._text: dict[int, str] = {}
         self._unspaced: dict[int, int] = {}
+        self._quote: list[int | None] = []  # the token of ' "', once looked up
 
     def text(self, token: int) -> str:
         t = self._text.get(token)
@@ -43,6 +44,14 @@ class TokenTexts:
         so a word there carries no space of its own)."""
         t = self.text(token)
         return bool(t) and t[-1] in " \t\n\"'`"
+
+    def opening_quote(self) -> int | None:
+        """The single token of ' "' (a JSON string value opening after its key's colon), or
+        None where the tokenizer has none."""
+        if not self._quote:
+            ids = self._encode(' "')
+            self._quote.append(ids[0] if len(ids) == 1 else None)
+        return self._quote[0]
 
     def unspaced(self, token: int) -> int:
         """The single token of this token's text without its leading space; itself when the
@@ -75,7 +84,9 @@ class KeyedIndex:
     def draft(self, tokens: list[int], max_tokens: int) -> list[int]:
         """Up to `max_tokens` prompt tokens after the latest prompt occurrence of the keys of
         `tokens`' last KEY_N non-empty-key tokens (within _SCAN tokens); the first without its
-        leading space where `tokens` ends in an opening space or quote; [] when none."""
+        leading space where `tokens` ends in an opening space or quote; after a JSON key's
+        colon (`"email":`), a value that does not open with a quote in the prompt (`Email:
+        ann@x.com`) gets one first (` "ann...`: JSON's strings open so); [] when none."""
         keys: list[str] = []
         for token in reversed(tokens[-_SCAN:]):
             k = self.texts.key(token)
@@ -87,6 +98,10 @@ class KeyedIndex:
         if start is None or max_tokens <= 0:
             return []
         out = self.prompt[start : start + max_tokens]
-        if self.texts.opens(tokens[-1]):
+        quote = self.texts.opening_quote()
+        if (self.texts.text(tokens[-1]).endswith('":') and quote is not None
+                and not self.texts.text(out[0]).lstrip().startswith('"')):  # fmt: skip
+            out = [quote, self.texts.unspaced(out[0]), *out[1:]][:max_tokens]
+        elif self.texts.opens(tokens[-1]):
             out[0] = self.texts.unspaced(out[0])
         return out

@@ -18,6 +18,13 @@ from radixrt.core import Req
 from radixrt.executor.draws import request_generator
 
 
+def forced_rows(req: Req) -> int:
+    """The rows of `req`'s step before its verifying rows: the tokens jump-forward appended
+    after its last pick (its grammar forced them; uncomputed, already in its output), which
+    the step computes first (0 for a request that decodes one token)."""
+    return req.seq_len - 1 - req.kv_len
+
+
 def row_reqs(req: Req) -> list[Req]:
     """The 1 + len(draft_ids) sampler rows of `req`: row j sees the output as if the drafted
     tokens up to node j were accepted (a chain: the first j; a tree: node j's path; penalties

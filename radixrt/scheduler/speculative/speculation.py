@@ -18,7 +18,12 @@ Grammars: a constrained request's draft is cut to its longest prefix the grammar
 (within the token budget), and row j is sampled under the mask a decode step would use after
 the first j drafted tokens (GrammarState.along walks the matcher there and back). Emitted
 picks advance the grammar one by one; jump-forward runs only after the last of them, as it
-would after a one-token step.
+would after a one-token step. A request whose last pick made the grammar force tokens
+(jump-forward appended them to its output, uncomputed; at most MAX_FORCED) drafts after them
+in the same step (`drafts_after_forced`, lookup drafters): the step computes the forced
+tokens' rows first (`rows.forced_rows`, no logits: they are certain, the matcher is past them)
+and then the verifying rows, the first of them at the last forced token, as a decode step
+would after a one-token step that had computed them.
 
 Draft slot ownership: `alloc_for` gives the request slots for all 1 + k positions, like any
 extend, written into its own req_to_token row (they are the request's, whether the pass
@@ -50,7 +55,7 @@ from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
-from radixrt.scheduler.speculative.rows import SeededDraws, row_reqs
+from radixrt.scheduler.speculative.rows import SeededDraws, forced_rows, row_reqs
 from radixrt.scheduler.speculative.tally import tally
 from radixrt.scheduler.speculative.tree import chain_path
 from radixrt.scheduler.speculative.tree_rows import TreeRows
@@ -61,6 +66,9 @@ logger = logging.getLogger("radixrt")
 # check_finish(req, jump): the scheduler's finish check and grammar advance; `jump` lets
 # jump-forward append forced tokens after this token.
 CheckFinish = Callable[[Req, bool], None]
+# The most forced tokens a request drafts after (`drafts_after_forced`): with a draft, its
+# step's rows stay within a decode pass's rows per request (MAX_ROWS_PER_REQUEST).
+MAX_FORCED = 8
 
 
 class Speculation:
@@ -87,11 +95,21 @@ class Speculation:
         # plan, read and cleared by verify.
         self._masks: dict[int, torch.Tensor] = {}
 
+    def drafts_after_forced(self, req: Req) -> bool:
+        """Whether `req`, whose output ends in tokens jump-forward appended (forced by its
+        grammar, not computed yet), decodes this step with a draft after them rather than
+        computing them alone like a prefill chunk: a lookup drafter, a grammar that allows
+        drafts, at most MAX_FORCED of them after a computed prompt."""
+        forced = forced_rows(req)
+        return (self.num_draft_tokens > 0 and self.drafter.trusts_matches
+                and req.grammar is not None and 0 < forced <= MAX_FORCED
+                and req.kv_len >= req.prompt_len and self.grammar.speculates(req))  # fmt: skip
+
     def plan(self, decoding: list[Req], spare: int) -> int:
-        """Draft for the eligible of `decoding` (each set to extend 1 token) using at most
-        `spare` KV slots beyond their decode step's, all asked of the drafter at once (a draft
-        model drafts them in one pass per position); sets draft_ids and extend_len and
-        returns the slots taken."""
+        """Draft for the eligible of `decoding` (each set to extend its uncomputed tokens: 1,
+        or its forced tokens and the last pick) using at most `spare` KV slots beyond their
+        step's, all asked of the drafter at once (a draft model drafts them in one pass per
+        position); sets draft_ids and extend_len and returns the slots taken."""
         if self.num_draft_tokens <= 0:
             return 0
         self._masks.clear()
@@ -110,8 +128,9 @@ class Speculation:
             cap = req.draft_guard.allowed()  # the guard: recent acceptance (0: paused)
             if most <= 0:
                 continue
-            base = self.kv.slots_needed(req, 1)
-            fit = self.kv.tokens_fitting(req, base + spare - used) - 1
+            own = req.extend_len  # the step's tokens without a draft
+            base = self.kv.slots_needed(req, own)
+            fit = self.kv.tokens_fitting(req, base + spare - used) - own
             budget = min(most, cap, fit)
             if budget > 0 and self._tree_ok(req):
                 nodes = max(budget, min(self.tree_nodes, fit))
@@ -121,7 +140,7 @@ class Speculation:
                 reqs.append(req)  # a chain: as long as a trusted draft may be
                 budgets.append(ask)
                 caps.append(cap)
-                used += self.kv.slots_needed(req, 1 + budgets[-1]) - base
+                used += self.kv.slots_needed(req, own + budgets[-1]) - base
         used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
         drafts = self.drafter.propose_batch(reqs, budgets)
         for req, budget, cap, draft in zip(reqs, budgets, caps, drafts):
@@ -129,9 +148,10 @@ class Speculation:
             if draft and req.grammar is not None:
                 draft = self._constrain(req, draft)
             if draft:
+                own = req.extend_len
                 req.draft_ids = draft
-                req.extend_len = 1 + len(draft)
-                used += self.kv.slots_needed(req, req.extend_len) - self.kv.slots_needed(req, 1)
+                req.extend_len = own + len(draft)
+                used += self.kv.slots_needed(req, req.extend_len) - self.kv.slots_needed(req, own)
         return used
 
     def _tree_ok(self, req: Req) -> bool:
@@ -183,16 +203,16 @@ class Speculation:
         """For each (request, first logits row) that speculated: sample its rows, accept,
         emit, free the rejected slots; returns the requests (the caller retires the
         finished)."""
-        rows = [i for req, start in items for i in range(start, start + req.extend_len)]
+        rows = [i for req, start in items for i in range(start, start + 1 + len(req.draft_ids))]
         seeded = SeededDraws([req for req, _ in items], logits.device)  # before the rows
         reqs = [row for req, _ in items for row in row_reqs(req)]
         out = self.sampler.sample(logits[rows], reqs, self._vocab_mask(items, len(rows)))
         now, i = time.monotonic(), 0
         for req, _ in items:
-            e = req.extend_len
+            n = 1 + len(req.draft_ids)  # its verifying rows
             emitted = self._accept(req, out, i, now)
             seeded.settle(req, emitted)
-            i += e
+            i += n
         self.tree_rows.release()
         return [req for req, _ in items]
 
@@ -208,8 +228,8 @@ class Speculation:
             if masks is not None:
                 if mask is None:
                     mask = torch.full((num_rows, masks.shape[1]), -1, dtype=torch.int32)
-                mask[i : i + req.extend_len] = masks
-            i += req.extend_len
+                mask[i : i + 1 + len(req.draft_ids)] = masks
+            i += 1 + len(req.draft_ids)
         self._masks.clear()
         return mask
 
@@ -217,8 +237,14 @@ class Speculation:
         """Emit the picks of rows first.. along the drafts they accept (a chain: while they
         equal the drafts; a tree: DraftTree.accept) and the first that is not drafted;
         returns the tokens emitted."""
-        draft, start = req.draft_ids, req.kv_len
-        picks = out.next_token_ids[first : first + req.extend_len]
+        # Positions kv_len .. start - 1 hold the forced tokens (computed, kept); the verifying
+        # rows are positions start .. end - 1.
+        draft, start, end = (
+            req.draft_ids,
+            req.kv_len + forced_rows(req),
+            req.kv_len + req.extend_len,
+        )
+        picks = out.next_token_ids[first : first + 1 + len(draft)]
         tree = self.tree_rows.tree_of(req)
         path = tree.accept(picks) if tree is not None else chain_path(draft, picks)
         emitted = 0
@@ -248,7 +274,7 @@ class Speculation:
         if tree is not None:
             self.tree_rows.accept(req, path[:keep])
         else:
-            self._free_positions(req, start + keep, start + req.extend_len)
+            self._free_positions(req, start + keep, end)
         req.kv_len = start + keep
         req.draft_ids, req.draft_parents = [], []
         self.kv.advance_window(req)
