@@ -43,7 +43,6 @@ rows.py's argument, each node's row seeing its own path as output).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
@@ -53,6 +52,7 @@ from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core import FinishReason, Req
 from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
+from radixrt.scheduler.speculative.draft_masks import DraftMasks
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, forced_rows, row_reqs
@@ -60,8 +60,6 @@ from radixrt.scheduler.speculative.tally import tally
 from radixrt.scheduler.speculative.tree import chain_path
 from radixrt.scheduler.speculative.tree_rows import TreeRows
 from radixrt.scheduler.stats import SchedulerStats
-
-logger = logging.getLogger("radixrt")
 
 # check_finish(req, jump): the scheduler's finish check and grammar advance; `jump` lets
 # jump-forward append forced tokens after this token.
@@ -91,9 +89,9 @@ class Speculation:
         self.stats = stats
         self.check_finish = check_finish  # guarded: a fault finishes that request alone
         self.grammar = grammar or NoGrammarQueue()
-        # The masks along this step's drafts of constrained requests, by id(req): set by
-        # plan, read and cleared by verify.
-        self._masks: dict[int, torch.Tensor] = {}
+        # The masks along this step's drafts of constrained requests: set by plan, read and
+        # cleared by verify.
+        self.masks = DraftMasks(self.grammar, sampler.eos_token_ids)
 
     def drafts_after_forced(self, req: Req) -> bool:
         """Whether `req`, whose output ends in tokens jump-forward appended (forced by its
@@ -112,7 +110,7 @@ class Speculation:
         position); sets draft_ids and extend_len and returns the slots taken."""
         if self.num_draft_tokens <= 0:
             return 0
-        self._masks.clear()
+        self.masks.clear()
         self.tree_rows.release()  # rows a pass that raised left borrowed, if any
         reqs: list[Req] = []
         budgets: list[int] = []
@@ -146,7 +144,7 @@ class Speculation:
         for req, budget, cap, draft in zip(reqs, budgets, caps, drafts):
             draft = self.drafter.trim(req, draft[:budget], cap)
             if draft and req.grammar is not None:
-                draft = self._constrain(req, draft)
+                draft = self.masks.constrain(req, draft)
             if draft:
                 own = req.extend_len
                 req.draft_ids = draft
@@ -181,18 +179,6 @@ class Speculation:
         """After the step's slots are allocated: the rows its draft trees attend through."""
         self.tree_rows.lay_out()
 
-    def _constrain(self, req: Req, draft: list[int]) -> list[int]:
-        """`draft` cut to what `req`'s grammar allows; its masks kept for verify."""
-        stop_ids = {*self.sampler.eos_token_ids, *req.sampling_params.stop_token_ids}
-        try:
-            masks = self.grammar.draft_masks(req, draft, stop_ids)  # (1 + n, W)
-        except Exception:  # the request's own grammar: its decode step's mask reports it
-            logger.exception("drafting under the grammar of request %s failed", req.rid)
-            return []
-        if masks.shape[0] > 1:
-            self._masks[id(req)] = masks
-        return draft[: masks.shape[0] - 1]
-
     def _room(self, req: Req) -> int:
         """The most tokens worth drafting for `req`: all but the bonus token of what is left
         of max_new_tokens, within the context."""
@@ -206,7 +192,9 @@ class Speculation:
         rows = [i for req, start in items for i in range(start, start + 1 + len(req.draft_ids))]
         seeded = SeededDraws([req for req, _ in items], logits.device)  # before the rows
         reqs = [row for req, _ in items for row in row_reqs(req)]
-        out = self.sampler.sample(logits[rows], reqs, self._vocab_mask(items, len(rows)))
+        out = self.sampler.sample(
+            logits[rows], reqs, self.masks.vocab_mask([req for req, _ in items], len(rows))
+        )
         now, i = time.monotonic(), 0
         for req, _ in items:
             n = 1 + len(req.draft_ids)  # its verifying rows
@@ -215,23 +203,6 @@ class Speculation:
             i += n
         self.tree_rows.release()
         return [req for req, _ in items]
-
-    def _vocab_mask(self, items: list[tuple[Req, int]], num_rows: int) -> torch.Tensor | None:
-        """(num_rows, W) int32: each constrained request's draft masks in its rows, all ones
-        in the others; None when no request here is constrained."""
-        if not self._masks:
-            return None
-        mask = None
-        i = 0
-        for req, _ in items:
-            masks = self._masks.pop(id(req), None)
-            if masks is not None:
-                if mask is None:
-                    mask = torch.full((num_rows, masks.shape[1]), -1, dtype=torch.int32)
-                mask[i : i + 1 + len(req.draft_ids)] = masks
-            i += 1 + len(req.draft_ids)
-        self._masks.clear()
-        return mask
 
     def _accept(self, req: Req, out: SampleOutput, first: int, now: float) -> int:
         """Emit the picks of rows first.. along the drafts they accept (a chain: while they
