@@ -44,10 +44,8 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
                    vmul(vset1(scale), dots_keys(q + (q0 + j) * d, kh, slots + l0, slot_len, d)));
           continue;
         }
-        for (int64_t t = 0; t < VW; ++t) {
-          const float* w = kv_row_f32(kh + (int64_t)slots[l0 + t] * slot_len, d, kb + t * d);
-          if (w != kb + t * d) memcpy(kb + t * d, w, sizeof(float) * (size_t)d);
-        }
+        for (int64_t t = 0; t < VW; ++t)  // (kv_row_f32 writes kb for every widened type)
+          kv_row_f32(kh + (int64_t)slots[l0 + t] * slot_len, d, kb + t * d);
         for (int64_t r = 0; r < g; ++r, ++j)
           vstore(sc + j * len + l0, vmul(vset1(scale), dots_rows(q + (q0 + j) * d, kb, d)));
       }

@@ -13,7 +13,7 @@
 // per query, dims (2r, 2r+1)); per block of KB keys it computes S^T (KB x 16) four C tiles
 // at a time, the online softmax in AVX-512 (probabilities written as the B tiles of V^T P^T, key
 // pairs per query), then V^T P^T into four C tiles at a time, which rescale-and-add into its
-// float32 O^T. The packing and transposes are in extend_amx_layout.h.
+// float32 O^T. The packing and transposes are in extend_bf16_layout.h.
 // Returns -2 without AMX, -3 for what it does not take (d not a multiple of 32 up to 256, a
 // sliding window): the caller then runs the float32 kernel.
 #define _GNU_SOURCE
@@ -25,7 +25,7 @@
 
 #include "amx_tiles.h"
 #include "bf16_pairs.h"
-#include "extend_amx_layout.h"
+#include "extend_bf16_layout.h"
 #include "kv.h"
 #include "rt_cpu.h"
 #include "simd.h"
@@ -161,14 +161,13 @@ static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64
   }
 }
 
-
 // rt_extend_attention_bf16_kvbf16 on AMX tiles (on the avx512bf16 variant:
 // extend_attention_dot.c; elsewhere -2).
 int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_buf,
                                     const kv_t* v_buf, const int32_t* slots, int64_t p,
                                     int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
                                     int64_t d, float scale, int64_t window) {
-  if (d % 32 != 0 || d > MAXD || window > 0) return -3;
+  if (bf16_extend_refuses(d, window)) return -3;
   if (e <= 0) return 0;
   const int64_t n = p + e, npad = (n + KB - 1) / KB * KB, g = hq / hkv;
   const int64_t head_elems = npad * d;  // bf16 per KV head in each packed buffer

@@ -12,7 +12,8 @@
 // rows packed once per call as key pairs (vp: per KV head (npad/2, d) 32-bit pairs, zeros past
 // the last key). A work item (one OpenMP task) is one KV head's g query heads over 16 rows,
 // each block of KB keys read by all g tiles. -3 for a head dim or window it does not take
-// (the caller then runs the float32 kernel), as the AMX kernel.
+// (the caller then runs the float32 kernel), as the AMX kernel; the queries' pairs and the
+// outputs' transposes are its own (extend_bf16_layout.h).
 #define RT_KV_BF16 1
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "bf16_pairs.h"
+#include "extend_bf16_layout.h"
 #include "kv.h"
 #include "rt_cpu.h"
 #include "simd.h"
@@ -28,7 +30,6 @@
 #define KB 64    // keys per online-softmax block
 #define KU 16    // keys per score register block (16 accumulators)
 #define KC 16    // output dims per register block (16 accumulators)
-#define MAXD 256
 
 // The 32-bit word at p (two adjacent bfloat16), as every lane of a vector.
 static inline __m512bh bcast_pair(const uint16_t* p) {
@@ -37,34 +38,30 @@ static inline __m512bh bcast_pair(const uint16_t* p) {
   return (__m512bh)_mm512_set1_epi32((int)w);
 }
 
+// 16-bit lane indices: words 0 .. 15 of a then b interleaved (PAIR_LO), words 16 .. 31
+// (PAIR_HI), as _mm512_permutex2var_epi16 reads them; with one operand, lane i of its two
+// halves side by side (PAIR_HALVES).
+static const uint16_t PAIR_LO[32] __attribute__((aligned(64))) = {
+    0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+static const uint16_t PAIR_HI[32] __attribute__((aligned(64))) = {
+    16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+static const uint16_t PAIR_HALVES[32] __attribute__((aligned(64))) = {
+    0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 typedef struct {
   uint32_t* qp;  // scaled queries, (d/2, 16): lane i of row c holds row i's dims (2c, 2c+1)
   float* ot;     // unnormalised outputs transposed, (d, 16)
   vf m, l;       // running max and sum per lane
 } head_t;
 
-// qp <- rows query rows (q, ldq apart) times scale, rounded to bfloat16 pairs; lanes past
-// `rows` zero.
-static void pack_queries(const float* q, int64_t ldq, int64_t rows, int64_t d, float scale,
-                         uint32_t* qp) {
-  for (int64_t c = 0; c < d / 2; ++c)
-    for (int64_t i = 0; i < 16; ++i)
-      qp[c * 16 + i] = i < rows ? (uint32_t)rt_round_bf16(q[i * ldq + 2 * c] * scale) |
-                                      (uint32_t)rt_round_bf16(q[i * ldq + 2 * c + 1] * scale) << 16
-                                : 0u;
-}
-
 // Per KV head h, its V rows of keys 0 .. n-1 as key pairs: vp[h * npad/2 * d + t * d + c] =
 // (v[2t][c], v[2t + 1][c]), keys n .. npad-1 zero. Pairs [t0, t1) of head h.
 static void pack_values(const uint16_t* v_buf, const int32_t* slots, int64_t n, int64_t t0,
                         int64_t t1, int64_t h, int64_t slot_len, int64_t d, uint32_t* vp) {
-  // 16-bit lanes: words 0 .. 15 of a then b interleaved (lo), words 16 .. 31 (hi).
-  uint16_t lo_idx[32], hi_idx[32];
-  for (int i = 0; i < 16; ++i) {
-    lo_idx[2 * i] = (uint16_t)i, lo_idx[2 * i + 1] = (uint16_t)(32 + i);
-    hi_idx[2 * i] = (uint16_t)(16 + i), hi_idx[2 * i + 1] = (uint16_t)(48 + i);
-  }
-  const __m512i lo = _mm512_loadu_si512(lo_idx), hi = _mm512_loadu_si512(hi_idx);
+  const __m512i lo = _mm512_load_si512(PAIR_LO), hi = _mm512_load_si512(PAIR_HI);
   static const uint16_t zeros[MAXD];
   for (int64_t t = t0; t < t1; ++t) {
     const uint16_t* a = 2 * t < n ? v_buf + (int64_t)slots[2 * t] * slot_len + h * d : zeros;
@@ -128,9 +125,7 @@ static void head_block(head_t* hd, const uint16_t* const* kr, const uint32_t* vp
   }
   hd->l = vfma(hd->l, alpha, sum);
   // Probability pairs: lane i of pp[t] holds (p[2t][i], p[2t + 1][i]); a missing last key 0.
-  uint16_t idx[32];
-  for (int i = 0; i < 16; ++i) idx[2 * i] = (uint16_t)i, idx[2 * i + 1] = (uint16_t)(16 + i);
-  const __m512i inter = _mm512_loadu_si512(idx);
+  const __m512i inter = _mm512_load_si512(PAIR_HALVES);
   const int64_t np = (nk + 1) / 2;
   for (int64_t t = 0; t < np; ++t) {
     const vf odd = 2 * t + 1 < nk ? sc[2 * t + 1] : vzero();
@@ -153,7 +148,7 @@ int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_b
                                     const kv_t* v_buf, const int32_t* slots, int64_t p,
                                     int64_t e, float* out, int64_t ldo, int64_t hq, int64_t hkv,
                                     int64_t d, float scale, int64_t window) {
-  if (d % 32 != 0 || d > MAXD || window > 0) return -3;
+  if (bf16_extend_refuses(d, window)) return -3;
   if (e <= 0) return 0;
   const int64_t n = p + e, npad = (n + KB - 1) / KB * KB, g = hq / hkv, slot_len = hkv * d;
   const int64_t head_pairs = npad / 2 * d;  // 32-bit pairs per KV head in vp
@@ -187,7 +182,7 @@ int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_b
       const __m512i lastv = _mm512_loadu_si512(last);
       for (int64_t r = 0; r < g; ++r) {
         heads[r] = (head_t){qb + r * 8 * d, ob + r * 16 * d, vset1(-INFINITY), vzero()};
-        pack_queries(q + r0 * ldq + (h * g + r) * d, ldq, rows, d, scale, heads[r].qp);
+        pack_queries(q + r0 * ldq + (h * g + r) * d, ldq, rows, d, scale, (uint16_t*)heads[r].qp);
         memset(heads[r].ot, 0, sizeof(float) * (size_t)(16 * d));
       }
       const uint32_t* vh = vp + h * head_pairs;
@@ -198,13 +193,8 @@ int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_b
         for (int64_t r = 0; r < g; ++r)
           head_block(&heads[r], kr, vh + j0 / 2 * d, j0, nk, lastv, diagonal, d, sc, pp);
       }
-      for (int64_t r = 0; r < g; ++r) {
-        float inv[16];
-        vstore(inv, vdiv(vset1(1.0f), heads[r].l));
-        float* o = out + r0 * ldo + (h * g + r) * d;
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t c = 0; c < d; ++c) o[i * ldo + c] = heads[r].ot[c * 16 + i] * inv[i];
-      }
+      for (int64_t r = 0; r < g; ++r)
+        write_rows(heads[r].ot, heads[r].l, out + r0 * ldo + (h * g + r) * d, ldo, rows, d);
     }
     free(qb);
     free(ob);

@@ -97,16 +97,18 @@ def test_sampled_constrained_output_stays_in_the_grammar(engines) -> None:
         assert set(value) == set(CITY["properties"])
 
 
-INVOICE = {
-    "type": "object",
-    "properties": {
-        "customer": {"type": "string", "maxLength": 40},
-        "email": {"type": "string", "maxLength": 40},
-        "phone": {"type": "string", "maxLength": 24},
-    },
-    "required": ["customer", "email", "phone"],
-    "additionalProperties": False,
-}
+def _strings(**max_lengths: int) -> dict:
+    """A JSON schema: an object of these string fields (each at most that long), all
+    required, in this order, nothing else."""
+    return {
+        "type": "object",
+        "properties": {k: {"type": "string", "maxLength": n} for k, n in max_lengths.items()},
+        "required": list(max_lengths),
+        "additionalProperties": False,
+    }
+
+
+INVOICE = _strings(customer=40, email=40, phone=24)
 
 
 def test_values_copied_from_the_prompt_are_drafted_by_their_keys(engines) -> None:
@@ -123,17 +125,7 @@ def test_values_copied_from_the_prompt_are_drafted_by_their_keys(engines) -> Non
     assert got["meta_info"]["spec_accepted_tokens"] >= 22, got["meta_info"]
 
 
-EXTRACT = {
-    "type": "object",
-    "properties": {
-        "customer": {"type": "string", "maxLength": 40},
-        "address": {"type": "string", "maxLength": 60},
-        "email": {"type": "string", "maxLength": 48},
-        "tracking": {"type": "string", "maxLength": 20},
-    },
-    "required": ["customer", "address", "email", "tracking"],
-    "additionalProperties": False,
-}
+EXTRACT = _strings(customer=40, address=60, email=48, tracking=20)
 
 
 def test_the_step_that_computes_forced_keys_verifies_a_draft_after_them(

@@ -55,7 +55,7 @@ CPU_SOURCES = (
 )  # fmt: skip
 CPU_HEADERS = (
     "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
-    "extend_amx_layout.h", "bf16_pairs.h",
+    "extend_bf16_layout.h", "bf16_pairs.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 # Best first. On a Zen 5 the avx512bf16 variant's bfloat16 GEMM beat the avx512 panels at 1-64

@@ -1,6 +1,8 @@
-// Operand layouts of the AMX extend-attention kernel (extend_attention_amx.c; internal
-// header): the request's K rows and V^T packed per KV head, each work item's queries as
-// B tiles, and its transposed outputs written back as rows.
+// Operand layouts of the extend-attention kernels of bfloat16 products (internal header of
+// extend_attention_amx.c, AMX tiles, and extend_attention_dot.c, VDPBF16PS): the head dims
+// they take, the request's K rows and V^T packed per KV head (AMX), each work item's queries
+// as bf16 pairs per lane (both: the AMX B tiles are the VDPBF16PS operands too), and its
+// transposed outputs written back as rows (both).
 #pragma once
 
 #include <stdint.h>
@@ -9,8 +11,14 @@
 #include "kv.h"
 #include "simd.h"
 
-#if defined(RT_AMX)
+#if defined(RT_BF16_PAIRS)
 #define MAXD 256  // largest head dim taken
+
+// Whether the kernels refuse a head dim or window (rt_extend_attention_bf16_kvbf16's -3;
+// kernels.bf16_extend_takes says the same).
+static inline int bf16_extend_refuses(int64_t d, int64_t window) {
+  return d % 32 != 0 || d > MAXD || window > 0;
+}
 
 // 16 x 16 32-bit elements transposed in registers: at s = 8, 4, 2, 1 the off-diagonal s x s
 // blocks of every 2s x 2s block swap (rows r and r + s trade lanes).
@@ -38,6 +46,7 @@ static inline void transpose16(__m512i x[16]) {
   }
 }
 
+#if defined(RT_AMX)
 // Keys t0 .. t0+31 of KV head h: their K rows into kr (32 rows of d bf16) and their V values
 // into columns t0 .. t0+31 of vt (d rows of npad bf16), zero past n.
 static void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots, int64_t n,
@@ -56,11 +65,13 @@ static void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots
     memcpy(vt + c * npad + t0, line, sizeof line);
   }
 }
+#endif
 
 // The scaled queries of 16 rows (rows past `rows` zero) of one head as d/32 B tiles: each
-// row's 32 dims of a chunk round to 16 bf16 pairs, and the 16 x 16 pairs transpose.
-static void pack_queries(const float* qr, int64_t ldq, int64_t rows, int64_t d, float scale,
-                         uint16_t* qt) {
+// row's 32 dims of a chunk round to 16 bf16 pairs, and the 16 x 16 pairs transpose: pair r
+// of the head's dims is 16 lanes of 32 bits, one per query row (a VDPBF16PS operand).
+static inline void pack_queries(const float* qr, int64_t ldq, int64_t rows, int64_t d,
+                                float scale, uint16_t* qt) {
   const vf sc = vset1(scale);
   for (int64_t c = 0; c < d / 32; ++c) {
     __m512i x[16];
@@ -79,8 +90,8 @@ static void pack_queries(const float* qr, int64_t ldq, int64_t rows, int64_t d, 
 
 // Rows r0 .. r0+rows-1 of one head's output: O^T (d x 16) transposed, each query's row
 // divided by its sum.
-static void write_rows(const float* ot, vf l, float* out, int64_t ldo, int64_t rows,
-                       int64_t d) {
+static inline void write_rows(const float* ot, vf l, float* out, int64_t ldo, int64_t rows,
+                              int64_t d) {
   float inv[16] __attribute__((aligned(64)));
   vstore(inv, vdiv(vset1(1.0f), l));
   for (int64_t c = 0; c < d; c += 16) {
