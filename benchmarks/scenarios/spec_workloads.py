@@ -1,7 +1,9 @@
 """The speculative-decoding workloads of `python -m benchmarks spec`: (a) extraction into JSON
 of fields copied from a document, (b) a code edit whose output repeats most of its input,
-(c) an agent turn whose tool call repeats earlier calls, (d) plain chat. Eight prompts each
-(one per stream), built from fixed data, so every run and engine sees the same ones."""
+(c) an agent turn whose tool call repeats earlier calls, (d) plain chat, (e) the same chat
+sampled at temperature 1 (the hostile case: free text that drafts rarely predict). Eight
+prompts each (one per stream), built from fixed data, so every run and engine sees the same
+ones."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ WORDS = ["sums", "records", "subtotal", "client", "per_client", "items", "value"
 CITIES_ASKED = ["Paris", "Oslo", "Lima", "Cairo", "Perth", "Quito", "Hanoi", "Dakar"]
 TOOL_CALL = r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "[A-Z][a-z]{1,12}", ' \
     r'"unit": "(celsius|fahrenheit)"\}\}</tool_call>'  # fmt: skip
+SEED = 7  # (e)'s sampling seed: a seeded request's tokens do not depend on speculation
 QUESTIONS = ["Why is the sky blue?", "What is a prime number?", "How do bees make honey?",
              "Why do we have seasons?", "What is photosynthesis?", "How does a rainbow form?",
              "Why is the sea salty?", "What causes thunder?"]  # fmt: skip
@@ -77,7 +80,8 @@ def _agent(tokenizer: Any, i: int) -> str:
 
 
 def workloads(tokenizer: Any) -> dict[str, tuple[list[str], dict[str, Any]]]:
-    """name -> (eight prompts, sampling params besides max_new_tokens); all greedy."""
+    """name -> (eight prompts, sampling params besides max_new_tokens); greedy but (e), which
+    samples with a seed (the same tokens with and without speculation)."""
     greedy: dict[str, Any] = {"temperature": 0}
     extract = [
         _chat(
@@ -124,5 +128,9 @@ def workloads(tokenizer: Any) -> dict[str, tuple[list[str], dict[str, Any]]]:
         "d-chat": (
             [_chat(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS],
             greedy,
+        ),  # fmt: skip
+        "e-sampled-chat": (
+            [_chat(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS],
+            {"temperature": 1.0, "seed": SEED},
         ),  # fmt: skip
     }

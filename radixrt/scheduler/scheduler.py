@@ -86,7 +86,8 @@ class Scheduler:
         self.speculation = build_speculation(config, kv, self.sampler, runner.context_len,
                                              self.stats, self._check_finish_guarded,
                                              self.grammar, drafter,
-                                             decodes_rows(runner), texts)  # fmt: skip
+                                             decodes_rows(runner), texts,
+                                             runner.device.type)  # fmt: skip
 
     # ---- requests in and out -------------------------------------------------------------
 
@@ -195,6 +196,7 @@ class Scheduler:
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
         forward_s = time.perf_counter() - forward_start
+        self.speculation.observe(len(out_loc), len(logits_rows), forward_s)
         done = failed + self._process(batch, logits, sample_rows)
         self.stats.count_pass(kind, forward_s, time.perf_counter() - started)
         return done

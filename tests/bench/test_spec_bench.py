@@ -12,9 +12,11 @@ def test_workloads_are_eight_prompts_each(smollm2_path) -> None:
     from radixrt.model.families.loader import load_tokenizer
 
     loads = workloads(load_tokenizer(smollm2_path))
-    assert set(loads) == {"a-json-extraction", "b-code-edit", "c-agent-tool-call", "d-chat"}
-    for prompts, params in loads.values():
-        assert len(prompts) == 8 and len(set(prompts)) == 8 and params["temperature"] == 0
+    assert set(loads) == {"a-json-extraction", "b-code-edit", "c-agent-tool-call", "d-chat",
+                          "e-sampled-chat"}  # fmt: skip
+    for name, (prompts, params) in loads.items():
+        assert len(prompts) == 8 and len(set(prompts)) == 8
+        assert params["temperature"] == 0 or (name == "e-sampled-chat" and "seed" in params)
 
 
 def test_a_short_run_reports_ratios_and_identical_outputs(smollm2_path, capsys) -> None:

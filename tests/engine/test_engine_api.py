@@ -146,3 +146,20 @@ def test_bad_input_raises_clear_errors(engine) -> None:
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert "context length" in out["meta_info"]["finish_reason"]["message"]
     assert engine.generate("hi", SamplingParams(max_new_tokens=1, temperature=0))["output_ids"]
+
+
+def test_a_second_engine_in_the_process_is_warned_about(tiny_llama_path, caplog,
+                                                         monkeypatch) -> None:  # fmt: skip
+    """Two Engines in one process slow each other on the CPU (two OpenMP pools): the second
+    says so when it starts; one started after the other shut down does not."""
+    from radixrt.serve.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "_RUNNING", set())  # other tests' engines aside
+    with Engine(str(tiny_llama_path), max_total_tokens=512), caplog.at_level("WARNING"):
+        with Engine(str(tiny_llama_path), max_total_tokens=512):
+            pass
+    assert any("other Engine(s) already run" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with Engine(str(tiny_llama_path), max_total_tokens=512), caplog.at_level("WARNING"):
+        pass
+    assert not any("other Engine(s)" in r.getMessage() for r in caplog.records)

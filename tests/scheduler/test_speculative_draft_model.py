@@ -13,6 +13,7 @@ from tiny_models import make_tiny
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
 from radixrt.scheduler.speculative.draft_model import DraftModelDrafter
+from radixrt.scheduler.speculative.step_cost import StepCost
 from radixrt.serve.http.args import parse_args
 
 
@@ -136,6 +137,7 @@ def small_vocab_pair(small_vocab_path):  # noqa: F811  (the fixture imported abo
     plain = _build(small_vocab_path, 0, context=128, max_running_requests=512)
     spec = _build(small_vocab_path, 4, draft=small_vocab_path, context=128,
                   max_running_requests=512)  # fmt: skip
+    spec.speculation.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once still draft
     return plain, spec
 
 

@@ -15,6 +15,7 @@ from tiny_models import make_tiny
 from radixrt.core import Req, SamplingParams
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
+from radixrt.scheduler.speculative.step_cost import StepCost
 
 VOCAB = 16
 PROMPT = [5, 6, 7, 8] * 3 + [5, 6]  # its own n-grams draft 7, 8, 5, 6, ...
@@ -50,7 +51,9 @@ def _build(path, k: int):
 
 @pytest.fixture(scope="module")
 def pair(small_vocab_path):
-    return _build(small_vocab_path, 0), _build(small_vocab_path, 4)
+    spec = _build(small_vocab_path, 4)
+    spec.speculation.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once still draft
+    return _build(small_vocab_path, 0), spec
 
 
 def _run(s, reqs: list[Req]) -> list[list[int]]:

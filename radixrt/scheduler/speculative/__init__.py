@@ -3,7 +3,10 @@ verified in the step's forward pass (speculation.py says how, and who owns the d
 rows.py why sampled requests keep their exact distribution, and seeded ones their tokens).
 
 Drafts come from a `LookupDrafter`, or with --speculative-draft-model from a second model
-(draft_model.py: `DraftModelDrafter`, its K/V beside the target's in the same slots).
+(draft_model.py: `DraftModelDrafter`, its K/V beside the target's in the same slots). How
+long a draft may be: the request's guard (guard.py: shorter after rejections, pauses), and
+the depth whose tokens are likely enough to be accepted (acceptance.py) to pay for their rows
+in a pass (step_cost.py: a row's cost, measured).
 
 Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
 matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under
@@ -43,7 +46,8 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
                       check_finish: CheckFinish, grammar: GrammarQueue | None = None,
                       drafter: BaseDrafter | None = None,
                       rows: bool = False,
-                      texts: TokenTexts | None = None) -> Speculation:  # fmt: skip
+                      texts: TokenTexts | None = None,
+                      device_type: str = "cpu") -> Speculation:  # fmt: skip
     """The configured speculation: when speculative_num_draft_tokens > 0, `drafter` (a draft
     model's, made where the runner is) or else lookup drafts; otherwise (and with a window
     pool, not supported yet) none. Lookup drafts branch into trees (up to
@@ -63,7 +67,7 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
             branches = config.speculative_tree_branches
         drafter = LookupDrafter(kv.cache, config.speculative_ngram_max, branches, texts)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
-                       branches, config.speculative_tree_nodes)  # fmt: skip
+                       branches, config.speculative_tree_nodes, device_type)  # fmt: skip
 
 
 def decodes_rows(runner: object) -> bool:

@@ -43,10 +43,15 @@ class BaseDrafter(ABC):
         drafts them together); each within its own budget (0: no guess)."""
         return [self.propose(r, n) if n > 0 else [] for r, n in zip(reqs, max_tokens)]
 
+    def trusted(self, req: Req) -> bool:
+        """Whether this step's `propose` for `req` is a draft this drafter trusts past its
+        guard's length (its acceptance is also counted apart: acceptance.py)."""
+        return False
+
     def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
         """`draft` (this step's `propose` for `req`) cut to the `cap` tokens its draft guard
-        allows; a drafter may keep more of a draft it trusts."""
-        return draft[:cap]
+        allows, unless the drafter trusts it."""
+        return draft if self.trusted(req) else draft[:cap]
 
     def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
                      max_branches: int) -> DraftTree:  # fmt: skip
@@ -94,12 +99,11 @@ class LookupDrafter(BaseDrafter):
             return own.keyed.draft(tokens, max_tokens) or draft
         return draft
 
-    def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
-        """Whole when its source matched TRUSTED_MATCH or more of the last tokens (the guard
-        bounds weak drafts only), else the guard's `cap`."""
-        if isinstance(req.draft_state, NgramIndex) and req.draft_state.matched >= TRUSTED_MATCH:
-            return draft
-        return draft[:cap]
+    def trusted(self, req: Req) -> bool:
+        """When its source matched TRUSTED_MATCH or more of the last tokens (the guard bounds
+        weak drafts only)."""
+        state = req.draft_state
+        return isinstance(state, NgramIndex) and state.matched >= TRUSTED_MATCH
 
     def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
                      max_branches: int) -> DraftTree:  # fmt: skip

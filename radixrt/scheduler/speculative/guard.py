@@ -7,6 +7,7 @@ accepted tokens on a rejection. After `MISSES_TO_PAUSE` verifications in a row t
 nothing, drafting pauses for a number of steps; each miss right after a pause starts a pause
 twice as long (up to `MAX_PAUSE`), and any accepted token ends the run. The length and the
 pauses bound weak drafts only: a lookup draft from a long match is kept whole (drafter.trim).
+Its acceptance rates, one per kind of draft, set how deep a draft pays (speculation.py's plan).
 
 Draft trees pay only when a branch past the first is accepted: after `TREE_MISSES` tree
 verifications in a row that kept none, the request drafts chains for a while
@@ -15,7 +16,9 @@ verifications in a row that kept none, the request drafts chains for a while
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from radixrt.scheduler.speculative.acceptance import Acceptance
 
 MISSES_TO_PAUSE = 2  # verifications in a row with nothing accepted before a pause
 FIRST_PAUSE = 2  # steps without drafting after the first such run
@@ -36,6 +39,12 @@ class DraftGuard:
     tree_misses: int = 0  # tree verifications in a row that kept no branch but the first
     tree_pause: int = 0  # the length of the last run of chains (0: none yet)
     tree_wait: int = 0  # steps left that draft chains, not trees
+    # Its recent acceptance of untrusted and trusted drafts (acceptance.py), and which kind
+    # the draft being verified is.
+    rates: tuple[Acceptance, Acceptance] = field(
+        default_factory=lambda: (Acceptance(), Acceptance())
+    )
+    trusted: bool = False
 
     def allowed(self) -> int:
         """Tokens this step may draft (0 while paused); each call during a pause is one of
@@ -70,6 +79,7 @@ class DraftGuard:
         """Adapt after a verification of `drafted` tokens of which `accepted` were kept."""
         if drafted <= 0:
             return
+        self.rates[self.trusted].record(drafted, accepted)
         if accepted >= drafted:
             self.length = min(self.limit, 2 * drafted)
         else:

@@ -4,18 +4,25 @@ draft's length, pauses), its own counters (meta_info) and the scheduler's (metri
 from __future__ import annotations
 
 from radixrt.core import Req
+from radixrt.scheduler.speculative.acceptance import Acceptance
+from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.tree import DraftTree
 from radixrt.scheduler.stats import SchedulerStats
 
 
-def tally(stats: SchedulerStats, req: Req, tree: DraftTree | None, accepted: int,
-          emitted: int, path: list[int]) -> None:  # fmt: skip
+def tally(stats: SchedulerStats, engine: tuple[Acceptance, Acceptance], req: Req,
+          tree: DraftTree | None, accepted: int, emitted: int,
+          path: list[int]) -> None:  # fmt: skip
     """Count a verification of req.draft_ids (still set): every node verified is a drafted
     token (a tree's cost), against the `accepted` ones of `path` and the `emitted` ones. The
-    guard adapts the depth: a tree's deepest branch against its accepted path."""
+    guard adapts the depth, and the request's and the `engine`'s acceptance rates of its kind
+    of draft follow: a tree's deepest branch against its accepted path."""
     nodes = len(req.draft_ids)
-    assert req.draft_guard is not None  # made by its plan, before it drafted
-    req.draft_guard.record(max(tree.depths) if tree else nodes, accepted)
+    guard = req.draft_guard
+    assert isinstance(guard, DraftGuard)  # made by its plan, before it drafted
+    depth = max(tree.depths) if tree else nodes
+    guard.record(depth, accepted)
+    engine[guard.trusted].record(depth, accepted)
     req.spec_drafted += nodes
     req.spec_accepted += accepted
     stats.generated_tokens += emitted
@@ -29,4 +36,4 @@ def tally(stats: SchedulerStats, req: Req, tree: DraftTree | None, accepted: int
         first_leaf = tree.leaves()[0]  # nodes 1..first_leaf: the first branch
         side = any(node > first_leaf for node in path[1 : accepted + 1])
         stats.spec_tree_side_accepts += side
-        req.draft_guard.record_tree(side)
+        guard.record_tree(side)

@@ -1,0 +1,99 @@
+"""What a draft row must be worth: StepCost's measured row cost against a pass's fixed cost,
+the acceptance rates it is weighed against, and the scheduler drafting only where the two say
+a draft pays (outputs unchanged either way, the pool whole after every step)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_speculative import _build, _fresh, _prompt, _req, _run
+
+from radixrt.core import Req
+from radixrt.scheduler.speculative import BaseDrafter
+from radixrt.scheduler.speculative.acceptance import (
+    PRIOR_WEIGHT,
+    Acceptance,
+    engine_rates,
+    paying_depth,
+)
+from radixrt.scheduler.speculative.step_cost import MIN_SAMPLES, PRIOR_K, REFIT_EVERY, StepCost
+
+
+def _feed(cost: StepCost, fixed: float, per_row: float, rows: list[int], rng: random.Random,
+          stalls: bool = False) -> None:  # fmt: skip
+    for i in range(4 * MIN_SAMPLES * REFIT_EVERY):
+        r = rows[i % len(rows)]
+        t = (fixed + per_row * r) * rng.uniform(0.97, 1.03)
+        if stalls and i % 7 == 0:
+            t *= 6.0  # another process took the core: the medians keep it out
+        cost.observe(r, t)
+
+
+def test_the_prior_holds_until_two_row_counts_are_measured() -> None:
+    cost = StepCost("cpu")
+    assert cost.k == PRIOR_K["cpu"] and StepCost("cuda").k == PRIOR_K["cuda"]
+    _feed(cost, 4e-3, 3e-4, [8], random.Random(0))  # one row count: no slope to fit
+    assert cost.k == PRIOR_K["cpu"] and not cost.fitted
+
+
+@pytest.mark.parametrize("stalls", [False, True])
+def test_the_fit_finds_the_fixed_cost_in_rows(stalls: bool) -> None:
+    cost = StepCost("cpu")
+    _feed(cost, 4e-3, 2.5e-4, [1, 4, 8, 9, 12, 16], random.Random(1), stalls)
+    assert cost.fitted and cost.k == pytest.approx(16.0, rel=0.15)
+    assert cost.min_accept(1, 1) < 0.1 < cost.min_accept(8, 8) < cost.min_accept(16, 16)
+
+
+def test_a_falling_line_keeps_the_prior() -> None:
+    cost = StepCost("cpu")
+    _feed(cost, 9e-3, -2e-4, [2, 10], random.Random(2))
+    assert cost.k == PRIOR_K["cpu"] and not cost.fitted
+
+
+def test_rates_and_paying_depth() -> None:
+    a = Acceptance()
+    assert a.rate(0.5) == pytest.approx(0.5)  # nothing seen: the prior
+    a.record(6, 2)  # two kept, then a miss: 3 trials
+    assert a.rate(0.5) == pytest.approx((2 + PRIOR_WEIGHT * 0.5) / (3 + PRIOR_WEIGHT))
+    a.record(4, 4)  # all kept: 4 trials, no miss
+    assert a.hits == pytest.approx(2 * 0.8 + 4) and a.trials == pytest.approx(3 * 0.8 + 4)
+    assert paying_depth(0.5, 0.2, 6) == 2  # 0.5, 0.25 clear 0.2; 0.125 does not
+    assert paying_depth(0.9, 0.05, 6) == 6
+    assert paying_depth(0.3, 0.4, 6) == 0
+    assert paying_depth(1.0, 0.9, 5) == 5
+    untrusted, trusted = engine_rates()
+    assert untrusted.plain_rate() < trusted.plain_rate()
+
+
+class _FirstRight(BaseDrafter):
+    """Drafts the token the model picks next, then a token it never picks: half of the
+    drafted tokens it tries are kept."""
+
+    def __init__(self, ref: dict[str, list[int]]) -> None:
+        self.ref = ref
+
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        right = self.ref[req.rid][len(req.output_ids) : len(req.output_ids) + 1]
+        return (right + [0] * max_tokens)[:max_tokens]
+
+
+@pytest.mark.parametrize("k", [0.01, 1e6])
+def test_drafts_only_where_rows_are_cheap_enough(tiny_llama_path, monkeypatch, k: float) -> None:
+    """The same drafts at a row cost that no acceptance repays (K = 0.01: a row costs 100 times
+    a pass's fixed part) and at one where rows are free: none drafted in the first, and
+    the same outputs in both."""
+    monkeypatch.setattr(StepCost, "_fit", lambda self: None)  # keep K as set
+    plain, s = _build(tiny_llama_path, 0), _build(tiny_llama_path, 4)
+    prompts = [_prompt(60 + i, 20) for i in range(4)]
+    ref = _run(plain, [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)])
+    s.speculation.drafter = _FirstRight(ref)
+    s.speculation.cost.k = k
+    _fresh(s)
+    reqs = [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)]
+    assert _run(s, reqs) == ref
+    drafted = sum(r.spec_drafted for r in reqs)
+    if k < 1.0:
+        assert drafted == 0
+    else:  # each verification keeps about one: most steps emit two tokens
+        assert drafted > 0 and sum(r.spec_accepted for r in reqs) > 0.3 * 4 * 30
