@@ -88,7 +88,7 @@ def test_drafts_only_where_rows_are_cheap_enough(tiny_llama_path, monkeypatch, k
     prompts = [_prompt(60 + i, 20) for i in range(4)]
     ref = _run(plain, [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)])
     s.speculation.drafter = _FirstRight(ref)
-    s.speculation.cost.k = k
+    s.speculation.depths.cost.k = k
     _fresh(s)
     reqs = [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)]
     assert _run(s, reqs) == ref

@@ -137,7 +137,7 @@ def small_vocab_pair(small_vocab_path):  # noqa: F811  (the fixture imported abo
     plain = _build(small_vocab_path, 0, context=128, max_running_requests=512)
     spec = _build(small_vocab_path, 4, draft=small_vocab_path, context=128,
                   max_running_requests=512)  # fmt: skip
-    spec.speculation.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once still draft
+    spec.speculation.depths.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once draft
     return plain, spec
 
 

@@ -52,7 +52,7 @@ def _build(path, k: int):
 @pytest.fixture(scope="module")
 def pair(small_vocab_path):
     spec = _build(small_vocab_path, 4)
-    spec.speculation.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once still draft
+    spec.speculation.depths.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once draft
     return _build(small_vocab_path, 0), spec
 
 

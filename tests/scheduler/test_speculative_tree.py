@@ -156,7 +156,7 @@ def test_sampled_distribution_unchanged(small_vocab_path) -> None:  # noqa: F811
     prompt = [5, 6, 7, 8, 5, 6, 9, 10, 5, 6, 11, 12, 5, 6, 7, 8, 5, 6]
     sp = SamplingParams(max_new_tokens=POSITIONS, ignore_eos=True, temperature=1.0)
     plain, tree = build(0), build(4)
-    tree.speculation.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once still draft
+    tree.speculation.depths.cost = StepCost(fixed_k=1e6)  # rows free: 600 at once draft
     ref = run_sampled(plain, [Req(f"r{i}", list(prompt), sp) for i in range(600)])
     got = run_sampled(tree, [Req(f"r{i}", list(prompt), sp) for i in range(600)])
     assert tree.stats.spec_tree_steps > 100 and tree.stats.spec_tree_side_accepts > 10

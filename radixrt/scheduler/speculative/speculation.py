@@ -52,12 +52,11 @@ from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core import FinishReason, Req
 from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
-from radixrt.scheduler.speculative.acceptance import engine_rates, paying_depth
+from radixrt.scheduler.speculative.draft_depth import DraftDepth
 from radixrt.scheduler.speculative.draft_masks import DraftMasks
 from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, forced_rows, row_reqs
-from radixrt.scheduler.speculative.step_cost import StepCost
 from radixrt.scheduler.speculative.tally import tally
 from radixrt.scheduler.speculative.tree import chain_path
 from radixrt.scheduler.speculative.tree_rows import TreeRows
@@ -95,24 +94,13 @@ class Speculation:
         # The masks along this step's drafts of constrained requests: set by plan, read and
         # cleared by verify.
         self.masks = DraftMasks(self.grammar, sampler.eos_token_ids)
-        # What a row costs a pass (measured) and the engine's acceptance of (untrusted,
-        # trusted) drafts: together, how deep each draft pays (`_depth`).
-        self.cost = StepCost(device_type)
-        self.rates = engine_rates()
+        # How deep each draft pays: the measured row cost against acceptance (draft_depth.py).
+        self.depths = DraftDepth(device_type)
 
     def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
-        """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`:
-        a pass whose every row is sampled (decode, verify) times the rows' cost."""
-        if self.num_draft_tokens > 0 and rows == logits_rows:
-            self.cost.observe(rows, seconds)
-
-    def _depth(self, req: Req, trusted: bool, bar: float, most: int) -> int:
-        """The longest draft of `req` (at most `most`) whose tokens are each likely enough to
-        be kept, from its recent acceptance of this kind of draft, to pay for their rows."""
-        guard = req.draft_guard
-        assert isinstance(guard, DraftGuard)
-        rate = guard.rates[trusted].rate(self.rates[trusted].plain_rate())
-        return paying_depth(rate, bar, most)
+        """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`."""
+        if self.num_draft_tokens > 0:
+            self.depths.observe(rows, logits_rows, seconds)
 
     def drafts_after_forced(self, req: Req) -> bool:
         """Whether `req`, whose output ends in tokens jump-forward appended (forced by its
@@ -129,7 +117,7 @@ class Speculation:
         or its forced tokens and the last pick) using at most `spare` KV slots beyond their
         step's, all asked of the drafter at once (a draft model drafts them in one pass per
         position); each draft is cut to the depth whose tokens are likely enough to be kept to
-        pay for their rows (`_depth`: the measured row cost against the request's acceptance);
+        pay for their rows (DraftDepth: the measured row cost against the request's acceptance);
         sets draft_ids and extend_len and returns the slots taken."""
         if self.num_draft_tokens <= 0:
             return 0
@@ -141,7 +129,7 @@ class Speculation:
         trees: list[tuple[Req, int, int]] = []  # (request, depth, nodes) of tree drafts
         used = 0  # slots the budgets so far may take (each draft as long as its budget)
         # A draft row pays when its token is kept with at least this probability (step_cost.py).
-        bar = self.cost.min_accept(len(decoding), sum(r.extend_len for r in decoding))
+        bar = self.depths.bar(decoding)
         for req in decoding:
             if not (can_speculate(req) or self.grammar.speculates(req)):
                 continue
@@ -154,7 +142,7 @@ class Speculation:
             own = req.extend_len  # the step's tokens without a draft
             base = self.kv.slots_needed(req, own)
             fit = self.kv.tokens_fitting(req, base + spare - used) - own
-            budget = min(most, cap, fit, self._depth(req, False, bar, most))
+            budget = min(most, cap, fit, self.depths.depth(req, False, bar, most))
             if budget > 0 and self._tree_ok(req):
                 # Side branches in proportion to the depth that pays.
                 nodes = max(budget, min(self.tree_nodes * budget // self.num_draft_tokens, fit))
@@ -170,7 +158,7 @@ class Speculation:
         for req, budget, cap, draft in zip(reqs, budgets, caps, drafts):
             trusted = self.drafter.trusted(req)
             draft = self.drafter.trim(req, draft[:budget], cap)
-            draft = draft[: self._depth(req, trusted, bar, len(draft))]
+            draft = draft[: self.depths.depth(req, trusted, bar, len(draft))]
             assert isinstance(req.draft_guard, DraftGuard)
             req.draft_guard.trusted = trusted
             if draft and req.grammar is not None:
@@ -270,7 +258,7 @@ class Speculation:
             self.check_finish(req, j == len(path) - 1)  # jump-forward after the last only
         req.first_token_time = req.first_token_time or now
         accepted = min(len(path) - 1, emitted)
-        tally(self.stats, self.rates, req, tree, accepted, emitted, path)
+        tally(self.stats, self.depths.rates, req, tree, accepted, emitted, path)
         # Position start + i computed node path[i] (its K/V in that node's slot); for
         # i < emitted it is a token of the output now, the other nodes were rejected.
         keep = max(emitted, 1)

@@ -1,0 +1,38 @@
+"""DraftDepth: how deep each of a step's drafts pays, from what a row costs a pass (StepCost,
+measured) and how often the request's drafts of that kind are kept (acceptance.py). One per
+Speculation: it owns the row-cost measurements and the engine's acceptance rates."""
+
+from __future__ import annotations
+
+from radixrt.core import Req
+from radixrt.scheduler.speculative.acceptance import Acceptance, engine_rates, paying_depth
+from radixrt.scheduler.speculative.guard import DraftGuard
+from radixrt.scheduler.speculative.step_cost import StepCost
+
+
+class DraftDepth:
+    """The row-cost bar of a step and the depth each draft may have under it."""
+
+    def __init__(self, device_type: str = "cpu") -> None:
+        self.cost = StepCost(device_type)
+        # The engine's acceptance of (untrusted, trusted) drafts: a request's prior.
+        self.rates: tuple[Acceptance, Acceptance] = engine_rates()
+
+    def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
+        """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`:
+        a pass whose every row is sampled (decode, verify) times the rows' cost."""
+        if rows == logits_rows:
+            self.cost.observe(rows, seconds)
+
+    def bar(self, decoding: list[Req]) -> float:
+        """The chance of acceptance a draft token needs in a step of `decoding` (each set to
+        its own rows, drafts not yet added) to pay for its row."""
+        return self.cost.min_accept(len(decoding), sum(r.extend_len for r in decoding))
+
+    def depth(self, req: Req, trusted: bool, bar: float, most: int) -> int:
+        """The longest draft of `req` (at most `most`) whose tokens each clear `bar`, from its
+        recent acceptance of this kind of draft (the engine's as the prior)."""
+        guard = req.draft_guard
+        assert isinstance(guard, DraftGuard)  # made by the plan before it asks
+        rate = guard.rates[trusted].rate(self.rates[trusted].plain_rate())
+        return paying_depth(rate, bar, most)
