@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.systems import ManagedServer, free_port
-from benchmarks.scenarios.spec_vllm import compare, measure
+from benchmarks.scenarios.spec_peer import compare, measure
 from benchmarks.scenarios.spec_workloads import TOOL_CALL
 
 NGRAM = 3  # tokens a lookup matches (radixrt trusts a match of 3: drafter.TRUSTED_MATCH)

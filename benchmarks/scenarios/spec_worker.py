@@ -81,6 +81,7 @@ def serve(engine_kwargs: dict[str, Any], lines: IO[str], out: IO[str]) -> None:
                     engine.generate(job["prompts"], {"max_new_tokens": 0})
                 t0 = time.perf_counter()
                 outs = engine.generate(job["prompts"], job["params"])
+                assert isinstance(outs, list)  # a list of prompts: one result each
             except Exception as e:  # the batch's error goes back; the engine stays
                 out.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
                 out.flush()
