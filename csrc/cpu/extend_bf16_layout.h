@@ -49,9 +49,10 @@ static inline void transpose16(__m512i x[16]) {
 #if defined(RT_AMX)
 // Keys t0 .. t0+31 of KV head h: their K rows into kr (32 rows of d bf16) and their V values
 // into columns t0 .. t0+31 of vt (d rows of npad bf16), zero past n.
-static void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots, int64_t n,
-                      int64_t t0, int64_t h, int64_t hkv, int64_t d, int64_t npad, uint16_t* kr,
-                      uint16_t* vt) {
+// (inline: the VDPBF16PS kernel, built beside it in the amx variant, does not use it)
+static inline void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots,
+                             int64_t n, int64_t t0, int64_t h, int64_t hkv, int64_t d,
+                             int64_t npad, uint16_t* kr, uint16_t* vt) {
   static const uint16_t zeros[MAXD];
   const kv_t* vr[32];
   for (int t = 0; t < 32; ++t) {

@@ -341,12 +341,13 @@ static void linear(const float* x, int64_t ldx, int64_t m, int64_t k, const void
     pack_rows(x, ldx, m, k, xp);
   }
   const int64_t panels = (n + NR - 1) / NR;
-  const int64_t chunks = (m + MC - 1) / MC;
+  // Chunks start at multiples of MR: x is packed in MR-row blocks.
+  const int64_t mc = rt_even_chunk(m, MC, MR), chunks = (m + mc - 1) / mc;
   const int64_t work = panels * chunks;
 #pragma omp parallel for schedule(static) if (work > 1 && m * n * k > 32768)
   for (int64_t t = 0; t < work; ++t) {
     const int64_t p = t % panels, c = t / panels;
-    const int64_t r0 = c * MC, r1 = r0 + MC < m ? r0 + MC : m;
+    const int64_t r0 = c * mc, r1 = r0 + mc < m ? r0 + mc : m;
     const int64_t col = p * NR;
     const int ncols = n - col < NR ? (int)(n - col) : NR;
     const void* pw = (const char*)wp + p * k * NR * esize;

@@ -82,7 +82,7 @@ void rt_unpack_bf16(const uint16_t* wp, int64_t n, int64_t k, float* w) {
 #define XFEATURE_XTILEDATA 18
 #define PF_BLOCKS 4
 #ifndef CHUNK_BLOCKS
-#define CHUNK_BLOCKS 8  // 16-row blocks of x per work item (128 rows: 147 KB at K 576)
+#define CHUNK_BLOCKS 8  // 16-row blocks of x per work item at most (128 rows: 147 KB at K 576)
 #endif
 
 int rt_amx_ready(void) {
@@ -125,7 +125,7 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
   if (m <= 0 || n <= 0) return;
   const int64_t kb = (k + 31) / 32, kp = kb * 32, panels = (n + 31) / 32;
   const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
-  const int64_t chunks = (blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
+  const int64_t per = rt_even_chunk(blocks, CHUNK_BLOCKS, 1), chunks = (blocks + per - 1) / per;
   uint16_t* xb = (uint16_t*)rt_row_scratch((size_t)(mp * kp) * sizeof(uint16_t));
   if (!xb) return;  // (no memory for 16 rows of x: the caller's y is left as it was)
   round_rows(x, ldx, m, k, xb, mp, kp);
@@ -137,8 +137,8 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
     for (int64_t t = 0; t < chunks * panels; ++t) {
       const int64_t p = t % panels, c = t / panels;  // chunk-major: a chunk's rows stay in L2
       const uint16_t* pw = wp + p * kb * 1024;
-      const int64_t r_end = (c + 1) * CHUNK_BLOCKS < blocks ? (c + 1) * CHUNK_BLOCKS : blocks;
-      for (int64_t r = c * CHUNK_BLOCKS; r < r_end; r += 2) {
+      const int64_t r_end = (c + 1) * per < blocks ? (c + 1) * per : blocks;
+      for (int64_t r = c * per; r < r_end; r += 2) {
         const int two = r + 1 < r_end;
         const uint16_t* a0 = xb + r * 16 * kp;
         dot_rows(a0, kp, two, pw, pw + 512, kb, blocks == 1);  // decode: prefetch the panel
@@ -161,7 +161,8 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
   if (m <= 0) return 0;
   const int64_t kb = (k + 31) / 32, kp = kb * 32, inter = n / 2, gates = inter / 32;
   const int64_t mp = (m + 15) / 16 * 16, blocks = mp / 16;
-  const int64_t chunks = (blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS, items = gates * 2;
+  const int64_t per = rt_even_chunk(blocks, CHUNK_BLOCKS, 1), chunks = (blocks + per - 1) / per;
+  const int64_t items = gates * 2;
   uint16_t* xb = (uint16_t*)rt_row_scratch((size_t)(mp * kp) * sizeof(uint16_t));
   if (!xb) return -1;
   round_rows(x, ldx, m, k, xb, mp, kp);
@@ -175,8 +176,8 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
       const int64_t c = t / items, p = t % items / 2, h = t % 2;
       const uint16_t* pg = wp + p * kb * 1024 + h * 512;
       const uint16_t* pu = wp + (p + gates) * kb * 1024 + h * 512;
-      const int64_t r_end = (c + 1) * CHUNK_BLOCKS < blocks ? (c + 1) * CHUNK_BLOCKS : blocks;
-      for (int64_t r = c * CHUNK_BLOCKS; r < r_end; r += 2) {
+      const int64_t r_end = (c + 1) * per < blocks ? (c + 1) * per : blocks;
+      for (int64_t r = c * per; r < r_end; r += 2) {
         const int two = r + 1 < r_end;
         const uint16_t* a0 = xb + r * 16 * kp;
         dot_rows(a0, kp, two, pg, pu, kb, 0);

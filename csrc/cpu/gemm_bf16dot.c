@@ -27,7 +27,8 @@
 #define MR 6            // rows per micro-tile of a prefill-sized call (4 column halves)
 #define MR_DECODE 12    // rows of one decode micro-tile (2 halves)
 #define DECODE_CALL 16  // a call of at most this many rows is decode-sized (guard.DECODE_ROWS)
-#define CHUNK_ROWS 96   // rows per work item (16 micro-tiles; 110 KB of rounded x at K 576)
+#define CHUNK_ROWS 96   // rows per work item at most (16 micro-tiles; 110 KB of rounded x at
+                        // K 576), the chunks even (rt_even_chunk)
 #define PF_BLOCKS 4     // decode: blocks of 32 k's fetched ahead of the one being read
 #define ROW_STEP 64     // bf16 values from k pair r of a half to pair r + 1 (PAIR_AT)
 #define HALF_OFF 32     // from half 0 of a block to half 1
@@ -116,7 +117,8 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
                     int64_t n, const float* bias, float* y, int64_t ldy) {
   if (m <= 0 || n <= 0) return;
   const int64_t kb = (k + 31) / 32, kp = kb * 32, panels = (n + 31) / 32;
-  const int64_t pairs = (panels + 1) / 2, chunks = (m + CHUNK_ROWS - 1) / CHUNK_ROWS;
+  const int64_t pairs = (panels + 1) / 2, rows_per = rt_even_chunk(m, CHUNK_ROWS, 1);
+  const int64_t chunks = (m + rows_per - 1) / rows_per;
   const uint16_t* xb = rounded_rows(x, ldx, m, k, kp);
   if (!xb) return;  // (no memory for the rounded rows: the caller's y is left as it was)
   if (m <= DECODE_CALL) {  // decode: all rows per panel, each weight byte read once from memory
@@ -138,8 +140,8 @@ void rt_linear_bf16(const float* x, int64_t ldx, int64_t m, int64_t k, const uin
                                     wp + (p + 1) * kb * 1024, wp + (p + 1) * kb * 1024 + HALF_OFF};
     float blk[2][16 * 32] __attribute__((aligned(64)));  // per panel: rows of [half 0 | 1]
     float* const dst[4] = {blk[0], blk[0] + 16, blk[1], blk[1] + 16};
-    const int64_t end = (c + 1) * CHUNK_ROWS < m ? (c + 1) * CHUNK_ROWS : m;
-    for (int64_t r0 = c * CHUNK_ROWS; r0 < end; r0 += MR) {
+    const int64_t end = (c + 1) * rows_per < m ? (c + 1) * rows_per : m;
+    for (int64_t r0 = c * rows_per; r0 < end; r0 += MR) {
       const int rows = (int)(end - r0 < MR ? end - r0 : MR);
       tile_rows(xb + r0 * kp, kp, rows, C, col, kb, dst);
       write_block(blk[0], y, ldy, r0, r0 + rows, p * 32, n, bias);
@@ -153,7 +155,7 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
   if (n % 64 != 0) return -3;
   if (m <= 0) return 0;
   const int64_t kb = (k + 31) / 32, kp = kb * 32, inter = n / 2, gates = inter / 32;
-  const int64_t chunks = (m + CHUNK_ROWS - 1) / CHUNK_ROWS;
+  const int64_t rows_per = rt_even_chunk(m, CHUNK_ROWS, 1), chunks = (m + rows_per - 1) / rows_per;
   const uint16_t* xb = rounded_rows(x, ldx, m, k, kp);
   if (!xb) return -1;
   if (m <= DECODE_CALL) {  // decode: a gate panel, then its up panel, each read once
@@ -180,8 +182,8 @@ int rt_linear_bf16_silu(const float* x, int64_t ldx, int64_t m, int64_t k, const
                                     wp + (p + gates) * kb * 1024 + HALF_OFF};
     float blk[2][16 * 32] __attribute__((aligned(64)));  // per half: rows of [gate | up]
     float* const dst[4] = {blk[0], blk[1], blk[0] + 16, blk[1] + 16};
-    const int64_t end = (c + 1) * CHUNK_ROWS < m ? (c + 1) * CHUNK_ROWS : m;
-    for (int64_t r0 = c * CHUNK_ROWS; r0 < end; r0 += MR) {
+    const int64_t end = (c + 1) * rows_per < m ? (c + 1) * rows_per : m;
+    for (int64_t r0 = c * rows_per; r0 < end; r0 += MR) {
       const int rows = (int)(end - r0 < MR ? end - r0 : MR);
       tile_rows(xb + r0 * kp, kp, rows, 4, col, kb, dst);
       write_silu(blk[0], out, ldo, r0, r0 + rows, p * 32, inter, bias);

@@ -232,7 +232,8 @@ int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8
   if (m <= 0 || n <= 0) return 0;
   const int64_t kb = (k + 63) / 64, kp = kb * 64, panels = (n + QNR - 1) / QNR;
   const int64_t mp = (m + 15) / 16 * 16, blocks = planes * mp / 16;  // quantized row blocks
-  const int64_t chunks = (blocks + Q8_CHUNK - 1) / Q8_CHUNK;  // (even: a pair stays together)
+  // Blocks per chunk even: a row block's two planes stay together.
+  const int64_t per = rt_even_chunk(blocks, Q8_CHUNK, 2), chunks = (blocks + per - 1) / per;
   const int32_t* sums = (const int32_t*)(wp + panels * kb * 2048);
   float* xs = (float*)rt_row_scratch((size_t)(planes * mp * (kp + 4)));
   if (!xs) return -2;
@@ -248,8 +249,8 @@ int rt_linear_q8a8(const float* x, int64_t ldx, int64_t m, int64_t k, const int8
     for (int64_t t = 0; t < chunks * panels; ++t) {
       const int64_t p = t % panels, c = t / panels;  // chunk-major: a chunk's rows stay in L2
       const int8_t* pw = wp + p * kb * 2048;
-      const int64_t r_end = (c + 1) * Q8_CHUNK < blocks ? (c + 1) * Q8_CHUNK : blocks;
-      for (int64_t r = c * Q8_CHUNK; r < r_end; r += 2) {
+      const int64_t r_end = (c + 1) * per < blocks ? (c + 1) * per : blocks;
+      for (int64_t r = c * per; r < r_end; r += 2) {
         const int two = r + 1 < r_end;  // always, with two planes (blocks is even)
 #if defined(HAVE_AMX_Q8)
         if (path == 2) {

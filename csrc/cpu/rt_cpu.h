@@ -175,5 +175,15 @@ int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const uint16_t*
 // The calling thread's scratch for a GEMM's rows (gemm.c; NULL when out of memory).
 void* rt_row_scratch(size_t bytes);
 
+// Rows (or row blocks) per work chunk of a GEMM of m of them: at most `most` (a multiple of
+// `align`), a multiple of `align`, the chunks as even as that allows. The GEMMs split (chunk,
+// panel) items statically, in equal runs per thread, so a thread's work is even only when
+// the chunks are: 97 rows as chunks of 96 and 1 gave one thread nearly all of them.
+static inline int64_t rt_even_chunk(int64_t m, int64_t most, int64_t align) {
+  const int64_t chunks = (m + most - 1) / most;
+  const int64_t per = (m + chunks - 1) / chunks;
+  return (per + align - 1) / align * align;
+}
+
 // The vector ISA this library was built for: "avx512", "avx2" or "portable" (simd.h).
 const char* rt_isa(void);

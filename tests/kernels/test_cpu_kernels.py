@@ -4,6 +4,7 @@ Skipped where the library cannot be built."""
 
 from __future__ import annotations
 
+import platform
 import shutil
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     return request.param
 
 
-@pytest.mark.parametrize("m", [1, 5, 12, 13, 100, 200])
+@pytest.mark.parametrize("m", [1, 5, 12, 13, 97, 100, 200])
 @pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (31, 8)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_matches_torch(m: int, n: int, k: int, bias: bool) -> None:
@@ -66,7 +67,7 @@ def test_int8_linear_matches_its_dequantized_weight(m: int, n: int, k: int) -> N
         ck.linear(x, packed, n, b)
 
 
-@pytest.mark.parametrize("m", [1, 5, 12, 13, 16, 17, 33, 100, 200])
+@pytest.mark.parametrize("m", [1, 5, 12, 13, 16, 17, 33, 97, 100, 200, 389])
 @pytest.mark.parametrize(("n", "k"), [(96, 64), (70, 33), (576, 1536), (31, 8), (40, 600)])
 def test_bf16_linear_is_float32_arithmetic_on_rounded_weights(m: int, n: int, k: int) -> None:
     """bfloat16 weights hold w rounded as torch rounds it; the product is float32 arithmetic
@@ -84,6 +85,22 @@ def test_bf16_linear_is_float32_arithmetic_on_rounded_weights(m: int, n: int, k:
     xr = x.bfloat16() if ck.bf16_dot() else x
     want = F.linear(xr.double(), w.bfloat16().double(), b.double()).float()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5 * k**0.5)
+
+
+def test_bf16_dot_rows_do_not_depend_on_the_call(isa: str) -> None:
+    """On VDPBF16PS each output sums its k pairs in k order whatever the call's shape: a row
+    of a decode-sized call, of a prefill-sized one (chunks split evenly) and the row alone
+    are the same bits, so a verifying row computes what its decode step would."""
+    if isa != "avx512bf16":
+        pytest.skip("the VDPBF16PS GEMM's property (the avx512bf16 variant)")
+    torch.manual_seed(5)
+    n, k = 1536, 576
+    packed = ck.pack_weight_bf16(torch.randn(n, k))
+    x = torch.randn(389, k)
+    alone = torch.cat([ck.linear(x[i : i + 1], packed, n) for i in range(0, 389, 17)])
+    for m in (17, 97, 200, 389):
+        assert torch.equal(ck.linear(x[:m], packed, n)[0:m:17], alone[: (m + 16) // 17])
+    assert torch.equal(ck.linear(x[:16], packed, n)[0:16:17], alone[:1])
 
 
 def test_pack_weight_layout() -> None:
@@ -337,6 +354,21 @@ def test_portable_variant_builds_for_arm(tmp_path: Path, isa: str) -> None:
     cpu_build.build_library("aarch64-linux-gnu-gcc", out, flags)
     header = out.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_variants_this_cpu_cannot_run_compile_without_warnings(tmp_path: Path, isa: str) -> None:
+    """The x86 variants this CPU lacks (AMX, say) still compile cleanly: CI machines differ,
+    and a warning in one variant's build fails its test on the machines that run it."""
+    if isa != cpu_build.supported_isas()[-1] or platform.machine().lower() not in (
+        "x86_64",
+        "amd64",
+    ):
+        pytest.skip("once per run, on x86")
+    cc = cpu_build.compiler()
+    assert cc is not None
+    for other in [v for v in cpu_build.ISAS if v not in cpu_build.supported_isas()]:
+        strict = (*cpu_build.cflags(other), "-Wall", "-Wextra", "-Werror")
+        cpu_build.build_library(cc, tmp_path / f"{other}.so", strict)  # built, never loaded
 
 
 def test_every_variant_builds_without_warnings(tmp_path: Path, isa: str) -> None:

@@ -11,7 +11,9 @@ import pytest
 from radixrt.cache.tree_walk import continuation
 from radixrt.core import FinishKind, Req, SamplingParams
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixrt.core.forward_batch import MAX_ROWS_PER_REQUEST, ForwardMode
 from radixrt.scheduler.builder import build_scheduler
+from radixrt.scheduler.speculative.step_cost import PRIOR_K, StepCost
 
 
 def _build(path, k: int, page_size: int = 1, max_total_tokens: int = 4096, model=None, **sched):
@@ -63,7 +65,11 @@ def plain(tiny_llama_path):
 
 @pytest.fixture(scope="module")
 def spec(tiny_llama_path):
-    return _build(tiny_llama_path, 4)
+    s = _build(tiny_llama_path, 4)
+    # The prior row cost, not this machine's measured one: these tests need drafts made
+    # (test_speculative_cost.py tests the measured cost).
+    s.speculation.depths.cost = StepCost(fixed_k=PRIOR_K["cpu"])
+    return s
 
 
 def _fresh(*scheds) -> None:
@@ -165,6 +171,35 @@ def test_mixed_batch(plain, spec) -> None:
     drafted = {r.rid: r.spec_drafted for r in reqs}
     assert drafted["g1"] > 0 and drafted["g2"] > 0  # "s" may draft now: seeded, the same
     assert drafted["lp"] > 0  # "pen" too when its output repeats (test_speculative_params)
+
+
+def test_drafts_stay_within_a_decode_pass(tiny_llama_path, plain) -> None:
+    """With a draft limit past what a pass decodes as rows of one request, a step's rows per
+    request stay within MAX_ROWS_PER_REQUEST: a verifying step without prefills is a decode
+    pass, and the outputs are as without drafts."""
+    _fresh(plain)
+    s = _build(tiny_llama_path, 40)
+    s.speculation.depths.cost = StepCost(fixed_k=1e6)  # rows free: each draft as long as allowed
+    passes: list[tuple[ForwardMode, int]] = []
+    backend = s.runner.attn_backend
+    init = backend.init_forward_metadata
+
+    def record(fb) -> None:
+        passes.append((fb.mode, max(fb.extend_seq_lens_cpu)))
+        init(fb)
+
+    backend.init_forward_metadata = record
+    prompts = [_repetitive(31), _repetitive(32)]
+    ref = _run(plain, [_req(f"r{i}", ids, 60) for i, ids in enumerate(prompts)])
+    reqs = [_req(f"r{i}", ids, 60) for i, ids in enumerate(prompts)]
+    try:
+        assert _run(s, reqs) == ref
+    finally:
+        backend.init_forward_metadata = init
+    assert max(r.spec_drafted for r in reqs) >= MAX_ROWS_PER_REQUEST  # it drafted all along
+    after_prompts = passes[1:]  # the first pass computes both prompts
+    assert after_prompts and all(mode is ForwardMode.DECODE for mode, _ in after_prompts)
+    assert s.stats.spec_drafted_tokens > 0
 
 
 @pytest.mark.parametrize("page_size", [4, 16])

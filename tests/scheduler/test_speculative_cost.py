@@ -17,6 +17,7 @@ from radixrt.scheduler.speculative.acceptance import (
     engine_rates,
     paying_depth,
 )
+from radixrt.scheduler.speculative.draft_depth import DraftDepth
 from radixrt.scheduler.speculative.step_cost import MIN_SAMPLES, PRIOR_K, REFIT_EVERY, StepCost
 
 
@@ -97,3 +98,48 @@ def test_drafts_only_where_rows_are_cheap_enough(tiny_llama_path, monkeypatch, k
         assert drafted == 0
     else:  # each verification keeps about one: most steps emit two tokens
         assert drafted > 0 and sum(r.spec_accepted for r in reqs) > 0.3 * 4 * 30
+
+
+def test_the_curve_follows_rows_that_cost_more_past_a_tile() -> None:
+    """A pass costs 4 ms + 0.2 ms a row up to 16 rows and 0.6 ms a row past them: the
+    curve through the buckets' medians follows both slopes, where one line would not."""
+    cost = StepCost("cpu")
+    rng = random.Random(3)
+
+    def true_ms(r: int) -> float:
+        return 4.0 + 0.2 * min(r, 16) + 0.6 * max(r - 16, 0)
+
+    counts = [1, 4, 8, 12, 16, 24, 32, 48, 64]
+    for i in range(4 * MIN_SAMPLES * REFIT_EVERY):
+        r = counts[i % len(counts)]
+        cost.observe(r, true_ms(r) * 1e-3 * rng.uniform(0.97, 1.03))
+    assert cost.fitted
+    for r in [2, 8, 16, 20, 40, 64, 80]:
+        assert cost.seconds(r) == pytest.approx(true_ms(r) * 1e-3, rel=0.05)
+    # One more row at 8 rows costs 0.2 ms of 5.6; at 48 rows 0.6 ms of 26.4.
+    assert cost.min_accept(8, 8) == pytest.approx(8 * 0.2 / 5.6, rel=0.15)
+    assert cost.min_accept(8, 48) == pytest.approx(8 * 0.6 / 26.4, rel=0.15)
+
+
+def test_allot_takes_the_likeliest_tokens_while_tokens_per_second_grow() -> None:
+    """allot on a known curve: the allotment maximises expected tokens over the pass's time,
+    the likelier chain first, each chain a prefix; nothing where rows cost too much."""
+    depths = DraftDepth("cpu")
+    cost = depths.cost
+    cost.fitted, cost.curve = True, [(1.0, 5.0), (16.0, 8.0), (64.0, 40.0)]
+    chains = [(0.95, 15), (0.5, 15), (0.9, 15)]
+    got = depths.allot(3, 3, chains)
+
+    def value(d: list[int]) -> float:
+        kept = sum(sum(r**i for i in range(1, n + 1)) for (r, _), n in zip(chains, d))
+        return (3 + kept) / cost.seconds(3 + sum(d))
+
+    assert got[0] >= got[2] >= got[1] and sum(got) > 0
+    # No other allotment of prefixes is better (brute force over a grid around it).
+    for a in range(16):
+        for c in range(16):
+            for b in range(0, 16, 3):
+                assert value([a, b, c]) <= value(got) + 1e-12
+    cost.curve = [(1.0, 1.0), (2.0, 20.0)]  # a row costs 19 passes' fixed part: none pays
+    assert depths.allot(1, 1, [(0.99, 8)]) == [0]
+    assert depths.allot(1, 1, []) == []

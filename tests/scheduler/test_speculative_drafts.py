@@ -4,6 +4,7 @@ radix tree's continuation after a whole cached path (namespaces, pages, read-onl
 from __future__ import annotations
 
 import pytest
+import torch
 
 from radixrt.cache.memory_pool import TokenSlotAllocator
 from radixrt.cache.paged_allocator import PagedSlotAllocator
@@ -11,6 +12,7 @@ from radixrt.cache.prefix_cache import NoPrefixCache
 from radixrt.cache.radix_cache import RadixCache
 from radixrt.cache.tree_walk import continuation
 from radixrt.core import Req, SamplingParams
+from radixrt.scheduler.speculative.draft_masks import DraftMasks
 from radixrt.scheduler.speculative.drafter import LookupDrafter, can_speculate
 from radixrt.scheduler.speculative.ngram import NgramIndex
 
@@ -95,3 +97,46 @@ def test_who_is_speculated() -> None:
     assert can_speculate(req(temperature=0.5, repetition_penalty=1.2))
     assert can_speculate(req(temperature=0, min_new_tokens=4))
     assert not can_speculate(req(temperature=0, regex="a+"))
+
+
+class _OneSequence:
+    """A grammar queue whose grammar allows one token sequence (`draft_masks` as
+    GrammarQueue's: 1 + n rows for the first n drafted tokens it allows)."""
+
+    def __init__(self, allowed: list[int]) -> None:
+        self.allowed = allowed
+        self.walks = 0
+
+    def draft_masks(self, req: Req, draft: list[int], stop_ids: set[int]) -> torch.Tensor:
+        self.walks += 1
+        n = 0
+        while n < min(len(draft), len(self.allowed)) and draft[n] == self.allowed[n]:
+            n += 1
+        return torch.full((1 + n, 2), n, dtype=torch.int32)
+
+
+def test_a_constrained_draft_cut_short_takes_the_chain_its_grammar_allows() -> None:
+    """A JSON key followed by another key in the output so far (the latest occurrence) and by
+    the one the grammar wants in an earlier record of the prompt: the drafter offers both,
+    the masks keep the chain the grammar allows furthest, and its masks."""
+    key, sep = [40, 41], [42]
+    prompt = [1, *key, 7, 8, 9, *sep, 2, *key, 7, 8, 9, *sep, 3]
+    req = Req("r", prompt, SamplingParams(temperature=0, regex="x"))
+    req.output_ids = [4, *key, 5, 6, *sep, *key]  # the latest occurrence goes on with 5, 6
+    req.grammar = object()  # constrained: the index keeps other occurrences
+    drafter = LookupDrafter(_radix(), 4)
+    assert drafter.propose(req, 4) == [5, 6, *sep, key[0]]
+    others = drafter.alternatives(req, 4, 3)
+    assert [7, 8, 9, *sep] in others
+    grammar = _OneSequence([7, 8, 9, *sep, 3])
+    masks = DraftMasks(grammar, eos_token_ids=[0])  # type: ignore[arg-type]
+    draft = masks.constrain(req, [5, 6, *sep, key[0]], lambda: others)
+    assert draft == [7, 8, 9, *sep]
+    req.draft_ids = draft
+    rows = masks.vocab_mask([req], 1 + len(draft))
+    assert rows is not None and rows[:, 0].tolist() == [4] * 5  # that chain's masks
+    # A draft the grammar allows whole is kept without walking the others.
+    walks = grammar.walks
+    assert masks.constrain(req, [7, 8], lambda: pytest.fail("not needed")) == [7, 8]
+    req.draft_ids = []
+    assert grammar.walks == walks + 1

@@ -4,9 +4,11 @@ rows.py why sampled requests keep their exact distribution, and seeded ones thei
 
 Drafts come from a `LookupDrafter`, or with --speculative-draft-model from a second model
 (draft_model.py: `DraftModelDrafter`, its K/V beside the target's in the same slots). How
-long a draft may be: the request's guard (guard.py: shorter after rejections, pauses), and
-the depth whose tokens are likely enough to be accepted (acceptance.py) to pay for their rows
-in a pass (step_cost.py: a row's cost, measured).
+long a draft may be: the request's guard (guard.py: shorter after rejections, pauses), the
+rows a decode pass runs per request (MAX_ROWS_PER_REQUEST, where passes decode a request's
+rows), and the step's allotment (draft_depth.py): the drafted tokens most likely to be
+accepted (acceptance.py), as many as raise the step's expected tokens per second on the
+measured pass times (step_cost.py).
 
 Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
 matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under
@@ -21,6 +23,7 @@ import logging
 
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core.config import SchedulerConfig
+from radixrt.core.forward_batch import MAX_ROWS_PER_REQUEST
 from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, NoDrafter
@@ -66,8 +69,12 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
         if rows and kv.page_size == 1:
             branches = config.speculative_tree_branches
         drafter = LookupDrafter(kv.cache, config.speculative_ngram_max, branches, texts)
+    # On a pass that decodes a request's rows, a step's rows per request stay within what
+    # it runs as decode rows (past that the whole pass would be an extend).
+    max_rows = MAX_ROWS_PER_REQUEST if rows else None
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
-                       branches, config.speculative_tree_nodes, device_type)  # fmt: skip
+                       branches, config.speculative_tree_nodes, device_type,
+                       max_rows)  # fmt: skip
 
 
 def decodes_rows(runner: object) -> bool:

@@ -29,10 +29,35 @@ class DraftDepth:
         its own rows, drafts not yet added) to pay for its row."""
         return self.cost.min_accept(len(decoding), sum(r.extend_len for r in decoding))
 
+    def rate(self, req: Req, trusted: bool) -> float:
+        """The chance `req`'s next drafted token of this kind is kept (the engine's rate as
+        the prior)."""
+        guard = req.draft_guard
+        assert isinstance(guard, DraftGuard)  # made by the plan before it asks
+        return guard.rates[trusted].rate(self.rates[trusted].plain_rate())
+
+    def allot(self, tokens: float, rows: int, chains: list[tuple[float, int]]) -> list[int]:
+        """How many tokens of each draft chain (rate, length) a step of `rows` rows expected
+        to emit `tokens` tokens without them verifies: the most likely drafted tokens first
+        (the i-th of a chain kept with probability rate ** i), as many as make the step's
+        expected tokens per second, (tokens + kept) / T(rows + drafted), the highest."""
+        ranked = sorted(
+            ((rate**i, -i, j) for j, (rate, n) in enumerate(chains) for i in range(1, n + 1)),
+            reverse=True,
+        )  # within a chain the earlier token first: every allotment is a prefix of each
+        best, take = tokens / self.cost.seconds(rows), 0
+        expected = tokens
+        for m, (q, _, _) in enumerate(ranked, 1):
+            expected += q
+            value = expected / self.cost.seconds(rows + m)
+            if value > best:
+                best, take = value, m
+        out = [0] * len(chains)
+        for _, _, j in ranked[:take]:
+            out[j] += 1
+        return out
+
     def depth(self, req: Req, trusted: bool, bar: float, most: int) -> int:
         """The longest draft of `req` (at most `most`) whose tokens each clear `bar`, from its
         recent acceptance of this kind of draft (the engine's as the prior)."""
-        guard = req.draft_guard
-        assert isinstance(guard, DraftGuard)  # made by the plan before it asks
-        rate = guard.rates[trusted].rate(self.rates[trusted].plain_rate())
-        return paying_depth(rate, bar, most)
+        return paying_depth(self.rate(req, trusted), bar, most)

@@ -6,6 +6,7 @@ drafted tokens)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -27,17 +28,30 @@ class DraftMasks:
     def clear(self) -> None:
         self._masks.clear()
 
-    def constrain(self, req: Req, draft: list[int]) -> list[int]:
-        """`draft` cut to what `req`'s grammar allows; its masks kept for `vocab_mask`."""
+    def constrain(
+        self, req: Req, draft: list[int], others: Callable[[], list[list[int]]] | None = None
+    ) -> list[int]:
+        """`draft` cut to what `req`'s grammar allows; where that cuts it short, the chain of
+        `others()` (as long as `draft` at most) the grammar allows furthest, if longer. The
+        kept chain's masks are kept for `vocab_mask`."""
         stop_ids = {*self.eos_token_ids, *req.sampling_params.stop_token_ids}
-        try:
-            masks = self.grammar.draft_masks(req, draft, stop_ids)  # (1 + n, W)
-        except Exception:  # the request's own grammar: its decode step's mask reports it
-            logger.exception("drafting under the grammar of request %s failed", req.rid)
-            return []
-        if masks.shape[0] > 1:
-            self._masks[id(req)] = masks
-        return draft[: masks.shape[0] - 1]
+        best: list[int] = []
+        best_masks = None
+        for cand in _candidates(draft, others):
+            if len(cand) <= len(best):
+                continue
+            try:
+                masks = self.grammar.draft_masks(req, cand, stop_ids)  # (1 + n, W)
+            except Exception:  # the request's own grammar: its decode step's mask reports it
+                logger.exception("drafting under the grammar of request %s failed", req.rid)
+                return []
+            if masks.shape[0] - 1 > len(best):
+                best, best_masks = cand[: masks.shape[0] - 1], masks
+            if len(best) == len(draft):  # nothing cut: no other can be longer
+                break
+        if best_masks is not None:
+            self._masks[id(req)] = best_masks
+        return best
 
     def vocab_mask(self, reqs: list[Req], num_rows: int) -> torch.Tensor | None:
         """(num_rows, W) int32 over the verifying rows of `reqs` (1 + len(draft_ids) each, in
@@ -56,3 +70,13 @@ class DraftMasks:
             i += 1 + len(req.draft_ids)
         self._masks.clear()
         return mask
+
+
+def _candidates(
+    draft: list[int], others: Callable[[], list[list[int]]] | None
+) -> Iterator[list[int]]:
+    """`draft`, then (asked only if wanted) each of `others()` cut to its length."""
+    yield draft
+    if others is not None:
+        for other in others():
+            yield other[: len(draft)]

@@ -17,6 +17,9 @@ from radixrt.scheduler.speculative.tree import DraftTree, chain, merge
 # trusted past the guard's length (the guard shrinks on misses; a fresh long match is new
 # evidence, as when extraction output reaches text it copies from the prompt).
 TRUSTED_MATCH = 3
+# Occurrences kept per n-gram of a constrained request's tokens: the chains its grammar may
+# choose among (`alternatives`).
+ALTERNATIVES = 4
 
 
 def can_speculate(req: Req) -> bool:
@@ -58,6 +61,11 @@ class BaseDrafter(ABC):
         """A draft tree of at most `max_nodes` nodes, `max_branches` leaves and `max_depth`
         levels; a drafter without alternatives proposes its chain."""
         return chain(self.propose(req, min(max_depth, max_nodes)))
+
+    def alternatives(self, req: Req, max_tokens: int, count: int) -> list[list[int]]:
+        """Up to `count` other chains after req.fill_ids besides this step's `propose` (a
+        constrained request takes the one its grammar allows furthest); none by default."""
+        return []
 
 
 class NoDrafter(BaseDrafter):
@@ -119,10 +127,23 @@ class LookupDrafter(BaseDrafter):
             cands += own.alternatives(tokens, max_depth, count)
         return merge([c for c in cands if c], max_nodes, count)
 
+    def alternatives(self, req: Req, max_tokens: int, count: int) -> list[list[int]]:
+        """What followed the latest earlier occurrence of the request's suffix and other
+        occurrences of it (a constrained request keeps ALTERNATIVES of each n-gram): where
+        its grammar cuts the proposed draft short, the same key in an earlier record of the
+        prompt often goes on as the grammar allows."""
+        tokens = req.fill_ids
+        own = self._own(req)
+        matched = own.matched  # this step's `propose` match (`trusted` reads it) stays
+        cands = [own.draft(tokens, max_tokens)] + own.alternatives(tokens, max_tokens, count)
+        own.matched = matched
+        return [c for c in cands if c]
+
     def _own(self, req: Req) -> NgramIndex:
         """The index of `req`'s own tokens (made on first use, on req.draft_state)."""
         if not isinstance(req.draft_state, NgramIndex):
-            req.draft_state = NgramIndex(self.ngram_max, self.branches)
+            keep = max(self.branches, ALTERNATIVES if req.grammar is not None else 1)
+            req.draft_state = NgramIndex(self.ngram_max, keep)
             if self.texts is not None:
                 req.draft_state.keyed = KeyedIndex(self.texts, req.input_ids)
         return req.draft_state

@@ -43,6 +43,7 @@ rows.py's argument, each node's row seeing its own path as output).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -54,7 +55,7 @@ from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.speculative.draft_depth import DraftDepth
 from radixrt.scheduler.speculative.draft_masks import DraftMasks
-from radixrt.scheduler.speculative.drafter import BaseDrafter, can_speculate
+from radixrt.scheduler.speculative.drafter import ALTERNATIVES, BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
 from radixrt.scheduler.speculative.rows import SeededDraws, forced_rows, row_reqs
 from radixrt.scheduler.speculative.tally import tally
@@ -78,8 +79,10 @@ class Speculation:
                  sampler: Sampler, context_len: int, stats: SchedulerStats,
                  check_finish: CheckFinish, grammar: GrammarQueue | None = None,
                  branches: int = 1, tree_nodes: int = 0,
-                 device_type: str = "cpu") -> None:  # fmt: skip
+                 device_type: str = "cpu", max_rows: int | None = None) -> None:  # fmt: skip
         self.drafter = drafter
+        # The most rows a request's step may compute, its draft included (None: no limit).
+        self.max_rows = max_rows
         self.branches = branches  # the most leaves of a draft tree; 1: chains only
         self.tree_nodes = tree_nodes or 2 * num_draft_tokens  # the most nodes of a tree
         self.tree_rows = TreeRows(kv)
@@ -116,9 +119,10 @@ class Speculation:
         """Draft for the eligible of `decoding` (each set to extend its uncomputed tokens: 1,
         or its forced tokens and the last pick) using at most `spare` KV slots beyond their
         step's, all asked of the drafter at once (a draft model drafts them in one pass per
-        position); each draft is cut to the depth whose tokens are likely enough to be kept to
-        pay for their rows (DraftDepth: the measured row cost against the request's acceptance);
-        sets draft_ids and extend_len and returns the slots taken."""
+        position); the drafts are cut to the tokens the step verifies (DraftDepth.allot: the
+        likeliest to be kept, as many as raise its expected tokens per second on the measured
+        pass times), a constrained one to what its grammar allows (another occurrence's chain
+        where that goes further); sets draft_ids and extend_len and returns the slots taken."""
         if self.num_draft_tokens <= 0:
             return 0
         self.masks.clear()
@@ -135,17 +139,19 @@ class Speculation:
                 continue
             if req.draft_guard is None:
                 req.draft_guard = DraftGuard(self.num_draft_tokens)
-            most = self._room(req)
+            own = req.extend_len  # the step's tokens without a draft
+            most = self._room(req, own)
             cap = req.draft_guard.allowed()  # the guard: recent acceptance (0: paused)
             if most <= 0:
                 continue
-            own = req.extend_len  # the step's tokens without a draft
             base = self.kv.slots_needed(req, own)
             fit = self.kv.tokens_fitting(req, base + spare - used) - own
             budget = min(most, cap, fit, self.depths.depth(req, False, bar, most))
             if budget > 0 and self._tree_ok(req):
                 # Side branches in proportion to the depth that pays.
                 nodes = max(budget, min(self.tree_nodes * budget // self.num_draft_tokens, fit))
+                if self.max_rows is not None:
+                    nodes = min(nodes, self.max_rows - own)
                 trees.append((req, budget, nodes))
                 used += self.kv.slots_needed(req, 1 + nodes) - base
             elif (ask := min(most, fit) if self.drafter.trusts_matches else budget) > 0:
@@ -155,14 +161,20 @@ class Speculation:
                 used += self.kv.slots_needed(req, own + budgets[-1]) - base
         used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
         drafts = self.drafter.propose_batch(reqs, budgets)
-        for req, budget, cap, draft in zip(reqs, budgets, caps, drafts):
+        chains: list[tuple[float, int]] = []  # (acceptance rate, length) of each draft
+        for i, (req, budget, cap) in enumerate(zip(reqs, budgets, caps)):
             trusted = self.drafter.trusted(req)
-            draft = self.drafter.trim(req, draft[:budget], cap)
-            draft = draft[: self.depths.depth(req, trusted, bar, len(draft))]
+            drafts[i] = self.drafter.trim(req, drafts[i][:budget], cap)
             assert isinstance(req.draft_guard, DraftGuard)
             req.draft_guard.trusted = trusted
+            chains.append((self.depths.rate(req, trusted), len(drafts[i])))
+        # The step's rows so far: every decoding request's own, trees' drafts included.
+        depths = self.depths.allot(len(decoding), sum(r.extend_len for r in decoding), chains)
+        for req, draft, depth in zip(reqs, drafts, depths):
+            draft = draft[:depth]
             if draft and req.grammar is not None:
-                draft = self.masks.constrain(req, draft)
+                more = functools.partial(self.drafter.alternatives, req, len(draft), ALTERNATIVES)
+                draft = self.masks.constrain(req, draft, more)
             if draft:
                 own = req.extend_len
                 req.draft_ids = draft
@@ -199,11 +211,13 @@ class Speculation:
         """After the step's slots are allocated: the rows its draft trees attend through."""
         self.tree_rows.lay_out()
 
-    def _room(self, req: Req) -> int:
-        """The most tokens worth drafting for `req`: all but the bonus token of what is left
-        of max_new_tokens, within the context."""
+    def _room(self, req: Req, own: int) -> int:
+        """The most tokens worth drafting for `req`, whose step computes `own` tokens without
+        a draft: all but the bonus token of what is left of max_new_tokens, within the context
+        and the rows a step may compute for it."""
         left = req.sampling_params.max_new_tokens - len(req.output_ids) - 1
-        return min(self.num_draft_tokens, left, self.max_len - req.seq_len)
+        most = min(self.num_draft_tokens, left, self.max_len - req.seq_len)
+        return most if self.max_rows is None else min(most, self.max_rows - own)
 
     def verify(self, items: list[tuple[Req, int]], logits: torch.Tensor) -> list[Req]:
         """For each (request, first logits row) that speculated: sample its rows, accept,

@@ -1,74 +1,123 @@
-"""StepCost: what one more row costs a decode pass, measured on this machine, so that a step
+"""StepCost: what a decode pass of R rows costs, measured on this machine, so that a step
 drafts only tokens likely enough to be accepted to pay for their rows.
 
-A pass whose every row is sampled (decode, or decode with verifying rows) takes about
-W + c * R seconds for R rows: W is paid once per pass (reading the weights, launching the
-layers), c per row (its matmuls, its attention). A step that emits N tokens in T seconds
-gains from one more draft row, accepted with probability q, when (N + q) / (T + c) > N / T,
-that is when q > c * N / T = N / (K + R) with K = W / c: `min_accept` is that bar. On a
-CPU, where a row's matmuls are a sizeable part of a pass, the bar is low at batch 1 (drafts
-pay at almost any acceptance) and high at batch 8 (only drafts likely to be kept do); on a
-GPU, where rows are nearly free until the matmuls fill the device, K is large and so is the
-room for drafts.
+A pass whose every row is sampled (decode, or decode with verifying rows) takes T(R) seconds
+for R rows: about W + c * R while R is small (W paid once per pass: reading the weights,
+launching the layers; c per row: its matmuls, its attention), more per row as rows grow (a
+2-core Zen 5, bfloat16 weights, contexts of about 400 tokens: 5.5 ms at 2 rows, 7.6 at 8,
+40 at 83, 60 at 128: 0.35 ms a row, then 0.44). A step
+expected to emit E tokens over R rows gains from m more draft rows, their tokens kept E'
+times in all, when (E + E') / T(R + m) > E / T(R): `seconds` is T, and `min_accept` the
+local bar for one more row, E * (T(R + 1) - T(R)) / T(R) (E / (K + R) where T is a line with
+K = W / c).
 
-K is measured: the times of such passes are kept per row count (the last `WINDOW` of each);
-the line through the counts' medians (least squares, each count weighted by its samples)
-gives W and c. Until two row counts `SPREAD` apart have `MIN_SAMPLES` each, or when the fit
-is not a rising line, the device's prior K is used. Medians keep a busy machine's stalls out
-of the fit; the window follows contexts as they grow.
+T is measured: the times of such passes are kept per bucket of row counts (the last
+`WINDOW` of each); each bucket with `MIN_SAMPLES` gives a point (its median rows, its median
+time), and T runs through the points' lower convex hull (a point above it is a stall or too
+few samples; a row's cost only grows with the rows), straight on past the last point with
+the last segment's slope. Until two points `SPREAD` rows apart exist, or when the points do
+not rise, T is the device's prior line (K = `PRIOR_K`). On a CPU the bar is low at
+batch 1 (drafts pay at almost any acceptance) and high at batch 8 (only drafts likely to be
+kept do); on a GPU, where rows are nearly free until the matmuls fill the device, K is large
+and so is the room for drafts. Medians keep a busy machine's stalls out of the curve; the
+window follows contexts as they grow.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import statistics
 from collections import deque
 
-WINDOW = 32  # recent times kept per row count
-MIN_SAMPLES = 6  # times a row count needs before it counts in the fit
-SPREAD = 3  # the least difference of row counts the fit needs
+WINDOW = 32  # recent passes kept per bucket of row counts
+MIN_SAMPLES = 4  # passes a bucket needs before it is a point of the curve
+SPREAD = 3  # the least difference of row counts between the first and last points
 REFIT_EVERY = 16  # passes between fits
 PRIOR_K = {"cpu": 12.0, "cuda": 256.0}  # W / c before the fit (rows a pass's fixed cost is)
 K_RANGE = (1.0, 4096.0)
+# Row-count buckets: counts up to each edge (past the last: one bucket per doubling).
+EDGES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128)
+
+
+def bucket(rows: int) -> int:
+    """The bucket of `rows` rows: the least edge not below it (a power of two past 128)."""
+    i = bisect.bisect_left(EDGES, rows)
+    return EDGES[i] if i < len(EDGES) else 1 << (rows - 1).bit_length()
 
 
 class StepCost:
-    """The measured cost of a row against a pass's fixed cost (one per scheduler)."""
+    """The measured cost of a pass by its rows (one per scheduler)."""
 
     def __init__(self, device_type: str = "cpu", fixed_k: float | None = None) -> None:
         self.prior = fixed_k or PRIOR_K.get(device_type, PRIOR_K["cpu"])
-        self.k = self.prior  # W / c: rows whose compute costs what a pass's fixed part does
-        self.measures = fixed_k is None  # False: K stays `fixed_k`
-        self.times: dict[int, deque[float]] = {}  # row count -> its recent pass seconds
+        self.k = self.prior  # W / c of the line through the points (reported; the prior's)
+        self.measures = fixed_k is None  # False: T stays the prior line
+        # bucket -> its recent passes (rows, seconds)
+        self.times: dict[int, deque[tuple[int, float]]] = {}
         self.passes = 0
         self.fitted = False
+        self.curve: list[tuple[float, float]] = []  # (rows, seconds), rising; [] until fitted
 
     def observe(self, rows: int, seconds: float) -> None:
         """A pass of `rows` rows, every one sampled, took `seconds`."""
         if rows <= 0 or seconds <= 0.0 or not self.measures:
             return
-        self.times.setdefault(rows, deque(maxlen=WINDOW)).append(seconds)
+        self.times.setdefault(bucket(rows), deque(maxlen=WINDOW)).append((rows, seconds))
         self.passes += 1
         if self.passes % REFIT_EVERY == 0:
             self._fit()
 
+    def seconds(self, rows: float) -> float:
+        """T(rows): a pass's time for `rows` rows (in units of a row's cost on the prior line
+        until fitted; only ratios of T are used)."""
+        curve = self.curve if self.fitted else []
+        if len(curve) < 2:
+            return self.k + rows
+        i = min(max(bisect.bisect_left(curve, (rows, 0.0)), 1), len(curve) - 1)
+        (r0, t0), (r1, t1) = curve[i - 1], curve[i]
+        t = t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
+        return max(t, curve[0][1] * 0.5)  # below the first point: not under half its time
+
     def min_accept(self, tokens: float, rows: int) -> float:
         """The acceptance probability one more draft row needs to pay, in a step of `rows`
         rows expected to emit `tokens` tokens."""
-        return tokens / (self.k + rows)
+        t = self.seconds(rows)
+        return tokens * (self.seconds(rows + 1) - t) / t
 
     def _fit(self) -> None:
-        points = [(r, statistics.median(t), len(t)) for r, t in self.times.items()
-                  if len(t) >= MIN_SAMPLES]  # fmt: skip
-        if not points or max(r for r, _, _ in points) - min(r for r, _, _ in points) < SPREAD:
+        points = sorted((statistics.median(r for r, _ in t), statistics.median(s for _, s in t))
+                        for t in self.times.values() if len(t) >= MIN_SAMPLES)  # fmt: skip
+        if len(points) < 2 or points[-1][0] - points[0][0] < SPREAD:
             return
-        n = sum(w for _, _, w in points)
-        mr = sum(r * w for r, _, w in points) / n
-        mt = sum(t * w for _, t, w in points) / n
-        var = sum(w * (r - mr) ** 2 for r, _, w in points)
-        c = sum(w * (r - mr) * (t - mt) for r, t, w in points) / var
+        points = _lower_hull(points)
+        rows = [r for r, _ in points]
+        secs = list(itertools.accumulate((s for _, s in points), max))  # non-decreasing
+        if len(points) < 2 or secs[-1] <= secs[0]:
+            self.k, self.fitted, self.curve = self.prior, False, []  # not rising: the prior
+            return
+        # Equal times of neighbouring points rise by a hair, so T always grows with rows.
+        for i in range(1, len(secs)):
+            secs[i] = max(secs[i], secs[i - 1] * (1.0 + 1e-6))
+        self.curve = list(zip(rows, secs))
+        mr, mt = statistics.fmean(rows), statistics.fmean(secs)
+        c = sum((r - mr) * (t - mt) for r, t in self.curve) / sum((r - mr) ** 2 for r in rows)
         fixed = mt - c * mr
-        if c <= 0.0 or fixed <= 0.0:
-            self.k, self.fitted = self.prior, False  # not a rising line: noise, keep the prior
-            return
-        self.k = min(max(fixed / c, K_RANGE[0]), K_RANGE[1])
+        self.k = min(max(fixed / c, K_RANGE[0]), K_RANGE[1]) if fixed > 0 else K_RANGE[0]
         self.fitted = True
+
+
+def _lower_hull(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lower convex hull of `points` (sorted by rows): a row's cost only grows with the
+    rows (tiles fill, attention reads more), and a point above the hull is a stall of the
+    machine or too few samples, not the cost of its rows."""
+    hull: list[tuple[float, float]] = []
+    for p in points:
+        while len(hull) >= 2:
+            (r0, t0), (r1, t1) = hull[-2], hull[-1]
+            if (t1 - t0) * (p[0] - r0) >= (p[1] - t0) * (r1 - r0):  # hull[-1] on or above
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    return hull
