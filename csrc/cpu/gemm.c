@@ -13,7 +13,8 @@
 // (Converting a panel's k range once per chunk into a float32 buffer shared by its row blocks
 // was measured slower at every row count from 8 to 64, on AVX2 and AVX-512.)
 //
-// Work split: OpenMP threads take (panel, row-chunk) pairs; a tile is MR rows x NR columns
+// Work split: OpenMP threads take (panel, row-chunk) pairs, the chunks at most MC rows and as
+// even as multiples of MR allow (rt_even_chunk); a tile is MR rows x NR columns
 // kept in registers (on AVX2 as sub-tiles of at most 6 rows x 16 columns, see tile_any) over a
 // K range of KC (all of K when the chunk has <= MR rows).
 #include <stdint.h>

@@ -13,11 +13,12 @@
 // Columns past N are zero.
 //
 // x is rounded to bfloat16 (nearest even) into a per-thread buffer of rows padded to 16 (the
-// A tiles); TDPBF16PS accumulates in float32. Threads take (chunk of 128 rows, panel) pairs,
-// chunk-major so a chunk's rows stay in L2 across the panels: for every 32 rows (two A tiles)
-// a 32 x 32 block of y stays in four C tiles over all k blocks, then the bias is added and
-// the valid rows and columns written. A call of at most 16 rows (decode) uses one A
-// tile and streams each weight byte once, prefetching PF_BLOCKS blocks ahead.
+// A tiles); TDPBF16PS accumulates in float32. Threads take (chunk, panel) pairs, the chunks
+// at most 128 rows and even (rt_even_chunk), chunk-major so a chunk's rows stay in L2 across
+// the panels: for every 32 rows (two A tiles) a 32 x 32 block of y stays in four C tiles over
+// all k blocks, then the bias is added and the valid rows and columns written. A call of at
+// most 16 rows (decode) uses one A tile and streams each weight byte once, prefetching
+// PF_BLOCKS blocks ahead.
 //
 // rt_linear_bf16_silu: a gated MLP's gate_up projection and SiLU in one pass. A work item is
 // (chunk, gate panel, 16-column half): its C tiles hold 32 rows of 16 gate columns and of the

@@ -7,9 +7,10 @@
 // One row r of a packed B tile (16 columns x one k pair) is one VDPBF16PS operand, and the
 // pair (x[i, 2r], x[i, 2r + 1]) one 32-bit broadcast. A micro-tile is R <= MR rows x C <= 4
 // column halves of 16 columns (24 float32 accumulators at 6 x 4): per k pair it loads C B
-// rows and R broadcasts for R * C dot products. Work items are (chunk of CHUNK_ROWS rows,
-// pair of panels), chunk-major: a chunk's rounded rows stay in L1/L2 across the panels, a
-// panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's micro-tiles. A decode
+// rows and R broadcasts for R * C dot products. Work items are (chunk of at most CHUNK_ROWS
+// rows, the chunks even, pair of panels), chunk-major: a chunk's rounded rows stay in L1/L2
+// across the panels, a panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's
+// micro-tiles. A decode
 // call (at most DECODE_CALL rows) is one micro-tile of all its rows per panel (two past
 // MR_DECODE), the panels split over the threads: each weight byte is read from memory once,
 // fetched PF_BLOCKS blocks ahead.
