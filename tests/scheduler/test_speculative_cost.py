@@ -127,11 +127,11 @@ def test_allot_takes_the_likeliest_tokens_while_tokens_per_second_grow() -> None
     depths = DraftDepth("cpu")
     cost = depths.cost
     cost.fitted, cost.curve = True, [(1.0, 5.0), (16.0, 8.0), (64.0, 40.0)]
-    chains = [(0.95, 15), (0.5, 15), (0.9, 15)]
+    chains = [(0.95, 15, 0.0), (0.5, 15, 0.0), (0.9, 15, 0.0)]
     got = depths.allot(3, 3, chains)
 
     def value(d: list[int]) -> float:
-        kept = sum(sum(r**i for i in range(1, n + 1)) for (r, _), n in zip(chains, d))
+        kept = sum(sum(r**i for i in range(1, n + 1)) for (r, _, _), n in zip(chains, d))
         return (3 + kept) / cost.seconds(3 + sum(d))
 
     assert got[0] >= got[2] >= got[1] and sum(got) > 0
@@ -141,5 +141,10 @@ def test_allot_takes_the_likeliest_tokens_while_tokens_per_second_grow() -> None
             for b in range(0, 16, 3):
                 assert value([a, b, c]) <= value(got) + 1e-12
     cost.curve = [(1.0, 1.0), (2.0, 20.0)]  # a row costs 19 passes' fixed part: none pays
-    assert depths.allot(1, 1, [(0.99, 8)]) == [0]
+    assert depths.allot(1, 1, [(0.99, 8, 0.0)]) == [0]
     assert depths.allot(1, 1, []) == []
+    # A constrained chain's tokens cost their masks too: 20 s a token on a 5 s pass.
+    cost.curve = [(1.0, 5.0), (16.0, 5.5)]
+    assert depths.allot(1, 1, [(0.9, 8, 0.0)]) == [8]
+    assert depths.allot(1, 1, [(0.9, 8, 20.0)]) == [0]
+    assert 0 < depths.allot(1, 1, [(0.9, 8, 1.0)])[0] < 8

@@ -36,20 +36,24 @@ class DraftDepth:
         assert isinstance(guard, DraftGuard)  # made by the plan before it asks
         return guard.rates[trusted].rate(self.rates[trusted].plain_rate())
 
-    def allot(self, tokens: float, rows: int, chains: list[tuple[float, int]]) -> list[int]:
-        """How many tokens of each draft chain (rate, length) a step of `rows` rows expected
-        to emit `tokens` tokens without them verifies: the most likely drafted tokens first
-        (the i-th of a chain kept with probability rate ** i), as many as make the step's
-        expected tokens per second, (tokens + kept) / T(rows + drafted), the highest."""
+    def allot(self, tokens: float, rows: int, chains: list[tuple[float, int, float]]) -> list[int]:
+        """How many tokens of each draft chain (rate, length, seconds per token besides its
+        row: a constrained request's grammar masks) a step of `rows` rows expected to emit
+        `tokens` tokens without them verifies: the most likely drafted tokens first (the
+        i-th of a chain kept with probability rate ** i), as many as make the step's expected
+        tokens per second, (tokens + kept) / (T(rows + drafted) + their own seconds), the
+        highest. A token's own seconds count once T is measured in seconds."""
         ranked = sorted(
-            ((rate**i, -i, j) for j, (rate, n) in enumerate(chains) for i in range(1, n + 1)),
+            ((rate**i, -i, j) for j, (rate, n, _) in enumerate(chains) for i in range(1, n + 1)),
             reverse=True,
         )  # within a chain the earlier token first: every allotment is a prefix of each
+        own = 1.0 if self.cost.fitted else 0.0  # before the fit T is in rows' units
         best, take = tokens / self.cost.seconds(rows), 0
-        expected = tokens
-        for m, (q, _, _) in enumerate(ranked, 1):
+        expected, extra = tokens, 0.0
+        for m, (q, _, j) in enumerate(ranked, 1):
             expected += q
-            value = expected / self.cost.seconds(rows + m)
+            extra += own * chains[j][2]
+            value = expected / (self.cost.seconds(rows + m) + extra)
             if value > best:
                 best, take = value, m
         out = [0] * len(chains)

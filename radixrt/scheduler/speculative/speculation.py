@@ -161,13 +161,16 @@ class Speculation:
                 used += self.kv.slots_needed(req, own + budgets[-1]) - base
         used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
         drafts = self.drafter.propose_batch(reqs, budgets)
-        chains: list[tuple[float, int]] = []  # (acceptance rate, length) of each draft
+        chains: list[tuple[float, int, float]] = []  # (rate, length, mask s/token) of each
+        stats = self.grammar.stats  # a constrained draft's tokens each cost a grammar mask
+        mask_s = stats.mask_time_s / stats.num_masks if stats.num_masks else 0.0
         for i, (req, budget, cap) in enumerate(zip(reqs, budgets, caps)):
             trusted = self.drafter.trusted(req)
             drafts[i] = self.drafter.trim(req, drafts[i][:budget], cap)
             assert isinstance(req.draft_guard, DraftGuard)
             req.draft_guard.trusted = trusted
-            chains.append((self.depths.rate(req, trusted), len(drafts[i])))
+            extra = mask_s if req.grammar is not None else 0.0
+            chains.append((self.depths.rate(req, trusted), len(drafts[i]), extra))
         # The step's rows so far: every decoding request's own, trees' drafts included.
         depths = self.depths.allot(len(decoding), sum(r.extend_len for r in decoding), chains)
         for req, draft, depth in zip(reqs, drafts, depths):
