@@ -10,10 +10,9 @@
 // rows and R broadcasts for R * C dot products. Work items are (chunk of at most CHUNK_ROWS
 // rows, the chunks even, pair of panels), chunk-major: a chunk's rounded rows stay in L1/L2
 // across the panels, a panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's
-// micro-tiles. A decode
-// call (at most DECODE_CALL rows) is one micro-tile of all its rows per panel (two past
-// MR_DECODE), the panels split over the threads: each weight byte is read from memory once,
-// fetched PF_BLOCKS blocks ahead.
+// micro-tiles. A decode call (at most DECODE_CALL rows) is one micro-tile of all its rows per
+// panel (two past MR_DECODE), the panels split over the threads: each weight byte is read
+// from memory once, fetched PF_BLOCKS blocks ahead.
 //
 // rt_linear_bf16_silu: the gate_up projection and SiLU in one pass, as the AMX kernel does
 // it: a micro-tile holds 32 gate columns (panel p) and their 32 up columns (panel p + n/64),

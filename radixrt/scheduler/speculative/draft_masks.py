@@ -37,9 +37,11 @@ class DraftMasks:
         stop_ids = {*self.eos_token_ids, *req.sampling_params.stop_token_ids}
         best: list[int] = []
         best_masks = None
+        walked: set[tuple[int, ...]] = set()  # others() often repeats `draft`: walk it once
         for cand in _candidates(draft, others):
-            if len(cand) <= len(best):
+            if len(cand) <= len(best) or tuple(cand) in walked:
                 continue
+            walked.add(tuple(cand))
             try:
                 masks = self.grammar.draft_masks(req, cand, stop_ids)  # (1 + n, W)
             except Exception:  # the request's own grammar: its decode step's mask reports it

@@ -26,7 +26,6 @@ window follows contexts as they grow.
 from __future__ import annotations
 
 import bisect
-import itertools
 import statistics
 from collections import deque
 
@@ -90,15 +89,15 @@ class StepCost:
                         for t in self.times.values() if len(t) >= MIN_SAMPLES)  # fmt: skip
         if len(points) < 2 or points[-1][0] - points[0][0] < SPREAD:
             return
-        points = _lower_hull(points)
+        points = _lower_hull(points)  # (two points at least: the hull keeps both ends)
         rows = [r for r, _ in points]
-        secs = list(itertools.accumulate((s for _, s in points), max))  # non-decreasing
-        if len(points) < 2 or secs[-1] <= secs[0]:
+        # Non-decreasing, and a hair above an equal neighbour: T always grows with rows.
+        secs = [points[0][1]]
+        for _, t in points[1:]:
+            secs.append(max(t, secs[-1] * (1.0 + 1e-6)))
+        if points[-1][1] <= points[0][1]:
             self.k, self.fitted, self.curve = self.prior, False, []  # not rising: the prior
             return
-        # Equal times of neighbouring points rise by a hair, so T always grows with rows.
-        for i in range(1, len(secs)):
-            secs[i] = max(secs[i], secs[i - 1] * (1.0 + 1e-6))
         self.curve = list(zip(rows, secs))
         mr, mt = statistics.fmean(rows), statistics.fmean(secs)
         c = sum((r - mr) * (t - mt) for r, t in self.curve) / sum((r - mr) ** 2 for r in rows)
