@@ -14,7 +14,7 @@ from radixrt.scheduler.speculative.ngram import NgramIndex
 from radixrt.scheduler.speculative.tree import DraftTree, chain, merge
 
 # A lookup draft whose source matched at least this many of the request's last tokens is
-# trusted past the guard's length (the guard shrinks on misses; a fresh long match is new
+# trusted: its acceptance is counted apart from weaker matches' (a fresh long match is new
 # evidence, as when extraction output reaches text it copies from the prompt).
 TRUSTED_MATCH = 3
 # Occurrences kept per n-gram of a constrained request's tokens: the chains its grammar may
@@ -33,8 +33,9 @@ def can_speculate(req: Req) -> bool:
 class BaseDrafter(ABC):
     """Proposes the tokens most likely to follow a request's fill_ids."""
 
-    # Whether `trim` may keep more than the guard's length: such a drafter is asked for a
-    # request's whole room, paused or not (a lookup costs no pass); others for the guard's.
+    # Whether `trim` keeps more than the guard's length: such a drafter is asked for a
+    # request's whole room, paused or not (a lookup costs no pass), and the step's allotment
+    # alone cuts its drafts; others are asked for the guard's length.
     trusts_matches = False
 
     @abstractmethod
@@ -108,10 +109,17 @@ class LookupDrafter(BaseDrafter):
         return draft
 
     def trusted(self, req: Req) -> bool:
-        """When its source matched TRUSTED_MATCH or more of the last tokens (the guard bounds
-        weak drafts only)."""
+        """When its source matched TRUSTED_MATCH or more of the last tokens (its acceptance
+        is counted apart from weak matches')."""
         state = req.draft_state
         return isinstance(state, NgramIndex) and state.matched >= TRUSTED_MATCH
+
+    def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
+        """The whole draft, a weak match's too: a lookup costs no pass, so how much of it a
+        step verifies is the allotment's choice alone (DraftDepth.allot: each kind's recent
+        acceptance against the measured pass times). The guard's shortened lengths and pauses
+        bound drafters that pay for every drafted token, and trees."""
+        return draft
 
     def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
                      max_branches: int) -> DraftTree:  # fmt: skip

@@ -6,8 +6,9 @@ The draft length grows by doubling while drafts are accepted whole and shrinks t
 accepted tokens on a rejection. After `MISSES_TO_PAUSE` verifications in a row that accept
 nothing, drafting pauses for a number of steps; each miss right after a pause starts a pause
 twice as long (up to `MAX_PAUSE`), and any accepted token ends the run. The length and the
-pauses bound weak drafts only: a lookup draft from a long match is kept whole (drafter.trim).
-Its acceptance rates, one per kind of draft, set how deep a draft pays (speculation.py's plan).
+pauses bound drafters that pay for every drafted token (a draft model) and draft trees; a
+lookup's chains are cut by the step's allotment alone (drafter.trim). The acceptance rates,
+one per kind of draft, set how deep a draft pays (speculation.py's plan).
 
 Draft trees pay only when a branch past the first is accepted: after `TREE_MISSES` tree
 verifications in a row that kept none, the request drafts chains for a while
