@@ -1,13 +1,14 @@
-"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch (a batch of
-short extends after cached prefixes, drafts being verified, becomes a decode batch of one row per
-token where the attention backend decodes such rows), and the slots for what higher floors own
-and the pass reads: the request-to-slot table and KV buffers (cache/memory_pool.py) and the
-attention backend (model/attention/base.py), as Protocols."""
+"""ForwardBatch: the tensors one forward pass reads, built from a scheduler Batch (a short
+extend of output tokens after its prefix, a draft being verified or tokens a grammar forced,
+becomes one decode row per token where the attention backend decodes such rows:
+`split_short_extends`), and the slots for what higher floors own and the pass reads: the
+request-to-slot table and KV buffers (cache/memory_pool.py) and the attention backend
+(model/attention/base.py), as Protocols."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -18,8 +19,8 @@ class ForwardMode(enum.Enum):
     DECODE = "decode"  # every row computes exactly one token after a non-empty prefix
 
 
-# A request computing at most this many tokens after a cached prefix (a draft being verified,
-# a short chunk) may run as that many decode rows (`ForwardBatch.build`).
+# A request computing at most this many output tokens after its prefix (a draft being
+# verified, forced tokens) may run as that many decode rows (`split_short_extends`).
 MAX_ROWS_PER_REQUEST = 16
 
 
@@ -108,10 +109,23 @@ class ForwardBatch:
     req_to_token_pool: ReqTokenTable
     token_to_kv_pool: KVBuffers
     attn_backend: AttnBackend
+    # Per row: its new tokens are prompt tokens, computed as an extend however few they are,
+    # a single one included, so a prompt computes the same way however much of it the cache
+    # held (empty: none are).
+    prompt_rows_cpu: list[bool] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.numel())
+
+    def is_decode_row(self, i: int) -> bool:
+        """Whether row i computes one output token after a non-empty prefix (attended as a
+        decode row, in a decode batch or beside extends)."""
+        return (
+            self.extend_seq_lens_cpu[i] == 1
+            and self.extend_prefix_lens_cpu[i] > 0
+            and not (self.prompt_rows_cpu and self.prompt_rows_cpu[i])
+        )
 
     @classmethod
     def build(
@@ -127,16 +141,12 @@ class ForwardBatch:
         token_to_kv_pool: KVBuffers,
         attn_backend: AttnBackend,
         device: torch.device,
+        prompt_rows: list[bool] | None = None,
     ) -> ForwardBatch:
-        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1.
-
-        When `attn_backend.decodes_request_rows` and every request extends a non-empty prefix
-        by 1..MAX_ROWS_PER_REQUEST tokens, each request becomes one decode row per token (the
-        packed tokens, positions, slots and logits rows stay as they are)."""
-        if attn_backend.decodes_request_rows and _short_extends(prefix_lens, extend_lens):
-            req_pool_indices = [r for r, e in zip(req_pool_indices, extend_lens) for _ in range(e)]
-            prefix_lens = [p + j for p, e in zip(prefix_lens, extend_lens) for j in range(e)]
-            extend_lens = [1] * len(prefix_lens)
+        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1;
+        a decode batch when every request computes one output token after a non-empty prefix
+        (rows of one request included: `split_short_extends`). `prompt_rows`: per request,
+        whether its new tokens are prompt tokens (None: none are)."""
         batch_size = len(extend_lens)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
         positions: list[int] = []
@@ -144,7 +154,11 @@ class ForwardBatch:
         for p, e in zip(prefix_lens, extend_lens):
             starts.append(len(positions))
             positions.extend(range(p, p + e))
-        is_decode = all(e == 1 and p > 0 for p, e in zip(prefix_lens, extend_lens))
+        prompts = list(prompt_rows) if prompt_rows is not None else [False] * len(extend_lens)
+        is_decode = all(
+            e == 1 and p > 0 and not prompt
+            for p, e, prompt in zip(prefix_lens, extend_lens, prompts, strict=True)
+        )
 
         # One host-to-device copy for all eight index lists (each a blocking copy on CUDA);
         # the fields are views of its pieces.
@@ -171,12 +185,26 @@ class ForwardBatch:
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool=token_to_kv_pool,
             attn_backend=attn_backend,
+            prompt_rows_cpu=prompts if any(prompts) else [],
         )
 
 
-def _short_extends(prefix_lens: list[int], extend_lens: list[int]) -> bool:
-    """Whether some request extends by several tokens and every one extends a non-empty
-    prefix by at most MAX_ROWS_PER_REQUEST tokens."""
-    return any(e > 1 for e in extend_lens) and all(
-        p > 0 and 1 <= e <= MAX_ROWS_PER_REQUEST for p, e in zip(prefix_lens, extend_lens)
-    )
+def split_short_extends(
+    rows: list[int], prefix_lens: list[int], extend_lens: list[int], prompts: list[bool]
+) -> tuple[list[int], list[int], list[int], list[bool]]:
+    """(rows, prefix_lens, extend_lens, prompts) with each request not flagged in `prompts`
+    (its new tokens are output tokens: a draft being verified, tokens a grammar forced) that
+    extends a non-empty prefix by 2..MAX_ROWS_PER_REQUEST tokens as that many decode rows, one
+    per token (the packed tokens, positions, slots and logits rows stay as they are). Where
+    the attention backend `decodes_request_rows`, such a row computes exactly what a decode
+    step would, in a decode pass or beside prefills. Prompt tokens stay an extend whatever
+    their number (ForwardBatch.prompt_rows_cpu)."""
+    out: tuple[list[int], list[int], list[int], list[bool]] = ([], [], [], [])
+    for row, p, e, prompt in zip(rows, prefix_lens, extend_lens, prompts, strict=True):
+        split = not prompt and p > 0 and 1 < e <= MAX_ROWS_PER_REQUEST
+        for j in range(e if split else 1):
+            out[0].append(row)
+            out[1].append(p + j if split else p)
+            out[2].append(1 if split else e)
+            out[3].append(prompt)
+    return out

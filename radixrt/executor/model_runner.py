@@ -12,7 +12,7 @@ from torch import nn
 from radixrt.cache.kv_dtype import KV_TORCH_DTYPES, kv_dtype_name, resolve_kv_dtype
 from radixrt.core import Batch
 from radixrt.core.config import CacheConfig, ModelConfig
-from radixrt.core.forward_batch import ForwardBatch
+from radixrt.core.forward_batch import ForwardBatch, split_short_extends
 from radixrt.executor.cuda_graph import capture_decode_graphs
 from radixrt.executor.kv_memory import NOTHING_BESIDE, KVBeside, build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
@@ -323,15 +323,23 @@ class ModelRunner:
         rows: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
+        # Whether each entry's new tokens are prompt tokens (an extend however few).
+        prompts: list[bool] = []
         for r in batch.reqs:
             if r.draft_rows:  # a draft tree: one decode row per node, on its branch's row
                 rows += [row for row, _ in r.draft_rows]
                 prefix_lens += [p for _, p in r.draft_rows]
                 extend_lens += [1] * len(r.draft_rows)
+                prompts += [False] * len(r.draft_rows)
             else:
                 rows.append(r.req_pool_idx)  # type: ignore[arg-type]
                 prefix_lens.append(r.kv_len)
                 extend_lens.append(r.extend_len)
+                prompts.append(r.kv_len < r.prompt_len)
+        if self.attn_backend.decodes_request_rows:
+            rows, prefix_lens, extend_lens, prompts = split_short_extends(
+                rows, prefix_lens, extend_lens, prompts
+            )
         desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,
@@ -339,6 +347,7 @@ class ModelRunner:
             prefix_lens=prefix_lens,
             extend_lens=extend_lens,
             logits_indices=logits_indices,
+            prompt_rows=prompts,
         )
         self._in_forward = True  # stays set if the pass raises: the ranks' collectives are torn
         self.batch_link.send(desc)
@@ -359,6 +368,7 @@ class ModelRunner:
             token_to_kv_pool=self.token_to_kv_pool,
             attn_backend=self.attn_backend,
             device=self.device,
+            prompt_rows=d.prompt_rows or None,
         )
         return self.forward_batch(fb)
 

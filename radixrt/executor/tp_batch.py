@@ -3,8 +3,8 @@
 Two broadcasts of plain int64 tensors per forward (no pickle): a fixed header, then one payload.
 
     header  (6,)  [kind, B, T, N, R, 0]   kind: 1 forward, 0 stop
-    payload (2T + 3B + N + R,) = input_ids (T) | out_loc (T) | req_pool_indices (B)
-            | prefix_lens (B) | extend_lens (B) | logits_indices (N)
+    payload (2T + 4B + N + R,) = input_ids (T) | out_loc (T) | req_pool_indices (B)
+            | prefix_lens (B) | extend_lens (B) | prompt_rows (B, 0/1) | logits_indices (N)
             | req_to_token rows (R = sum of seq_lens): row i's slots [0, prefix + extend)
 
 Every rank writes the rows into its own req_to_token, so all ranks attend over the same slots
@@ -13,7 +13,7 @@ of identically laid out KV pools (rank 0 alone allocates them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +34,8 @@ class BatchDesc:
     prefix_lens: list[int]
     extend_lens: list[int]
     logits_indices: list[int]
+    # Per row: its new tokens are prompt tokens (ForwardBatch.prompt_rows_cpu; empty: none).
+    prompt_rows: list[bool] = field(default_factory=list)
 
 
 class BatchLink:
@@ -59,6 +61,7 @@ class BatchLink:
             + d.req_pool_indices
             + d.prefix_lens
             + d.extend_lens
+            + [int(x) for x in d.prompt_rows or [False] * b]
             + d.logits_indices,
             dtype=torch.int64,
             device=self.device,
@@ -85,18 +88,19 @@ class BatchLink:
         if kind == _STOP:
             return None
         payload = self.comm.broadcast(
-            torch.empty(2 * t + 3 * b + n + r, dtype=torch.int64, device=self.device)
+            torch.empty(2 * t + 4 * b + n + r, dtype=torch.int64, device=self.device)
         )
-        head = payload[: 2 * t + 3 * b + n].tolist()
+        head = payload[: 2 * t + 4 * b + n].tolist()
         d = BatchDesc(
             input_ids=head[:t],
             out_loc=payload[t : 2 * t],
             req_pool_indices=head[2 * t : 2 * t + b],
             prefix_lens=head[2 * t + b : 2 * t + 2 * b],
             extend_lens=head[2 * t + 2 * b : 2 * t + 3 * b],
-            logits_indices=head[2 * t + 3 * b :],
+            logits_indices=head[2 * t + 4 * b :],
+            prompt_rows=[bool(x) for x in head[2 * t + 3 * b : 2 * t + 4 * b]],
         )
-        offset = 2 * t + 3 * b + n
+        offset = 2 * t + 4 * b + n
         for row, p, e in zip(d.req_pool_indices, d.prefix_lens, d.extend_lens):
             self.pool.req_to_token[row, : p + e] = payload[offset : offset + p + e]
             offset += p + e

@@ -163,3 +163,24 @@ def test_a_second_engine_in_the_process_is_warned_about(tiny_llama_path, caplog,
     with Engine(str(tiny_llama_path), max_total_tokens=512), caplog.at_level("WARNING"):
         pass
     assert not any("other Engine(s)" in r.getMessage() for r in caplog.records)
+
+
+def test_a_prompt_computes_alike_cold_cached_and_in_n_copies(engine, france) -> None:
+    """A prompt's first logprobs are bit for bit the same computed cold, found cached but for
+    its last token, and in each of n greedy copies, and the copies' outputs the same, where
+    every linear layer runs the C kernels (a GEMM row then does not depend on the call's other
+    rows; torch's, which the guard may keep for prefills, do)."""
+    plan = engine.scheduler.runner.cpu_kernels
+    if plan is None or not (plan.uses("linear_decode") and plan.uses("linear_prefill")):
+        pytest.skip("the guard keeps torch's GEMM for some linear layers on this machine")
+    params = {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True,
+              "return_logprob": True, "top_logprobs_num": 3}  # fmt: skip
+    engine.flush_cache()
+    cold = engine.generate(france, params)
+    again = engine.generate(france, params)
+    assert again["meta_info"]["cached_tokens"] == len(engine.tokenizer(france)["input_ids"]) - 1
+    engine.flush_cache()
+    many = engine.generate(france, {**params, "n": 3})
+    first = [o["meta_info"]["output_top_logprobs"][0] for o in (cold, again, *many)]
+    assert all(f == first[0] for f in first)
+    assert all(o["output_ids"] == cold["output_ids"] for o in (again, *many))

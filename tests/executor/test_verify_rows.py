@@ -11,7 +11,7 @@ from cpu_variants import variants
 
 from benchmarks.fixtures.runner_driver import RunnerDriver, Seq
 from radixrt.core.config import CacheConfig, ModelConfig
-from radixrt.core.forward_batch import ForwardBatch, ForwardMode
+from radixrt.core.forward_batch import ForwardBatch, ForwardMode, split_short_extends
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.model.cpu.fused_layer import FusedDecodeLayer
 from tests.gpu import common as gb
@@ -117,3 +117,52 @@ def test_a_prefill_or_a_long_extend_keeps_the_extend_path() -> None:
     assert drv.build([a, b]).mode is ForwardMode.EXTEND
     a.ids += list(range(40, 60))  # 20 tokens after a prefix: a chunk, not a draft
     assert drv.build([a]).mode is ForwardMode.EXTEND
+
+
+def test_only_output_tokens_split_into_decode_rows() -> None:
+    rows, prefix, extend, prompts = split_short_extends(
+        [0, 1, 2, 3, 4], [10, 10, 0, 10, 10], [3, 3, 3, 1, 17], [False, True, False, False, False]
+    )
+    # 0: a draft of output tokens: rows; 1: a prompt's suffix; 2: no prefix; 3: a decode row;
+    # 4: more than a decode pass's rows per request.
+    assert rows == [0, 0, 0, 1, 2, 3, 4]
+    assert prefix == [10, 11, 12, 10, 0, 10, 10]
+    assert extend == [1, 1, 1, 3, 3, 1, 17]
+    assert prompts == [False, False, False, True, False, False, False]
+
+
+# (the portable variant leaves extends and GEMMs to torch)
+@pytest.mark.parametrize(
+    ("isa", "kv"), [(isa, kv) for _, _, isa, kv in _CASES[1:] if isa != "portable"]
+)
+def test_a_prompt_computes_the_same_however_much_of_it_was_cached(
+    isa: str, kv: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU kernels (a GEMM row does not depend on the call's other rows; torch's do), a
+    prompt's last logits are bit for bit the same computed cold and after a cached prefix that
+    leaves 1..16 of its tokens (which a decode pass could take as rows, with the decode
+    kernel's rounding), its last token alone included; drafts beside them still decode as
+    rows."""
+    monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
+    runner = _runner("cpu", "on", kv)
+    drv = RunnerDriver(runner)
+    prompt = torch.randint(3, 500, (45,), generator=torch.Generator().manual_seed(5)).tolist()
+    cold = drv.forward([drv.add(prompt)])
+    for cached in (29, 37, 43, 44):
+        drv.reset()
+        head = drv.add(prompt[:cached])
+        drv.forward([head])
+        warm = drv.add(prompt, share=head, shared_len=cached)
+        assert torch.equal(drv.forward([warm]), cold), cached
+    drv.reset()
+    a = drv.add(prompt[:30])
+    drv.forward([a])
+    a.ids += [40, 41, 42]  # output tokens: a verifying step's rows, beside a prompt's suffix
+    head = drv.add(prompt[:40])
+    drv.forward([head])
+    warm = drv.add(prompt, share=head, shared_len=40)
+    fb = drv.build([a, warm])
+    assert fb.mode is ForwardMode.EXTEND
+    assert fb.extend_seq_lens_cpu == [1, 1, 1, 5] and fb.seq_lens_cpu == [31, 32, 33, 45]
+    fb.logits_indices = torch.tensor([7], dtype=torch.int64)
+    assert torch.equal(runner.forward_batch(fb), cold)

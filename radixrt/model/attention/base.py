@@ -57,12 +57,12 @@ class BaseAttnBackend(ABC):
       the new K/V exactly as this backend's decode does (an extend batch too, where the
       backend's `extend_segments` describes it); the runner decides it once, when it builds
       the model and this backend.
-    - `decodes_request_rows`: True when a decode batch may hold several consecutive rows of
-      one request (ForwardBatch.build makes them of a short extend, e.g. a draft being
-      verified): row j attends over req_to_token[row, :seq_lens[j]] like any decode row, and
-      `forward` (or the fused layer's kernel) stores every row's K/V before any row attends,
-      so each row reads the K/V of its request's rows before it. Else such extends run as
-      extends.
+    - `decodes_request_rows`: True when a batch may hold several consecutive decode rows of
+      one request (forward_batch.split_short_extends makes them of a short extend of output
+      tokens, e.g. a draft being verified), in a decode pass or beside prefills: row j attends
+      over req_to_token[row, :seq_lens[j]] like any decode row, and `forward` (or the fused
+      layer's kernel) stores every row's K/V before any row attends, so each row reads the
+      K/V of its request's rows before it. Else such extends run as extends.
     - `reads_other_kv_dtypes`: True when the pool may hold K/V in another dtype than the
       activations' (--kv-cache-dtype): the backend widens what it reads and attends over
       exactly what the pool holds (new tokens' K/V as rounded by storing them too); else the

@@ -95,7 +95,7 @@ class TorchNativeAttnBackend(BaseAttnBackend):
         for i, (row, p, e) in enumerate(
             zip(rows, fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu)
         ):
-            if e == 1 and p > 0:
+            if fb.is_decode_row(i):
                 decode_ids.append(i)
             else:
                 self._extends.append(_ExtendReq(starts[i], e, p, row))

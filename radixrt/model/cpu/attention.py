@@ -12,9 +12,10 @@ window pool's slot map when the layer's K/V live there; the decode kernel then r
 over that table. Its extends pass the window to the extend kernel, with the slots from the
 first key any of the request's rows sees.
 
-A decode batch may hold several rows of one request (ForwardBatch.build splits a verified
-draft into decode rows): the kernel stores every row's K/V before any row attends, so those
-rows, their seq_lens one apart, run on the decode kernel (and the fused layer) unchanged."""
+A batch may hold several decode rows of one request (forward_batch.split_short_extends splits a
+verified draft into decode rows), in a decode pass or a mixed one: the kernels store every
+row's K/V before any row attends, so those rows, their seq_lens one apart, run on the decode
+kernel (and the fused layer) unchanged."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         self._kernel_extends = []
         self._extends, self._pieces = [], {}
         for i, (p, e) in enumerate(zip(fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu)):
-            if e == 1 and p > 0:
+            if fb.is_decode_row(i):
                 decode_ids.append(i)
             else:
                 self._kernel_extends.append((starts[i], e, p, rows[i]))

@@ -3,10 +3,11 @@ prefix the model agrees with, plus one token of its own, kept.
 
 A speculating request computes 1 + k tokens in the step's forward pass next to the other
 requests': its last sampled token and the k drafted ones, with logits at every position.
-When no request in the step prefills and the attention backend decodes rows of one request
-(CPU kernels, torch_native), the pass is a decode pass of one row per token
-(ForwardBatch.build): row j attends over the request's slots up to its own position, so a
-verifying step stays on the fused decode path; otherwise the request runs as an extend.
+Where the attention backend decodes rows of one request (CPU kernels, torch_native), they are
+one decode row per token (forward_batch.split_short_extends), in a decode pass or beside the
+step's prefills: row j attends over the request's slots up to its own position with the
+arithmetic of a decode step, so a verifying step stays on the decode path; otherwise the
+request runs as an extend.
 
 Row j's pick is what a decode step after the first j drafted tokens would sample (greedy:
 its argmax; sampled: a draw from its distribution, rows.py says why that is exact), so the
