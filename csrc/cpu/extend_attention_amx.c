@@ -97,10 +97,15 @@ static void head_block(head_t* hd, const uint16_t* kr, const uint16_t* vt, int64
     }
   }
   const vf m_new = vmax(hd->m, mx);
-  // alpha = 2^(m_old - m_new); a query's first block (m_old = -inf) has no output to rescale.
+  // alpha = 2^(m_old - m_new); a query's first block (m_old = -inf) has no output to rescale,
+  // and one whose max did not move keeps it exactly (exp2_bf16(0) is not 1), so a block that
+  // hides every key from a query leaves its row as it was: a row's bits do not depend on how
+  // far the other rows of its tile reach.
   const vf l2e = vset1(LOG2E), m_l2e = vmul(m_new, l2e);
-  const vf alpha =
-      _mm512_maskz_mov_ps(vcmp_neq(hd->m, ninf), exp2_bf16(vmul(vsub(hd->m, m_new), l2e)));
+  const vf alpha = _mm512_mask_blend_ps(
+      _mm512_cmp_ps_mask(hd->m, m_new, _CMP_EQ_OQ),
+      _mm512_maskz_mov_ps(vcmp_neq(hd->m, ninf), exp2_bf16(vmul(vsub(hd->m, m_new), l2e))),
+      vset1(1.0f));
   hd->m = m_new;
   // Pass 2: probabilities, their sum, and P^T as B tiles: row q of 32-key group v holds, per
   // query, keys (32v + 2q, 32v + 2q + 1).

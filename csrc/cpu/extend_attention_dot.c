@@ -11,7 +11,8 @@
 // keys interleaved per lane and the pair (v[t][c], v[t+1][c]) broadcast from the request's V
 // rows packed once per call as key pairs (vp: per KV head (npad/2, d) 32-bit pairs, zeros past
 // the last key). A work item (one OpenMP task) is one KV head's g query heads over 16 rows,
-// each block of KB keys read by all g tiles. -3 for a head dim or window it does not take
+// each block of KB keys read by all g tiles; under 16 rows, one KV head's tile of 16
+// (row, query head) lanes (a few prompt tokens after a cached prefix: g times fewer tiles). -3 for a head dim or window it does not take
 // (the caller then runs the float32 kernel), as the AMX kernel; the queries' pairs and the
 // outputs' transposes are its own (extend_bf16_layout.h).
 #define RT_KV_BF16 1
@@ -155,6 +156,12 @@ int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_b
   uint32_t* vp = (uint32_t*)aligned_alloc(64, sizeof(uint32_t) * (size_t)(hkv * head_pairs));
   if (!vp) return -1;
   const int64_t chunks = npad / KB, blocks = (e + 15) / 16;
+  // Fewer than 16 rows (a prompt's last tokens after a cached prefix): a tile's lanes are
+  // (row, query head) pairs of one KV head, lane l row l / g and head l % g, so the g heads
+  // share ceil(e g / 16) tiles instead of taking one each. Every lane computes what it would
+  // in a tile of its head's rows (its keys, blocks and order are its own; a block past its
+  // last key leaves it exactly as it was), so the rows' bits do not depend on the tiling.
+  const int64_t lanes = g > 1 && e < 16 ? e * g : 0, tiles = lanes ? (lanes + 15) / 16 : 0;
   int failed = 0;
 #pragma omp parallel reduction(| : failed) if (hq * e * n >= 32768)
   {
@@ -170,9 +177,36 @@ int rt_extend_attention_bf16_kvbf16(const float* q, int64_t ldq, const kv_t* k_b
     __m512i* pp = (__m512i*)aligned_alloc(64, sizeof(__m512i) * KB / 2);
     failed = !qb || !ob || !heads || !sc || !pp;
     const uint16_t* kr[KB];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < hkv * tiles; ++w) {  // (row, head) lanes: see `lanes` above
+      if (failed) continue;
+      const int64_t t = tiles - 1 - w / hkv, h = w % hkv, l0 = t * 16;
+      const int64_t n_l = lanes - l0 < 16 ? lanes - l0 : 16;
+      const float* src[16];
+      float* dst[16];
+      int32_t last[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t l = l0 + (i < n_l ? i : n_l - 1), row = l / g, head = h * g + l % g;
+        last[i] = (int32_t)(p + row);  // lanes past n_l: the last lane's
+        src[i] = q + row * ldq + head * d;
+        dst[i] = out + row * ldo + head * d;
+      }
+      const __m512i lastv = _mm512_loadu_si512(last);
+      head_t hd = {qb, ob, vset1(-INFINITY), vzero()};
+      pack_query_lanes(src, n_l, d, scale, (uint16_t*)hd.qp);
+      memset(hd.ot, 0, sizeof(float) * (size_t)(16 * d));
+      const uint32_t* vh = vp + h * head_pairs;
+      const int64_t len = (int64_t)last[15] + 1;  // the tile's last row sees the most keys
+      for (int64_t j0 = 0; j0 < len; j0 += KB) {
+        const int64_t nk = len - j0 < KB ? len - j0 : KB;
+        for (int64_t u = 0; u < nk; ++u) kr[u] = k_buf + (int64_t)slots[j0 + u] * slot_len + h * d;
+        head_block(&hd, kr, vh + j0 / 2 * d, j0, nk, lastv, j0 + nk - 1 > last[0], d, sc, pp);
+      }
+      write_lanes(hd.ot, hd.l, dst, n_l, d);
+    }
     // Last row blocks (most keys) first, so the threads finish together.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < hkv * blocks; ++w) {
+    for (int64_t w = 0; w < (lanes ? 0 : hkv * blocks); ++w) {
       if (failed) continue;
       const int64_t b = blocks - 1 - w / hkv, h = w % hkv;
       const int64_t r0 = b * 16, rows = e - r0 < 16 ? e - r0 : 16, len = p + r0 + rows;

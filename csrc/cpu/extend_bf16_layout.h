@@ -89,6 +89,35 @@ static inline void pack_queries(const float* qr, int64_t ldq, int64_t rows, int6
   }
 }
 
+// pack_queries over any 16 query rows of one KV head's query heads: lane i's d floats at
+// src[i] (lanes from `n` on zero). Each lane is packed as pack_queries packs it.
+static inline void pack_query_lanes(const float* const* src, int64_t n, int64_t d, float scale,
+                                    uint16_t* qt) {
+  const vf sc = vset1(scale);
+  for (int64_t c = 0; c < d / 32; ++c) {
+    __m512i x[16];
+    for (int i = 0; i < 16; ++i)
+      x[i] = i >= n ? _mm512_setzero_si512()
+                    : (__m512i)_mm512_cvtne2ps_pbh(vmul(vload(src[i] + c * 32 + 16), sc),
+                                                   vmul(vload(src[i] + c * 32), sc));
+    transpose16(x);
+    for (int r = 0; r < 16; ++r) _mm512_store_si512((void*)(qt + c * 512 + r * 32), x[r]);
+  }
+}
+
+// write_rows to any rows: lane i < n of O^T (d x 16) to dst[i], divided by its sum.
+static inline void write_lanes(const float* ot, vf l, float* const* dst, int64_t n, int64_t d) {
+  float inv[16] __attribute__((aligned(64)));
+  vstore(inv, vdiv(vset1(1.0f), l));
+  for (int64_t c = 0; c < d; c += 16) {
+    __m512i x[16];
+    for (int r = 0; r < 16; ++r) x[r] = _mm512_castps_si512(vload(ot + (c + r) * 16));
+    transpose16(x);
+    for (int64_t i = 0; i < n; ++i)
+      vstore(dst[i] + c, vmul(_mm512_castsi512_ps(x[i]), vset1(inv[i])));
+  }
+}
+
 // Rows r0 .. r0+rows-1 of one head's output: O^T (d x 16) transposed, each query's row
 // divided by its sum.
 static inline void write_rows(const float* ot, vf l, float* out, int64_t ldo, int64_t rows,

@@ -131,10 +131,13 @@ def test_only_output_tokens_split_into_decode_rows() -> None:
     assert prompts == [False, False, False, True, False, False, False]
 
 
-# (the portable variant leaves extends and GEMMs to torch)
+# Every variant with kernels (the portable one leaves extends and GEMMs to torch), bfloat16
+# KV on the amx and avx512bf16 ones taking the extend kernel of bfloat16 products.
 @pytest.mark.parametrize(
-    ("isa", "kv"), [(isa, kv) for _, _, isa, kv in _CASES[1:] if isa != "portable"]
-)
+    ("isa", "kv"),
+    [(isa, kv) for isa in variants(bf16_linear=True) if isa != "portable"
+     for kv in ("auto", "bfloat16")],
+)  # fmt: skip
 def test_a_prompt_computes_the_same_however_much_of_it_was_cached(
     isa: str, kv: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

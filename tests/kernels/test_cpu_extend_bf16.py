@@ -131,6 +131,37 @@ def test_bf16_pages_of_16_with_holes(bf16: str) -> None:
     _close(got, ref.extend_attention_ref(q, k_buf, v_buf, slots, prefix, d**-0.5))
 
 
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (8, 2, 128), (4, 4, 64)])
+def test_bf16_rows_do_not_depend_on_the_call(bf16: str, hq: int, hkv: int, d: int) -> None:
+    """A row's output is bit for bit the same in a whole prompt's extend and in an extend of
+    the prompt's last 1..16 rows after the others were cached, or of 40 or 150 of them (other
+    tiles, their rows reaching other key blocks; rows under 16 share tiles across query
+    heads): a prompt computes the same however much of it the cache held."""
+    n = 300
+    q, k_buf, v_buf, slots = _case(hq, hkv, d, 0, n, n + 20, seed=3)
+    whole = _run(q, k_buf, v_buf, slots, 0, "bf16")
+    for new in (1, 2, 5, 6, 11, 16, 40, 150):
+        part = _run(q[n - new :], k_buf, v_buf, slots, n - new, "bf16")
+        assert torch.equal(part, whole[n - new :]), new
+
+
+@pytest.mark.parametrize("isa", [i for i in variants() if i != "portable"])
+@pytest.mark.parametrize("kv", [torch.float32, torch.bfloat16])
+def test_float32_kernel_rows_do_not_depend_on_the_call(
+    monkeypatch: pytest.MonkeyPatch, isa: str, kv: torch.dtype
+) -> None:
+    """test_bf16_rows_do_not_depend_on_the_call for the float32 extend kernel, on every
+    variant that has it (the one AVX2 and AVX-512 CPUs run)."""
+    monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
+    n = 300
+    q, k_buf, v_buf, slots = _case(9, 3, 64, 0, n, n + 20, seed=4)
+    k_buf, v_buf = k_buf.to(kv), v_buf.to(kv)
+    whole = _run(q, k_buf, v_buf, slots, 0, "f32")
+    for new in (1, 5, 16, 40, 150):
+        part = _run(q[n - new :], k_buf, v_buf, slots, n - new, "f32")
+        assert torch.equal(part, whole[n - new :]), new
+
+
 @pytest.mark.parametrize("isa", variants())
 def test_auto_path_is_bf16_only_where_it_runs(monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
     """ "auto" takes the bfloat16 kernel on the amx and avx512bf16 variants over bfloat16 KV
