@@ -5,9 +5,10 @@ from __future__ import annotations
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
 
-# avx512bf16 is avx512 plus a bfloat16 GEMM (csrc/cpu/gemm_bf16dot.c): every other kernel is
-# built from the same sources at the same vector width, so only tests of bfloat16 linear
-# layers run it (elsewhere it would repeat avx512's tests).
+# avx512bf16 is avx512 plus VDPBF16PS kernels (csrc/cpu/gemm_bf16dot.c for bfloat16 linear
+# layers, extend_attention_dot.c for extends over bfloat16 KV): every other kernel is built
+# from the same sources at the same vector width, so only tests of those (bf16_linear) run it
+# (elsewhere it would repeat avx512's tests).
 GEMM_ONLY = frozenset({"avx512bf16"})
 
 
