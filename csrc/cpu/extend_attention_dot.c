@@ -12,9 +12,10 @@
 // rows packed once per call as key pairs (vp: per KV head (npad/2, d) 32-bit pairs, zeros past
 // the last key). A work item (one OpenMP task) is one KV head's g query heads over 16 rows,
 // each block of KB keys read by all g tiles; under 16 rows, one KV head's tile of 16
-// (row, query head) lanes (a few prompt tokens after a cached prefix: g times fewer tiles). -3 for a head dim or window it does not take
-// (the caller then runs the float32 kernel), as the AMX kernel; the queries' pairs and the
-// outputs' transposes are its own (extend_bf16_layout.h).
+// (row, query head) lanes (a few prompt tokens after a cached prefix: g times fewer tiles).
+// -3 for a head dim or window it does not take (the caller then runs the float32 kernel), as
+// the AMX kernel; the queries' pairs and the outputs' transposes are its own
+// (extend_bf16_layout.h).
 #define RT_KV_BF16 1
 #include <math.h>
 #include <stdint.h>

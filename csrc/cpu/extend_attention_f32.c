@@ -30,27 +30,34 @@
 // vectors of q and a broadcast (AVX-512: 19 of 32 registers; AVX2: 11 of 16).
 #define KU (VW == 16 ? 8 : 4)
 
-// One tile: QB query rows of one query head. qt (d, QB) holds the scaled queries as lanes,
-// ot (d, QB) the unnormalised outputs; m, l the running max and sum per lane (two halves).
+// One tile: QB query rows (lanes), each a row of one of a KV head's query heads at its own
+// position. qt (d, QB) holds the scaled queries as lanes, ot (d, QB) the unnormalised
+// outputs; m, l the running max and sum per lane (two halves).
 typedef struct {
   float* qt;
   float* ot;
   vf m[2], l[2];
-  int64_t rows, pos0;  // rows in use; position of row 0 (row i sees keys 0 .. pos0 + i)
-  int64_t window;      // > 0: row i sees keys pos0 + i - window + 1 .. pos0 + i only
+  vf pos[2];              // per lane, its row's position: it sees keys up to pos
+  int64_t lo[2], hi[2];  // per half, its lanes' least and greatest position
+  int64_t window;        // > 0: a lane sees keys pos - window + 1 .. pos only
 } tile_t;
 
-static void tile_init(tile_t* t, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
+// Lanes i < n: query row src[i] (d floats) at position pos[i]; lanes past n repeat lane n-1's
+// position with zero queries (their outputs are not written).
+static void tile_init(tile_t* t, const float* const* src, const int64_t* pos, int64_t n,
                       int64_t window, int64_t d, float scale) {
+  float lanes[QB];
   for (int64_t j = 0; j < d; ++j)
-    for (int64_t i = 0; i < QB; ++i) t->qt[j * QB + i] = i < rows ? q[i * ldq + j] * scale : 0.0f;
+    for (int64_t i = 0; i < QB; ++i) t->qt[j * QB + i] = i < n ? src[i][j] * scale : 0.0f;
   for (int64_t j = 0; j < d * QB; ++j) t->ot[j] = 0.0f;
+  for (int64_t i = 0; i < QB; ++i) lanes[i] = (float)pos[i < n ? i : n - 1];
   for (int h = 0; h < 2; ++h) {
     t->m[h] = vset1(-INFINITY);
     t->l[h] = vzero();
+    t->pos[h] = vload(lanes + VW * h);
+    t->lo[h] = pos[VW * h < n ? VW * h : n - 1];  // (positions do not decrease along lanes)
+    t->hi[h] = pos[VW * h + VW - 1 < n ? VW * h + VW - 1 : n - 1];
   }
-  t->rows = rows;
-  t->pos0 = pos0;
   t->window = window;
 }
 
@@ -93,23 +100,23 @@ static void scores(const float* qt, const float* const* kr, int64_t nk, int64_t 
 // Online softmax of one half (lanes VW*h .. VW*h + VW-1) over keys j0 .. j0+nk-1: sc becomes the
 // probabilities' numerators, the half's output columns are rescaled to the new max.
 static void softmax_half(tile_t* tl, int h, int64_t j0, int64_t nk, int64_t d, vf* sc) {
-  // Lane i (row VW*h + i of the tile) sees key j0 + t when j0 + t <= pos0 + VW*h + i and, with
-  // a window, j0 + t > pos0 + VW*h + i - window. Every key is visible to every lane unless the
-  // block reaches past the half's first row (the diagonal) or starts before its last row's
-  // window; hidden scores become -inf.
-  const int64_t w = tl->window, first = tl->pos0 + VW * h;
-  const int diagonal = j0 + nk - 1 > first;
-  const int windowed = w > 0 && j0 <= first + VW - 1 - w;
-  const vf lane = vadd(vlanes(), vset1((float)(VW * h)));
+  // A lane at position pos sees key j0 + t when j0 + t <= pos and, with a window,
+  // j0 + t > pos - window. Every key is visible to every lane unless the block reaches past
+  // the half's least position (the diagonal) or starts before its greatest one's window;
+  // hidden scores become -inf.
+  const int64_t w = tl->window;
+  const int diagonal = j0 + nk - 1 > tl->lo[h];
+  const int windowed = w > 0 && j0 <= tl->hi[h] - w;
+  const vf pos = tl->pos[h];
   vf mb = vset1(-INFINITY);
   for (int64_t t = 0; t < nk; ++t) {
     vf s = sc[2 * t + h];
     if (diagonal) {
-      const vmask vis = vcmp_ge(lane, vset1((float)(j0 + t - tl->pos0)));
+      const vmask vis = vcmp_ge(pos, vset1((float)(j0 + t)));
       s = vselect(vis, s, vset1(-INFINITY));
     }
-    if (windowed) {  // lane i keeps the key while j0 + t - pos0 + w - 1 >= i
-      const vmask vis = vcmp_ge(vset1((float)(j0 + t - tl->pos0 + w - 1)), lane);
+    if (windowed) {  // the lane keeps the key while j0 + t + w - 1 >= pos
+      const vmask vis = vcmp_ge(vset1((float)(j0 + t + w - 1)), pos);
       s = vselect(vis, s, vset1(-INFINITY));
     }
     sc[2 * t + h] = s;
@@ -175,25 +182,31 @@ static void accumulate(float* ot, const float* const* vr, int64_t nk, int64_t d,
 static void tile_block(tile_t* tl, int64_t j0, int64_t nk, const float* const* kr,
                        const float* const* vr, int64_t d, vf* sc) {
   scores(tl->qt, kr, nk, d, sc);
-  // The upper half's rows see more keys than the lower's; a half sees some key of the block
-  // unless the block starts past its last row, or (with a window) ends before its first
-  // row's window (then the half has nothing new to add).
+  // A half sees some key of the block unless the block starts past its greatest position,
+  // or (with a window) ends before its least one's window (then it has nothing to add).
   for (int h = 0; h < 2; ++h) {
-    const int64_t first = tl->pos0 + VW * h;
-    const int before = tl->window > 0 && j0 + nk - 1 <= first - tl->window;
-    if (j0 <= first + VW - 1 && !before) softmax_half(tl, h, j0, nk, d, sc);
+    const int before = tl->window > 0 && j0 + nk - 1 <= tl->lo[h] - tl->window;
+    if (j0 <= tl->hi[h] && !before) softmax_half(tl, h, j0, nk, d, sc);
     else
       for (int64_t t = 0; t < nk; ++t) sc[2 * t + h] = vzero();
   }
   accumulate(tl->ot, vr, nk, d, sc);
 }
 
-static void tile_finish(const tile_t* t, float* out, int64_t ldo, int64_t d) {
+// Lanes i < n's outputs, each divided by its sum, to their rows dst[i].
+static void tile_finish(const tile_t* t, float* const* dst, int64_t n, int64_t d) {
   float inv[QB];
   vstore(inv, vdiv(vset1(1.0f), t->l[0]));
   vstore(inv + VW, vdiv(vset1(1.0f), t->l[1]));
-  for (int64_t i = 0; i < t->rows; ++i)
-    for (int64_t c = 0; c < d; ++c) out[i * ldo + c] = t->ot[c * QB + i] * inv[i];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c) dst[i][c] = t->ot[c * QB + i] * inv[i];
+}
+
+// Lane l (counted over the work item's row block) of tile r: its row, and its query head of
+// KV head h; `mixed` lanes are (row, query head) pairs, else tile r is query head r's rows.
+static inline int64_t lane_row(int mixed, int64_t g, int64_t l) { return mixed ? l / g : l; }
+static inline int64_t lane_head(int mixed, int64_t g, int64_t h, int64_t l, int64_t r) {
+  return h * g + (mixed ? l % g : r);
 }
 #endif
 
@@ -203,8 +216,15 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
                                      int64_t d, float scale, int64_t window) {
 #if defined(RT_SIMD)
   // A work item is one KV head's g query heads over one row block: its g tiles share every
-  // K/V block read (from memory once, then from cache).
-  const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d), blocks = (e + QB - 1) / QB;
+  // K/V block read (from memory once, then from cache). Under QB rows, a tile's lanes are
+  // (row, query head) pairs of the KV head instead, lane l row l / g and head l % g: the g
+  // heads share ceil(e g / QB) tiles rather than taking one each (a prompt's last tokens after
+  // a cached prefix). A lane computes the same either way: its keys, blocks and order are its
+  // own, and a block that hides all its keys leaves it exactly as it was.
+  const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
+  const int mixed = g > 1 && e < QB;
+  const int64_t lanes = mixed ? e * g : e, per_item = mixed ? 1 : g;
+  const int64_t blocks = (lanes + QB - 1) / QB;
   int failed = 0;
 #pragma omp parallel reduction(| : failed)
   {
@@ -222,15 +242,23 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
     for (int64_t w = 0; w < hkv * blocks; ++w) {
       if (failed) continue;
       const int64_t b = blocks - 1 - w / hkv, h = w % hkv;
-      const int64_t r0 = b * QB, rows = e - r0 < QB ? e - r0 : QB, len = p + r0 + rows;
-      for (int64_t r = 0; r < g; ++r) {
+      const int64_t l0 = b * QB, n = lanes - l0 < QB ? lanes - l0 : QB;
+      // Each tile's lanes: their query rows and positions (the same positions in every tile).
+      const float* src[QB];
+      int64_t pos[QB];
+      for (int64_t r = 0; r < per_item; ++r) {
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t row = lane_row(mixed, g, l0 + i);
+          src[i] = q + row * ldq + lane_head(mixed, g, h, l0 + i, r) * d;
+          pos[i] = p + row;
+        }
         tiles[r].qt = buf + 2 * r * d * QB;
         tiles[r].ot = tiles[r].qt + d * QB;
-        tile_init(&tiles[r], q + r0 * ldq + (h * g + r) * d, ldq, rows, p + r0, window, d,
-                  scale);
+        tile_init(&tiles[r], src, pos, n, window, d, scale);
       }
-      // With a window, keys before the block's first row's window are seen by no row.
-      const int64_t start = window > 0 && p + r0 - window + 1 > 0 ? p + r0 - window + 1 : 0;
+      const int64_t lo = pos[0], len = pos[n - 1] + 1;
+      // With a window, keys before the least position's window are seen by no lane.
+      const int64_t start = window > 0 && lo - window + 1 > 0 ? lo - window + 1 : 0;
       for (int64_t j0 = start; j0 < len; j0 += KB) {
         const int64_t nk = len - j0 < KB ? len - j0 : KB;
         for (int64_t t = 0; t < nk; ++t) {
@@ -238,10 +266,14 @@ int KV_NAME(rt_extend_attention_f32)(const float* q, int64_t ldq, const kv_t* k_
           kr[t] = kv_row_f32(k_buf + row, d, wide + t * d);
           vr[t] = kv_row_f32(v_buf + row, d, wide + (KB + t) * d);
         }
-        for (int64_t r = 0; r < g; ++r) tile_block(&tiles[r], j0, nk, kr, vr, d, sc);
+        for (int64_t r = 0; r < per_item; ++r) tile_block(&tiles[r], j0, nk, kr, vr, d, sc);
       }
-      for (int64_t r = 0; r < g; ++r)
-        tile_finish(&tiles[r], out + r0 * ldo + (h * g + r) * d, ldo, d);
+      for (int64_t r = 0; r < per_item; ++r) {
+        float* dst[QB];
+        for (int64_t i = 0; i < n; ++i)
+          dst[i] = out + lane_row(mixed, g, l0 + i) * ldo + lane_head(mixed, g, h, l0 + i, r) * d;
+        tile_finish(&tiles[r], dst, n, d);
+      }
     }
     free(buf);
     free(tiles);

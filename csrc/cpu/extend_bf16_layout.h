@@ -68,29 +68,10 @@ static inline void pack_keys(const kv_t* k_buf, const kv_t* v_buf, const int32_t
 }
 #endif
 
-// The scaled queries of 16 rows (rows past `rows` zero) of one head as d/32 B tiles: each
-// row's 32 dims of a chunk round to 16 bf16 pairs, and the 16 x 16 pairs transpose: pair r
-// of the head's dims is 16 lanes of 32 bits, one per query row (a VDPBF16PS operand).
-static inline void pack_queries(const float* qr, int64_t ldq, int64_t rows, int64_t d,
-                                float scale, uint16_t* qt) {
-  const vf sc = vset1(scale);
-  for (int64_t c = 0; c < d / 32; ++c) {
-    __m512i x[16];
-    for (int i = 0; i < 16; ++i) {
-      if (i >= rows) {
-        x[i] = _mm512_setzero_si512();
-        continue;
-      }
-      const float* src = qr + i * ldq + c * 32;
-      x[i] = (__m512i)_mm512_cvtne2ps_pbh(vmul(vload(src + 16), sc), vmul(vload(src), sc));
-    }
-    transpose16(x);
-    for (int r = 0; r < 16; ++r) _mm512_store_si512((void*)(qt + c * 512 + r * 32), x[r]);
-  }
-}
-
-// pack_queries over any 16 query rows of one KV head's query heads: lane i's d floats at
-// src[i] (lanes from `n` on zero). Each lane is packed as pack_queries packs it.
+// The scaled queries of any 16 query rows of one KV head's query heads (lane i's d floats
+// at src[i]; lanes from `n` on zero) as d/32 B tiles: each row's 32 dims of a chunk round to
+// 16 bf16 pairs, and the 16 x 16 pairs transpose: pair r of the dims is 16 lanes of 32 bits,
+// one per query row (a VDPBF16PS operand).
 static inline void pack_query_lanes(const float* const* src, int64_t n, int64_t d, float scale,
                                     uint16_t* qt) {
   const vf sc = vset1(scale);
@@ -105,7 +86,15 @@ static inline void pack_query_lanes(const float* const* src, int64_t n, int64_t 
   }
 }
 
-// write_rows to any rows: lane i < n of O^T (d x 16) to dst[i], divided by its sum.
+// pack_query_lanes of 16 rows of one head, ldq floats apart (rows past `rows` zero).
+static inline void pack_queries(const float* qr, int64_t ldq, int64_t rows, int64_t d,
+                                float scale, uint16_t* qt) {
+  const float* src[16] = {0};
+  for (int64_t i = 0; i < rows && i < 16; ++i) src[i] = qr + i * ldq;
+  pack_query_lanes(src, rows, d, scale, qt);
+}
+
+// Lanes i < n of O^T (d x 16) transposed to their rows dst[i], each divided by its sum.
 static inline void write_lanes(const float* ot, vf l, float* const* dst, int64_t n, int64_t d) {
   float inv[16] __attribute__((aligned(64)));
   vstore(inv, vdiv(vset1(1.0f), l));
@@ -118,18 +107,11 @@ static inline void write_lanes(const float* ot, vf l, float* const* dst, int64_t
   }
 }
 
-// Rows r0 .. r0+rows-1 of one head's output: O^T (d x 16) transposed, each query's row
-// divided by its sum.
+// write_lanes to rows r0 .. r0+rows-1 of one head's output, ldo floats apart.
 static inline void write_rows(const float* ot, vf l, float* out, int64_t ldo, int64_t rows,
                               int64_t d) {
-  float inv[16] __attribute__((aligned(64)));
-  vstore(inv, vdiv(vset1(1.0f), l));
-  for (int64_t c = 0; c < d; c += 16) {
-    __m512i x[16];
-    for (int r = 0; r < 16; ++r) x[r] = _mm512_castps_si512(vload(ot + (c + r) * 16));
-    transpose16(x);
-    for (int64_t i = 0; i < rows; ++i)
-      vstore(out + i * ldo + c, vmul(_mm512_castsi512_ps(x[i]), vset1(inv[i])));
-  }
+  float* dst[16];
+  for (int64_t i = 0; i < rows; ++i) dst[i] = out + i * ldo;
+  write_lanes(ot, l, dst, rows, d);
 }
 #endif

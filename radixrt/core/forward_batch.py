@@ -111,7 +111,7 @@ class ForwardBatch:
     attn_backend: AttnBackend
     # Per row: its new tokens are prompt tokens, computed as an extend however few they are,
     # a single one included, so a prompt computes the same way however much of it the cache
-    # held (empty: none are).
+    # held (empty, as in a batch built without `build`: none are).
     prompt_rows_cpu: list[bool] = field(default_factory=list)
 
     @property
@@ -121,11 +121,8 @@ class ForwardBatch:
     def is_decode_row(self, i: int) -> bool:
         """Whether row i computes one output token after a non-empty prefix (attended as a
         decode row, in a decode batch or beside extends)."""
-        return (
-            self.extend_seq_lens_cpu[i] == 1
-            and self.extend_prefix_lens_cpu[i] > 0
-            and not (self.prompt_rows_cpu and self.prompt_rows_cpu[i])
-        )
+        prompt = bool(self.prompt_rows_cpu) and self.prompt_rows_cpu[i]
+        return _decodes(self.extend_prefix_lens_cpu[i], self.extend_seq_lens_cpu[i], prompt)
 
     @classmethod
     def build(
@@ -143,10 +140,16 @@ class ForwardBatch:
         device: torch.device,
         prompt_rows: list[bool] | None = None,
     ) -> ForwardBatch:
-        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1;
-        a decode batch when every request computes one output token after a non-empty prefix
-        (rows of one request included: `split_short_extends`). `prompt_rows`: per request,
-        whether its new tokens are prompt tokens (None: none are)."""
+        """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1.
+        `prompt_rows`: per request, whether its new tokens are prompt tokens (None: none are).
+        Where `attn_backend.decodes_request_rows`, a short extend of output tokens becomes one
+        decode row per token (`split_short_extends`); a decode batch when every row computes
+        one output token after a non-empty prefix."""
+        prompts = list(prompt_rows) if prompt_rows is not None else [False] * len(extend_lens)
+        if attn_backend.decodes_request_rows:
+            req_pool_indices, prefix_lens, extend_lens, prompts = split_short_extends(
+                req_pool_indices, prefix_lens, extend_lens, prompts
+            )
         batch_size = len(extend_lens)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
         positions: list[int] = []
@@ -154,11 +157,7 @@ class ForwardBatch:
         for p, e in zip(prefix_lens, extend_lens):
             starts.append(len(positions))
             positions.extend(range(p, p + e))
-        prompts = list(prompt_rows) if prompt_rows is not None else [False] * len(extend_lens)
-        is_decode = all(
-            e == 1 and p > 0 and not prompt
-            for p, e, prompt in zip(prefix_lens, extend_lens, prompts, strict=True)
-        )
+        is_decode = all(map(_decodes, prefix_lens, extend_lens, prompts))
 
         # One host-to-device copy for all eight index lists (each a blocking copy on CUDA);
         # the fields are views of its pieces.
@@ -185,8 +184,13 @@ class ForwardBatch:
             req_to_token_pool=req_to_token_pool,
             token_to_kv_pool=token_to_kv_pool,
             attn_backend=attn_backend,
-            prompt_rows_cpu=prompts if any(prompts) else [],
+            prompt_rows_cpu=prompts,
         )
+
+
+def _decodes(prefix_len: int, extend_len: int, prompt: bool) -> bool:
+    """Whether a row computes one output token after a non-empty prefix: a decode row."""
+    return extend_len == 1 and prefix_len > 0 and not prompt
 
 
 def split_short_extends(

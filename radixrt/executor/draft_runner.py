@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from radixrt.cache.memory_pool import TokenToKVPool
-from radixrt.core.forward_batch import ForwardBatch, split_short_extends
+from radixrt.core.forward_batch import ForwardBatch
 from radixrt.executor.kv_memory import KVBeside
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.model.attention import create_attention_backend
@@ -95,13 +95,8 @@ class DraftRunner:
         """One pass; request i reads and writes the rows table[i, :prefix + extend] (its
         new K/V at `out_loc`). Returns (B, vocab) float32 logits of each one's last token."""
         ends = torch.tensor(extend_lens).cumsum(0) - 1
-        rows = list(range(len(extend_lens)))
-        if self.attn_backend.decodes_request_rows:  # its catch-up steps on the decode path
-            rows, prefix_lens, extend_lens, _ = split_short_extends(
-                rows, prefix_lens, extend_lens, [False] * len(rows)
-            )
         fb = ForwardBatch.build(
-            input_ids=input_ids, out_loc=out_loc, req_pool_indices=rows,
+            input_ids=input_ids, out_loc=out_loc, req_pool_indices=list(range(len(extend_lens))),
             prefix_lens=prefix_lens, extend_lens=extend_lens, logits_indices=ends.tolist(),
             req_to_token_pool=_Table(table), token_to_kv_pool=self.kv,
             attn_backend=self.attn_backend, device=self.device,

@@ -12,7 +12,7 @@ from torch import nn
 from radixrt.cache.kv_dtype import KV_TORCH_DTYPES, kv_dtype_name, resolve_kv_dtype
 from radixrt.core import Batch
 from radixrt.core.config import CacheConfig, ModelConfig
-from radixrt.core.forward_batch import ForwardBatch, split_short_extends
+from radixrt.core.forward_batch import ForwardBatch
 from radixrt.executor.cuda_graph import capture_decode_graphs
 from radixrt.executor.kv_memory import NOTHING_BESIDE, KVBeside, build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
@@ -336,10 +336,6 @@ class ModelRunner:
                 prefix_lens.append(r.kv_len)
                 extend_lens.append(r.extend_len)
                 prompts.append(r.kv_len < r.prompt_len)
-        if self.attn_backend.decodes_request_rows:
-            rows, prefix_lens, extend_lens, prompts = split_short_extends(
-                rows, prefix_lens, extend_lens, prompts
-            )
         desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,
@@ -368,7 +364,7 @@ class ModelRunner:
             token_to_kv_pool=self.token_to_kv_pool,
             attn_backend=self.attn_backend,
             device=self.device,
-            prompt_rows=d.prompt_rows or None,
+            prompt_rows=d.prompt_rows,
         )
         return self.forward_batch(fb)
 

@@ -13,7 +13,7 @@ of identically laid out KV pools (rank 0 alone allocates them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -34,8 +34,7 @@ class BatchDesc:
     prefix_lens: list[int]
     extend_lens: list[int]
     logits_indices: list[int]
-    # Per row: its new tokens are prompt tokens (ForwardBatch.prompt_rows_cpu; empty: none).
-    prompt_rows: list[bool] = field(default_factory=list)
+    prompt_rows: list[bool]  # per request: its new tokens are prompt tokens
 
 
 class BatchLink:
@@ -61,7 +60,7 @@ class BatchLink:
             + d.req_pool_indices
             + d.prefix_lens
             + d.extend_lens
-            + [int(x) for x in d.prompt_rows or [False] * b]
+            + [int(x) for x in d.prompt_rows]
             + d.logits_indices,
             dtype=torch.int64,
             device=self.device,
