@@ -140,11 +140,13 @@ class KVCacheManager:
             start += e
         return out_loc
 
-    def cache_unfinished(self, req: Req) -> None:
-        """Hand the computed tokens of a still-running request to the cache and re-pin them."""
+    def cache_unfinished(self, req: Req, upto: int | None = None) -> None:
+        """Hand the computed tokens of a still-running request (its first `upto` at most) to
+        the cache and re-pin them."""
         row = req.req_pool_idx
         assert row is not None
-        aligned = req.kv_len // self.page_size * self.page_size
+        n_tokens = req.kv_len if upto is None else min(req.kv_len, upto)
+        aligned = n_tokens // self.page_size * self.page_size
         key = req.fill_ids[:aligned]
         ours = self.req_to_token_pool.req_to_token[row, :aligned].to(torch.int64)
         self.cache.insert(key, ours.clone(), req.extra_key)

@@ -138,18 +138,20 @@ class ForwardBatch:
         token_to_kv_pool: KVBuffers,
         attn_backend: AttnBackend,
         device: torch.device,
-        prompt_rows: list[bool] | None = None,
+        prompt_tokens: list[int] | None = None,
     ) -> ForwardBatch:
         """Pack host lists into device tensors; positions run from prefix_len to seq_len - 1.
-        `prompt_rows`: per request, whether its new tokens are prompt tokens (None: none are).
-        Where `attn_backend.decodes_request_rows`, a short extend of output tokens becomes one
-        decode row per token (`split_short_extends`); a decode batch when every row computes
-        one output token after a non-empty prefix."""
-        prompts = list(prompt_rows) if prompt_rows is not None else [False] * len(extend_lens)
+        `prompt_tokens`: per request, how many of its new tokens (the first ones) are prompt
+        tokens (None: none are). Where `attn_backend.decodes_request_rows`, a request's short
+        run of output tokens becomes one decode row per token (`split_short_extends`); a
+        decode batch when every row computes one output token after a non-empty prefix."""
+        counts = list(prompt_tokens) if prompt_tokens is not None else [0] * len(extend_lens)
         if attn_backend.decodes_request_rows:
             req_pool_indices, prefix_lens, extend_lens, prompts = split_short_extends(
-                req_pool_indices, prefix_lens, extend_lens, prompts
+                req_pool_indices, prefix_lens, extend_lens, counts
             )
+        else:
+            prompts = [m > 0 for m in counts]
         batch_size = len(extend_lens)
         seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
         positions: list[int] = []
@@ -194,21 +196,37 @@ def _decodes(prefix_len: int, extend_len: int, prompt: bool) -> bool:
 
 
 def split_short_extends(
-    rows: list[int], prefix_lens: list[int], extend_lens: list[int], prompts: list[bool]
+    rows: list[int], prefix_lens: list[int], extend_lens: list[int], prompt_tokens: list[int]
 ) -> tuple[list[int], list[int], list[int], list[bool]]:
-    """(rows, prefix_lens, extend_lens, prompts) with each request not flagged in `prompts`
-    (its new tokens are output tokens: a draft being verified, tokens a grammar forced) that
-    extends a non-empty prefix by 2..MAX_ROWS_PER_REQUEST tokens as that many decode rows, one
-    per token (the packed tokens, positions, slots and logits rows stay as they are). Where
-    the attention backend `decodes_request_rows`, such a row computes exactly what a decode
-    step would, in a decode pass or beside prefills. Prompt tokens stay an extend whatever
-    their number (ForwardBatch.prompt_rows_cpu)."""
+    """(rows, prefix_lens, extend_lens, prompts), one entry per row of the pass: a request's
+    new tokens that are output tokens (a draft being verified, tokens a grammar forced),
+    1..MAX_ROWS_PER_REQUEST of them after a non-empty prefix, become one decode row each; its
+    prompt tokens (the first `prompt_tokens[i]` of its new tokens) stay one extend whatever
+    their number (flagged in `prompts`: ForwardBatch.prompt_rows_cpu), so a prompt computes
+    alike however much of it the cache held. A request that ends its prompt and verifies a
+    draft after it is thus an extend row followed by decode rows on the same req_to_token
+    row; the backends store every row's K/V before any row attends, so its decode rows read
+    the prompt's K/V of the same pass. Where the output tokens are more than
+    MAX_ROWS_PER_REQUEST (or there is no prefix), the request stays one row, flagged as a
+    prompt when it holds prompt tokens. Packed tokens, positions, slots and logits rows stay
+    as they are. Where the attention backend `decodes_request_rows`, a decode row computes
+    exactly what a decode step would, in a decode pass or beside prefills."""
     out: tuple[list[int], list[int], list[int], list[bool]] = ([], [], [], [])
-    for row, p, e, prompt in zip(rows, prefix_lens, extend_lens, prompts, strict=True):
-        split = not prompt and p > 0 and 1 < e <= MAX_ROWS_PER_REQUEST
-        for j in range(e if split else 1):
-            out[0].append(row)
-            out[1].append(p + j if split else p)
-            out[2].append(1 if split else e)
-            out[3].append(prompt)
+
+    def add(row: int, p: int, e: int, prompt: bool) -> None:
+        out[0].append(row)
+        out[1].append(p)
+        out[2].append(e)
+        out[3].append(prompt)
+
+    for row, p, e, m in zip(rows, prefix_lens, extend_lens, prompt_tokens, strict=True):
+        m = min(max(m, 0), e)
+        outputs = e - m
+        if p + m == 0 or not 0 < outputs <= MAX_ROWS_PER_REQUEST or (m == 0 and e == 1):
+            add(row, p, e, m > 0)  # one row: an extend, or a single decode row
+            continue
+        if m:
+            add(row, p, m, True)
+        for j in range(outputs):
+            add(row, p + m + j, 1, False)
     return out

@@ -323,19 +323,20 @@ class ModelRunner:
         rows: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
-        # Whether each entry's new tokens are prompt tokens (an extend however few).
-        prompts: list[bool] = []
+        # How many of each entry's new tokens (the first ones) are prompt tokens: an extend
+        # however few; the rest (a draft verified after the prompt's end) output tokens.
+        prompts: list[int] = []
         for r in batch.reqs:
             if r.draft_rows:  # a draft tree: one decode row per node, on its branch's row
                 rows += [row for row, _ in r.draft_rows]
                 prefix_lens += [p for _, p in r.draft_rows]
                 extend_lens += [1] * len(r.draft_rows)
-                prompts += [False] * len(r.draft_rows)
+                prompts += [0] * len(r.draft_rows)
             else:
                 rows.append(r.req_pool_idx)  # type: ignore[arg-type]
                 prefix_lens.append(r.kv_len)
                 extend_lens.append(r.extend_len)
-                prompts.append(r.kv_len < r.prompt_len)
+                prompts.append(min(max(r.prompt_len - r.kv_len, 0), r.extend_len))
         desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,
@@ -343,7 +344,7 @@ class ModelRunner:
             prefix_lens=prefix_lens,
             extend_lens=extend_lens,
             logits_indices=logits_indices,
-            prompt_rows=prompts,
+            prompt_tokens=prompts,
         )
         self._in_forward = True  # stays set if the pass raises: the ranks' collectives are torn
         self.batch_link.send(desc)
@@ -364,7 +365,7 @@ class ModelRunner:
             token_to_kv_pool=self.token_to_kv_pool,
             attn_backend=self.attn_backend,
             device=self.device,
-            prompt_rows=d.prompt_rows,
+            prompt_tokens=d.prompt_tokens,
         )
         return self.forward_batch(fb)
 

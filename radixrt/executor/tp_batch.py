@@ -4,7 +4,7 @@ Two broadcasts of plain int64 tensors per forward (no pickle): a fixed header, t
 
     header  (6,)  [kind, B, T, N, R, 0]   kind: 1 forward, 0 stop
     payload (2T + 4B + N + R,) = input_ids (T) | out_loc (T) | req_pool_indices (B)
-            | prefix_lens (B) | extend_lens (B) | prompt_rows (B, 0/1) | logits_indices (N)
+            | prefix_lens (B) | extend_lens (B) | prompt_tokens (B) | logits_indices (N)
             | req_to_token rows (R = sum of seq_lens): row i's slots [0, prefix + extend)
 
 Every rank writes the rows into its own req_to_token, so all ranks attend over the same slots
@@ -34,7 +34,8 @@ class BatchDesc:
     prefix_lens: list[int]
     extend_lens: list[int]
     logits_indices: list[int]
-    prompt_rows: list[bool]  # per request: its new tokens are prompt tokens
+    # Per request: how many of its new tokens (the first ones) are prompt tokens.
+    prompt_tokens: list[int]
 
 
 class BatchLink:
@@ -60,7 +61,7 @@ class BatchLink:
             + d.req_pool_indices
             + d.prefix_lens
             + d.extend_lens
-            + [int(x) for x in d.prompt_rows]
+            + d.prompt_tokens
             + d.logits_indices,
             dtype=torch.int64,
             device=self.device,
@@ -97,7 +98,7 @@ class BatchLink:
             prefix_lens=head[2 * t + b : 2 * t + 2 * b],
             extend_lens=head[2 * t + 2 * b : 2 * t + 3 * b],
             logits_indices=head[2 * t + 4 * b :],
-            prompt_rows=[bool(x) for x in head[2 * t + 3 * b : 2 * t + 4 * b]],
+            prompt_tokens=head[2 * t + 3 * b : 2 * t + 4 * b],
         )
         offset = 2 * t + 4 * b + n
         for row, p, e in zip(d.req_pool_indices, d.prefix_lens, d.extend_lens):

@@ -236,15 +236,32 @@ class Scheduler:
             reserved += r.extend_len
         prefilling = [r for r in prefilling if r.extend_len > 0]
         prefilling += self._admit(budget, reserved + len(decoding))
+        self._draft_after_prompts(prefilling, decoding)
         reqs = prefilling + self.closing + decoding
         if not reqs:
             if self.running:  # stuck mid-prefill without slots: free the newest and retry
                 self._retract(self.running[-1])
                 return self._schedule()
             return None
-        # Every decoding request samples (a speculating one computes past its fill_ids).
-        return Batch(reqs, [r.kv_len + r.extend_len == r.seq_len for r in prefilling]
+        # Every decoding request samples, and a prefill that ends its prompt (one that also
+        # verifies a draft after it computes past its fill_ids, as a speculating decode does).
+        return Batch(reqs, [r.kv_len + r.extend_len >= r.seq_len for r in prefilling]
                      + [False] * len(self.closing) + [True] * len(decoding))  # fmt: skip
+
+    def _draft_after_prompts(self, prefilling: list[Req], decoding: list[Req]) -> None:
+        """Speculating: a draft after each prompt this step completes (no output yet, no
+        prompt logprobs asked), verified in the same pass, within the slots the step leaves
+        beyond every running request's decode reserve."""
+        ending = [r for r in prefilling
+                  if r.kv_len + r.extend_len == r.seq_len and not r.output_ids
+                  and not wants_input_logprobs(r)]  # fmt: skip
+        if not ending or self.speculation.num_draft_tokens <= 0:
+            return
+        taken = sum(self.kv.slots_needed(r, r.extend_len) for r in prefilling + self.closing)
+        spare = (self.kv.available_size - self._decode_slots(decoding) - taken
+                 - len(self.running) * self.config.decode_reserve_tokens)  # fmt: skip
+        if spare > 0:
+            self.speculation.plan_prompt_ends(ending, spare)
 
     def _admit(self, budget: int, reserved: int) -> list[Req]:
         admitted: list[Req] = []
@@ -324,7 +341,13 @@ class Scheduler:
         if to_sample:
             touched += self._sample(to_sample, logits[sample_idx])
         if speculated:
+            # Those that ended their prompt in this pass: the prompt becomes shareable at once
+            # (its output stays the request's until it finishes, as after a one-token step).
+            ended = [req for req, _ in speculated if req.kv_len < req.prompt_len]
             touched += self.speculation.verify(speculated, logits)
+            for req in ended:
+                if not req.is_finished:
+                    self.kv.cache_unfinished(req, req.prompt_len)
         closed = [r for r in self.closing if id(r) in closing]
         self.closing = [r for r in self.closing if id(r) not in closing]
         reported: list[Req] = []

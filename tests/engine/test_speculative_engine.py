@@ -98,3 +98,32 @@ def test_n_greedy_and_a_mixed_batch(engines) -> None:
     assert [g["output_ids"] for g in got] == [r["output_ids"] for r in ref]
     assert got[0]["meta_info"].get("spec_accepted_tokens", 0) > 0
     assert got[2]["meta_info"].get("spec_draft_tokens", 0) > 0  # seeded sampling: the same
+
+
+def test_an_agent_turn_identical_with_a_draft_in_the_prompts_pass(engines) -> None:
+    """A third turn of a tool-calling agent: its reply starts as its earlier calls did, so
+    the prompt's own pass verifies that start (a trusted match of the chat template's tail;
+    tests/scheduler/test_speculative_prompt_end.py checks the pass itself); the tokens are
+    identical under a regex constraint, most of them accepted drafts."""
+    system = "To call a tool, write <tool_call>{...}</tool_call>. Tool: get_weather(city)."
+    messages = [{"role": "system", "content": system}]
+    for city in ("Paris", "Oslo"):
+        call = '<tool_call>{"name": "get_weather", "arguments": {"city": "%s"}}</tool_call>'
+        messages += [
+            {"role": "user", "content": f"Weather in {city}?"},
+            {"role": "assistant", "content": call % city},
+            {"role": "user", "content": f"Tool result: {city}: 12 C."},
+            {"role": "assistant", "content": f"It is 12 C in {city}."},
+        ]
+    messages.append({"role": "user", "content": "Weather in Lima?"})
+    prompt = engines[0].tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    regex = (
+        r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "[A-Z][a-z]+"\}\}</tool_call>'
+    )
+    params = {"temperature": 0, "max_new_tokens": 40, "regex": regex}
+    ref, got = _both(engines, prompt, params)
+    assert got["output_ids"] == ref["output_ids"] and got["text"].startswith("<tool_call>")
+    meta = got["meta_info"]
+    assert meta["spec_accepted_tokens"] >= meta["completion_tokens"] // 2, meta

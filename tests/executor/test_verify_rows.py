@@ -121,7 +121,7 @@ def test_a_prefill_or_a_long_extend_keeps_the_extend_path() -> None:
 
 def test_only_output_tokens_split_into_decode_rows() -> None:
     rows, prefix, extend, prompts = split_short_extends(
-        [0, 1, 2, 3, 4], [10, 10, 0, 10, 10], [3, 3, 3, 1, 17], [False, True, False, False, False]
+        [0, 1, 2, 3, 4], [10, 10, 0, 10, 10], [3, 3, 3, 1, 17], [0, 3, 0, 0, 0]
     )
     # 0: a draft of output tokens: rows; 1: a prompt's suffix; 2: no prefix; 3: a decode row;
     # 4: more than a decode pass's rows per request.
@@ -129,6 +129,19 @@ def test_only_output_tokens_split_into_decode_rows() -> None:
     assert prefix == [10, 11, 12, 10, 0, 10, 10]
     assert extend == [1, 1, 1, 3, 3, 1, 17]
     assert prompts == [False, False, False, True, False, False, False]
+
+
+def test_a_prompt_end_and_its_draft_split_into_an_extend_and_decode_rows() -> None:
+    rows, prefix, extend, prompts = split_short_extends(
+        [0, 1, 2, 3], [10, 0, 10, 10], [5, 6, 20, 1], [2, 4, 2, 1]
+    )
+    # 0: 2 prompt tokens after a cached 10, then a 3-token draft; 1: a whole prompt of 4 and
+    # a draft of 2; 2: 18 output tokens, more than a pass's decode rows: one extend; 3: the
+    # prompt's last token alone.
+    assert rows == [0, 0, 0, 0, 1, 1, 1, 2, 3]
+    assert prefix == [10, 12, 13, 14, 0, 4, 5, 10, 10]
+    assert extend == [2, 1, 1, 1, 4, 1, 1, 20, 1]
+    assert prompts == [True, False, False, False, True, False, False, True, True]
 
 
 # Every variant with kernels (the portable one leaves extends and GEMMs to torch), bfloat16

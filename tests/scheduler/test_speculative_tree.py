@@ -31,12 +31,21 @@ def test_merge_lays_out_branches_depth_first() -> None:
     assert merge([[1, 2], [1, 2, 3]], 2, 4).is_chain  # the node budget cuts the second
 
 
+def _trees_from_the_first_decode(s):
+    """`s` drafting nothing in a prompt's own pass (a chain there would pass the decoys'
+    branch point before the first tree): these tests place it at the first decode step."""
+    s.speculation.plan_prompt_ends = lambda ending, spare: 0
+    return s
+
+
 @pytest.fixture(scope="module")
 def scheds(tiny_llama_path):
     return {
-        "cpu": (_build(tiny_llama_path, 0), _build(tiny_llama_path, 4, **TREE)),
+        "cpu": (_build(tiny_llama_path, 0),
+                _trees_from_the_first_decode(_build(tiny_llama_path, 4, **TREE))),
         "torch_native": (_build(tiny_llama_path, 0, model=TORCH),
-                         _build(tiny_llama_path, 4, model=TORCH, **TREE)),
+                         _trees_from_the_first_decode(
+                             _build(tiny_llama_path, 4, model=TORCH, **TREE))),
     }  # fmt: skip
 
 

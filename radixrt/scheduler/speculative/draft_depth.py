@@ -17,6 +17,10 @@ class DraftDepth:
         self.cost = StepCost(device_type)
         # The engine's acceptance of (untrusted, trusted) drafts: a request's prior.
         self.rates: tuple[Acceptance, Acceptance] = engine_rates()
+        # The engine's acceptance of drafts verified in a prompt's own pass (its first
+        # tokens: an agent's turn that starts as its earlier ones did, or not), counted apart
+        # so that a prompt's guess at its answer moves no decoding request's rate.
+        self.after_prompts: Acceptance = engine_rates()[1]
 
     def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
         """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`:
@@ -35,6 +39,13 @@ class DraftDepth:
         guard = req.draft_guard
         assert isinstance(guard, DraftGuard)  # made by the plan before it asks
         return guard.rates[trusted].rate(self.rates[trusted].plain_rate())
+
+    def after_prompt_rate(self) -> float:
+        """The chance a draft verified in its prompt's pass keeps its next token: the
+        engine's rate of such drafts, shrunk toward its trusted decoding drafts' (so it never
+        quite reaches 0: a long prefill, where rows cost little, still tries one now and
+        then, and finds out when prompts change)."""
+        return self.after_prompts.rate(self.rates[True].plain_rate())
 
     def allot(self, tokens: float, rows: int, chains: list[tuple[float, int, float]]) -> list[int]:
         """How many tokens of each draft chain (rate, length, seconds per token besides its

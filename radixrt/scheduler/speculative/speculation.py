@@ -123,11 +123,32 @@ class Speculation:
         position); the drafts are cut to the tokens the step verifies (DraftDepth.allot: the
         likeliest to be kept, as many as raise its expected tokens per second on the measured
         pass times), a constrained one to what its grammar allows (another occurrence's chain
-        where that goes further); sets draft_ids and extend_len and returns the slots taken."""
+        where that goes further); sets draft_ids and extend_len and returns the slots taken.
+        The first plan of a step."""
         if self.num_draft_tokens <= 0:
             return 0
         self.masks.clear()
         self.tree_rows.release()  # rows a pass that raised left borrowed, if any
+        return self._plan(decoding, spare, after_prompts=False)
+
+    def plan_prompt_ends(self, ending: list[Req], spare: int) -> int:
+        """Draft after the prompts that `ending` (requests whose step computes the rest of
+        their prompt, nothing of their output yet) complete this step, within `spare` slots:
+        the step verifies the draft in the prompt's own pass, its first verifying row the
+        prompt's last token, so the first output tokens need no pass of their own. Lookup
+        drafts only (a draft model has not read the prompt yet), chains, on a pass that runs
+        a request's output rows as decode rows (max_rows), so each token computes what a
+        decode step would; only a draft the drafter trusts (a long match: the turn of an
+        agent that begins as its earlier turns did, a prompt answered before), so guesses
+        neither cost rows nor lower the request's acceptance before its first token. After
+        `plan`, in the same step; returns the slots taken."""
+        if self.num_draft_tokens <= 0 or not self.drafter.trusts_matches or self.max_rows is None:
+            return 0
+        return self._plan(ending, spare, after_prompts=True)
+
+    def _plan(self, decoding: list[Req], spare: int, after_prompts: bool) -> int:
+        """`plan` for `decoding`; `after_prompts`: they end their prompts (chains only, and
+        trusted drafts only)."""
         reqs: list[Req] = []
         budgets: list[int] = []
         caps: list[int] = []  # each chain's guard length (the drafter may trust more)
@@ -141,14 +162,14 @@ class Speculation:
             if req.draft_guard is None:
                 req.draft_guard = DraftGuard(self.num_draft_tokens)
             own = req.extend_len  # the step's tokens without a draft
-            most = self._room(req, own)
+            most = self._room(req, own - _prompt_tokens(req))
             cap = req.draft_guard.allowed()  # the guard: recent acceptance (0: paused)
             if most <= 0:
                 continue
             base = self.kv.slots_needed(req, own)
             fit = self.kv.tokens_fitting(req, base + spare - used) - own
             budget = min(most, cap, fit, self.depths.depth(req, False, bar, most))
-            if budget > 0 and self._tree_ok(req):
+            if budget > 0 and not after_prompts and self._tree_ok(req):
                 # Side branches in proportion to the depth that pays.
                 nodes = max(budget, min(self.tree_nodes * budget // self.num_draft_tokens, fit))
                 if self.max_rows is not None:
@@ -168,10 +189,15 @@ class Speculation:
         for i, (req, budget, cap) in enumerate(zip(reqs, budgets, caps)):
             trusted = self.drafter.trusted(req)
             drafts[i] = self.drafter.trim(req, drafts[i][:budget], cap)
+            if after_prompts and not trusted:
+                drafts[i] = []
             assert isinstance(req.draft_guard, DraftGuard)
             req.draft_guard.trusted = trusted
             extra = mask_s if req.grammar is not None else 0.0
-            chains.append((self.depths.rate(req, trusted), len(drafts[i]), extra))
+            rate = (
+                self.depths.after_prompt_rate() if after_prompts else self.depths.rate(req, trusted)
+            )
+            chains.append((rate, len(drafts[i]), extra))
         # The step's rows so far: every decoding request's own, trees' drafts included.
         depths = self.depths.allot(len(decoding), sum(r.extend_len for r in decoding), chains)
         for req, draft, depth in zip(reqs, drafts, depths):
@@ -216,9 +242,10 @@ class Speculation:
         self.tree_rows.lay_out()
 
     def _room(self, req: Req, own: int) -> int:
-        """The most tokens worth drafting for `req`, whose step computes `own` tokens without
-        a draft: all but the bonus token of what is left of max_new_tokens, within the context
-        and the rows a step may compute for it."""
+        """The most tokens worth drafting for `req`, whose step computes `own` rows of output
+        tokens without a draft (its prompt tokens are an extend): all but the bonus token of
+        what is left of max_new_tokens, within the context and the rows a step may compute
+        for it."""
         left = req.sampling_params.max_new_tokens - len(req.output_ids) - 1
         most = min(self.num_draft_tokens, left, self.max_len - req.seq_len)
         return most if self.max_rows is None else min(most, self.max_rows - own)
@@ -276,7 +303,8 @@ class Speculation:
             self.check_finish(req, j == len(path) - 1)  # jump-forward after the last only
         req.first_token_time = req.first_token_time or now
         accepted = min(len(path) - 1, emitted)
-        tally(self.stats, self.depths.rates, req, tree, accepted, emitted, path)
+        after_prompt = self.depths.after_prompts if req.kv_len < req.prompt_len else None
+        tally(self.stats, self.depths.rates, req, tree, accepted, emitted, path, after_prompt)
         # Position start + i computed node path[i] (its K/V in that node's slot); for
         # i < emitted it is a token of the output now, the other nodes were rejected.
         keep = max(emitted, 1)
@@ -301,3 +329,8 @@ class Speculation:
         assert row is not None
         slots = self.kv.req_to_token_pool.req_to_token[row, lo:hi].to(torch.int64)
         self.kv.allocator.free(slots)
+
+
+def _prompt_tokens(req: Req) -> int:
+    """How many of the tokens `req`'s step computes are prompt tokens (an extend)."""
+    return min(max(req.prompt_len - req.kv_len, 0), req.extend_len)

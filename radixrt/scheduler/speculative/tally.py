@@ -11,18 +11,22 @@ from radixrt.scheduler.stats import SchedulerStats
 
 
 def tally(stats: SchedulerStats, engine: tuple[Acceptance, Acceptance], req: Req,
-          tree: DraftTree | None, accepted: int, emitted: int,
-          path: list[int]) -> None:  # fmt: skip
+          tree: DraftTree | None, accepted: int, emitted: int, path: list[int],
+          after_prompt: Acceptance | None = None) -> None:  # fmt: skip
     """Count a verification of req.draft_ids (still set): every node verified is a drafted
     token (a tree's cost), against the `accepted` ones of `path` and the `emitted` ones. The
     guard adapts the depth, and the request's and the `engine`'s acceptance rates of its kind
-    of draft follow: a tree's deepest branch against its accepted path."""
+    of draft follow: a tree's deepest branch against its accepted path; a draft verified in
+    its prompt's pass counts in `after_prompt` alone."""
     nodes = len(req.draft_ids)
     guard = req.draft_guard
     assert isinstance(guard, DraftGuard)  # made by its plan, before it drafted
     depth = max(tree.depths) if tree else nodes
-    guard.record(depth, accepted)
-    engine[guard.trusted].record(depth, accepted)
+    if after_prompt is not None:
+        after_prompt.record(depth, accepted)
+    else:
+        guard.record(depth, accepted)
+        engine[guard.trusted].record(depth, accepted)
     req.spec_drafted += nodes
     req.spec_accepted += accepted
     stats.generated_tokens += emitted
