@@ -8,7 +8,9 @@ long a draft may be: the request's guard (guard.py: shorter after rejections, pa
 rows a decode pass runs per request (MAX_ROWS_PER_REQUEST, where passes decode a request's
 rows), and the step's allotment (draft_depth.py): the drafted tokens most likely to be
 accepted (acceptance.py), as many as raise the step's expected tokens per second on the
-measured pass times (step_cost.py).
+measured pass times (step_cost.py). A request that ends its prompt in a step may verify a
+trusted lookup draft in that same pass (Speculation.plan_prompt_ends), so an agent's turn
+that begins as its earlier turns did gets those tokens with its first.
 
 Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
 matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under

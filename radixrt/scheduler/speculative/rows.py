@@ -21,7 +21,8 @@ from radixrt.executor.draws import request_generator
 def forced_rows(req: Req) -> int:
     """The rows of `req`'s step before its verifying rows: the tokens jump-forward appended
     after its last pick (its grammar forced them; uncomputed, already in its output), which
-    the step computes first (0 for a request that decodes one token)."""
+    the step computes first (0 for a request that decodes one token); for a step that ends
+    the prompt, the prompt's rows before its last token."""
     return req.seq_len - 1 - req.kv_len
 
 

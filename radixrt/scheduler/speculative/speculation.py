@@ -26,6 +26,17 @@ tokens' rows first (`rows.forced_rows`, no logits: they are certain, the matcher
 and then the verifying rows, the first of them at the last forced token, as a decode step
 would after a one-token step that had computed them.
 
+Drafts after a prompt (`plan_prompt_ends`, lookup drafts on a pass that decodes a request's
+rows): a request whose step computes the rest of its prompt may verify a draft in that same
+pass, its first verifying row the prompt's last token (the rows before it are the prompt's
+extend, rows.forced_rows counts them as it counts forced tokens). The prompt stays one extend
+and the draft's rows are decode rows of the same request (forward_batch.split_short_extends),
+so every emitted token is what a decode step after the prompt would pick. Only a draft the
+drafter trusts (a long match: an agent's turn that begins as its earlier turns did, a prompt
+answered before) is verified there, and its acceptance is counted apart
+(DraftDepth.after_prompts), so a prompt's guess at its answer moves no decoding request's
+rate. The prompt is cached once verified (up to its last token, as a prefill's is).
+
 Draft slot ownership: `alloc_for` gives the request slots for all 1 + k positions, like any
 extend, written into its own req_to_token row (they are the request's, whether the pass
 runs them as decode rows or an extend; the rows only read that table). After verification
