@@ -174,7 +174,8 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     tiers: list[TierInfoMsg] = []  # the lower KV tiers, top first
     # Speculative decoding: tokens drafted and accepted, request steps that verified a draft
     # and the tokens they emitted; draft trees: branched verifications, their leaves, and
-    # those accepted off the first branch (SchedulerStats).
+    # those accepted off the first branch; drafts verified in a prompt's own pass: its
+    # request steps and their accepted tokens (SchedulerStats).
     spec_drafted_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_verify_steps: int = 0
@@ -182,6 +183,8 @@ class InfoReplyMsg(msgspec.Struct, tag=True):
     spec_tree_steps: int = 0
     spec_tree_branches: int = 0
     spec_tree_side_accepts: int = 0
+    spec_prompt_end_steps: int = 0
+    spec_prompt_end_accepted: int = 0
     # Wall seconds of the steps that ran a pass: in the forward, in the whole step; and per
     # step, by kind (core/step_times.py).
     forward_time_s: float = 0.0

@@ -41,6 +41,10 @@ class SchedulerStats:
     spec_tree_steps: int = 0
     spec_tree_branches: int = 0
     spec_tree_side_accepts: int = 0
+    # Drafts verified in a prompt's own pass (Speculation.plan_prompt_ends): those passes'
+    # request steps, and the drafted tokens they accepted.
+    spec_prompt_end_steps: int = 0
+    spec_prompt_end_accepted: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -62,7 +66,9 @@ class SchedulerStats:
                 "spec_emitted_tokens": self.spec_emitted_tokens,
                 "spec_tree_steps": self.spec_tree_steps,
                 "spec_tree_branches": self.spec_tree_branches,
-                "spec_tree_side_accepts": self.spec_tree_side_accepts}  # fmt: skip
+                "spec_tree_side_accepts": self.spec_tree_side_accepts,
+                "spec_prompt_end_steps": self.spec_prompt_end_steps,
+                "spec_prompt_end_accepted": self.spec_prompt_end_accepted}  # fmt: skip
 
 
 def guarded(req: Req, what: str, fn: Callable[..., None], *args: Any) -> None:

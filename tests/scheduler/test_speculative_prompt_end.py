@@ -48,10 +48,13 @@ def test_a_prompt_answered_before_gets_its_first_tokens_in_its_own_pass(scheds, 
     spec.kv.cache.check_integrity()
     r = _req("b", ids, 24)
     passes = spec.stats.forward_passes
+    steps, accepted = spec.stats.spec_prompt_end_steps, spec.stats.spec_prompt_end_accepted
     _first_pass(spec, r)
     # The prompt (all but its last token cached) and a draft of K tokens in one pass: the
     # last prompt token's pick and the K accepted drafts.
     assert r.output_ids == ref[: K + 1] and r.spec_accepted == K
+    assert spec.stats.spec_prompt_end_steps == steps + 1
+    assert spec.stats.spec_prompt_end_accepted == accepted + K
     assert _run(spec, []) == {} and r.output_ids == ref
     assert spec.stats.forward_passes - passes < 24 // (K + 1) + 2
 

@@ -56,6 +56,13 @@ def test_tree_counters_are_series() -> None:
     assert _scrape(_info())["radixrt_spec_tree_steps_total"] == 0.0  # off: present, zero
 
 
+def test_prompt_end_counters_are_series() -> None:
+    got = _scrape(_info(spec_prompt_end_steps=4, spec_prompt_end_accepted=21))
+    assert got["radixrt_spec_prompt_end_steps_total"] == 4
+    assert got["radixrt_spec_prompt_end_accepted_total"] == 21
+    assert _scrape(_info())["radixrt_spec_prompt_end_accepted_total"] == 0.0
+
+
 def test_off_is_zeros() -> None:
     got = _scrape(_info())
     assert got["radixrt_spec_acceptance_rate"] == 0.0

@@ -24,6 +24,8 @@ def tally(stats: SchedulerStats, engine: tuple[Acceptance, Acceptance], req: Req
     depth = max(tree.depths) if tree else nodes
     if after_prompt is not None:
         after_prompt.record(depth, accepted)
+        stats.spec_prompt_end_steps += 1
+        stats.spec_prompt_end_accepted += accepted
     else:
         guard.record(depth, accepted)
         engine[guard.trusted].record(depth, accepted)

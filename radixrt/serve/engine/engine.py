@@ -149,6 +149,8 @@ class Engine:
             "spec_tree_steps": info.spec_tree_steps,
             "spec_tree_branches": info.spec_tree_branches,
             "spec_tree_side_accepts": info.spec_tree_side_accepts,
+            "spec_prompt_end_steps": info.spec_prompt_end_steps,
+            "spec_prompt_end_accepted": info.spec_prompt_end_accepted,
         }
 
     def shutdown(self) -> None:

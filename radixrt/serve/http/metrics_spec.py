@@ -1,5 +1,6 @@
 """Prometheus series of speculative decoding: tokens drafted, accepted and emitted, draft
-trees verified (their branches, and those accepted off the first branch), the acceptance
+trees verified (their branches, and those accepted off the first branch), drafts verified in
+the pass that ends a prompt (those steps, their accepted tokens), the acceptance
 rate and the tokens each verifying request step emits, read from the scheduler's
 InfoReplyMsg at each scrape (the totals are the scheduler's counters); and per finished
 request (its ReqOutput, as for the latency histograms) histograms of its speed-up in tokens
@@ -29,6 +30,10 @@ _COUNTERS = (
      "Leaves (branches) of the branched draft trees verified"),
     ("radixrt_spec_tree_side_accepts", "spec_tree_side_accepts",
      "Branched tree verifications whose accepted path left the first branch"),
+    ("radixrt_spec_prompt_end_steps", "spec_prompt_end_steps",
+     "Request steps that verified a draft in the pass ending their prompt"),
+    ("radixrt_spec_prompt_end_accepted", "spec_prompt_end_accepted",
+     "Drafted tokens accepted in the pass ending their prompt"),
 )  # fmt: skip
 
 
