@@ -190,6 +190,12 @@ class ForwardBatch:
         )
 
 
+def prompt_tokens_of(prompt_len: int, kv_len: int, extend_len: int) -> int:
+    """How many of the `extend_len` tokens a step computes from position `kv_len` on are
+    prompt tokens (a prompt of `prompt_len`): the first ones, up to the prompt's end."""
+    return min(max(prompt_len - kv_len, 0), extend_len)
+
+
 def _decodes(prefix_len: int, extend_len: int, prompt: bool) -> bool:
     """Whether a row computes one output token after a non-empty prefix: a decode row."""
     return extend_len == 1 and prefix_len > 0 and not prompt

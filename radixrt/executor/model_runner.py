@@ -12,7 +12,7 @@ from torch import nn
 from radixrt.cache.kv_dtype import KV_TORCH_DTYPES, kv_dtype_name, resolve_kv_dtype
 from radixrt.core import Batch
 from radixrt.core.config import CacheConfig, ModelConfig
-from radixrt.core.forward_batch import ForwardBatch
+from radixrt.core.forward_batch import ForwardBatch, prompt_tokens_of
 from radixrt.executor.cuda_graph import capture_decode_graphs
 from radixrt.executor.kv_memory import NOTHING_BESIDE, KVBeside, build_kv_memory
 from radixrt.executor.tp_batch import BatchDesc, BatchLink
@@ -336,7 +336,7 @@ class ModelRunner:
                 rows.append(r.req_pool_idx)  # type: ignore[arg-type]
                 prefix_lens.append(r.kv_len)
                 extend_lens.append(r.extend_len)
-                prompts.append(min(max(r.prompt_len - r.kv_len, 0), r.extend_len))
+                prompts.append(prompt_tokens_of(r.prompt_len, r.kv_len, r.extend_len))
         desc = BatchDesc(
             input_ids=input_ids,
             out_loc=out_loc,

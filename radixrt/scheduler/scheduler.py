@@ -23,11 +23,12 @@ from radixrt.core import Batch, FinishKind, FinishReason, Req
 from radixrt.core.config import SchedulerConfig
 from radixrt.core.step_times import step_kind
 from radixrt.executor.model_runner import ModelRunner
-from radixrt.executor.sampler import NO_TOKEN, Sampler
+from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
 from radixrt.scheduler.logprobs import add_input_logprobs, logits_layout
 from radixrt.scheduler.misses import MissLog
+from radixrt.scheduler.picks import sample_picks
 from radixrt.scheduler.policy import SchedulePolicy
 from radixrt.scheduler.retire import has_uncomputed_tail, retire
 from radixrt.scheduler.speculative import BaseDrafter, TokenTexts, build_speculation, decodes_rows
@@ -339,7 +340,8 @@ class Scheduler:
                 to_sample.append(req)
                 sample_idx.append(last)
         if to_sample:
-            touched += self._sample(to_sample, logits[sample_idx])
+            touched += sample_picks(to_sample, logits[sample_idx], self.grammar, self.sampler,
+                                    self.stats, self._check_finish)  # fmt: skip
         if speculated:
             # Those that ended their prompt in this pass: the prompt becomes shareable at once
             # (its output stays the request's until it finishes, as after a one-token step).
@@ -362,36 +364,6 @@ class Scheduler:
         for req in closed:
             retire(req, self.kv, self.pins)
         return reported + closed
-
-    def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[Req]:
-        """Sample one token for each of `reqs` from its logits row (len(reqs), V), then check
-        finish and advance grammars. A fault of one request's own (its grammar's mask or
-        matcher, its stop check) or a row where no token is allowed finishes that request
-        with an error; the others go on."""
-        mask = self.grammar.vocab_mask(reqs)  # a request whose mask failed is finished
-        out = self.sampler.sample(logits, reqs, mask)
-        now = time.monotonic()
-        for i, req in enumerate(reqs):
-            token = out.next_token_ids[i]
-            if req.is_finished:
-                continue
-            if token == NO_TOKEN:
-                req.finish(
-                    FinishReason.error(
-                        "no token can be sampled: every token is disallowed here (its grammar, "
-                        "the stop-token ban before min_new_tokens, or non-finite logits)"
-                    )
-                )
-                continue
-            req.output_ids.append(token)
-            req.first_token_time = req.first_token_time or now
-            self.stats.generated_tokens += 1
-            if req.sampling_params.return_logprob and out.logprobs is not None:
-                req.output_logprobs.append(out.logprobs[i])
-                if out.top_logprobs is not None:
-                    req.output_top_logprobs.append(out.top_logprobs[i])
-            guarded(req, "the finish check", self._check_finish, req)
-        return reqs
 
     def _check_finish_guarded(self, req: Req, jump: bool = True) -> None:
         guarded(req, "the finish check", self._check_finish, req, jump)

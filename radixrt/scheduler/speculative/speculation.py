@@ -62,9 +62,11 @@ from collections.abc import Callable
 import torch
 
 from radixrt.cache.kv_manager import KVCacheManager
-from radixrt.core import FinishReason, Req
-from radixrt.executor.sampler import NO_TOKEN, SampleOutput, Sampler
+from radixrt.core import Req
+from radixrt.core.forward_batch import prompt_tokens_of
+from radixrt.executor.sampler import SampleOutput, Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
+from radixrt.scheduler.picks import append_pick
 from radixrt.scheduler.speculative.draft_depth import DraftDepth
 from radixrt.scheduler.speculative.draft_masks import DraftMasks
 from radixrt.scheduler.speculative.drafter import ALTERNATIVES, BaseDrafter, can_speculate
@@ -173,7 +175,7 @@ class Speculation:
             if req.draft_guard is None:
                 req.draft_guard = DraftGuard(self.num_draft_tokens)
             own = req.extend_len  # the step's tokens without a draft
-            most = self._room(req, own - _prompt_tokens(req))
+            most = self._room(req, own - prompt_tokens_of(req.prompt_len, req.kv_len, own))
             cap = req.draft_guard.allowed()  # the guard: recent acceptance (0: paused)
             if most <= 0:
                 continue
@@ -296,20 +298,8 @@ class Speculation:
         path = tree.accept(picks) if tree is not None else chain_path(draft, picks)
         emitted = 0
         for j, node in enumerate(path):
-            token = picks[node]
-            if req.is_finished:
+            if req.is_finished or not append_pick(req, out, first + node):  # its own row's
                 break
-            if token == NO_TOKEN:
-                req.finish(FinishReason.error(
-                    "no token can be sampled: every token is disallowed here (the stop-token "
-                    "ban before min_new_tokens, or non-finite logits)"
-                ))  # fmt: skip
-                break
-            req.output_ids.append(token)
-            if req.sampling_params.return_logprob and out.logprobs is not None:
-                req.output_logprobs.append(out.logprobs[first + node])  # its own row's
-                if out.top_logprobs is not None:
-                    req.output_top_logprobs.append(out.top_logprobs[first + node])
             emitted += 1
             self.check_finish(req, j == len(path) - 1)  # jump-forward after the last only
         req.first_token_time = req.first_token_time or now
@@ -340,8 +330,3 @@ class Speculation:
         assert row is not None
         slots = self.kv.req_to_token_pool.req_to_token[row, lo:hi].to(torch.int64)
         self.kv.allocator.free(slots)
-
-
-def _prompt_tokens(req: Req) -> int:
-    """How many of the tokens `req`'s step computes are prompt tokens (an extend)."""
-    return min(max(req.prompt_len - req.kv_len, 0), req.extend_len)
