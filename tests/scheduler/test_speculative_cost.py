@@ -18,7 +18,13 @@ from radixrt.scheduler.speculative.acceptance import (
     paying_depth,
 )
 from radixrt.scheduler.speculative.draft_depth import DraftDepth
-from radixrt.scheduler.speculative.step_cost import MIN_SAMPLES, PRIOR_K, REFIT_EVERY, StepCost
+from radixrt.scheduler.speculative.step_cost import (
+    MIN_SAMPLES,
+    PRIOR_K,
+    REFIT_EVERY,
+    STALE_PASSES,
+    StepCost,
+)
 
 
 def _feed(cost: StepCost, fixed: float, per_row: float, rows: list[int], rng: random.Random,
@@ -79,13 +85,15 @@ class _FirstRight(BaseDrafter):
         return (right + [0] * max_tokens)[:max_tokens]
 
 
-@pytest.mark.parametrize("k", [0.01, 1e6])
-def test_drafts_only_where_rows_are_cheap_enough(tiny_llama_path, monkeypatch, k: float) -> None:
+@pytest.mark.parametrize("k,adaptive", [(0.01, True), (1e6, True), (0.01, False)])
+def test_drafts_only_where_rows_are_cheap_enough(tiny_llama_path, monkeypatch, k: float,
+                                                 adaptive: bool) -> None:  # fmt: skip
     """The same drafts at a row cost that no acceptance repays (K = 0.01: a row costs 100 times
     a pass's fixed part) and at one where rows are free: none drafted in the first, and
-    the same outputs in both."""
+    the same outputs in both; with --disable-adaptive-draft-depth drafted at any cost."""
     monkeypatch.setattr(StepCost, "_fit", lambda self: None)  # keep K as set
-    plain, s = _build(tiny_llama_path, 0), _build(tiny_llama_path, 4)
+    plain = _build(tiny_llama_path, 0)
+    s = _build(tiny_llama_path, 4, disable_adaptive_draft_depth=not adaptive)
     prompts = [_prompt(60 + i, 20) for i in range(4)]
     ref = _run(plain, [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)])
     s.speculation.drafter = _FirstRight(ref)
@@ -94,7 +102,7 @@ def test_drafts_only_where_rows_are_cheap_enough(tiny_llama_path, monkeypatch, k
     reqs = [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)]
     assert _run(s, reqs) == ref
     drafted = sum(r.spec_drafted for r in reqs)
-    if k < 1.0:
+    if k < 1.0 and adaptive:
         assert drafted == 0
     else:  # each verification keeps about one: most steps emit two tokens
         assert drafted > 0 and sum(r.spec_accepted for r in reqs) > 0.3 * 4 * 30
@@ -148,3 +156,30 @@ def test_allot_takes_the_likeliest_tokens_while_tokens_per_second_grow() -> None
     assert depths.allot(1, 1, [(0.9, 8, 0.0)]) == [8]
     assert depths.allot(1, 1, [(0.9, 8, 20.0)]) == [0]
     assert 0 < depths.allot(1, 1, [(0.9, 8, 1.0)])[0] < 8
+
+
+def test_a_bucket_no_pass_falls_in_leaves_the_curve() -> None:
+    """A fit that once said rows cost too much (draft rows measured during a stall) is not
+    kept forever by a stream that then runs one-row passes only: the stale bucket leaves the
+    curve and the prior returns, so drafts are tried and measured again."""
+    cost = StepCost("cpu")
+    _feed(cost, 1e-3, 2e-3, [1, 5], random.Random(4))  # rows look dear: K = 0.5
+    assert cost.fitted and cost.min_accept(1, 1) > 0.5
+    for _ in range(STALE_PASSES + REFIT_EVERY):
+        cost.observe(1, 3e-3)
+    assert not cost.fitted and cost.k == PRIOR_K["cpu"]
+    assert cost.min_accept(1, 1) == pytest.approx(1 / (PRIOR_K["cpu"] + 1))
+    _feed(cost, 1e-3, 2e-3, [1, 5], random.Random(5))  # measured again: the same verdict
+    assert cost.fitted and cost.min_accept(1, 1) > 0.5
+
+
+def test_not_adaptive_allots_every_draft_whole() -> None:
+    """--disable-adaptive-draft-depth: no bar, every chain allotted whole, no pass timed,
+    even where the measured rows would forbid any draft."""
+    depths = DraftDepth("cpu", adaptive=False)
+    depths.cost.fitted, depths.cost.curve = True, [(1.0, 1.0), (2.0, 100.0)]
+    assert depths.bar([]) == 0.0
+    assert depths.allot(1, 1, [(0.01, 6, 0.0), (0.5, 3, 1.0)]) == [6, 3]
+    depths.observe(4, 4, 1.0)
+    assert depths.cost.passes == 0
+    assert DraftDepth("cpu").allot(1, 1, [(0.01, 6, 0.0)]) == [0]

@@ -53,6 +53,11 @@ class SchedulerConfig:
     # speculative_num_draft_tokens) per request and step; 1: one chain. CPU passes only.
     speculative_tree_branches: int = 1
     speculative_tree_nodes: int = 0
+    # Verify every draft as long as the drafter and the guard make it (up to
+    # speculative_num_draft_tokens), as engines with a fixed number of speculative tokens do,
+    # instead of only the tokens whose chance of acceptance pays for their rows at this
+    # machine's measured pass cost (speculative/step_cost.py).
+    disable_adaptive_draft_depth: bool = False
 
     def __post_init__(self) -> None:
         if self.max_running_requests < 1:

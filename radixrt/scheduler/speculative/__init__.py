@@ -28,6 +28,7 @@ from radixrt.core.config import SchedulerConfig
 from radixrt.core.forward_batch import MAX_ROWS_PER_REQUEST
 from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.grammar_queue import GrammarQueue
+from radixrt.scheduler.speculative.draft_depth import DraftDepth
 from radixrt.scheduler.speculative.drafter import BaseDrafter, LookupDrafter, NoDrafter
 from radixrt.scheduler.speculative.keyed import TokenTexts
 from radixrt.scheduler.speculative.speculation import CheckFinish, Speculation
@@ -74,8 +75,9 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     # On a pass that decodes a request's rows, a step's rows per request stay within what
     # it runs as decode rows (past that the whole pass would be an extend).
     max_rows = MAX_ROWS_PER_REQUEST if rows else None
+    depths = DraftDepth(device_type, adaptive=not config.disable_adaptive_draft_depth)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
-                       branches, config.speculative_tree_nodes, device_type,
+                       branches, config.speculative_tree_nodes, depths,
                        max_rows)  # fmt: skip
 
 

@@ -1,6 +1,8 @@
 """DraftDepth: how deep each of a step's drafts pays, from what a row costs a pass (StepCost,
 measured) and how often the request's drafts of that kind are kept (acceptance.py). One per
-Speculation: it owns the row-cost measurements and the engine's acceptance rates."""
+Speculation: it owns the row-cost measurements and the engine's acceptance rates. Not
+adaptive (--disable-adaptive-draft-depth): every draft is verified as long as the drafter and
+the guard make it, as engines with a fixed number of speculative tokens do."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from radixrt.scheduler.speculative.step_cost import StepCost
 class DraftDepth:
     """The row-cost bar of a step and the depth each draft may have under it."""
 
-    def __init__(self, device_type: str = "cpu") -> None:
+    def __init__(self, device_type: str = "cpu", adaptive: bool = True) -> None:
+        self.adaptive = adaptive  # False: no bar, every draft token allotted
         self.cost = StepCost(device_type)
         # The engine's acceptance of (untrusted, trusted) drafts: a request's prior.
         self.rates: tuple[Acceptance, Acceptance] = engine_rates()
@@ -25,12 +28,14 @@ class DraftDepth:
     def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
         """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`:
         a pass whose every row is sampled (decode, verify) times the rows' cost."""
-        if rows == logits_rows:
+        if rows == logits_rows and self.adaptive:
             self.cost.observe(rows, seconds)
 
     def bar(self, decoding: list[Req]) -> float:
         """The chance of acceptance a draft token needs in a step of `decoding` (each set to
-        its own rows, drafts not yet added) to pay for its row."""
+        its own rows, drafts not yet added) to pay for its row (0: not adaptive)."""
+        if not self.adaptive:
+            return 0.0
         return self.cost.min_accept(len(decoding), sum(r.extend_len for r in decoding))
 
     def rate(self, req: Req, trusted: bool) -> float:
@@ -53,7 +58,10 @@ class DraftDepth:
         `tokens` tokens without them verifies: the most likely drafted tokens first (the
         i-th of a chain kept with probability rate ** i), as many as make the step's expected
         tokens per second, (tokens + kept) / (T(rows + drafted) + their own seconds), the
-        highest. A token's own seconds count once T is measured in seconds."""
+        highest. A token's own seconds count once T is measured in seconds. Not adaptive:
+        every chain whole."""
+        if not self.adaptive:
+            return [n for _, n, _ in chains]
         ranked = sorted(
             ((rate**i, -i, j) for j, (rate, n, _) in enumerate(chains) for i in range(1, n + 1)),
             reverse=True,

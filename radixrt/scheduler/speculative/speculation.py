@@ -93,7 +93,8 @@ class Speculation:
                  sampler: Sampler, context_len: int, stats: SchedulerStats,
                  check_finish: CheckFinish, grammar: GrammarQueue | None = None,
                  branches: int = 1, tree_nodes: int = 0,
-                 device_type: str = "cpu", max_rows: int | None = None) -> None:  # fmt: skip
+                 depths: DraftDepth | None = None,
+                 max_rows: int | None = None) -> None:  # fmt: skip
         self.drafter = drafter
         # The most rows a request's step may compute, its draft included (None: no limit).
         self.max_rows = max_rows
@@ -111,8 +112,9 @@ class Speculation:
         # The masks along this step's drafts of constrained requests: set by plan, read and
         # cleared by verify.
         self.masks = DraftMasks(self.grammar, sampler.eos_token_ids)
-        # How deep each draft pays: the measured row cost against acceptance (draft_depth.py).
-        self.depths = DraftDepth(device_type)
+        # How deep each draft pays: the measured row cost against acceptance (draft_depth.py;
+        # None: a CPU's, adaptive).
+        self.depths = depths or DraftDepth()
 
     def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
         """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`."""

@@ -21,6 +21,11 @@ batch 1 (drafts pay at almost any acceptance) and high at batch 8 (only drafts l
 kept do); on a GPU, where rows are nearly free until the matmuls fill the device, K is large
 and so is the room for drafts. Medians keep a busy machine's stalls out of the curve; the
 window follows contexts as they grow.
+
+A bucket no pass has fallen in for `STALE_PASSES` passes leaves the curve: a single stream
+whose fit once said drafts do not pay (a stall while its draft rows were measured) runs one-row
+passes only, and would keep that verdict forever; with the bucket gone the prior returns, the
+next drafts measure their rows again, and the fit decides afresh.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ WINDOW = 32  # recent passes kept per bucket of row counts
 MIN_SAMPLES = 4  # passes a bucket needs before it is a point of the curve
 SPREAD = 3  # the least difference of row counts between the first and last points
 REFIT_EVERY = 16  # passes between fits
+STALE_PASSES = 1024  # passes since a bucket's last one before it leaves the curve
 PRIOR_K = {"cpu": 12.0, "cuda": 256.0}  # W / c before the fit (rows a pass's fixed cost is)
 K_RANGE = (1.0, 4096.0)
 # Row-count buckets: counts up to each edge (past the last: one bucket per doubling).
@@ -54,6 +60,7 @@ class StepCost:
         self.measures = fixed_k is None  # False: T stays the prior line
         # bucket -> its recent passes (rows, seconds)
         self.times: dict[int, deque[tuple[int, float]]] = {}
+        self.last: dict[int, int] = {}  # bucket -> the pass count at its last pass
         self.passes = 0
         self.fitted = False
         self.curve: list[tuple[float, float]] = []  # (rows, seconds), rising; [] until fitted
@@ -62,8 +69,10 @@ class StepCost:
         """A pass of `rows` rows, every one sampled, took `seconds`."""
         if rows <= 0 or seconds <= 0.0 or not self.measures:
             return
-        self.times.setdefault(bucket(rows), deque(maxlen=WINDOW)).append((rows, seconds))
+        b = bucket(rows)
+        self.times.setdefault(b, deque(maxlen=WINDOW)).append((rows, seconds))
         self.passes += 1
+        self.last[b] = self.passes
         if self.passes % REFIT_EVERY == 0:
             self._fit()
 
@@ -85,9 +94,12 @@ class StepCost:
         return tokens * (self.seconds(rows + 1) - t) / t
 
     def _fit(self) -> None:
+        for b in [b for b, last in self.last.items() if self.passes - last > STALE_PASSES]:
+            del self.times[b], self.last[b]
         points = sorted((statistics.median(r for r, _ in t), statistics.median(s for _, s in t))
                         for t in self.times.values() if len(t) >= MIN_SAMPLES)  # fmt: skip
         if len(points) < 2 or points[-1][0] - points[0][0] < SPREAD:
+            self.k, self.fitted, self.curve = self.prior, False, []  # too few: the prior
             return
         points = _lower_hull(points)  # (two points at least: the hull keeps both ends)
         rows = [r for r, _ in points]

@@ -134,6 +134,9 @@ _HELP = {
     "slot per page); 1: a single chain",
     "speculative_tree_nodes": "speculative decoding: the most drafted tokens of a draft tree "
     "(0: twice --speculative-num-draft-tokens)",
+    "disable_adaptive_draft_depth": "speculative decoding: verify each draft as long as it is "
+    "made (up to --speculative-num-draft-tokens) instead of only the tokens likely enough to be "
+    "kept to pay for their rows at the pass cost measured on this machine",
     "speculative_draft_model": "speculative decoding: draft with this smaller model (a local HF "
     "folder with the target's vocabulary) instead of by lookup; its greedy tokens are checked "
     "like lookup drafts, so outputs are as without; needs --speculative-num-draft-tokens",
