@@ -28,9 +28,14 @@ EBNF = 'start: "The answer is " ("yes" | "no") ". Because " /[a-z ]+/ "."'
 
 @pytest.fixture(scope="module")
 def engines(smollm2_path):
+    # One grammar backend for both: the auto backend gives a json_schema request the regex
+    # automata or, while they compile past a share of the time limit, llguidance's compile,
+    # and the two allow different whitespace (`{ "a"` against `{"a"`), so under load the two
+    # engines could be asked different languages. This module tests speculation, not that.
+    kw = {"max_total_tokens": 4096, "grammar_backend": "llguidance"}
     with (
-        Engine(str(smollm2_path), max_total_tokens=4096) as plain,
-        Engine(str(smollm2_path), max_total_tokens=4096, speculative_num_draft_tokens=5) as spec,
+        Engine(str(smollm2_path), **kw) as plain,
+        Engine(str(smollm2_path), speculative_num_draft_tokens=5, **kw) as spec,
     ):
         yield plain, spec
 
