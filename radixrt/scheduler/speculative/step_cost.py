@@ -58,9 +58,8 @@ class StepCost:
         self.prior = fixed_k or PRIOR_K.get(device_type, PRIOR_K["cpu"])
         self.k = self.prior  # W / c of the line through the points (reported; the prior's)
         self.measures = fixed_k is None  # False: T stays the prior line
-        # bucket -> its recent passes (rows, seconds)
-        self.times: dict[int, deque[tuple[int, float]]] = {}
-        self.last: dict[int, int] = {}  # bucket -> the pass count at its last pass
+        # bucket -> its recent passes (rows, seconds, the pass count when it ran)
+        self.times: dict[int, deque[tuple[int, float, int]]] = {}
         self.passes = 0
         self.fitted = False
         self.curve: list[tuple[float, float]] = []  # (rows, seconds), rising; [] until fitted
@@ -69,10 +68,10 @@ class StepCost:
         """A pass of `rows` rows, every one sampled, took `seconds`."""
         if rows <= 0 or seconds <= 0.0 or not self.measures:
             return
-        b = bucket(rows)
-        self.times.setdefault(b, deque(maxlen=WINDOW)).append((rows, seconds))
         self.passes += 1
-        self.last[b] = self.passes
+        self.times.setdefault(bucket(rows), deque(maxlen=WINDOW)).append(
+            (rows, seconds, self.passes)
+        )
         if self.passes % REFIT_EVERY == 0:
             self._fit()
 
@@ -94,9 +93,9 @@ class StepCost:
         return tokens * (self.seconds(rows + 1) - t) / t
 
     def _fit(self) -> None:
-        for b in [b for b, last in self.last.items() if self.passes - last > STALE_PASSES]:
-            del self.times[b], self.last[b]
-        points = sorted((statistics.median(r for r, _ in t), statistics.median(s for _, s in t))
+        for b in [b for b, t in self.times.items() if self.passes - t[-1][2] > STALE_PASSES]:
+            del self.times[b]
+        points = sorted((statistics.median(p[0] for p in t), statistics.median(p[1] for p in t))
                         for t in self.times.values() if len(t) >= MIN_SAMPLES)  # fmt: skip
         if len(points) < 2 or points[-1][0] - points[0][0] < SPREAD:
             self.k, self.fitted, self.curve = self.prior, False, []  # too few: the prior
