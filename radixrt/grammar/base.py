@@ -17,6 +17,30 @@ S = TypeVar("S")
 ROLLBACK_DEPTH = 128  # accepted tokens a matcher can always roll back
 
 
+@dataclass(frozen=True, slots=True)
+class JsonLayout:
+    """The one layout constrained JSON is written in, on every backend: `item_separator`
+    between array items and object members, `key_separator` between a key and its value, no
+    whitespace anywhere else (free whitespace lets a sampled model spend its whole budget on
+    blanks, and a backend that allowed more than another would make outputs depend on which
+    one compiled the spec)."""
+
+    item_separator: str = ", "
+    key_separator: str = ": "
+
+    def guidance(self) -> dict[str, Any]:
+        """As llguidance's JSON options ("x-guidance")."""
+        return {
+            "whitespace_flexible": False,
+            "item_separator": self.item_separator,
+            "key_separator": self.key_separator,
+        }
+
+
+CANONICAL_JSON = JsonLayout()  # `{"a": 1, "b": [2, 3]}`: response formats
+COMPACT_JSON = JsonLayout(",", ":")  # `{"a":1,"b":[2,3]}`: forced tool calls
+
+
 class GrammarError(ValueError):
     """A spec the backend cannot compile (or that took too long); the message says why."""
 

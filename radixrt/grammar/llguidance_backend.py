@@ -11,16 +11,21 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 import llguidance.hf
 
-from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarError, GrammarSpec
+from radixrt.grammar.base import (
+    CANONICAL_JSON,
+    BaseGrammarBackend,
+    BaseGrammarMatcher,
+    GrammarError,
+    GrammarSpec,
+)
 
 if TYPE_CHECKING:
     import torch
 
 
-# JSON is written in one canonical layout, `{"a": 1, "b": [2, 3]}`: free whitespace lets a
-# sampled model spend its whole budget on blanks, and fixed separators are forced tokens. A
-# schema's own "x-guidance" options override these.
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# JSON is written in the canonical layout (base.JsonLayout); fixed separators are forced
+# tokens. A schema's own "x-guidance" options override these.
+_JSON_OPTIONS = CANONICAL_JSON.guidance()
 
 
 class LLGuidanceMatcher(BaseGrammarMatcher):

@@ -9,11 +9,10 @@ from typing import Any
 
 import outlines_core  # type: ignore[import-untyped]
 
-from radixrt.grammar.base import GrammarError, GrammarSpec
+from radixrt.grammar.base import CANONICAL_JSON, GrammarError, GrammarSpec, JsonLayout
 from radixrt.grammar.schema_bounds import ANNOTATIONS, needs_own_regex, own_regex, with_placeholders
 
-# JSON whitespace between tokens: at most one space, so a schema's output length stays bounded.
-JSON_WHITESPACE = r"[ ]?"
+_SPACE = "radixrtspace"  # outlines' whitespace, rewritten into the layout's separators
 # JSON-schema keywords whose every constraint the outlines regex enforces (numeric bounds and
 # patterns: where schema_bounds.own_regex writes them). Any other keyword goes to llguidance.
 _ENFORCED = frozenset(
@@ -22,21 +21,40 @@ _ENFORCED = frozenset(
 )
 
 
-def schema_regex(schema_text: str, whitespace: str = JSON_WHITESPACE) -> str:
-    """The regex outlines compiles a JSON schema (a JSON string) into, with `whitespace`
-    between tokens and the subschemas that own_regex writes; GrammarError if it cannot."""
+def schema_regex(schema_text: str, layout: JsonLayout = CANONICAL_JSON) -> str:
+    """The regex outlines compiles a JSON schema (a JSON string) into, written in `layout`
+    (the language llguidance's compile of the schema in that layout accepts), with the
+    subschemas that own_regex writes; GrammarError if it cannot."""
     try:
-        schema, bounds = with_placeholders(json.loads(schema_text), schema_text)
+        decoded = json.loads(schema_text)
+        schema, bounds = with_placeholders(decoded, schema_text)
+        taken = schema_text + json.dumps(decoded, ensure_ascii=False)
     except (ValueError, RecursionError):
-        schema, bounds = None, {}  # outlines says what is wrong with it
+        schema, bounds, taken = None, {}, schema_text  # outlines says what is wrong with it
     text = json.dumps(schema) if bounds else schema_text
+    space = _SPACE
+    while space in taken:
+        space += "x"
     try:
-        regex = str(outlines_core.json_schema.build_regex_from_schema(text, whitespace))
+        regex = str(outlines_core.json_schema.build_regex_from_schema(text, space))
     except (ValueError, TypeError) as e:
         raise GrammarError(f"invalid json_schema: {e}") from None
+    regex = _with_separators(regex, space, layout)
     for placeholder, bound in bounds.items():
         regex = regex.replace(placeholder, bound)
     return regex
+
+
+def _with_separators(regex: str, space: str, layout: JsonLayout) -> str:
+    """outlines writes `space` on both sides of an object's `:` and `,`, after an array's
+    `,` and inside brackets: the separators take the first three, the brackets none."""
+    for text in (layout.item_separator, layout.key_separator):
+        if text.strip(" ,:"):
+            raise ValueError(f"a JSON separator holds only spaces, ',' and ':', not {text!r}")
+    regex = regex.replace(f"{space}:{space}", layout.key_separator)
+    regex = regex.replace(f"{space},{space}", layout.item_separator)
+    regex = regex.replace(f",{space}", layout.item_separator)
+    return regex.replace(space, "")
 
 
 def outlines_enforces(spec: GrammarSpec) -> bool:

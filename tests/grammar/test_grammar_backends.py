@@ -92,6 +92,60 @@ def test_ebnf_is_lark_on_llguidance_and_refused_by_outlines(tokenizer) -> None:
         outlines.compile(GrammarSpec("ebnf", lark))
 
 
+ORDER = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "items": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+        "ship": {
+            "type": "object",
+            "properties": {"fast": {"type": "boolean"}, "note": {"type": "null"}},
+            "required": ["fast"],
+        },
+        "tag": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 4}]},
+    },
+    "required": ["id", "items"],
+    "additionalProperties": False,
+}
+
+
+def _accepts(backend: BaseGrammarBackend, spec: GrammarSpec, tokenizer: Any, text: str) -> bool:
+    matcher = backend.new_matcher(backend.compile(spec))
+    return all(matcher.accept(t) for t in tokenizer.encode(text)) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"id": 7, "items": []},
+        {"id": -1, "items": ["ab", "c d"], "ship": {"fast": True, "note": None}},
+        {"id": 0, "items": ["x"], "ship": {"fast": False}, "tag": "t"},
+        {"id": 12, "items": ["a", "b", "c"], "tag": 3},
+    ],
+)
+def test_every_backend_writes_a_schema_in_the_one_json_layout(backend, tokenizer, doc) -> None:
+    """The auto backend falls back from outlines to llguidance when the automaton is slow to
+    compile: both must accept the same texts, or outputs would depend on the machine's load.
+    The layout is `json.dumps`' default (`{"a": 1, "b": [2]}`); no other whitespace."""
+    spec = GrammarSpec("json_schema", json.dumps(ORDER))
+    text = json.dumps(doc)
+    assert _accepts(backend, spec, tokenizer, text), text
+    variants = {
+        json.dumps(doc, separators=(",", ":")),
+        json.dumps(doc, separators=(", ", ":")),
+        json.dumps(doc, separators=(",", ": ")),
+        json.dumps(doc, separators=(", ", " : ")),
+        json.dumps(doc, indent=1),
+        "{ " + text[1:],
+        text[:-1] + " }",
+        text.replace("[", "[ ", 1),
+        text.replace("]", " ]", 1),
+        text + " ",
+    } - {text}
+    for variant in variants:
+        assert not _accepts(backend, spec, tokenizer, variant), variant
+
+
 class _SlowBackend(BaseGrammarBackend):
     """Compiles to the spec's text after `release` is set; 'bad' specs fail."""
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.scenarios.agent.tools import example_value, make_tools
+from radixrt.grammar.base import COMPACT_JSON
 from radixrt.grammar.schema_regex import schema_enforced, schema_regex
 
 COUNT = {"type": "integer", "minimum": 1, "maximum": 1500}
@@ -38,7 +39,7 @@ def _doc(**changes: object) -> str:
 
 def test_bounds_are_enforced_wherever_the_subschema_sits() -> None:
     assert schema_enforced(SCHEMA)
-    regex = re.compile(schema_regex(json.dumps(SCHEMA), whitespace=""))
+    regex = re.compile(schema_regex(json.dumps(SCHEMA), layout=COMPACT_JSON))
     good = [_doc(), _doc(n=1, ratio=0), _doc(temps=[], at=None), _doc(at=2100, note="ab")]
     bad = [_doc(n=0), _doc(n=1501), _doc(ratio=1), _doc(ratio=1.0), _doc(temps=[-41])]
     bad += [_doc(at=1899), _doc(at=2101), _doc(n=-3)]
@@ -60,7 +61,7 @@ def test_the_agent_benchmarks_tools_are_enforced_by_the_regex() -> None:
     for tool in make_tools(16, seed=0):
         params = tool["function"]["parameters"]
         assert schema_enforced(params)
-        regex = re.compile(schema_regex(json.dumps(params), whitespace=""))
+        regex = re.compile(schema_regex(json.dumps(params), layout=COMPACT_JSON))
         value = example_value(params, rng)
         assert regex.fullmatch(json.dumps(value, separators=(",", ":")))
 
@@ -88,7 +89,7 @@ def test_a_pattern_matches_exactly_the_json_strings_that_validate(case) -> None:
     pattern, value = case
     schema = {"type": "string", "pattern": pattern, "description": "a code"}
     assert schema_enforced(schema)
-    regex = schema_regex(json.dumps(schema), whitespace="")
+    regex = schema_regex(json.dumps(schema), layout=COMPACT_JSON)
     valid = jsonschema.Draft202012Validator(schema).is_valid(value)
     assert bool(re.fullmatch(regex, json.dumps(value))) == valid, (pattern, value, regex)
 

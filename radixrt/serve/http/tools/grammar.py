@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from radixrt.grammar.base import GrammarError
+from radixrt.grammar.base import COMPACT_JSON, GrammarError
 from radixrt.grammar.regex_size import is_small_regex
 from radixrt.grammar.schema_regex import schema_enforced, schema_regex
 from radixrt.serve.http.protocol import BadRequestError
@@ -25,7 +25,7 @@ from radixrt.serve.http.tools.spec import ToolChoice, ToolSpec, allowed_tools
 # Calls are written compact (`{"name":"f","arguments":{"a":1}}`) on both paths: one layout,
 # so a call replayed in the next turn's prompt (formats.call_text, compact_json) has the
 # tokens the model produced, and the turn after it reads them from the cache.
-_LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+_LAYOUT = COMPACT_JSON.guidance()
 
 
 def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def _one_call(fmt: CallFormat, tool: ToolSpec) -> str:
 
 def _call_regex(schema: dict[str, Any]) -> str:
     try:
-        return schema_regex(json.dumps(schema), whitespace="")
+        return schema_regex(json.dumps(schema), layout=COMPACT_JSON)
     except GrammarError as e:
         raise BadRequestError(f"tools: {e}") from None
 
