@@ -1,7 +1,9 @@
 """The systems compared by the benchmark suite, each started as its own server process.
 
 `SYSTEMS` names the launch command of each; `ManagedServer` starts one on a free port in its
-own process group (logging to a file), waits for /v1/models, and kills the group on exit.
+own process group (logging to a file), waits for /v1/models, and kills the group on exit,
+returning once every process of the group is gone (a peer's engine process that outlived its
+server would share the cores with the next system measured).
 """
 
 from __future__ import annotations
@@ -142,13 +144,13 @@ class ManagedServer:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.proc is not None:
-            for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
                 try:
                     os.killpg(self.proc.pid, sig)
-                    self.proc.wait(wait)
+                except ProcessLookupError:
                     break
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    continue
+                if _group_gone(self.proc, wait_s):
+                    break
             self._log.close()
 
     def _wait_ready(self) -> None:
@@ -165,6 +167,22 @@ class ManagedServer:
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"{' '.join(self.cmd)} not ready after {self.start_timeout_s} s")
+
+
+def _group_gone(proc: subprocess.Popen[bytes], wait_s: float) -> bool:
+    """Whether every process of `proc`'s group (its id is the leader's pid) has exited
+    within `wait_s`; the leader is reaped on the way."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # a member that changed its user: still there
+        time.sleep(0.1)
+    return False
 
 
 def free_port() -> int:
