@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch  # noqa: F401 - loads torch's libgomp.so.1 before the library is opened
@@ -259,20 +260,37 @@ def library_path(cc: str, isa: str) -> Path:
 
 
 def build_library(cc: str, out: Path, flags: tuple[str, ...]) -> None:
-    """Compile the sources into `out` (raises RuntimeError with the compiler's message)."""
+    """Compile the sources into `out` (raises RuntimeError with the compiler's message): each
+    source to an object on its own compiler process, as many at once as this process may use
+    cores (the library's first build is part of a server's first start), then one link."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Build under a unique name, then rename: concurrent processes never load a partial file.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    cmd = [cc, *flags, "-I", str(CPU_SRC_DIR), *(str(CPU_SRC_DIR / s) for s in CPU_SOURCES)]
-    try:
-        proc = subprocess.run([*cmd, "-o", tmp], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    compile_flags = [f for f in flags if f != "-shared"]
+    # Build under unique names, then rename: concurrent processes never load a partial file.
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as work:
+        objects = [str(Path(work) / f"{Path(src).stem}.o") for src in CPU_SOURCES]
+        jobs = [
+            [cc, *compile_flags, "-I", str(CPU_SRC_DIR), "-c", str(CPU_SRC_DIR / src), "-o", obj]
+            for src, obj in zip(CPU_SOURCES, objects)
+        ]
+        with ThreadPoolExecutor(_usable_cores()) as pool:
+            for _ in pool.map(_compile, jobs):
+                pass
+        tmp = str(Path(work) / out.name)
+        _compile([cc, *flags, *objects, "-o", tmp])
         os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+
+def _compile(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+
+
+def _usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 def load_library(path: Path) -> ctypes.CDLL:
