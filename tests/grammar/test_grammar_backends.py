@@ -103,6 +103,7 @@ ORDER = {
             "required": ["fast"],
         },
         "tag": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 4}]},
+        "size": {"enum": [[1, 2], {"q": None}]},  # values written in the layout too
     },
     "required": ["id", "items"],
     "additionalProperties": False,
@@ -120,7 +121,8 @@ def _accepts(backend: BaseGrammarBackend, spec: GrammarSpec, tokenizer: Any, tex
         {"id": 7, "items": []},
         {"id": -1, "items": ["ab", "c d"], "ship": {"fast": True, "note": None}},
         {"id": 0, "items": ["x"], "ship": {"fast": False}, "tag": "t"},
-        {"id": 12, "items": ["a", "b", "c"], "tag": 3},
+        {"id": 12, "items": ["a", "b", "c"], "tag": 3, "size": [1, 2]},
+        {"id": 5, "items": [], "size": {"q": None}},
     ],
 )
 def test_every_backend_writes_a_schema_in_the_one_json_layout(backend, tokenizer, doc) -> None:
