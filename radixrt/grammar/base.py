@@ -28,6 +28,12 @@ class JsonLayout:
     item_separator: str = ", "
     key_separator: str = ": "
 
+    def __post_init__(self) -> None:
+        # Written into regexes as they are: only characters no regex treats specially.
+        for text in (self.item_separator, self.key_separator):
+            if text.strip(" ,:"):
+                raise ValueError(f"a JSON separator holds only spaces, ',' and ':', not {text!r}")
+
     def guidance(self) -> dict[str, Any]:
         """As llguidance's JSON options ("x-guidance")."""
         return {

@@ -58,13 +58,19 @@ def bound_regex(schema: dict[str, Any]) -> str | None:
     return number_range_regex(lo, hi, lo_open, hi_open)
 
 
+def unused_name(base: str, taken: str) -> str:
+    """`base`, with "x" appended until it occurs nowhere in `taken` (a placeholder that no
+    text of the schema can be mistaken for)."""
+    while base in taken:
+        base += "x"
+    return base
+
+
 def with_placeholders(schema: Any, taken: str) -> tuple[Any, dict[str, str]]:
     """`schema` with each subschema that `own_regex` writes replaced by a const string
     found nowhere in `taken` (the schema's text), and {that const as outlines writes it
     (quoted): the regex}."""
-    prefix = _PLACEHOLDER
-    while prefix in taken:
-        prefix += "x"
+    prefix = unused_name(_PLACEHOLDER, taken)
     regexes: dict[str, str] = {}
 
     def walk(node: Any) -> Any:

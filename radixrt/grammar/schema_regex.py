@@ -10,7 +10,13 @@ from typing import Any
 import outlines_core  # type: ignore[import-untyped]
 
 from radixrt.grammar.base import CANONICAL_JSON, GrammarError, GrammarSpec, JsonLayout
-from radixrt.grammar.schema_bounds import ANNOTATIONS, needs_own_regex, own_regex, with_placeholders
+from radixrt.grammar.schema_bounds import (
+    ANNOTATIONS,
+    needs_own_regex,
+    own_regex,
+    unused_name,
+    with_placeholders,
+)
 
 _SPACE = "radixrtspace"  # outlines' whitespace, rewritten into the layout's separators
 # JSON-schema keywords whose every constraint the outlines regex enforces (numeric bounds and
@@ -32,9 +38,7 @@ def schema_regex(schema_text: str, layout: JsonLayout = CANONICAL_JSON) -> str:
     except (ValueError, RecursionError):
         schema, bounds, taken = None, {}, schema_text  # outlines says what is wrong with it
     text = json.dumps(schema) if bounds else schema_text
-    space = _SPACE
-    while space in taken:
-        space += "x"
+    space = unused_name(_SPACE, taken)
     try:
         regex = str(outlines_core.json_schema.build_regex_from_schema(text, space))
     except (ValueError, TypeError) as e:
@@ -48,9 +52,6 @@ def schema_regex(schema_text: str, layout: JsonLayout = CANONICAL_JSON) -> str:
 def _with_separators(regex: str, space: str, layout: JsonLayout) -> str:
     """outlines writes `space` on both sides of an object's `:` and `,`, after an array's
     `,` and inside brackets: the separators take the first three, the brackets none."""
-    for text in (layout.item_separator, layout.key_separator):
-        if text.strip(" ,:"):
-            raise ValueError(f"a JSON separator holds only spaces, ',' and ':', not {text!r}")
     regex = regex.replace(f"{space}:{space}", layout.key_separator)
     regex = regex.replace(f"{space},{space}", layout.item_separator)
     regex = regex.replace(f",{space}", layout.item_separator)

@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import torch  # noqa: F401 - loads torch's libgomp.so.1 before the library is opened
+import torch  # loads torch's libgomp.so.1 before the library is opened
 
 logger = logging.getLogger("radixrt")
 
@@ -261,8 +261,8 @@ def library_path(cc: str, isa: str) -> Path:
 
 def build_library(cc: str, out: Path, flags: tuple[str, ...]) -> None:
     """Compile the sources into `out` (raises RuntimeError with the compiler's message): each
-    source to an object on its own compiler process, as many at once as this process may use
-    cores (the library's first build is part of a server's first start), then one link."""
+    source to an object on its own compiler process, as many at once as torch's threads here
+    (the library's first build is part of a server's first start), then one link."""
     out.parent.mkdir(parents=True, exist_ok=True)
     compile_flags = [f for f in flags if f != "-shared"]
     # Build under unique names, then rename: concurrent processes never load a partial file.
@@ -272,25 +272,18 @@ def build_library(cc: str, out: Path, flags: tuple[str, ...]) -> None:
             [cc, *compile_flags, "-I", str(CPU_SRC_DIR), "-c", str(CPU_SRC_DIR / src), "-o", obj]
             for src, obj in zip(CPU_SOURCES, objects)
         ]
-        with ThreadPoolExecutor(_usable_cores()) as pool:
-            for _ in pool.map(_compile, jobs):
-                pass
+        with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+            list(pool.map(_run, jobs))
         tmp = str(Path(work) / out.name)
-        _compile([cc, *flags, *objects, "-o", tmp])
+        _run([cc, *flags, *objects, "-o", tmp])
         os.replace(tmp, out)
 
 
-def _compile(cmd: list[str]) -> None:
+def _run(cmd: list[str]) -> None:
+    """One compiler call (a compile or the link); RuntimeError with its message if it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-
-
-def _usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no affinity call on this platform
-        return max(1, os.cpu_count() or 1)
 
 
 def load_library(path: Path) -> ctypes.CDLL:
