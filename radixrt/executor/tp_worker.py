@@ -17,6 +17,7 @@ import time
 
 import msgspec
 
+from radixrt.core.heap import freeze_startup_heap
 from radixrt.executor.tp_group import announce_joined
 from radixrt.executor.tp_launch import TPWorkerArgsMsg
 
@@ -44,6 +45,7 @@ def run_worker(args: TPWorkerArgsMsg) -> int:
     )
     try:
         runner = ModelRunner(args.model, args.cache, args.max_running_requests, comm=comm)
+        freeze_startup_heap(f"tensor-parallel rank {args.rank}")
         while (desc := runner.batch_link.recv()) is not None:
             runner.forward_desc(desc)
     except Exception as e:  # a peer died, or this rank's shard failed to load

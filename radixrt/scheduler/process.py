@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import zmq
 
+from radixrt.core.heap import freeze_startup_heap
 from radixrt.core.messages import (
     FatalErrorMsg,
     FromSchedulerMsg,
@@ -165,6 +166,7 @@ def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.
     runner.tp_group.on_rank_exit = _exit_at_once
     heartbeat = HeartbeatWriter(args.heartbeat_path) if args.heartbeat_path else None
     transport = ZmqTransport(recv_sock, send_sock, args.parent_pid, stop, heartbeat)
+    freeze_startup_heap("scheduler")
     looping.set()
     send_sock.send(encoder.encode(ready_msg(runner)))
     return SchedulerLoop(scheduler, transport).run()

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from radixrt.core.heap import freeze_startup_heap
 from radixrt.serve.http.args import ServerArgs, served_model_name
 from radixrt.serve.http.scheduler_client import SchedulerClient, SchedulerStartError
 
@@ -110,6 +111,7 @@ async def _serve(args: ServerArgs) -> int:
                 client.stop()  # before uvicorn re-raises a captured SIGTERM
 
         app = create_app(tm, args, tenancy, on_shutdown, recorder)
+        freeze_startup_heap("http")  # the tokenizer, the app and its routes are built
         s = args.server
         uvicorn_level = "debug" if s.log_level == "debug" else "warning"
         server = uvicorn.Server(
