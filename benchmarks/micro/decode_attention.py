@@ -1,10 +1,15 @@
-"""Decode attention per ISA variant: radixrt's C kernel against the torch path it replaces
-(the torch_native backend's gather with its own cascade plan), shared and unshared batches.
+"""Decode attention per ISA variant and KV dtype: radixrt's C kernel against the torch path it
+replaces (the torch_native backend's gather with its own cascade plan), shared and unshared
+batches.
 
-    python -m benchmarks decode_attention [--isas avx512 avx2 portable] [--json OUT]
+    python -m benchmarks decode_attention [--isas avx512 avx2 portable]
+        [--kv-dtypes float32 bfloat16] [--json OUT]
 
 Each variant runs in its own child process (RADIXRT_CPU_ISA is read when the library loads);
-kernel and torch alternate within it. Prints the median ms per layer of each case.
+kernel and torch alternate within it. Over a bfloat16 pool the kernel runs the arithmetic
+the model's decode runs there: bfloat16 products on the amx and avx512bf16 variants
+(kernels.bf16_extend_takes), float32 on the others. Prints the median ms per layer of each
+case.
 """
 
 from __future__ import annotations
@@ -30,13 +35,13 @@ HEADS = (9, 3, 64)  # query heads, KV heads, head dim (SmolLM2-135M)
 ROUNDS, CALLS = 9, 10
 
 
-def _case(b: int, n: int, shared: int) -> dict[str, float]:
+def _case(b: int, n: int, shared: int, kv_dtype: str = "float32") -> dict[str, float]:
     """Median ms per call of the kernel and of torch on one batch (this process's variant)."""
     import torch
 
     from radixrt.model.cpu.timing import decode_attention_pair
 
-    kern, ref, _ = decode_attention_pair(*HEADS, shared, b, n)
+    kern, ref, _ = decode_attention_pair(*HEADS, shared, b, n, getattr(torch, kv_dtype))
     times: dict[str, list[float]] = {"kernel": [], "torch": []}
     with torch.inference_mode():
         kern(), ref()
@@ -49,11 +54,11 @@ def _case(b: int, n: int, shared: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def _child() -> None:
+def _child(kv_dtype: str) -> None:
     from radixrt.model.cpu import kernels as ck
 
-    out = {"isa": ck.isa(), "cases": {c[0]: _case(*c[1:]) for c in CASES}}
-    print(json.dumps(out))
+    cases = {c[0]: _case(*c[1:], kv_dtype) for c in CASES}
+    print(json.dumps({"isa": ck.isa(), "kv": kv_dtype, "cases": cases}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,14 +66,17 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--isas", nargs="+", default=list(build.supported_isas()))
+    ap.add_argument("--kv-dtypes", nargs="+", default=["float32", "bfloat16"],
+                    choices=["float32", "bfloat16"])  # fmt: skip
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     results = []
     for isa in args.isas:
-        env = {**os.environ, "RADIXRT_CPU_ISA": isa}
-        cmd = [sys.executable, "-m", "benchmarks.micro.decode_attention", "--child"]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for kv in args.kv_dtypes:
+            env = {**os.environ, "RADIXRT_CPU_ISA": isa}
+            cmd = [sys.executable, "-m", "benchmarks.micro.decode_attention", "--child", kv]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"{build.cpu_model()}; ms per layer, {HEADS[0]}/{HEADS[1]} heads, d {HEADS[2]}")
     print("| variant | " + " | ".join(c[0] for c in CASES) + " |")
     print("|---|" + "---|" * len(CASES))
@@ -76,14 +84,14 @@ def main(argv: list[str] | None = None) -> None:
         cells = [
             f"{r['cases'][c[0]]['kernel']:.3g} / {r['cases'][c[0]]['torch']:.3g}" for c in CASES
         ]
-        print(f"| {r['isa']}: kernel / torch | " + " | ".join(cells) + " |")
+        print(f"| {r['isa']}, {r['kv']} KV: kernel / torch | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--child"]:
-        _child()
+    if sys.argv[1:2] == ["--child"]:
+        _child(sys.argv[2])
     else:
         main()

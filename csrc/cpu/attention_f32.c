@@ -1,7 +1,9 @@
-// Paged decode attention over the token-slot KV pool, float32 arithmetic over float32 or
-// bfloat16 KV (kv.h; attention_kvbf16.c builds the latter): each request's new K/V is stored
-// in its slot (rounded to the pool's type), then its query heads attend over
-// req_to_token[row, :seq_len]. Torch definition: decode_attention_ref in radixrt/model/cpu/kernels.py.
+// Paged decode attention over the token-slot KV pool, float32 arithmetic over float32,
+// bfloat16 or fp8 KV (kv.h; attention_kv*.c build the narrower pools' copies), and over a
+// bfloat16 pool also with bfloat16 products (rt_decode_attention_bf16_kvbf16,
+// attention_pairs.h): each request's new K/V is stored in its slot (rounded to the pool's
+// type), then its query heads attend over req_to_token[row, :seq_len]. Torch definition:
+// decode_attention_ref in radixrt/model/cpu/reference.py.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,7 +27,7 @@ static void attend_ranges(const float* q, int64_t ldq, const kv_t* k_buf, const 
                           const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                           const int64_t* seq_lens, float* out, int64_t ldo, int64_t b,
                           int64_t hq, int64_t hkv, int64_t d, float scale, int64_t ranges,
-                          int64_t max_len, float* part) {
+                          int64_t max_len, float* part, int bf16) {
   const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d), stride = hq * (d + 2);
   const int64_t range_len = (max_len + ranges - 1) / ranges;
 #pragma omp parallel
@@ -46,7 +48,8 @@ static void attend_ranges(const float* q, int64_t ldq, const kv_t* k_buf, const 
         continue;
       }
       attend_heads(q + i * ldq, o, g, 0, hkv, k_buf, v_buf,
-                   req_to_token + rows[i] * ld_table + l0, l1 - l0, slot_len, d, scale, sc, ml);
+                   req_to_token + rows[i] * ld_table + l0, l1 - l0, slot_len, d, scale, sc, ml,
+                   bf16);
     }
     free(sc);
   }
@@ -73,13 +76,13 @@ void KV_NAME(rt_store_kv)(const float* k_new, const float* v_new, int64_t ld_new
   }
 }
 
-void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* k_new,
-                                      const float* v_new, int64_t ld_new, kv_t* k_buf,
-                                      kv_t* v_buf,
-                             const int64_t* out_loc, const int32_t* req_to_token,
-                             int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
-                             float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
-                             int64_t d, float scale) {
+// The decode pass of rt_decode_attention_f32 (bf16 0) and rt_decode_attention_bf16_kvbf16
+// (bf16 1: q already scaled and rounded to bfloat16, scale 1).
+static void decode(const float* q, int64_t ldq, const float* k_new, const float* v_new,
+                   int64_t ld_new, kv_t* k_buf, kv_t* v_buf, const int64_t* out_loc,
+                   const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
+                   const int64_t* seq_lens, float* out, int64_t ldo, int64_t b, int64_t hq,
+                   int64_t hkv, int64_t d, float scale, int bf16) {
   const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
   int64_t max_len = 0;
   for (int64_t i = 0; i < b; ++i) max_len = seq_lens[i] > max_len ? seq_lens[i] : max_len;
@@ -93,7 +96,7 @@ void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* 
   }
   // Requests sharing a cached prefix: it is read once for all of them (attend_shared).
   if (b > 1 && attend_shared(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens,
-                             k_new ? out_loc : 0, out, ldo, b, hq, hkv, d, scale) == 0)
+                             k_new ? out_loc : 0, out, ldo, b, hq, hkv, d, scale, bf16) == 0)
     return;
   // Few requests over long contexts: one work item per (request, key range), all heads, the
   // ranges' partial softmaxes merged afterwards. Few requests otherwise: one per (request,
@@ -105,7 +108,7 @@ void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* 
                            : 0;
   if (part) {
     attend_ranges(q, ldq, k_buf, v_buf, req_to_token, ld_table, rows, seq_lens, out, ldo, b, hq,
-                  hkv, d, scale, ranges, max_len, part);
+                  hkv, d, scale, ranges, max_len, part, bf16);
     free(part);
     return;
   }
@@ -121,8 +124,47 @@ void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* 
         continue;
       }
       attend_heads(q + i * ldq, out + i * ldo, g, h0, h0 + per, k_buf, v_buf,
-                   req_to_token + rows[i] * ld_table, seq_lens[i], slot_len, d, scale, sc, 0);
+                   req_to_token + rows[i] * ld_table, seq_lens[i], slot_len, d, scale, sc, 0,
+                   bf16);
     }
     free(sc);
   }
 }
+
+void KV_NAME(rt_decode_attention_f32)(const float* q, int64_t ldq, const float* k_new,
+                                      const float* v_new, int64_t ld_new, kv_t* k_buf,
+                                      kv_t* v_buf, const int64_t* out_loc,
+                                      const int32_t* req_to_token, int64_t ld_table,
+                                      const int64_t* rows, const int64_t* seq_lens, float* out,
+                                      int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
+                                      int64_t d, float scale) {
+  decode(q, ldq, k_new, v_new, ld_new, k_buf, v_buf, out_loc, req_to_token, ld_table, rows,
+         seq_lens, out, ldo, b, hq, hkv, d, scale, 0);
+}
+
+#if defined(RT_KV_BF16)
+// The same pass with bfloat16 products (attention_pairs.h): q * scale rounded to bfloat16 once
+// here, into memory this call owns and frees; no memory for it: the rows read NaN.
+void rt_decode_attention_bf16_kvbf16(const float* q, int64_t ldq, const float* k_new,
+                                     const float* v_new, int64_t ld_new, kv_t* k_buf,
+                                     kv_t* v_buf, const int64_t* out_loc,
+                                     const int32_t* req_to_token, int64_t ld_table,
+                                     const int64_t* rows, const int64_t* seq_lens, float* out,
+                                     int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
+                                     float scale) {
+  const int64_t hd = hq * d;
+  float* qs = (float*)malloc(sizeof(float) * (size_t)(b * hd + 1));
+  if (!qs) {
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < hd; ++j) out[i * ldo + j] = NAN;
+    return;
+  }
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < hd; ++j) qs[i * hd + j] = q[i * ldq + j] * scale;
+    round_bf16_f32(qs + i * hd, hd);
+  }
+  decode(qs, hd, k_new, v_new, ld_new, k_buf, v_buf, out_loc, req_to_token, ld_table, rows,
+         seq_lens, out, ldo, b, hq, hkv, d, 1.0f, 1);
+  free(qs);
+}
+#endif

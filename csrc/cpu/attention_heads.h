@@ -7,7 +7,43 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "attention_pairs.h"
 #include "attention_rows.h"
+
+// o (nq, d) = sum_l p[j * len + l] * V rows of query head j's KV head, for the query heads
+// [h0*g, h1*g) (p: sc of attend_heads, nq rows of len); `bf16`: p holds bfloat16 values
+// (and may be overwritten: weighted_heads_pairs).
+static void weighted_sums(float* sc, int64_t len, int64_t g, int64_t h0, int64_t h1,
+                          const kv_t* v_buf, const int32_t* slots, int64_t slot_len, int64_t d,
+                          float* o, int64_t row_bytes, int bf16) {
+  const int64_t nq = (h1 - h0) * g;
+  (void)bf16;
+#if defined(RT_PAIR_DOT)
+  if (bf16 && (d == 64 || d == 128)) {
+    for (int64_t h = h0; h < h1; ++h)
+      weighted_heads_pairs(sc + (h - h0) * g * len, len, g, v_buf + h * KV_ROW(d), slots, len,
+                           slot_len, d, o + (h - h0) * g * d, h == h0 ? row_bytes : 0);
+    return;
+  }
+#endif
+#if defined(RT_VEC)
+  // Per KV head, its g query heads in passes over the V rows; the first head's pass fetches
+  // the rows of every head [h0, h1) ahead.
+  if (d == 64 || d == 128) {
+    for (int64_t h = h0; h < h1; ++h)
+      weighted_heads(sc + (h - h0) * g * len, len, g, v_buf + h * KV_ROW(d), slots, len,
+                     slot_len, d, o + (h - h0) * g * d, h == h0 ? row_bytes : 0);
+    return;
+  }
+#endif
+  memset(o, 0, sizeof(float) * (size_t)(nq * d));
+  for (int64_t l = 0; l < len; ++l) {
+    const kv_t* vrow = v_buf + (int64_t)slots[l] * slot_len;
+    for (int64_t h = h0, j = 0; h < h1; ++h)
+      for (int64_t r = 0; r < g; ++r, ++j)
+        axpy_kv(o + j * d, sc[j * len + l], vrow + h * KV_ROW(d), d);
+  }
+}
 
 // Query heads [h0*g, h1*g) of one request (q (hq, d), out (hq, d)) attend over `len` slots
 // through KV heads [h0, h1): one pass over the K rows, then one over the V rows, each reading
@@ -15,17 +51,36 @@
 // sc: scratch ((h1 - h0) * g, len). With ml == NULL the output rows are the attention
 // outputs; else they are left unnormalised (sum of exp(score - max) * v) and the max and the
 // sum of exp(score - max) of query head q0 + j go to ml[2j], ml[2j + 1] (one key range's
-// part of a split softmax).
+// part of a split softmax). `bf16` (a bfloat16 pool only): attention_pairs.h's arithmetic, q
+// already scaled and rounded (scale 1), the probabilities rounded before the V pass and the
+// output divided by the sum after it.
 static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int64_t h1,
                          const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots,
                          int64_t len, int64_t slot_len, int64_t d, float scale, float* sc,
-                         float* ml) {
+                         float* ml, int bf16) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g;
   // The bytes of a slot row that heads [h0, h1) read, from its head h0's row.
   const int64_t row_bytes = (h1 - h0) * KV_ROW(d) * (int64_t)sizeof(kv_t);
+  float inv_sum[bf16 && !ml ? nq : 1];  // bf16: 1 / each query head's sum
   int64_t l0 = 0;
+#if defined(RT_PAIR_DOT)
+  if (bf16 && d % 32 == 0 && d <= 128) {  // K rows read as bfloat16 pairs, in place
+    const kv_t* k0 = k_buf + h0 * KV_ROW(d);
+    for (int64_t t = 0; t < PF_BLOCKS * VW && t < len; ++t)
+      prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);
+    for (; l0 + VW <= len; l0 += VW) {
+      for (int64_t t = l0 + PF_BLOCKS * VW; t < l0 + (PF_BLOCKS + 1) * VW && t < len; ++t)
+        prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);
+      for (int64_t h = h0, j = 0; h < h1; ++h)
+        for (int64_t r = 0; r < g; ++r, ++j)
+          vstore(sc + j * len + l0,
+                 vmul(vset1(scale), dots_keys_pairs(q + (q0 + j) * d, k_buf + h * KV_ROW(d),
+                                                    slots + l0, slot_len, d)));
+    }
+  }
+#endif
 #if defined(RT_VEC)
-  if (d % VW == 0 && d <= 128) {  // VW keys at a time: VW dot products, then one transposing reduction
+  if (l0 == 0 && d % VW == 0 && d <= 128) {  // VW keys at a time: VW dots, one transposing sum
     const kv_t* k0 = k_buf + h0 * KV_ROW(d);
     for (int64_t t = 0; t < PF_BLOCKS * VW && t < len; ++t)
       prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);
@@ -62,32 +117,23 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
     float* row = sc + j * len;
     const float m = max_f32(row, len);
     const float sum = softmax_numerators(row, len, m);
+    if (bf16) round_bf16_f32(row, len);
     if (ml) {
       ml[2 * j] = m;
       ml[2 * j + 1] = sum;
+      continue;
+    }
+    if (bf16) {
+      inv_sum[j] = 1.0f / sum;  // the output's, after the V pass
       continue;
     }
     const float inv = 1.0f / sum;
     for (int64_t l = 0; l < len; ++l) row[l] *= inv;
   }
   float* o = out + q0 * d;
-#if defined(RT_VEC)
-  // Per KV head, its g query heads in passes over the V rows; the first head's pass fetches
-  // the rows of every head [h0, h1) ahead.
-  if (d == 64 || d == 128) {
-    for (int64_t h = h0; h < h1; ++h)
-      weighted_heads(sc + (h - h0) * g * len, len, g, v_buf + h * KV_ROW(d), slots, len,
-                     slot_len, d, o + (h - h0) * g * d, h == h0 ? row_bytes : 0);
-    return;
-  }
-#endif
-  memset(o, 0, sizeof(float) * (size_t)(nq * d));
-  for (int64_t l = 0; l < len; ++l) {
-    const kv_t* vrow = v_buf + (int64_t)slots[l] * slot_len;
-    for (int64_t h = h0, j = 0; h < h1; ++h)
-      for (int64_t r = 0; r < g; ++r, ++j)
-        axpy_kv(o + j * d, sc[j * len + l], vrow + h * KV_ROW(d), d);
-  }
+  weighted_sums(sc, len, g, h0, h1, v_buf, slots, slot_len, d, o, row_bytes, bf16);
+  for (int64_t j = 0; bf16 && !ml && j < nq; ++j)
+    for (int64_t c = 0; c < d; ++c) o[j * d + c] *= inv_sum[j];
 }
 
 // Split softmax, merged: dst (d) = sum_k e^(m_k - M) o_k / sum_k e^(m_k - M) l_k over n parts,
@@ -112,8 +158,9 @@ static inline void merge_parts(const float* const* o, const float* const* ml, in
 // Cascade decode (attention_shared.c): requests sharing the first 64+ slots of their rows attend
 // over them once per group. Returns 0, or -1 when no group formed or memory for the plan ran
 // out (the caller then attends per request). out_loc (b,) or NULL: the slots this pass stored.
+// `bf16`: as attend_heads'.
 #define attend_shared KV_NAME(attend_shared)
 int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                   const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                   const int64_t* seq_lens, const int64_t* out_loc, float* out, int64_t ldo,
-                  int64_t b, int64_t hq, int64_t hkv, int64_t d, float scale);
+                  int64_t b, int64_t hq, int64_t hkv, int64_t d, float scale, int bf16);

@@ -1,4 +1,5 @@
-// Cascade decode attention, float32 arithmetic over float32 or bfloat16 KV (kv.h): a prefix
+// Cascade decode attention, float32 arithmetic over float32 or bfloat16 KV (kv.h), or
+// bfloat16 products over bfloat16 KV (attention_pairs.h): a prefix
 // shared by several requests of a decode batch is read once per layer for all of them (see
 // attend_shared below).
 #include <math.h>
@@ -127,16 +128,25 @@ static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j
   return ((j / g) * count + t) * g + j % g;
 }
 
+// Whether attend_heads reads this pool's K rows as bfloat16 pairs (bf16 products): faster
+// than attend_group's transposes at any number of queries.
+#if defined(RT_PAIR_DOT)
+#define PAIR_KEYS(d) ((d) % 32 == 0 && (d) <= 128)
+#else
+#define PAIR_KEYS(d) 0
+#endif
+
 #if defined(RT_VEC)
 #define QB 4  // queries per register block of attend_group's scores
 // attend_heads for a group's queries (ml != NULL): q (hkv, gq, d) over `len` keys of every KV
 // head. Many queries share each key here, so a head's keys are first transposed into kt
 // (d, lenp), lenp = len rounded up to 2*VW (zeros past len), and each block of QB queries
 // takes its scores as a small matrix product, 2*VW keys at a time: broadcast FMAs, no
-// per-key reductions. sc: scratch (hkv * gq, lenp).
+// per-key reductions. sc: scratch (hkv * gq, lenp). `bf16`: the probabilities rounded to
+// bfloat16 for the V pass (q is rounded already), as attend_heads does.
 static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, const kv_t* k_buf,
                          const kv_t* v_buf, const int32_t* slots, int64_t len, int64_t slot_len,
-                         int64_t d, float scale, float* sc, float* kt, float* ml) {
+                         int64_t d, float scale, float* sc, float* kt, float* ml, int bf16) {
   const int64_t lenp = (len + 2 * VW - 1) / (2 * VW) * (2 * VW);
   const vf vs = vset1(scale);
   float qb[QB * 128];
@@ -182,7 +192,17 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
     float* row = sc + j * lenp;
     ml[2 * j] = max_f32(row, len);
     ml[2 * j + 1] = softmax_numerators(row, len, ml[2 * j]);
+    if (bf16) round_bf16_f32(row, len);
   }
+#if defined(RT_PAIR_DOT)
+  if (bf16 && (d == 64 || d == 128)) {
+    for (int64_t h = 0; h < hkv; ++h)
+      weighted_heads_pairs(sc + h * gq * lenp, lenp, gq, v_buf + h * KV_ROW(d), slots, len,
+                           slot_len, d, out + h * gq * d,
+                           h == 0 ? hkv * KV_ROW(d) * (int64_t)sizeof(kv_t) : 0);
+    return;
+  }
+#endif
   for (int64_t h = 0; h < hkv; ++h) {
     if (weighted_heads(sc + h * gq * lenp, lenp, gq, v_buf + h * KV_ROW(d), slots, len, slot_len,
                        d, out + h * gq * d, h == 0 ? hkv * KV_ROW(d) * (int64_t)sizeof(kv_t) : 0) == 0)
@@ -201,7 +221,7 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
 int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_buf,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, const int64_t* out_loc, float* out, int64_t ldo,
-                         int64_t b, int64_t hq, int64_t hkv, int64_t d, float scale) {
+                         int64_t b, int64_t hq, int64_t hkv, int64_t d, float scale, int bf16) {
   const int64_t g = hq / hkv, slot_len = hkv * KV_ROW(d);
   int64_t* idx = (int64_t*)malloc(sizeof(int64_t) * (size_t)(3 * b));
   group_t* groups = (group_t*)malloc(sizeof(group_t) * (size_t)b);
@@ -280,18 +300,18 @@ int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_
         const group_t* gr = &groups[it->group];
         const int32_t* slots = req_to_token + rows[order[gr->first]] * ld_table;
 #if defined(RT_VEC)
-        if (d <= 128 && g * count >= GROUP_GEMM_QUERIES) {
+        if (d <= 128 && g * count >= GROUP_GEMM_QUERIES && !(bf16 && PAIR_KEYS(d))) {
           attend_group(gr->q, it->part, g * count, hkv, k_buf, v_buf, slots + it->l0,
-                       it->l1 - it->l0, slot_len, d, scale, sc, sc + max_sc, ml);
+                       it->l1 - it->l0, slot_len, d, scale, sc, sc + max_sc, ml, bf16);
           continue;
         }
 #endif
         attend_heads(gr->q, it->part, g * count, 0, hkv, k_buf, v_buf, slots + it->l0,
-                     it->l1 - it->l0, slot_len, d, scale, sc, ml);
+                     it->l1 - it->l0, slot_len, d, scale, sc, ml, bf16);
       } else {
         const int32_t* slots = req_to_token + rows[it->req] * ld_table;
         attend_heads(q + it->req * ldq, it->part, g, 0, hkv, k_buf, v_buf, slots + it->l0,
-                     it->l1 - it->l0, slot_len, d, scale, sc, ml);
+                     it->l1 - it->l0, slot_len, d, scale, sc, ml, bf16);
       }
     }
     free(sc);

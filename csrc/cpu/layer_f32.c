@@ -80,14 +80,19 @@ static void after_attention(const layer_t* L, float* x, float* residual, int64_t
   lin(L, 3, act, inter, rows, inter, hidden, x, hidden);
 }
 
-// The decode kernel of the pool's type (kv_kind as rt_cpu.h numbers them).
-static void decode_attention(int64_t kv_kind, const float* q, int64_t ldq, const float* kn,
-                             const float* vn, int64_t ld_new, void* k_buf, void* v_buf,
-                             const int64_t* out_loc, const int32_t* table, int64_t ld_table,
-                             const int64_t* rows, const int64_t* seq_lens, float* out,
-                             int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
-                             float scale) {
-  if (kv_kind == 1)
+// The decode kernel of the pool's type (kv_kind as rt_cpu.h numbers them); with bfloat16
+// products where `bf16` (a bfloat16 pool).
+static void decode_attention(int64_t kv_kind, int64_t bf16, const float* q, int64_t ldq,
+                             const float* kn, const float* vn, int64_t ld_new, void* k_buf,
+                             void* v_buf, const int64_t* out_loc, const int32_t* table,
+                             int64_t ld_table, const int64_t* rows, const int64_t* seq_lens,
+                             float* out, int64_t ldo, int64_t b, int64_t hq, int64_t hkv,
+                             int64_t d, float scale) {
+  if (bf16)
+    rt_decode_attention_bf16_kvbf16(q, ldq, kn, vn, ld_new, (uint16_t*)k_buf, (uint16_t*)v_buf,
+                                    out_loc, table, ld_table, rows, seq_lens, out, ldo, b, hq,
+                                    hkv, d, scale);
+  else if (kv_kind == 1)
     rt_decode_attention_f32_kvbf16(q, ldq, kn, vn, ld_new, (uint16_t*)k_buf, (uint16_t*)v_buf,
                                    out_loc, table, ld_table, rows, seq_lens, out, ldo, b, hq,
                                    hkv, d, scale);
@@ -114,7 +119,7 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          void* k_buf, void* v_buf, const int64_t* out_loc,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch,
-                         int64_t bf16_weights, int64_t kv_kind, const int64_t* a8) {
+                         int64_t bf16_weights, int64_t kv_kind, int64_t bf16, const int64_t* a8) {
   const layer_t L = {ln1, ln2, {w_qkv, w_o, w_gu, w_down}, {b_qkv, b_o, b_gu, b_down},
                      {s_qkv, s_o, s_gu, s_down}, hidden, hq, hkv, d, inter, bf16_weights, eps,
                      a8};
@@ -125,7 +130,7 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   float* gate_up = attn + b * hq * d;
   float* act = gate_up + b * 2 * inter;
   before_attention(&L, x, residual, b, cos, sin, qkv);
-  decode_attention(kv_kind, qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
+  decode_attention(kv_kind, bf16, qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
                    out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq, hkv, d,
                    scale);
   after_attention(&L, x, residual, b, attn, gate_up, act);
@@ -205,7 +210,7 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
     const int64_t *tok = dec, *rows = dec + bd, *seq_lens = dec + 2 * bd;
     for (int64_t i = 0; i < bd; ++i)
       for (int64_t j = 0; j < hd; ++j) dq[i * hd + j] = qkv[tok[i] * width + j];
-    decode_attention(kv_kind, dq, hd, 0, 0, 0, k_buf, v_buf, 0, req_to_token, ld_table, rows,
+    decode_attention(kv_kind, bf16, dq, hd, 0, 0, 0, k_buf, v_buf, 0, req_to_token, ld_table, rows,
                      seq_lens, dout, hd, bd, hq, hkv, d, scale);
     for (int64_t i = 0; i < bd; ++i)
       for (int64_t j = 0; j < hd; ++j) attn[tok[i] * hd + j] = dout[i * hd + j];

@@ -81,6 +81,16 @@ void rt_decode_attention_f32_kvbf16(const float* q, int64_t ldq, const float* k_
                                     const int64_t* rows, const int64_t* seq_lens, float* out,
                                     int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
                                     float scale);
+// The same with bfloat16 products (the extend kernel's arithmetic, attention_pairs.h): q *
+// scale and the probabilities rounded to bfloat16, exact products, float32 sums and softmax;
+// on VDPBF16PS in the amx and avx512bf16 variants, in float32 FMAs (same values) elsewhere.
+void rt_decode_attention_bf16_kvbf16(const float* q, int64_t ldq, const float* k_new,
+                                     const float* v_new, int64_t ld_new, uint16_t* k_buf,
+                                     uint16_t* v_buf, const int64_t* out_loc,
+                                     const int32_t* req_to_token, int64_t ld_table,
+                                     const int64_t* rows, const int64_t* seq_lens, float* out,
+                                     int64_t ldo, int64_t b, int64_t hq, int64_t hkv, int64_t d,
+                                     float scale);
 // The same over an fp8 KV pool (e4m3 / e5m2): rows of d bytes and a float32 scale each, so
 // k_buf/v_buf are (slots, hkv, d + 4) bytes; stored and read as csrc/cpu/kv.h says.
 void rt_decode_attention_f32_kve4m3(const float* q, int64_t ldq, const float* k_new,
@@ -114,7 +124,8 @@ void rt_store_kv_kve5m2(const float* k_new, const float* v_new, int64_t ld_new, 
 // packed weight w_*, bias b_* (or NULL) and int8 scales s_* (NULL: float32 panels, or
 // bfloat16 panels for every linear when bf16_weights is nonzero). scratch holds
 // b * ((hq + 2*hkv)*d + hq*d + 3*inter) floats; cos, sin (b, d). k_buf, v_buf hold the KV
-// pool's type kv_kind: 0 float32, 1 bfloat16, 2 fp8 e4m3, 3 fp8 e5m2 (with scales). a8:
+// pool's type kv_kind: 0 float32, 1 bfloat16, 2 fp8 e4m3, 3 fp8 e5m2 (with scales); `bf16`
+// (a bfloat16 pool): attention with bfloat16 products (rt_decode_attention_bf16_kvbf16). a8:
 // the int8 linears' W8A8 weights and the call sizes that take them (layer_f32.c), or NULL.
 void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          const float* ln1, const float* ln2, float eps, const void* w_qkv,
@@ -126,14 +137,15 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
                          void* k_buf, void* v_buf, const int64_t* out_loc,
                          const int32_t* req_to_token, int64_t ld_table, const int64_t* rows,
                          const int64_t* seq_lens, float scale, float* scratch,
-                         int64_t bf16_weights, int64_t kv_kind, const int64_t* a8);
+                         int64_t bf16_weights, int64_t kv_kind, int64_t bf16, const int64_t* a8);
 // The same layer over any batch of t rows: extend requests (prefill chunks) and decode rows
 // together; see layer_f32.c. ptrs: 14 addresses (ln1, ln2, then weight, bias, scales of qkv,
 // o, gate_up, down; 0 for none); dims: hidden, hq, hkv, d, inter, bf16 weights. Every new
 // K/V is stored at out_loc (t,) first; then per extend request r < n_ext, ext[4r..4r+3] =
 // (first row, new rows e, prefix p, pool row) attends causally over req_to_token[row, :p+e]
-// (with bfloat16 products when `bf16`: a bfloat16 pool, rt_extend_attention_bf16_kvbf16); then the bd decode rows, dec = (rows in the
-// batch | pool rows | seq_lens), bd each, through the decode kernel. scratch holds
+// (with bfloat16 products when `bf16`: a bfloat16 pool, rt_extend_attention_bf16_kvbf16); then
+// the bd decode rows, dec = (rows in the batch | pool rows | seq_lens), bd each, through the
+// decode kernel (rt_decode_attention_bf16_kvbf16 when `bf16`). scratch holds
 // t * ((hq + 2*hkv)*d + hq*d + 3*inter) + 2 * bd * hq*d floats; a8 as rt_decode_layer_f32's.
 // Returns 0, or an extend kernel's error code (x, residual then undefined).
 int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptrs,

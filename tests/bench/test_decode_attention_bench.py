@@ -9,8 +9,9 @@ from radixrt.model.cpu import kernels as ck
 
 @pytest.mark.skipif(not ck.available(), reason="no C compiler for the CPU kernels")
 @pytest.mark.parametrize("shared", [0, 70])
-def test_case_times_kernel_and_torch(shared: int) -> None:
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+def test_case_times_kernel_and_torch(shared: int, kv: str) -> None:
     from benchmarks.micro import decode_attention as bench
 
-    got = bench._case(3, 80, shared)
+    got = bench._case(3, 80, shared, kv)
     assert set(got) == {"kernel", "torch"} and all(t > 0 for t in got.values())

@@ -61,6 +61,7 @@ def test_auto_pool_and_sizing_follow_the_width(
         assert r.token_to_kv_pool.dtype == torch.bfloat16
         head_dim = r.arch.head_dim
         assert r.cpu_kernels.extend_bf16 == ck.bf16_extend_takes(torch.bfloat16, head_dim)
+        assert r.cpu_kernels.decode_bf16 == r.cpu_kernels.extend_bf16  # one arithmetic
         # the budget less the (bfloat16, smaller) weights, at half the bytes a slot
         assert r.max_total_tokens >= 2 * slots32 - r.token_to_kv_pool.page_size
         out = e.generate(input_ids=[5, 6, 7, 8] * 10,
@@ -75,9 +76,15 @@ def test_auto_pool_and_sizing_follow_the_width(
 
 
 def test_summary_names_attention_paths() -> None:
-    plan = KernelPlan("amx", frozenset(OPS), kv_dtype="bfloat16", extend_bf16=True)
+    plan = KernelPlan("amx", frozenset(OPS), kv_dtype="bfloat16", extend_bf16=True,
+                      decode_bf16=True)  # fmt: skip
     line = plan.summary()
-    assert "attention: decode on the kernel (float32 arithmetic) over bfloat16 KV" in line
+    assert (
+        "attention: decode on VDPBF16PS (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV"
+        in line
+    )
+    f32 = replace(plan, decode_bf16=False).summary()
+    assert "attention: decode on the kernel (float32 arithmetic) over bfloat16 KV" in f32
     assert "extend on AMX tiles (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV" in line
     dot = replace(plan, isa="avx512bf16").summary()
     assert "extend on VDPBF16PS (bfloat16 QK^T and PV, float32 softmax) over bfloat16 KV" in dot
@@ -103,6 +110,10 @@ def test_startup_line_for_a_forced_variant(
             pass
     line = next(r.getMessage() for r in caplog.records if "modules swapped" in r.getMessage())
     assert f"CPU kernels ({isa}," in line
-    decode = "attention: decode on the kernel (float32 arithmetic) over bfloat16 KV, "
-    assert decode + extend in line
+    on = (
+        "the kernel (float32 arithmetic)"
+        if isa == "avx512"
+        else "VDPBF16PS (bfloat16 QK^T and PV, float32 softmax)"
+    )
+    assert f"attention: decode on {on} over bfloat16 KV, " + extend in line
     assert "KV bfloat16;" in line

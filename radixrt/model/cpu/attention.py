@@ -1,5 +1,6 @@
 """float32 CPU attention on radixrt's C kernels (csrc/cpu): a decode batch makes one call per
-layer (`rt_decode_attention_f32`, which also stores each request's new K/V); an extend makes
+layer (`rt_decode_attention_f32`, which also stores each request's new K/V; with bfloat16
+products, `rt_decode_attention_bf16_kvbf16`, wherever the extend kernel has them); an extend makes
 one causal flash-style call per request over its prefix and new tokens in the pool
 (`rt_extend_attention_f32`; over a bfloat16 pool on the amx and avx512bf16 variants,
 bfloat16 products on AMX tiles or VDPBF16PS where `kernels.bf16_extend_takes`). Decode rows
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from radixrt.cache.kv_layout import head_dim_of
 from radixrt.core.forward_batch import ForwardBatch, ForwardMode
 from radixrt.model.attention.base import AttentionLayer
 from radixrt.model.attention.torch_native import TorchNativeAttnBackend
@@ -162,7 +164,8 @@ class CpuAttnBackend(TorchNativeAttnBackend):
             k, v = k.contiguous(), v.contiguous()
         view = self.decode_view(layer, fb)
         return ck.decode_attention(q, k, v, k_buf, v_buf, view.out_loc, view.table, view.rows,
-                                   view.seq_lens, layer.scaling)  # fmt: skip
+                                   view.seq_lens, layer.scaling,
+                                   _bf16_products(k_buf, layer.sliding_window))  # fmt: skip
 
     def forward_extend(
         self,
@@ -188,7 +191,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
             view = self._mixed_view(window, slot_map, fb)
             att = ck.decode_attention(
                 q[tok].reshape(bd, -1), None, None, k_buf, v_buf, None, view.table, view.rows,
-                view.seq_lens, layer.scaling,
+                view.seq_lens, layer.scaling, _bf16_products(k_buf, window),
             )  # fmt: skip
             out[tok] = att.view(bd, *q.shape[1:])
         self._attend_decode_rows(q, out, k_buf, v_buf, layer, slot_map)
@@ -246,3 +249,9 @@ def _key_view(
         out_loc = None if out_loc is None else slot_map.index_select(0, out_loc)
     own = torch.arange(rows.numel(), dtype=torch.int64)
     return KeyView(compact.contiguous(), own, lens - start, out_loc)
+
+
+def _bf16_products(k_buf: torch.Tensor, window: int) -> bool:
+    """Whether decode rows attend with bfloat16 products here: where the extend kernel does
+    (kernels.bf16_extend_takes), so both passes of a request share one arithmetic."""
+    return ck.bf16_extend_takes(k_buf.dtype, head_dim_of(k_buf), window)

@@ -148,6 +148,7 @@ SIGNATURES: dict[str, list] = {
         _P,
         _I,
         _I,
+        _I,
         _P,
     ],
 }
@@ -160,6 +161,7 @@ for _kv in KV_SUFFIXES:
     SIGNATURES["rt_extend_attention_f32" + _kv] = SIGNATURES["rt_extend_attention_f32"]
     SIGNATURES["rt_store_kv" + _kv] = SIGNATURES["rt_store_kv"]
 SIGNATURES["rt_extend_attention_bf16_kvbf16"] = SIGNATURES["rt_extend_attention_f32"]
+SIGNATURES["rt_decode_attention_bf16_kvbf16"] = SIGNATURES["rt_decode_attention_f32"]
 # Every other function returns void.
 RESTYPES = {
     **{"rt_extend_attention_f32" + kv: ctypes.c_int for kv in ("", *KV_SUFFIXES)},

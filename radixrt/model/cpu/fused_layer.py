@@ -136,6 +136,7 @@ class FusedDecodeLayer(nn.Module):
             scratch.data_ptr(),
             self.bf16_weights,
             kv_kind,
+            int(ck.bf16_extend_takes(k_buf.dtype, self.dims[2], self.spec.sliding_window)),
             self.a8_ptr,
         )
         return x, residual

@@ -73,11 +73,12 @@ class KernelPlan:
     w8a8: str = ""  # the W8A8 path of the int8 ops in `kernels` ("amx", "vnni"), else ""
     a8_planes: int = 1  # activation planes of the W8A8 ops (w8a8.linear)
     # Set by runtime.init_cpu_kernels, not kept with the timings: the KV pool's dtype the
-    # attention was planned over (its --kv-cache-dtype name) and whether the extend attention
-    # runs the kernel of bfloat16 products over it (AMX tiles or VDPBF16PS:
-    # kernels.bf16_extend_takes).
+    # attention was planned over (its --kv-cache-dtype name) and whether the extend and the
+    # decode attention run their kernels of bfloat16 products over it (AMX tiles or VDPBF16PS
+    # for extends, VDPBF16PS for decodes: kernels.bf16_extend_takes).
     kv_dtype: str = field(default="float32", compare=False)
     extend_bf16: bool = field(default=False, compare=False)
+    decode_bf16: bool = field(default=False, compare=False)
 
     def uses(self, op: str) -> bool:
         return op in self.kernels
@@ -117,7 +118,12 @@ class KernelPlan:
     def attention_summary(self) -> str:
         """The attention passes' paths in their dtypes: which kernel, over which KV dtype."""
         kv = f"{self.kv_dtype} KV"
-        decode = "the kernel (float32 arithmetic)" if self.uses("decode_attention") else "torch"
+        if not self.uses("decode_attention"):
+            decode = "torch"
+        elif self.decode_bf16:
+            decode = "VDPBF16PS (bfloat16 QK^T and PV, float32 softmax)"
+        else:
+            decode = "the kernel (float32 arithmetic)"
         if not self.uses("extend_attention"):
             extend = "torch"
         elif self.extend_bf16:

@@ -235,14 +235,21 @@ def decode_attention(
     rows: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    bf16: bool = False,
 ) -> torch.Tensor:
     """Store k_new, v_new (B, Hkv*D) at slots out_loc (B,) int64 of k_buf, v_buf (S, Hkv, D),
     then attend q (B, Hq*D) over req_to_token[rows[i], :seq_lens[i]] (int32 table; rows and
     seq_lens (B,) int64). Returns (B, Hq*D). Request i owns slot out_loc[i]. With k_new,
     v_new and out_loc None the new K/V are in the pool already: nothing is stored. A bfloat16
     pool stores k_new, v_new rounded to nearest even, an fp8 pool (S, Hkv, D + 4) scaled per
-    row as kv_layout.to_rows does; either is widened to float32 as it is read."""
-    fn = getattr(lib(), "rt_decode_attention_f32" + kv_suffix(k_buf, v_buf))
+    row as kv_layout.to_rows does; either is widened to float32 as it is read. `bf16` (a
+    bfloat16 pool): the extend kernel's arithmetic, q * scale and the probabilities rounded
+    to bfloat16, float32 sums (`bf16_extend_takes` says where the model uses it)."""
+    suffix = kv_suffix(k_buf, v_buf)
+    if bf16 and suffix != "_kvbf16":
+        raise ValueError(f"bfloat16 products need a bfloat16 KV pool, got {k_buf.dtype}")
+    arithmetic = "bf16" if bf16 else "f32"
+    fn = getattr(lib(), f"rt_decode_attention_{arithmetic}{suffix}")
     b, hq_d = q.shape
     hkv, d = k_buf.shape[1], head_dim_of(k_buf)
     if (k_new is None) != (v_new is None) or (k_new is None) != (out_loc is None):
@@ -317,7 +324,9 @@ BF16_EXTEND_ISAS = ("amx", "avx512bf16")
 
 def bf16_extend_takes(kv_dtype: torch.dtype, d: int, window: int = 0) -> bool:
     """True when the extend kernel of bfloat16 products can run here: the amx or avx512bf16
-    variant, a bfloat16 pool, head dim a multiple of 32 up to 256, no sliding window."""
+    variant, a bfloat16 pool, head dim a multiple of 32 up to 256, no sliding window. The
+    decode kernel's rows then take the same arithmetic (decode_attention's `bf16`), so that a
+    token's attention does not depend on whether it was computed in a prefill or a decode."""
     return (
         isa() in BF16_EXTEND_ISAS
         and kv_dtype == torch.bfloat16

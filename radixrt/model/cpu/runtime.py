@@ -189,6 +189,8 @@ def init_cpu_kernels(
         kv_dtype=kv_dtype_name(kv),  # fp8_e4m3 / fp8_e5m2: with a scale per (token, KV head)
         extend_bf16=plan.uses("extend_attention")
         and ck.bf16_extend_takes(kv, head_dim, int(windowed)),
+        decode_bf16=plan.uses("decode_attention")
+        and ck.bf16_extend_takes(kv, head_dim, int(windowed)),
     )
     swapped = use_cpu_kernels(model, plan, weights)
     setattr(model, SWAPPED_ATTR, (asked, plan))

@@ -1,0 +1,154 @@
+// The decode attention's bfloat16-product pieces (internal header of attention_heads.h):
+// what rt_decode_attention_bf16_kvbf16 computes, on every variant, and its VDPBF16PS form on
+// the amx and avx512bf16 ones.
+//
+// Arithmetic (the extend kernel's, extend_attention_dot.c): the queries times the scale and
+// the softmax probabilities are rounded to bfloat16; K and V are the pool's bfloat16; every
+// product of two bfloat16 is exact in float32 and the sums, max, softmax and outputs are
+// float32. The callers round the queries once (so `scale` is 1 here) and the probabilities
+// with round_bf16_f32; the portable loops then compute the same thing in float32 FMAs, and
+// the VDPBF16PS loops below (RT_PAIR_DOT) take two products per lane per instruction and read
+// the rows without widening them.
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+
+#include "attention_rows.h"
+#include "kv.h"
+#include "simd.h"
+
+#if defined(RT_KV_BF16) && defined(RT_BF16_PAIRS)
+#define RT_PAIR_DOT 1
+#endif
+
+// x[0 .. n) rounded to bfloat16 (nearest even), kept as float32.
+static inline void round_bf16_f32(float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(RT_PAIR_DOT)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+#endif
+  for (; i < n; ++i) x[i] = rt_bf16_to_f32(rt_round_bf16(x[i]));
+}
+
+#if defined(RT_PAIR_DOT)
+// Lane t = q . k_base[slots[t] * slot_len : + d] for 16 keys; q (d floats, bfloat16 values)
+// and every K row read as d/32 vectors of bfloat16 (d a multiple of 32, at most 128).
+static inline vf dots_keys_pairs(const float* q, const uint16_t* k_base, const int32_t* slots,
+                                 int64_t slot_len, int64_t d) {
+  __m512bh qv[4];
+  for (int64_t c = 0; c < d / 32; ++c)  // exact: q holds bfloat16 values
+    qv[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 32 * c + 16), _mm512_loadu_ps(q + 32 * c));
+  vf acc[16];
+  for (int t = 0; t < 16; ++t) acc[t] = vzero();
+  for (int64_t c = 0; c < d / 32; ++c)
+    for (int t = 0; t < 16; ++t)
+      acc[t] = _mm512_dpbf16_ps(
+          acc[t], qv[c],
+          (__m512bh)_mm512_loadu_si512(k_base + (int64_t)slots[t] * slot_len + 32 * c));
+  return vsum_lanes(acc);
+}
+
+// Rows of float32 probabilities holding bfloat16 values (rounded), converted in place to
+// bfloat16: row r's len values become the uint16 words at (uint16_t*)(p + r * ldp), so a key
+// pair's weights are one 32-bit word. The floats are gone after.
+static inline void probs_to_bf16(float* p, int64_t ldp, int64_t nq, int64_t len) {
+  for (int64_t r = 0; r < nq; ++r) {
+    float* row = p + r * ldp;
+    uint16_t* pb = (uint16_t*)row;  // word i is written after float i (and every float below it) is read
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16)
+      _mm256_storeu_si256((__m256i*)(pb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + i)));
+    for (; i < len; ++i) pb[i] = rt_round_bf16(row[i]);
+  }
+}
+
+// The 32-bit pair (pb[0], pb[1]) as every lane, pb[1] read as 0 where !two.
+static inline __m512bh prob_pair(const uint16_t* pb, int two) {
+  uint32_t w;
+  if (two) memcpy(&w, pb, sizeof w);
+  else w = pb[0];
+  return (__m512bh)_mm512_set1_epi32((int)w);
+}
+
+// Output columns of a 32-column chunk from its two accumulators: _mm512_unpack{lo,hi}_epi16
+// of two rows put column 8k + j (j < 4) in lane 4k + j of the lo pairs and column 8k + 4 + j
+// in lane 4k + j of the hi ones; COLS_LO gathers columns 0-15, COLS_HI 16-31 (index 16+ is hi).
+static const int32_t COLS_LO[16] __attribute__((aligned(64))) = {
+    0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+static const int32_t COLS_HI[16] __attribute__((aligned(64))) = {
+    8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+
+// o (NQ, D) = sum_l pb[r * ldp + l] * v[slots[l] * slot_len : + D] for NQ query heads of one
+// KV head (pb: bfloat16 weights, rows ldp apart): two keys per VDPBF16PS (their V rows interleaved as column pairs, each pair of rows
+// read once for all NQ heads), the NQ * D / 16 accumulators in registers. pf_bytes > 0: also
+// prefetch that many bytes of the slot rows PF_KEYS keys ahead (as weighted_rows does).
+#define WEIGHTED_PAIRS(D, NQ)                                                                  \
+  static inline void weighted_pairs_##D##_##NQ(const uint16_t* p, int64_t ldp, const uint16_t* v, \
+                                               const int32_t* slots, int64_t len,              \
+                                               int64_t slot_len, float* o, int64_t pf_bytes) { \
+    vf acc[NQ][D / 16];                                                                        \
+    for (int r = 0; r < NQ; ++r)                                                               \
+      for (int j = 0; j < D / 16; ++j) acc[r][j] = vzero();                                    \
+    for (int64_t l = 0; l < len; l += 2) {                                                     \
+      const int two = l + 1 < len;                                                             \
+      for (int64_t t = l + PF_KEYS; pf_bytes && t < l + PF_KEYS + 2 && t < len; ++t)           \
+        prefetch_bytes(v + (int64_t)slots[t] * slot_len, pf_bytes);                            \
+      const uint16_t* a = v + (int64_t)slots[l] * slot_len;                                    \
+      const uint16_t* b = two ? v + (int64_t)slots[l + 1] * slot_len : a; /* weight 0 */       \
+      __m512bh pl[NQ];                                                                         \
+      for (int r = 0; r < NQ; ++r) pl[r] = prob_pair(p + r * ldp + l, two);                    \
+      for (int c = 0; c < D / 32; ++c) {                                                       \
+        const __m512i x = _mm512_loadu_si512(a + 32 * c), y = _mm512_loadu_si512(b + 32 * c);  \
+        const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x, y);                             \
+        const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(x, y);                             \
+        for (int r = 0; r < NQ; ++r) {                                                         \
+          acc[r][2 * c] = _mm512_dpbf16_ps(acc[r][2 * c], pl[r], lo);                          \
+          acc[r][2 * c + 1] = _mm512_dpbf16_ps(acc[r][2 * c + 1], pl[r], hi);                  \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+    const __m512i lo_cols = _mm512_load_si512(COLS_LO), hi_cols = _mm512_load_si512(COLS_HI);  \
+    for (int r = 0; r < NQ; ++r)                                                               \
+      for (int c = 0; c < D / 32; ++c) {                                                       \
+        const vf lo = acc[r][2 * c], hi = acc[r][2 * c + 1];                                   \
+        vstore(o + r * D + 32 * c, _mm512_permutex2var_ps(lo, lo_cols, hi));                   \
+        vstore(o + r * D + 32 * c + 16, _mm512_permutex2var_ps(lo, hi_cols, hi));              \
+      }                                                                                        \
+  }
+WEIGHTED_PAIRS(64, 1)
+WEIGHTED_PAIRS(64, 2)
+WEIGHTED_PAIRS(64, 3)
+WEIGHTED_PAIRS(64, 4)
+WEIGHTED_PAIRS(128, 1)
+WEIGHTED_PAIRS(128, 2)
+#undef WEIGHTED_PAIRS
+
+// weighted_heads on VDPBF16PS: o (nq, d) for nq query heads of one KV head, p (nq rows of
+// ldp floats, the first len of each) rounded to bfloat16 and overwritten (probs_to_bf16);
+// d 64 or 128 (-1 for other d, p then untouched; 0 when done), in passes of 4 (d 64) or 2 heads.
+static inline int weighted_heads_pairs(float* p, int64_t ldp, int64_t nq, const uint16_t* v,
+                                       const int32_t* slots, int64_t len, int64_t slot_len,
+                                       int64_t d, float* o, int64_t pf_bytes) {
+  if (d != 64 && d != 128) return -1;
+  probs_to_bf16(p, ldp, nq, len);
+  const int64_t per = d == 64 ? 4 : 2;
+  const uint16_t* pb = (const uint16_t*)p;
+  ldp *= 2;  // in bfloat16 words
+  for (int64_t r = 0; r < nq; r += per, pf_bytes = 0) {
+    const int64_t n = nq - r < per ? nq - r : per;
+    const uint16_t* pr = pb + r * ldp;
+    float* orow = o + r * d;
+    if (d == 64 && n == 4) weighted_pairs_64_4(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
+    else if (d == 64 && n == 3) weighted_pairs_64_3(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
+    else if (d == 64 && n == 2) weighted_pairs_64_2(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
+    else if (d == 64) weighted_pairs_64_1(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
+    else if (n == 2) weighted_pairs_128_2(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
+    else weighted_pairs_128_1(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
+  }
+  return 0;
+}
+#endif
