@@ -8,8 +8,8 @@ batches.
 Each variant runs in its own child process (RADIXRT_CPU_ISA is read when the library loads);
 kernel and torch alternate within it. Over a bfloat16 pool the kernel runs the arithmetic
 the model's decode runs there: bfloat16 products on the amx and avx512bf16 variants
-(kernels.bf16_extend_takes), float32 on the others. Prints the median ms per layer of each
-case.
+(kernels.bf16_extend_takes; the float32 arithmetic is timed beside it, in brackets), float32
+on the others. Prints the median ms per layer of each case.
 """
 
 from __future__ import annotations
@@ -36,22 +36,35 @@ ROUNDS, CALLS = 9, 10
 
 
 def _case(b: int, n: int, shared: int, kv_dtype: str = "float32") -> dict[str, float]:
-    """Median ms per call of the kernel and of torch on one batch (this process's variant)."""
+    """Median ms per call of the kernel and of torch on one batch (this process's variant);
+    where the kernel takes bfloat16 products, also its float32 arithmetic ("kernel_f32")."""
     import torch
 
+    from radixrt.model.cpu import kernels as ck
     from radixrt.model.cpu.timing import decode_attention_pair
 
-    kern, ref, _ = decode_attention_pair(*HEADS, shared, b, n, getattr(torch, kv_dtype))
-    times: dict[str, list[float]] = {"kernel": [], "torch": []}
+    dtype = getattr(torch, kv_dtype)
+    kern, ref, _ = decode_attention_pair(*HEADS, shared, b, n, dtype)
+    fns = {"kernel": kern, "torch": ref}
+    if ck.bf16_extend_takes(dtype, HEADS[2]):
+        fns["kernel_f32"] = decode_attention_pair(*HEADS, shared, b, n, dtype, bf16=False)[0]
+    times: dict[str, list[float]] = {name: [] for name in fns}
     with torch.inference_mode():
-        kern(), ref()
+        for fn in fns.values():
+            fn()
         for _ in range(ROUNDS):
-            for name, fn in (("kernel", kern), ("torch", ref)):
+            for name, fn in fns.items():
                 t0 = time.perf_counter()
                 for _ in range(CALLS):
                     fn()
                 times[name].append((time.perf_counter() - t0) / CALLS * 1e3)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _cell(t: dict[str, float]) -> str:
+    """'kernel / torch', and the kernel's float32 arithmetic where it has bfloat16 products."""
+    cell = f"{t['kernel']:.3g} / {t['torch']:.3g}"
+    return cell + (f" (float32 arithmetic {t['kernel_f32']:.3g})" if "kernel_f32" in t else "")
 
 
 def _child(kv_dtype: str) -> None:
@@ -81,9 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| variant | " + " | ".join(c[0] for c in CASES) + " |")
     print("|---|" + "---|" * len(CASES))
     for r in results:
-        cells = [
-            f"{r['cases'][c[0]]['kernel']:.3g} / {r['cases'][c[0]]['torch']:.3g}" for c in CASES
-        ]
+        cells = [_cell(r["cases"][c[0]]) for c in CASES]
         print(f"| {r['isa']}, {r['kv']} KV: kernel / torch | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:

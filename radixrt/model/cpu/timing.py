@@ -174,12 +174,13 @@ def decode_attention_pair(
     b: int = DECODE_BATCH,
     n: int = DECODE_KEYS,
     kv_dtype: torch.dtype = torch.float32,
+    bf16: bool | None = None,
 ) -> Pair:
     """A decode batch of b requests over n keys each: store each request's new K/V, attend
     over its keys (scattered slots, the first `shared` the same in every request); torch
     stores with index_copy_ and attends as the torch_native backend does (with its cascade
-    plan where rows share slots); the kernel in the arithmetic the model's decode runs over
-    this pool here (bfloat16 products where kernels.bf16_extend_takes)."""
+    plan where rows share slots); the kernel with bfloat16 products where `bf16`, by default
+    the arithmetic the model's decode runs over this pool here (kernels.bf16_extend_takes)."""
     scale = d**-0.5
     own = n - shared
     k_buf = to_rows(torch.randn(shared + b * own, hk, d), kv_dtype)
@@ -195,7 +196,8 @@ def decode_attention_pair(
         write_rows(v_buf, out_loc, to_rows(v.reshape(-1, hk, d), kv_dtype))
         attend_decode(q.reshape(b, -1, d), plan, k_buf, v_buf, hk, scale)
 
-    bf16 = ck.bf16_extend_takes(kv_dtype, d)  # the arithmetic the model's decode uses here
+    if bf16 is None:
+        bf16 = ck.bf16_extend_takes(kv_dtype, d)
 
     def kern() -> None:
         ck.decode_attention(q, k, v, k_buf, v_buf, out_loc, table, rows, lens, scale, bf16)
