@@ -12,7 +12,9 @@
 // across the panels, a panel pair's B (2 KiB per panel and 32 k's) in L2 across the chunk's
 // micro-tiles. A decode call (at most DECODE_CALL rows) is one micro-tile of all its rows per
 // panel (two past MR_DECODE), the panels split over the threads: each weight byte is read
-// from memory once, fetched PF_BLOCKS blocks ahead.
+// from memory once, a panel one stream the hardware prefetcher follows (a software prefetch
+// per k pair, as this kernel had, cost 8-16% of a call of 4-16 rows on Zen 4 and saved
+// nothing at 1 row: its instructions compete with the dot products).
 //
 // rt_linear_bf16_silu: the gate_up projection and SiLU in one pass, as the AMX kernel does
 // it: a micro-tile holds 32 gate columns (panel p) and their 32 up columns (panel p + n/64),
@@ -29,28 +31,22 @@
 #define DECODE_CALL 16  // a call of at most this many rows is decode-sized (guard.DECODE_ROWS)
 #define CHUNK_ROWS 96   // rows per work item at most (16 micro-tiles; 110 KB of rounded x at
                         // K 576), the chunks even (rt_even_chunk)
-#define PF_BLOCKS 4     // decode: blocks of 32 k's fetched ahead of the one being read
 #define ROW_STEP 64     // bf16 values from k pair r of a half to pair r + 1 (PAIR_AT)
 #define HALF_OFF 32     // from half 0 of a block to half 1
 
 // dst[c] + i * 32 (16 floats) <- row i of x (xr, rows kp apart) times column half c, whose
 // kb blocks of 1024 bfloat16 start at col[c], for R rows and C halves (R * C <= 24; constants
-// after inlining: the accumulators stay in registers). `pf`: fetch each half PF_BLOCKS blocks
-// ahead into L1 (a decode call reads its weights once, from memory).
+// after inlining: the accumulators stay in registers).
 static inline __attribute__((always_inline)) void tile(const uint16_t* xr, int64_t kp, int R,
                                                        int C, const uint16_t* const* col,
-                                                       int64_t kb, float* const* dst, int pf) {
+                                                       int64_t kb, float* const* dst) {
   __m512 acc[MR_DECODE][4];
   for (int i = 0; i < R; ++i)
     for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < kb; ++b)
     for (int r = 0; r < 16; ++r) {
       __m512i w[4];
-      for (int c = 0; c < C; ++c) {
-        if (pf && b + PF_BLOCKS < kb)
-          _mm_prefetch((const char*)(col[c] + (b + PF_BLOCKS) * 1024 + r * ROW_STEP), _MM_HINT_T0);
-        w[c] = _mm512_loadu_si512(col[c] + b * 1024 + r * ROW_STEP);
-      }
+      for (int c = 0; c < C; ++c) w[c] = _mm512_loadu_si512(col[c] + b * 1024 + r * ROW_STEP);
       const int64_t kk = b * 16 + r;  // the k pair
       for (int i = 0; i < R; ++i) {
         const __m512i a = _mm512_set1_epi32(((const int32_t*)(xr + i * kp))[kk]);
@@ -63,15 +59,15 @@ static inline __attribute__((always_inline)) void tile(const uint16_t* xr, int64
 }
 
 // `tile` for a run-time row count: 4 halves for rows <= MR (a prefill micro-tile), 2 halves
-// for rows <= MR_DECODE, prefetching (a decode call's panel, or a prefill call's odd last one).
+// for rows <= MR_DECODE (a decode call's panel, or a prefill call's odd last one).
 static void tile_rows(const uint16_t* xr, int64_t kp, int rows, int C,
                       const uint16_t* const* col, int64_t kb, float* const* dst) {
 #define ROWS(R)                                 \
   case R:                                       \
     if (C == 4 && R <= MR) /* (constant) */     \
-      tile(xr, kp, R, 4, col, kb, dst, 0);      \
+      tile(xr, kp, R, 4, col, kb, dst);         \
     else                                        \
-      tile(xr, kp, R, 2, col, kb, dst, 1);      \
+      tile(xr, kp, R, 2, col, kb, dst);         \
     break;
   switch (rows) {
     ROWS(1)
