@@ -58,19 +58,25 @@ static inline vf dots_keys_pairs(const float* q, const uint16_t* k_base, const i
 static inline void probs_to_bf16(float* p, int64_t ldp, int64_t nq, int64_t len) {
   for (int64_t r = 0; r < nq; ++r) {
     float* row = p + r * ldp;
-    uint16_t* pb = (uint16_t*)row;  // word i is written after float i (and every float below it) is read
+    char* pb = (char*)row;  // word i is written after float i (and every float below it) is read
     int64_t i = 0;
     for (; i + 16 <= len; i += 16)
-      _mm256_storeu_si256((__m256i*)(pb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + i)));
-    for (; i < len; ++i) pb[i] = rt_round_bf16(row[i]);
+      _mm256_storeu_si256((__m256i*)(pb + 2 * i),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + i)));
+    for (; i < len; ++i) {  // bytes, not a uint16_t lvalue over the floats
+      const uint16_t h = rt_round_bf16(row[i]);
+      memcpy(pb + 2 * i, &h, sizeof h);
+    }
   }
 }
 
 // The 32-bit pair (pb[0], pb[1]) as every lane, pb[1] read as 0 where !two.
 static inline __m512bh prob_pair(const uint16_t* pb, int two) {
-  uint32_t w;
-  if (two) memcpy(&w, pb, sizeof w);
-  else w = pb[0];
+  uint32_t w = 0;  // (bytes copied: the words live in a float buffer, probs_to_bf16)
+  if (two)
+    memcpy(&w, pb, 4);
+  else
+    memcpy(&w, pb, 2);  // the low half (x86 is little-endian)
   return (__m512bh)_mm512_set1_epi32((int)w);
 }
 
