@@ -11,21 +11,21 @@
 #include "attention_rows.h"
 
 // o (nq, d) = sum_l p[j * len + l] * V rows of query head j's KV head, for the query heads
-// [h0*g, h1*g) (p: sc of attend_heads, nq rows of len); `bf16`: p holds bfloat16 values
-// (and may be overwritten: weighted_heads_pairs).
+// [h0*g, h1*g) (p: sc of attend_heads, nq rows of len). `bf16`: p rounded to bfloat16 first
+// (the rows are overwritten).
 static void weighted_sums(float* sc, int64_t len, int64_t g, int64_t h0, int64_t h1,
                           const kv_t* v_buf, const int32_t* slots, int64_t slot_len, int64_t d,
                           float* o, int64_t row_bytes, int bf16) {
   const int64_t nq = (h1 - h0) * g;
-  (void)bf16;
 #if defined(RT_PAIR_DOT)
-  if (bf16 && (d == 64 || d == 128)) {
+  if (bf16 && PAIR_VALUES(d)) {  // (rounded as they are converted to pairs)
     for (int64_t h = h0; h < h1; ++h)
       weighted_heads_pairs(sc + (h - h0) * g * len, len, g, v_buf + h * KV_ROW(d), slots, len,
                            slot_len, d, o + (h - h0) * g * d, h == h0 ? row_bytes : 0);
     return;
   }
 #endif
+  if (bf16) round_bf16_f32(sc, nq * len);
 #if defined(RT_VEC)
   // Per KV head, its g query heads in passes over the V rows; the first head's pass fetches
   // the rows of every head [h0, h1) ahead.
@@ -52,8 +52,8 @@ static void weighted_sums(float* sc, int64_t len, int64_t g, int64_t h0, int64_t
 // outputs; else they are left unnormalised (sum of exp(score - max) * v) and the max and the
 // sum of exp(score - max) of query head q0 + j go to ml[2j], ml[2j + 1] (one key range's
 // part of a split softmax). `bf16` (a bfloat16 pool only): attention_pairs.h's arithmetic, q
-// already scaled and rounded (scale 1), the probabilities rounded before the V pass and the
-// output divided by the sum after it.
+// already scaled and rounded (scale 1), the probabilities rounded for the V pass
+// (weighted_sums) and the output divided by the sum after it.
 static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int64_t h1,
                          const kv_t* k_buf, const kv_t* v_buf, const int32_t* slots,
                          int64_t len, int64_t slot_len, int64_t d, float scale, float* sc,
@@ -64,7 +64,7 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   float inv_sum[bf16 && !ml ? nq : 1];  // bf16: 1 / each query head's sum
   int64_t l0 = 0;
 #if defined(RT_PAIR_DOT)
-  if (bf16 && d % 32 == 0 && d <= 128) {  // K rows read as bfloat16 pairs, in place
+  if (bf16 && PAIR_KEYS(d)) {  // K rows read as bfloat16 pairs, in place
     const kv_t* k0 = k_buf + h0 * KV_ROW(d);
     for (int64_t t = 0; t < PF_BLOCKS * VW && t < len; ++t)
       prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);
@@ -117,7 +117,6 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
     float* row = sc + j * len;
     const float m = max_f32(row, len);
     const float sum = softmax_numerators(row, len, m);
-    if (bf16) round_bf16_f32(row, len);
     if (ml) {
       ml[2 * j] = m;
       ml[2 * j + 1] = sum;

@@ -5,8 +5,9 @@
 // Arithmetic (the extend kernel's, extend_attention_dot.c): the queries times the scale and
 // the softmax probabilities are rounded to bfloat16; K and V are the pool's bfloat16; every
 // product of two bfloat16 is exact in float32 and the sums, max, softmax and outputs are
-// float32. The callers round the queries once (so `scale` is 1 here) and the probabilities
-// with round_bf16_f32; the portable loops then compute the same thing in float32 FMAs, and
+// float32. The callers round the queries once (so `scale` is 1 here), and the V pass the
+// probabilities (round_bf16_f32 or probs_to_bf16); the float32 loops then compute the same
+// thing in FMAs, and
 // the VDPBF16PS loops below (RT_PAIR_DOT) take two products per lane per instruction and read
 // the rows without widening them.
 #pragma once
@@ -20,6 +21,13 @@
 
 #if defined(RT_KV_BF16) && defined(RT_BF16_PAIRS)
 #define RT_PAIR_DOT 1
+// Head dims whose K rows (PAIR_KEYS) and V rows (PAIR_VALUES) the VDPBF16PS loops read; the
+// others take the float32 loops, on the same values.
+#define PAIR_KEYS(d) ((d) % 32 == 0 && (d) <= 128)
+#define PAIR_VALUES(d) ((d) == 64 || (d) == 128)
+#else
+#define PAIR_KEYS(d) 0
+#define PAIR_VALUES(d) 0
 #endif
 
 // x[0 .. n) rounded to bfloat16 (nearest even), kept as float32.
@@ -134,12 +142,11 @@ WEIGHTED_PAIRS(128, 2)
 #undef WEIGHTED_PAIRS
 
 // weighted_heads on VDPBF16PS: o (nq, d) for nq query heads of one KV head, p (nq rows of
-// ldp floats, the first len of each) rounded to bfloat16 and overwritten (probs_to_bf16);
-// d 64 or 128 (-1 for other d, p then untouched; 0 when done), in passes of 4 (d 64) or 2 heads.
-static inline int weighted_heads_pairs(float* p, int64_t ldp, int64_t nq, const uint16_t* v,
-                                       const int32_t* slots, int64_t len, int64_t slot_len,
-                                       int64_t d, float* o, int64_t pf_bytes) {
-  if (d != 64 && d != 128) return -1;
+// ldp floats, the first len of each) rounded to bfloat16 here and overwritten
+// (probs_to_bf16); d with PAIR_VALUES, in passes of 4 (d 64) or 2 heads.
+static inline void weighted_heads_pairs(float* p, int64_t ldp, int64_t nq, const uint16_t* v,
+                                        const int32_t* slots, int64_t len, int64_t slot_len,
+                                        int64_t d, float* o, int64_t pf_bytes) {
   probs_to_bf16(p, ldp, nq, len);
   const int64_t per = d == 64 ? 4 : 2;
   const uint16_t* pb = (const uint16_t*)p;
@@ -155,6 +162,5 @@ static inline int weighted_heads_pairs(float* p, int64_t ldp, int64_t nq, const 
     else if (n == 2) weighted_pairs_128_2(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
     else weighted_pairs_128_1(pr, ldp, v, slots, len, slot_len, orow, pf_bytes);
   }
-  return 0;
 }
 #endif

@@ -128,14 +128,6 @@ static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j
   return ((j / g) * count + t) * g + j % g;
 }
 
-// Whether attend_heads reads this pool's K rows as bfloat16 pairs (bf16 products): faster
-// than attend_group's transposes at any number of queries.
-#if defined(RT_PAIR_DOT)
-#define PAIR_KEYS(d) ((d) % 32 == 0 && (d) <= 128)
-#else
-#define PAIR_KEYS(d) 0
-#endif
-
 #if defined(RT_VEC)
 #define QB 4  // queries per register block of attend_group's scores
 // attend_heads for a group's queries (ml != NULL): q (hkv, gq, d) over `len` keys of every KV
@@ -143,7 +135,8 @@ static inline int64_t group_query(int64_t count, int64_t g, int64_t t, int64_t j
 // (d, lenp), lenp = len rounded up to 2*VW (zeros past len), and each block of QB queries
 // takes its scores as a small matrix product, 2*VW keys at a time: broadcast FMAs, no
 // per-key reductions. sc: scratch (hkv * gq, lenp). `bf16`: the probabilities rounded to
-// bfloat16 for the V pass (q is rounded already), as attend_heads does.
+// bfloat16 for the V pass (q is rounded already), as attend_heads does; only where the K rows
+// are not read as pairs (PAIR_KEYS: those groups take attend_heads, faster at any size).
 static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, const kv_t* k_buf,
                          const kv_t* v_buf, const int32_t* slots, int64_t len, int64_t slot_len,
                          int64_t d, float scale, float* sc, float* kt, float* ml, int bf16) {
@@ -194,15 +187,6 @@ static void attend_group(const float* q, float* out, int64_t gq, int64_t hkv, co
     ml[2 * j + 1] = softmax_numerators(row, len, ml[2 * j]);
     if (bf16) round_bf16_f32(row, len);
   }
-#if defined(RT_PAIR_DOT)
-  if (bf16 && (d == 64 || d == 128)) {
-    for (int64_t h = 0; h < hkv; ++h)
-      weighted_heads_pairs(sc + h * gq * lenp, lenp, gq, v_buf + h * KV_ROW(d), slots, len,
-                           slot_len, d, out + h * gq * d,
-                           h == 0 ? hkv * KV_ROW(d) * (int64_t)sizeof(kv_t) : 0);
-    return;
-  }
-#endif
   for (int64_t h = 0; h < hkv; ++h) {
     if (weighted_heads(sc + h * gq * lenp, lenp, gq, v_buf + h * KV_ROW(d), slots, len, slot_len,
                        d, out + h * gq * d, h == 0 ? hkv * KV_ROW(d) * (int64_t)sizeof(kv_t) : 0) == 0)
@@ -300,6 +284,7 @@ int attend_shared(const float* q, int64_t ldq, const kv_t* k_buf, const kv_t* v_
         const group_t* gr = &groups[it->group];
         const int32_t* slots = req_to_token + rows[order[gr->first]] * ld_table;
 #if defined(RT_VEC)
+        // (bf16 with PAIR_KEYS: attend_heads' pairs beat the transposes at any group size)
         if (d <= 128 && g * count >= GROUP_GEMM_QUERIES && !(bf16 && PAIR_KEYS(d))) {
           attend_group(gr->q, it->part, g * count, hkv, k_buf, v_buf, slots + it->l0,
                        it->l1 - it->l0, slot_len, d, scale, sc, sc + max_sc, ml, bf16);

@@ -130,9 +130,9 @@ void rt_decode_layer_f32(float* x, float* residual, int64_t b, int64_t hidden,
   float* gate_up = attn + b * hq * d;
   float* act = gate_up + b * 2 * inter;
   before_attention(&L, x, residual, b, cos, sin, qkv);
-  decode_attention(kv_kind, bf16, qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf, v_buf,
-                   out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq, hkv, d,
-                   scale);
+  decode_attention(kv_kind, bf16, qkv, width, qkv + hq * d, qkv + (hq + hkv) * d, width, k_buf,
+                   v_buf, out_loc, req_to_token, ld_table, rows, seq_lens, attn, hq * d, b, hq,
+                   hkv, d, scale);
   after_attention(&L, x, residual, b, attn, gate_up, act);
 }
 
@@ -210,8 +210,8 @@ int rt_extend_layer_f32(float* x, float* residual, int64_t t, const int64_t* ptr
     const int64_t *tok = dec, *rows = dec + bd, *seq_lens = dec + 2 * bd;
     for (int64_t i = 0; i < bd; ++i)
       for (int64_t j = 0; j < hd; ++j) dq[i * hd + j] = qkv[tok[i] * width + j];
-    decode_attention(kv_kind, bf16, dq, hd, 0, 0, 0, k_buf, v_buf, 0, req_to_token, ld_table, rows,
-                     seq_lens, dout, hd, bd, hq, hkv, d, scale);
+    decode_attention(kv_kind, bf16, dq, hd, 0, 0, 0, k_buf, v_buf, 0, req_to_token, ld_table,
+                     rows, seq_lens, dout, hd, bd, hq, hkv, d, scale);
     for (int64_t i = 0; i < bd; ++i)
       for (int64_t j = 0; j < hd; ++j) attn[tok[i] * hd + j] = dout[i * hd + j];
   }

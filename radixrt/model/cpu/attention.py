@@ -96,6 +96,9 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         self._views: dict[ViewKey, KeyView] = {}
         self._extend_slots: dict[ViewKey, list[tuple[torch.Tensor, int]]] = {}
         self._segments: Segments | None = None
+        # Whether decode rows attend with bfloat16 products, per (pool dtype, head dim,
+        # window): decided once (`_bf16_products`), the library's variant fixed for the run.
+        self._bf16: dict[tuple[torch.dtype, int, int], bool] = {}
 
     def init_forward_metadata(self, fb: ForwardBatch) -> None:
         self._fb, self._views, self._extend_slots, self._segments = fb, {}, {}, None
@@ -165,7 +168,15 @@ class CpuAttnBackend(TorchNativeAttnBackend):
         view = self.decode_view(layer, fb)
         return ck.decode_attention(q, k, v, k_buf, v_buf, view.out_loc, view.table, view.rows,
                                    view.seq_lens, layer.scaling,
-                                   _bf16_products(k_buf, layer.sliding_window))  # fmt: skip
+                                   self._bf16_products(k_buf, layer.sliding_window))  # fmt: skip
+
+    def _bf16_products(self, k_buf: torch.Tensor, window: int) -> bool:
+        """Whether decode rows attend with bfloat16 products here: where the extend kernel
+        does (kernels.bf16_extend_takes), so both passes of a request share one arithmetic."""
+        key = (k_buf.dtype, head_dim_of(k_buf), window)
+        if key not in self._bf16:
+            self._bf16[key] = ck.bf16_extend_takes(*key)
+        return self._bf16[key]
 
     def forward_extend(
         self,
@@ -191,7 +202,7 @@ class CpuAttnBackend(TorchNativeAttnBackend):
             view = self._mixed_view(window, slot_map, fb)
             att = ck.decode_attention(
                 q[tok].reshape(bd, -1), None, None, k_buf, v_buf, None, view.table, view.rows,
-                view.seq_lens, layer.scaling, _bf16_products(k_buf, window),
+                view.seq_lens, layer.scaling, self._bf16_products(k_buf, window),
             )  # fmt: skip
             out[tok] = att.view(bd, *q.shape[1:])
         self._attend_decode_rows(q, out, k_buf, v_buf, layer, slot_map)
@@ -249,9 +260,3 @@ def _key_view(
         out_loc = None if out_loc is None else slot_map.index_select(0, out_loc)
     own = torch.arange(rows.numel(), dtype=torch.int64)
     return KeyView(compact.contiguous(), own, lens - start, out_loc)
-
-
-def _bf16_products(k_buf: torch.Tensor, window: int) -> bool:
-    """Whether decode rows attend with bfloat16 products here: where the extend kernel does
-    (kernels.bf16_extend_takes), so both passes of a request share one arithmetic."""
-    return ck.bf16_extend_takes(k_buf.dtype, head_dim_of(k_buf), window)

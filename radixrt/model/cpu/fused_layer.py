@@ -76,6 +76,17 @@ class FusedDecodeLayer(nn.Module):
         # Whether extend batches may run as one call: every linear on the kernel at every size.
         self.fuse_extend = all(lin.large for lin in linears)
         self.extend_calls = 0  # extend passes run as one call (for tests and benchmarks)
+        self._bf16_attention: dict[torch.dtype, bool] = {}  # per pool dtype (bf16_attention)
+
+    def bf16_attention(self, kv_dtype: torch.dtype) -> bool:
+        """Whether this layer attends with bfloat16 products over a pool of `kv_dtype`
+        (kernels.bf16_extend_takes), decided once per dtype: the library's variant is fixed
+        for the layer's life (its packed weights are that variant's)."""
+        if kv_dtype not in self._bf16_attention:
+            self._bf16_attention[kv_dtype] = ck.bf16_extend_takes(
+                kv_dtype, self.dims[2], self.spec.sliding_window
+            )
+        return self._bf16_attention[kv_dtype]
 
     @staticmethod
     def can_fuse(layer: nn.Module) -> bool:
@@ -136,7 +147,7 @@ class FusedDecodeLayer(nn.Module):
             scratch.data_ptr(),
             self.bf16_weights,
             kv_kind,
-            int(ck.bf16_extend_takes(k_buf.dtype, self.dims[2], self.spec.sliding_window)),
+            int(self.bf16_attention(k_buf.dtype)),
             self.a8_ptr,
         )
         return x, residual
@@ -160,7 +171,7 @@ class FusedDecodeLayer(nn.Module):
         cos, sin = (r.contiguous() for r in rope)
         k_buf, v_buf = pool.get_kv_buffer(self.layer_id)
         kv_kind = ck.KV_KINDS[ck.kv_suffix(k_buf, v_buf)]
-        bf16 = ck.bf16_extend_takes(k_buf.dtype, self.dims[2])
+        bf16 = self.bf16_attention(k_buf.dtype)  # (no window here: windowed layers returned)
         table = fb.req_to_token_pool.req_to_token
         t = x.shape[0]
         hq_d = self.dims[0] * self.dims[2]
