@@ -113,6 +113,9 @@ class ReqOutMsg(msgspec.Struct, array_like=True):
     spec_drafted: int = 0
     spec_accepted: int = 0
     spec_steps: int = 0
+    # Of those, drafted from its predicted output (SamplingParams.prediction_ids), and kept.
+    prediction_drafted: int = 0
+    prediction_accepted: int = 0
 
 
 class BatchTokenOutMsg(msgspec.Struct, tag=True):

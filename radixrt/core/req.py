@@ -87,6 +87,13 @@ class Req:
     spec_drafted: int = 0
     spec_accepted: int = 0
     sampling_steps: int = 0
+    # Its predicted output's index (speculative/prediction.py: PredictionIndex) once it
+    # drafted from sampling_params.prediction_ids; whether this step's draft came from it;
+    # and the predicted tokens drafted and accepted so far (usage's prediction tokens).
+    prediction: DraftIndex | None = None
+    draft_predicted: bool = False
+    prediction_drafted: int = 0
+    prediction_accepted: int = 0
 
     @property
     def fill_ids(self) -> list[int]:

@@ -71,6 +71,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # disallows counts toward ending (EOS), so a value ends where the model's own text would
     # have left the grammar (a typed gen's "24" before "."), not where the budget runs out.
     end_on_exit: bool = False
+    # Predicted output (OpenAI's `prediction`): token ids the output is expected to repeat
+    # for the most part (the file being edited, a document being reformatted). Speculative
+    # decoding drafts from them (scheduler/speculative/prediction.py); the output is what it
+    # would be without them, token for token, only sooner where they match.
+    prediction_ids: list[int] = []
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -134,6 +139,9 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         bad = next((t for t in self.stop_token_ids if t >= vocab_size), None)
         if bad is not None:
             return f"stop token id {bad} is outside the vocabulary [0, {vocab_size})"
+        bad = next((t for t in self.prediction_ids if t >= vocab_size), None)
+        if bad is not None:
+            return f"prediction token id {bad} is outside the vocabulary [0, {vocab_size})"
         if self.logprob_start_len >= prompt_len > 0:
             return (
                 f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "

@@ -38,8 +38,9 @@ def normalized(kwargs: dict[str, Any]) -> dict[str, Any]:
         out["stop_regex"] = []
     elif isinstance(out.get("stop_regex"), str):
         out["stop_regex"] = [out["stop_regex"]]
-    if "stop_token_ids" in out and out["stop_token_ids"] is None:
-        out["stop_token_ids"] = []
+    for name in ("stop_token_ids", "prediction_ids"):
+        if name in out and out[name] is None:
+            out[name] = []
     schema = out.get("json_schema")
     if schema is not None and not isinstance(schema, str):
         try:
@@ -130,6 +131,11 @@ def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
         (
             "stop_token_ids",
             isinstance(sp.stop_token_ids, list) and all(_is_int(t, 0) for t in sp.stop_token_ids),
+            f"must be a list of token ids (integers in [0, {INT64_MAX}])",
+        ),
+        (
+            "prediction_ids",
+            isinstance(sp.prediction_ids, list) and all(_is_int(t, 0) for t in sp.prediction_ids),
             f"must be a list of token ids (integers in [0, {INT64_MAX}])",
         ),
         ("ignore_eos", isinstance(sp.ignore_eos, bool), "must be a boolean"),

@@ -207,6 +207,8 @@ class SchedulerLoop:
         if req.spec_drafted:
             out.spec_drafted, out.spec_accepted = req.spec_drafted, req.spec_accepted
             out.spec_steps = req.sampling_steps
+            out.prediction_drafted = req.prediction_drafted
+            out.prediction_accepted = req.prediction_accepted
         if req.cached_tokens_by_tier:
             out.cached_tokens_by_tier, out.cache_load_s = (
                 req.cached_tokens_by_tier,

@@ -255,8 +255,8 @@ class Scheduler:
         beyond every running request's decode reserve."""
         ending = [r for r in prefilling
                   if r.kv_len + r.extend_len == r.seq_len and not r.output_ids
-                  and not wants_input_logprobs(r)]  # fmt: skip
-        if not ending or self.speculation.num_draft_tokens <= 0:
+                  and not wants_input_logprobs(r) and self.speculation.limit(r) > 0]  # fmt: skip
+        if not ending:
             return
         taken = sum(self.kv.slots_needed(r, r.extend_len) for r in prefilling + self.closing)
         spare = (self.kv.available_size - self._decode_slots(decoding) - taken

@@ -59,9 +59,12 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     pool, not supported yet) none. Lookup drafts branch into trees (up to
     speculative_tree_branches leaves) when `rows` (the pass decodes rows of one request on
     the CPU: cpu or torch_native attention) and slots are not paged; else chains. With the
-    tokenizer's `texts`, lookup drafts also key on the prompt's words (keyed.py)."""
+    tokenizer's `texts`, lookup drafts also key on the prompt's words (keyed.py). Whatever
+    the drafter, a request's predicted output drafts first, speculation on or off, on every
+    model but those with sliding-window layers (prediction.py)."""
     k = config.speculative_num_draft_tokens
-    if k and kv.window.window:
+    windowed = bool(kv.window.window)
+    if k and windowed:
         logger.warning("speculative decoding is off: models with sliding-window layers are "
                        "not speculated yet")  # fmt: skip
         k = 0
@@ -78,7 +81,7 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     depths = DraftDepth(device_type, adaptive=not config.disable_adaptive_draft_depth)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
                        branches, config.speculative_tree_nodes, depths,
-                       max_rows)  # fmt: skip
+                       max_rows, predictions=not windowed)  # fmt: skip
 
 
 def decodes_rows(runner: object) -> bool:

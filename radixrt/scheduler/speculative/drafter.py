@@ -47,6 +47,11 @@ class BaseDrafter(ABC):
         drafts them together); each within its own budget (0: no guess)."""
         return [self.propose(r, n) if n > 0 else [] for r, n in zip(reqs, max_tokens)]
 
+    def trusts(self, req: Req) -> bool:
+        """`trusts_matches` for `req`: whether it is asked for its whole room (a prediction
+        is, whatever the drafter behind it: prediction.py)."""
+        return self.trusts_matches
+
     def trusted(self, req: Req) -> bool:
         """Whether this step's `propose` for `req` is a draft this drafter trusts past its
         guard's length (its acceptance is also counted apart: acceptance.py)."""

@@ -71,6 +71,7 @@ from radixrt.scheduler.speculative.draft_depth import DraftDepth
 from radixrt.scheduler.speculative.draft_masks import DraftMasks
 from radixrt.scheduler.speculative.drafter import ALTERNATIVES, BaseDrafter, can_speculate
 from radixrt.scheduler.speculative.guard import DraftGuard
+from radixrt.scheduler.speculative.prediction import PREDICTION_DRAFT_TOKENS, PredictedDrafter
 from radixrt.scheduler.speculative.rows import SeededDraws, forced_rows, row_reqs
 from radixrt.scheduler.speculative.tally import tally
 from radixrt.scheduler.speculative.tree import chain_path
@@ -94,8 +95,14 @@ class Speculation:
                  check_finish: CheckFinish, grammar: GrammarQueue | None = None,
                  branches: int = 1, tree_nodes: int = 0,
                  depths: DraftDepth | None = None,
-                 max_rows: int | None = None) -> None:  # fmt: skip
-        self.drafter = drafter
+                 max_rows: int | None = None,
+                 predictions: bool = False) -> None:  # fmt: skip
+        self.drafter = drafter  # the configured drafter (NoDrafter: speculation off)
+        self._source = PredictedDrafter(drafter)
+        # The most tokens a request with a predicted output drafts per step (0: predictions
+        # are not drafted from); requests without one draft num_draft_tokens at most.
+        most = max(num_draft_tokens, PREDICTION_DRAFT_TOKENS)
+        self.prediction_tokens = most if predictions else 0
         # The most rows a request's step may compute, its draft included (None: no limit).
         self.max_rows = max_rows
         self.branches = branches  # the most leaves of a draft tree; 1: chains only
@@ -116,9 +123,16 @@ class Speculation:
         # None: a CPU's, adaptive).
         self.depths = depths or DraftDepth()
 
+    @property
+    def source(self) -> PredictedDrafter:
+        """What a step's drafts come from: a request's predicted output, then `drafter`."""
+        if self._source.inner is not self.drafter:  # (a drafter swapped in since)
+            self._source = PredictedDrafter(self.drafter)
+        return self._source
+
     def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
         """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`."""
-        if self.num_draft_tokens > 0:
+        if self.num_draft_tokens > 0 or self.prediction_tokens > 0:
             self.depths.observe(rows, logits_rows, seconds)
 
     def drafts_after_forced(self, req: Req) -> bool:
@@ -127,7 +141,7 @@ class Speculation:
         computing them alone like a prefill chunk: a lookup drafter, a grammar that allows
         drafts, at most MAX_FORCED of them after a computed prompt."""
         forced = forced_rows(req)
-        return (self.num_draft_tokens > 0 and self.drafter.trusts_matches
+        return (self.limit(req) > 0 and self.source.trusts(req)
                 and req.grammar is not None and 0 < forced <= MAX_FORCED
                 and req.kv_len >= req.prompt_len and self.grammar.speculates(req))  # fmt: skip
 
@@ -140,7 +154,7 @@ class Speculation:
         pass times), a constrained one to what its grammar allows (another occurrence's chain
         where that goes further); sets draft_ids and extend_len and returns the slots taken.
         The first plan of a step."""
-        if self.num_draft_tokens <= 0:
+        if not any(self.limit(r) > 0 for r in decoding):
             return 0
         self.masks.clear()
         self.tree_rows.release()  # rows a pass that raised left borrowed, if any
@@ -157,9 +171,16 @@ class Speculation:
         agent that begins as its earlier turns did, a prompt answered before), so guesses
         neither cost rows nor lower the request's acceptance before its first token. After
         `plan`, in the same step; returns the slots taken."""
-        if self.num_draft_tokens <= 0 or not self.drafter.trusts_matches or self.max_rows is None:
+        ending = [r for r in ending if self.limit(r) > 0 and self.source.trusts(r)]
+        if not ending or self.max_rows is None:
             return 0
         return self._plan(ending, spare, after_prompts=True)
+
+    def limit(self, req: Req) -> int:
+        """The most tokens `req` may draft in a step (0: it does not speculate)."""
+        if self.prediction_tokens and req.sampling_params.prediction_ids:
+            return self.prediction_tokens
+        return self.num_draft_tokens
 
     def _plan(self, decoding: list[Req], spare: int, after_prompts: bool) -> int:
         """`plan` for `decoding`; `after_prompts`: they end their prompts (chains only, and
@@ -172,10 +193,11 @@ class Speculation:
         # A draft row pays when its token is kept with at least this probability (step_cost.py).
         bar = self.depths.bar(decoding)
         for req in decoding:
-            if not (can_speculate(req) or self.grammar.speculates(req)):
+            limit = self.limit(req)
+            if limit <= 0 or not (can_speculate(req) or self.grammar.speculates(req)):
                 continue
             if req.draft_guard is None:
-                req.draft_guard = DraftGuard(self.num_draft_tokens)
+                req.draft_guard = DraftGuard(limit)
             own = req.extend_len  # the step's tokens without a draft
             most = self._room(req, own - prompt_tokens_of(req.prompt_len, req.kv_len, own))
             cap = req.draft_guard.allowed()  # the guard: recent acceptance (0: paused)
@@ -186,39 +208,42 @@ class Speculation:
             budget = min(most, cap, fit, self.depths.depth(req, False, bar, most))
             if budget > 0 and not after_prompts and self._tree_ok(req):
                 # Side branches in proportion to the depth that pays.
-                nodes = max(budget, min(self.tree_nodes * budget // self.num_draft_tokens, fit))
+                nodes = max(budget, min(self.tree_nodes * budget // limit, fit))
                 if self.max_rows is not None:
                     nodes = min(nodes, self.max_rows - own)
                 trees.append((req, budget, nodes))
                 used += self.kv.slots_needed(req, 1 + nodes) - base
-            elif (ask := min(most, fit) if self.drafter.trusts_matches else budget) > 0:
+            elif (ask := min(most, fit) if self.source.trusts(req) else budget) > 0:
                 reqs.append(req)  # a chain: as long as a trusted draft may be
                 budgets.append(ask)
                 caps.append(cap)
                 used += self.kv.slots_needed(req, own + budgets[-1]) - base
         used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
-        drafts = self.drafter.propose_batch(reqs, budgets)
+        drafts = self.source.propose_batch(reqs, budgets)
         chains: list[tuple[float, int, float]] = []  # (rate, length, mask s/token) of each
         stats = self.grammar.stats  # a constrained draft's tokens each cost a grammar mask
         mask_s = stats.mask_time_s / stats.num_masks if stats.num_masks else 0.0
         for i, (req, budget, cap) in enumerate(zip(reqs, budgets, caps)):
-            trusted = self.drafter.trusted(req)
-            drafts[i] = self.drafter.trim(req, drafts[i][:budget], cap)
+            trusted = self.source.trusted(req)
+            drafts[i] = self.source.trim(req, drafts[i][:budget], cap)
             if after_prompts and not trusted:
                 drafts[i] = []
             assert isinstance(req.draft_guard, DraftGuard)
             req.draft_guard.trusted = trusted
             extra = mask_s if req.grammar is not None else 0.0
-            rate = (
-                self.depths.after_prompt_rate() if after_prompts else self.depths.rate(req, trusted)
-            )
+            # A prediction's drafts are priced on the request's own acceptance (the engine's
+            # trusted rate its prior), after its prompt as after any token.
+            if after_prompts and not req.draft_predicted:
+                rate = self.depths.after_prompt_rate()
+            else:
+                rate = self.depths.rate(req, trusted)
             chains.append((rate, len(drafts[i]), extra))
         # The step's rows so far: every decoding request's own, trees' drafts included.
         depths = self.depths.allot(len(decoding), sum(r.extend_len for r in decoding), chains)
         for req, draft, depth in zip(reqs, drafts, depths):
             draft = draft[:depth]
             if draft and req.grammar is not None:
-                more = functools.partial(self.drafter.alternatives, req, len(draft), ALTERNATIVES)
+                more = functools.partial(self.source.alternatives, req, len(draft), ALTERNATIVES)
                 draft = self.masks.constrain(req, draft, more)
             if draft:
                 own = req.extend_len
@@ -231,6 +256,7 @@ class Speculation:
         """Whether `req` may draft a tree this step (else a chain)."""
         p = req.sampling_params
         return (self.branches > 1 and req.grammar is None and can_speculate(req)
+                and not req.sampling_params.prediction_ids
                 and (p.seed is None or p.is_greedy) and self.tree_rows.spare() > 0
                 and req.draft_guard is not None and req.draft_guard.trees_allowed())  # fmt: skip
 
@@ -239,7 +265,7 @@ class Speculation:
         slots beyond its decode step's it takes."""
         assert isinstance(req.draft_guard, DraftGuard)
         req.draft_guard.trusted = False  # a tree's nodes count as guesses
-        tree = self.drafter.propose_tree(req, depth, nodes, self.branches)
+        tree = self.source.propose_tree(req, depth, nodes, self.branches)
         draft = tree.tokens
         if not tree.is_chain and len(tree.leaves()) - 1 <= self.tree_rows.spare():
             self.tree_rows.reserve(req, tree)
@@ -262,7 +288,7 @@ class Speculation:
         what is left of max_new_tokens, within the context and the rows a step may compute
         for it."""
         left = req.sampling_params.max_new_tokens - len(req.output_ids) - 1
-        most = min(self.num_draft_tokens, left, self.max_len - req.seq_len)
+        most = min(self.limit(req), left, self.max_len - req.seq_len)
         return most if self.max_rows is None else min(most, self.max_rows - own)
 
     def verify(self, items: list[tuple[Req, int]], logits: torch.Tensor) -> list[Req]:
@@ -317,6 +343,7 @@ class Speculation:
             self._free_positions(req, start + keep, end)
         req.kv_len = start + keep
         req.draft_ids, req.draft_parents = [], []
+        req.draft_predicted = False
         self.kv.advance_window(req)
         return emitted
 

@@ -17,18 +17,25 @@ def tally(stats: SchedulerStats, engine: tuple[Acceptance, Acceptance], req: Req
     token (a tree's cost), against the `accepted` ones of `path` and the `emitted` ones. The
     guard adapts the depth, and the request's and the `engine`'s acceptance rates of its kind
     of draft follow: a tree's deepest branch against its accepted path; a draft verified in
-    its prompt's pass counts in `after_prompt` alone."""
+    its prompt's pass counts in `after_prompt` alone; a draft from the request's predicted
+    output in neither engine rate (one caller's predictions move no other request's drafts)
+    and in its prediction counts."""
     nodes = len(req.draft_ids)
     guard = req.draft_guard
     assert isinstance(guard, DraftGuard)  # made by its plan, before it drafted
     depth = max(tree.depths) if tree else nodes
+    if req.draft_predicted:  # the caller's prediction: the request's own counts alone
+        req.prediction_drafted += nodes
+        req.prediction_accepted += accepted
     if after_prompt is not None:
-        after_prompt.record(depth, accepted)
+        if not req.draft_predicted:
+            after_prompt.record(depth, accepted)
         stats.spec_prompt_end_steps += 1
         stats.spec_prompt_end_accepted += accepted
     else:
         guard.record(depth, accepted)
-        engine[guard.trusted].record(depth, accepted)
+        if not req.draft_predicted:
+            engine[guard.trusted].record(depth, accepted)
     req.spec_drafted += nodes
     req.spec_accepted += accepted
     stats.generated_tokens += emitted

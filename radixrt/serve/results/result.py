@@ -50,6 +50,10 @@ def result_meta(req: ReqOutput, num_out: int) -> dict[str, Any]:
         meta["spec_accepted_tokens"] = req.spec_accepted
         meta["spec_steps"] = req.spec_steps
         meta["spec_tokens_per_step"] = round(req.spec_tokens_per_step(num_out) or 1.0, 3)
+    if req.sampling_params.prediction_ids:  # a predicted output: how much of it was used
+        meta["prediction_tokens"] = len(req.sampling_params.prediction_ids)
+        meta["prediction_accepted_tokens"] = req.prediction_accepted
+        meta["prediction_rejected_tokens"] = req.prediction_drafted - req.prediction_accepted
     return meta
 
 

@@ -42,6 +42,9 @@ class ReqOutput:
     spec_drafted: int = 0
     spec_accepted: int = 0
     spec_steps: int = 0
+    # Of those, drafted from its predicted output, and kept (usage's prediction tokens).
+    prediction_drafted: int = 0
+    prediction_accepted: int = 0
     pins: list[PinOutcome] = field(default_factory=list)  # set when it finishes
     finish_reason: FinishReason | None = None
     # n > 1 with input logprobs: the sample of the same prompt that computes them (fan_out).
@@ -81,6 +84,8 @@ class ReqOutput:
         if out.spec_drafted:
             self.spec_drafted, self.spec_accepted = out.spec_drafted, out.spec_accepted
             self.spec_steps = out.spec_steps
+            self.prediction_drafted = out.prediction_drafted
+            self.prediction_accepted = out.prediction_accepted
         if out.finish is None:
             return []
         self.pins = list(out.pins)

@@ -133,6 +133,27 @@ class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
         )
 
 
+class Prediction(msgspec.Struct, forbid_unknown_fields=True):
+    """Predicted output: `{"type": "content", "content": text or text parts}`, the text the
+    answer is expected to repeat for the most part (a file being edited). Its tokens are
+    drafted for speculative decoding; the answer is the same with or without it."""
+
+    type: str
+    content: str | list[ContentPart]
+
+    def text(self) -> str:
+        if self.type != "content":
+            raise BadRequestError(f"prediction type {self.type!r} is not supported; use content")
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in self.content:
+            if part.type != "text" or part.text is None:
+                raise BadRequestError(f"prediction content of type {part.type!r} is not supported")
+            parts.append(part.text)
+        return "".join(parts)
+
+
 class ChatCacheOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`prompt_cache_options` on chat: the response to compare this prompt with
     (diagnostics.py). Pins are asked with prompt_cache_retention here."""
@@ -150,6 +171,7 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     prompt_cache_options: ChatCacheOptions | None = None
+    prediction: Prediction | None = None
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
@@ -211,6 +233,16 @@ def prepare_chat(
     )
     if max_tokens is not None:
         d["max_new_tokens"] = max_tokens
+    if req.prediction is not None:
+        predicted = req.prediction.text()
+        limits.check_text(predicted, "the prediction")
+        ids = tokenizer.encode(predicted, add_special_tokens=False)
+        if len(ids) > limits.context_length:
+            raise BadRequestError(
+                f"the prediction has {len(ids)} tokens; the context length is "
+                f"{limits.context_length}"
+            )
+        d["prediction_ids"] = ids
     return replace(_prepare(prompts, d, max_tokens, limits, req.rid), text=text)
 
 

@@ -217,9 +217,19 @@ def usage_of(states: list[ReqState], n: int) -> dict[str, Any]:
     firsts = states[::n]
     prompt = sum(s.out.prompt_len for s in firsts)
     completion = sum(len(s.out.output_ids) for s in states)
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": sum(s.out.cached_tokens for s in firsts)},
     }
+    if states and states[0].out.sampling_params.prediction_ids:
+        # Predicted output: its drafted tokens the model kept, and those it did not (each
+        # computed once in a verifying pass; neither is billed apart here).
+        accepted = sum(s.out.prediction_accepted for s in states)
+        rejected = sum(s.out.prediction_drafted - s.out.prediction_accepted for s in states)
+        usage["completion_tokens_details"] = {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": rejected,
+        }
+    return usage

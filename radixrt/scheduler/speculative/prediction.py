@@ -1,0 +1,136 @@
+"""Drafts from a request's predicted output (SamplingParams.prediction_ids, OpenAI's
+`prediction`): the text the caller expects the output to repeat for the most part, such as
+the file an edit rewrites.
+
+`PredictionIndex` keeps where the output stands in the prediction: a cursor, the prediction
+position after the last draft it gave. The first draft is the prediction's start. Later ones
+follow the latest output tokens: the longest suffix of them (max_n down to 1 tokens) that
+occurs in the prediction, at its first occurrence at or after the cursor (else its first
+anywhere), and the draft is what follows it there. So where the output leaves the prediction
+(a renamed variable) and comes back to it, drafting resumes after the change, and a line that
+occurs twice is taken in order.
+
+`PredictedDrafter` puts a prediction first: a request with one drafts from it while it has a
+match, and from the configured drafter otherwise (none with speculation off, where a
+prediction is the only source). Its drafts are marked on the request (`Req.draft_predicted`)
+so their acceptance is counted for the request alone (usage's accepted and rejected
+prediction tokens), never in the engine's rates: one caller's wrong predictions do not
+shorten anyone else's drafts.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from radixrt.core import Req
+from radixrt.core.forward_batch import MAX_ROWS_PER_REQUEST
+from radixrt.scheduler.speculative.drafter import BaseDrafter
+from radixrt.scheduler.speculative.tree import DraftTree, chain
+
+# The most tokens a prediction drafts per step (or speculative_num_draft_tokens, if more):
+# all but one of the rows a pass decodes per request. The step's allotment cuts it to what
+# pays on the measured pass times and the request's acceptance of its prediction.
+PREDICTION_DRAFT_TOKENS = MAX_ROWS_PER_REQUEST - 1
+PREDICTION_NGRAM_MAX = 4  # the longest output suffix looked up in the prediction
+
+
+class PredictionIndex:
+    """A prediction's n-grams (n = 1..max_n) -> the sorted positions right after each of
+    their occurrences, and the cursor (on `req.draft_state` of a request with a prediction:
+    made on its first draft)."""
+
+    def __init__(self, tokens: list[int], max_n: int = PREDICTION_NGRAM_MAX) -> None:
+        self.tokens = tokens
+        self.max_n = max_n
+        self.cursor = 0  # the prediction position after the last draft's start
+        self._after: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n)]
+        for end in range(len(tokens)):  # n-grams ending at `end`, each occurrence in order
+            for n in range(1, min(max_n, end + 1) + 1):
+                gram = tuple(tokens[end + 1 - n : end + 1])
+                self._after[n - 1].setdefault(gram, []).append(end + 1)
+
+    def draft(self, output: list[int], max_tokens: int) -> list[int]:
+        """Up to `max_tokens` prediction tokens expected after `output` ([] when its last
+        tokens occur nowhere in the prediction, or only at its end)."""
+        if max_tokens <= 0:
+            return []
+        if not output:
+            start = 0
+        else:
+            found = self._find(output)
+            if found is None:
+                return []
+            start = found
+        self.cursor = start
+        return self.tokens[start : start + max_tokens]
+
+    def _find(self, output: list[int]) -> int | None:
+        """The position after the longest suffix of `output` found in the prediction: its
+        first occurrence at or after the cursor, else its first; None when none occurs."""
+        for n in range(min(self.max_n, len(output)), 0, -1):
+            starts = self._after[n - 1].get(tuple(output[-n:]))
+            if not starts:
+                continue
+            i = bisect_left(starts, self.cursor)
+            start = starts[i] if i < len(starts) else starts[0]
+            if start < len(self.tokens):
+                return start
+        return None
+
+
+class PredictedDrafter(BaseDrafter):
+    """A request's prediction first, then `inner` (the configured drafter, or NoDrafter)."""
+
+    def __init__(self, inner: BaseDrafter) -> None:
+        self.inner = inner
+        self.trusts_matches = inner.trusts_matches  # a request with a prediction: `trusts`
+
+    def propose(self, req: Req, max_tokens: int) -> list[int]:
+        draft = self._predicted(req, max_tokens)
+        if draft:
+            return draft
+        return self.inner.propose(req, max_tokens)
+
+    def propose_batch(self, reqs: list[Req], max_tokens: list[int]) -> list[list[int]]:
+        """The predicted drafts, and the inner drafter's (a draft model's in one pass) for
+        the requests whose prediction has none this step."""
+        out = [self._predicted(r, n) for r, n in zip(reqs, max_tokens)]
+        rest = [i for i, d in enumerate(out) if not d]
+        if rest:
+            asked = [max_tokens[i] for i in rest]
+            drafts = self.inner.propose_batch([reqs[i] for i in rest], asked)
+            for i, d in zip(rest, drafts):
+                out[i] = d
+        return out
+
+    def trusts(self, req: Req) -> bool:
+        return bool(req.sampling_params.prediction_ids) or self.inner.trusts(req)
+
+    def trusted(self, req: Req) -> bool:
+        return req.draft_predicted or self.inner.trusted(req)
+
+    def trim(self, req: Req, draft: list[int], cap: int) -> list[int]:
+        return draft if req.draft_predicted else self.inner.trim(req, draft, cap)
+
+    def propose_tree(self, req: Req, max_depth: int, max_nodes: int,
+                     max_branches: int) -> DraftTree:  # fmt: skip
+        draft = self._predicted(req, min(max_depth, max_nodes))
+        if draft:
+            return chain(draft)
+        return self.inner.propose_tree(req, max_depth, max_nodes, max_branches)
+
+    def alternatives(self, req: Req, max_tokens: int, count: int) -> list[list[int]]:
+        return [] if req.draft_predicted else self.inner.alternatives(req, max_tokens, count)
+
+    def _predicted(self, req: Req, max_tokens: int) -> list[int]:
+        """Its prediction's draft after its output ([] without a prediction or a match);
+        sets req.draft_predicted to whether there is one."""
+        tokens = req.sampling_params.prediction_ids
+        req.draft_predicted = False
+        if not tokens or max_tokens <= 0:
+            return []
+        if not isinstance(req.prediction, PredictionIndex):
+            req.prediction = PredictionIndex(tokens)
+        draft = req.prediction.draft(req.output_ids, max_tokens)
+        req.draft_predicted = bool(draft)
+        return draft
