@@ -60,6 +60,15 @@ def test_index_takes_a_repeated_line_in_order() -> None:
     assert idx.draft([1, 5, 6, 7, 2, 5, 6, 7], 2) == [3]
 
 
+def test_index_prefers_the_longest_match_and_bounds_a_frequent_token() -> None:
+    idx = PredictionIndex([5, 1, 2, 9, 6, 1, 2, 3, 4])
+    assert idx.draft([8, 6, 1, 2], 4) == [3, 4]  # "6 1 2" at 4..6 beats "1 2" at 1..2
+    # A prediction as long as a context of one token: built and matched in one pass each.
+    flat = PredictionIndex([13] * 8192)
+    assert flat.draft([13] * 40, 3) == [13, 13, 13]
+    assert flat.cursor < 8192
+
+
 def test_prediction_drafts_with_speculation_off(off) -> None:
     ids = _prompt(71, 24)
     ref = _greedy(off, ids)

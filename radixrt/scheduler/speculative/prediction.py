@@ -3,10 +3,10 @@
 the file an edit rewrites.
 
 `PredictionIndex` keeps where the output stands in the prediction: a cursor, the prediction
-position after the last draft it gave. The first draft is the prediction's start. Later ones
-follow the latest output tokens: the longest suffix of them (max_n down to 1 tokens) that
-occurs in the prediction, at its first occurrence at or after the cursor (else its first
-anywhere), and the draft is what follows it there. So where the output leaves the prediction
+position where the last draft it gave started. The first draft is the prediction's start.
+Later ones follow the latest output tokens: the longest suffix of them (up to max_n tokens)
+that occurs in the prediction, at its first occurrence at or after the cursor (else before
+it), and the draft is what follows it there. So where the output leaves the prediction
 (a renamed variable) and comes back to it, drafting resumes after the change, and a line that
 occurs twice is taken in order.
 
@@ -31,27 +31,29 @@ from radixrt.scheduler.speculative.tree import DraftTree, chain
 # all but one of the rows a pass decodes per request. The step's allotment cuts it to what
 # pays on the measured pass times and the request's acceptance of its prediction.
 PREDICTION_DRAFT_TOKENS = MAX_ROWS_PER_REQUEST - 1
-PREDICTION_NGRAM_MAX = 4  # the longest output suffix looked up in the prediction
+PREDICTION_NGRAM_MAX = 4  # the longest output suffix matched in the prediction
+# Occurrences of the output's last token tried on each side of the cursor: a token frequent
+# in the prediction (a newline, an indent) is matched near where the output stands.
+CANDIDATES = 64
 
 
 class PredictionIndex:
-    """A prediction's n-grams (n = 1..max_n) -> the sorted positions right after each of
-    their occurrences, and the cursor (on `req.draft_state` of a request with a prediction:
-    made on its first draft)."""
+    """A prediction's tokens -> the sorted positions right after each of their occurrences,
+    and the cursor (on `req.prediction` of a request with a prediction: made on its first
+    draft, in one pass over the tokens, so a prediction as long as the context costs
+    milliseconds, not an index of every n-gram)."""
 
     def __init__(self, tokens: list[int], max_n: int = PREDICTION_NGRAM_MAX) -> None:
         self.tokens = tokens
         self.max_n = max_n
-        self.cursor = 0  # the prediction position after the last draft's start
-        self._after: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n)]
-        for end in range(len(tokens)):  # n-grams ending at `end`, each occurrence in order
-            for n in range(1, min(max_n, end + 1) + 1):
-                gram = tuple(tokens[end + 1 - n : end + 1])
-                self._after[n - 1].setdefault(gram, []).append(end + 1)
+        self.cursor = 0  # the prediction position where the last draft started
+        self._after: dict[int, list[int]] = {}
+        for end, tok in enumerate(tokens):
+            self._after.setdefault(tok, []).append(end + 1)
 
     def draft(self, output: list[int], max_tokens: int) -> list[int]:
         """Up to `max_tokens` prediction tokens expected after `output` ([] when its last
-        tokens occur nowhere in the prediction, or only at its end)."""
+        token occurs nowhere in the prediction, or only at its end)."""
         if max_tokens <= 0:
             return []
         if not output:
@@ -65,17 +67,27 @@ class PredictionIndex:
         return self.tokens[start : start + max_tokens]
 
     def _find(self, output: list[int]) -> int | None:
-        """The position after the longest suffix of `output` found in the prediction: its
-        first occurrence at or after the cursor, else its first; None when none occurs."""
-        for n in range(min(self.max_n, len(output)), 0, -1):
-            starts = self._after[n - 1].get(tuple(output[-n:]))
-            if not starts:
+        """The position after the longest suffix of `output` (max_n tokens at most) found in
+        the prediction: among the occurrences of its last token, CANDIDATES at or after the
+        cursor, then CANDIDATES before it, the first with the longest match; None when the
+        last token does not occur before the prediction's end."""
+        starts = self._after.get(output[-1])
+        if not starts:
+            return None
+        i = bisect_left(starts, self.cursor)
+        best, best_n = None, 0
+        for start in starts[i : i + CANDIDATES] + starts[max(0, i - CANDIDATES) : i]:
+            if start >= len(self.tokens):
                 continue
-            i = bisect_left(starts, self.cursor)
-            start = starts[i] if i < len(starts) else starts[0]
-            if start < len(self.tokens):
-                return start
-        return None
+            n = 1
+            while (n < self.max_n and n < len(output) and start - 1 - n >= 0
+                   and self.tokens[start - 1 - n] == output[-1 - n]):  # fmt: skip
+                n += 1
+            if n > best_n:
+                best, best_n = start, n
+                if n == self.max_n:
+                    break
+        return best
 
 
 class PredictedDrafter(BaseDrafter):
