@@ -57,6 +57,8 @@ REGISTRY: dict[str, Bench] = {
                          "Ray Serve: cache-aware routing against round-robin, a replica failure"),
     "spec": Bench("benchmarks.scenarios.spec", "scenarios",
                   "speculative decoding on JSON, code edit, agent and chat, 1 and 8 streams"),
+    "prediction": Bench("benchmarks.scenarios.spec_prediction", "scenarios",
+                        "predicted outputs on code edits and proofreading, 1 and 8 streams"),
     # micro
     "engine": Bench("benchmarks.micro.engine", "micro",
                     "prefill and decode throughput against transformers and the roofline"),
