@@ -172,3 +172,24 @@ def test_prediction_ids_are_validated() -> None:
     sp = SamplingParams.from_dict({"prediction_ids": [1, 70000]})
     assert "prediction token id 70000" in (sp.check_against(4, 49152) or "")
     assert SamplingParams.from_dict({"prediction_ids": None}).prediction_ids == []
+
+
+def test_a_drafter_that_pays_per_token_is_asked_as_without_a_prediction(tiny_llama_path):
+    """Where the prediction has no draft, the configured drafter (here one that, like a draft
+    model, does not trust matches) is asked for no more than its own K."""
+    from radixrt.scheduler.speculative.drafter import BaseDrafter
+
+    class Recorder(BaseDrafter):
+        asked: list[int] = []
+
+        def propose(self, req, max_tokens):
+            self.asked.append(max_tokens)
+            return []
+
+    s = _prior_cost(_build(tiny_llama_path, 3))
+    s.speculation.drafter = Recorder()
+    ids = _prompt(79, 20)
+    r = _req("p", ids, 40, prediction_ids=_prompt(80, 30))
+    _run(s, [r])
+    assert Recorder.asked and max(Recorder.asked) <= 3
+    assert r.prediction_drafted > 0  # its first draft was the prediction's

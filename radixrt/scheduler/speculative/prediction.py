@@ -103,13 +103,16 @@ class PredictedDrafter(BaseDrafter):
             return draft
         return self.inner.propose(req, max_tokens)
 
-    def propose_batch(self, reqs: list[Req], max_tokens: list[int]) -> list[list[int]]:
+    def propose_batch(self, reqs: list[Req], max_tokens: list[int],
+                      inner_tokens: list[int] | None = None) -> list[list[int]]:  # fmt: skip
         """The predicted drafts, and the inner drafter's (a draft model's in one pass) for
-        the requests whose prediction has none this step."""
+        the requests whose prediction has none this step, each within `inner_tokens` (else
+        `max_tokens`): what it would be asked without a prediction."""
         out = [self._predicted(r, n) for r, n in zip(reqs, max_tokens)]
-        rest = [i for i, d in enumerate(out) if not d]
+        within = max_tokens if inner_tokens is None else inner_tokens
+        rest = [i for i, d in enumerate(out) if not d and within[i] > 0]
         if rest:
-            asked = [max_tokens[i] for i in rest]
+            asked = [within[i] for i in rest]
             drafts = self.inner.propose_batch([reqs[i] for i in rest], asked)
             for i, d in zip(rest, drafts):
                 out[i] = d

@@ -188,6 +188,9 @@ class Speculation:
         reqs: list[Req] = []
         budgets: list[int] = []
         caps: list[int] = []  # each chain's guard length (the drafter may trust more)
+        # What the configured drafter may draft where a request's prediction has no draft:
+        # as without a prediction (a draft model pays a pass per token).
+        inner: list[int] = []
         trees: list[tuple[Req, int, int]] = []  # (request, depth, nodes) of tree drafts
         used = 0  # slots the budgets so far may take (each draft as long as its budget)
         # A draft row pays when its token is kept with at least this probability (step_cost.py).
@@ -217,9 +220,11 @@ class Speculation:
                 reqs.append(req)  # a chain: as long as a trusted draft may be
                 budgets.append(ask)
                 caps.append(cap)
+                k = min(self.num_draft_tokens, most)
+                inner.append(min(k, fit) if self.drafter.trusts(req) else min(k, budget))
                 used += self.kv.slots_needed(req, own + budgets[-1]) - base
         used = sum(self._plan_tree(req, depth, nodes) for req, depth, nodes in trees)
-        drafts = self.source.propose_batch(reqs, budgets)
+        drafts = self.source.propose_batch(reqs, budgets, inner)
         chains: list[tuple[float, int, float]] = []  # (rate, length, mask s/token) of each
         stats = self.grammar.stats  # a constrained draft's tokens each cost a grammar mask
         mask_s = stats.mask_time_s / stats.num_masks if stats.num_masks else 0.0
