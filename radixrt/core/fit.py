@@ -39,6 +39,9 @@ def check_fit(ids: Sequence[int], sp: SamplingParams, limits: FitLimits) -> str 
         return why
     if n >= limits.context_len:
         return f"the prompt has {n} tokens; the context length is {limits.context_len}"
+    if len(sp.prediction_ids) > limits.context_len:  # its index is built per request
+        return (f"the prediction has {len(sp.prediction_ids)} tokens; the context length is "
+                f"{limits.context_len}")  # fmt: skip
     if n + 1 > limits.capacity:  # capacity is whole pages: no rounding needed
         return f"the prompt has {n} tokens but the KV pool holds only {limits.capacity}"
     return None

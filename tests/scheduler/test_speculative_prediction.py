@@ -60,6 +60,13 @@ def test_index_takes_a_repeated_line_in_order() -> None:
     assert idx.draft([1, 5, 6, 7, 2, 5, 6, 7], 2) == [3]
 
 
+def test_index_goes_back_only_on_a_longer_match() -> None:
+    idx = PredictionIndex([5, 6, 7, 8, 9])
+    assert idx.draft([5, 6, 7], 2) == [8, 9]  # cursor at 3
+    assert idx.draft([5, 6, 7, 99, 6], 2) == []  # one token behind the cursor: no evidence
+    assert idx.draft([1, 5, 6], 2) == [7, 8]  # two tokens behind it: taken
+
+
 def test_index_prefers_the_longest_match_and_bounds_a_frequent_token() -> None:
     idx = PredictionIndex([5, 1, 2, 9, 6, 1, 2, 3, 4])
     assert idx.draft([8, 6, 1, 2], 4) == [3, 4]  # "6 1 2" at 4..6 beats "1 2" at 1..2

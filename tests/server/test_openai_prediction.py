@@ -106,7 +106,12 @@ def test_bad_predictions_get_400(tiny_server, prediction, fragment) -> None:
 
 
 def test_bad_prediction_ids_get_400(tiny_server) -> None:
-    for ids, fragment in [([1, -1], "prediction_ids"), ([10**9], "outside the vocabulary")]:
+    cases = [
+        ([1, -1], "prediction_ids"),
+        ([10**9], "outside the vocabulary"),
+        ([7] * 600, "the prediction has 600 tokens"),  # past the 512-token context
+    ]
+    for ids, fragment in cases:
         r = tiny_server.post(
             "/generate",
             json={"text": "hi", "sampling_params": {"max_new_tokens": 2, "prediction_ids": ids}},

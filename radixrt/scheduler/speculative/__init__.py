@@ -60,8 +60,10 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     speculative_tree_branches leaves) when `rows` (the pass decodes rows of one request on
     the CPU: cpu or torch_native attention) and slots are not paged; else chains. With the
     tokenizer's `texts`, lookup drafts also key on the prompt's words (keyed.py). Whatever
-    the drafter, a request's predicted output drafts first, speculation on or off, on every
-    model but those with sliding-window layers (prediction.py)."""
+    the drafter, a request's predicted output drafts first, speculation on or off, where
+    passes decode a request's rows (`rows`: CPU attention; on a GPU a verifying request runs
+    as an extend, not yet checked against decode steps there) and not on models with
+    sliding-window layers (prediction.py)."""
     k = config.speculative_num_draft_tokens
     windowed = bool(kv.window.window)
     if k and windowed:
@@ -81,7 +83,7 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     depths = DraftDepth(device_type, adaptive=not config.disable_adaptive_draft_depth)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
                        branches, config.speculative_tree_nodes, depths,
-                       max_rows, predictions=not windowed)  # fmt: skip
+                       max_rows, predictions=rows and not windowed)  # fmt: skip
 
 
 def decodes_rows(runner: object) -> bool:

@@ -25,6 +25,7 @@ from bisect import bisect_left
 from radixrt.core import Req
 from radixrt.core.forward_batch import MAX_ROWS_PER_REQUEST
 from radixrt.scheduler.speculative.drafter import BaseDrafter
+from radixrt.scheduler.speculative.rows import forced_rows
 from radixrt.scheduler.speculative.tree import DraftTree, chain
 
 # The most tokens a prediction drafts per step (or speculative_num_draft_tokens, if more):
@@ -79,10 +80,14 @@ class PredictionIndex:
         for start in starts[i : i + CANDIDATES] + starts[max(0, i - CANDIDATES) : i]:
             if start >= len(self.tokens):
                 continue
+            if start < self.cursor and best is not None:
+                break  # one behind the output's place only where none is ahead of it
             n = 1
             while (n < self.max_n and n < len(output) and start - 1 - n >= 0
                    and self.tokens[start - 1 - n] == output[-1 - n]):  # fmt: skip
                 n += 1
+            if start < self.cursor and n < 2:
+                continue  # behind the cursor a single token is no evidence of the place
             if n > best_n:
                 best, best_n = start, n
                 if n == self.max_n:
@@ -110,7 +115,11 @@ class PredictedDrafter(BaseDrafter):
         `max_tokens`): what it would be asked without a prediction."""
         out = [self._predicted(r, n) for r, n in zip(reqs, max_tokens)]
         within = max_tokens if inner_tokens is None else inner_tokens
-        rest = [i for i, d in enumerate(out) if not d and within[i] > 0]
+        # A drafter that does not trust matches (a draft model) drafts after computed tokens
+        # only: not after forced ones (it is asked there only because of the prediction).
+        rest = [i for i, d in enumerate(out)
+                if not d and within[i] > 0
+                and (self.inner.trusts(reqs[i]) or forced_rows(reqs[i]) == 0)]  # fmt: skip
         if rest:
             asked = [within[i] for i in rest]
             drafts = self.inner.propose_batch([reqs[i] for i in rest], asked)

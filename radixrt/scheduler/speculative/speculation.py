@@ -250,6 +250,8 @@ class Speculation:
             if draft and req.grammar is not None:
                 more = functools.partial(self.source.alternatives, req, len(draft), ALTERNATIVES)
                 draft = self.masks.constrain(req, draft, more)
+            if not draft:
+                req.draft_predicted = False  # (nothing of it verified this step)
             if draft:
                 own = req.extend_len
                 req.draft_ids = draft
