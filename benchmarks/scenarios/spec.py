@@ -51,6 +51,18 @@ def _measure(engine: EngineProcess, prompts: list[str],
     return dt, outs
 
 
+def batches_rate(engine: EngineProcess, batches: list[list[str]],
+                 params: dict[str, Any]) -> tuple[float, list[Any]]:  # fmt: skip
+    """Output tokens/s of `engine` over `batches`, one after another, and their outputs."""
+    seconds, tokens, got = 0.0, 0, []
+    for batch in batches:
+        dt, o = _measure(engine, batch, params)
+        seconds += dt
+        tokens += sum(len(x["output_ids"]) for x in o)
+        got += o
+    return tokens / seconds, got
+
+
 def run(engines: list[EngineProcess], prompts: list[str], params: dict[str, Any], streams: int,
         runs: int) -> dict[str, Any]:  # fmt: skip
     """Median tokens/s of each engine over `runs`, `streams` prompts at a time."""
@@ -61,15 +73,8 @@ def run(engines: list[EngineProcess], prompts: list[str], params: dict[str, Any]
     outs: list[list[Any]] = [[] for _ in engines]
     for _ in range(runs):
         for i, engine in enumerate(engines):
-            got: list[Any] = []
-            t_total, n_total = 0.0, 0
-            for batch in batches:
-                seconds, o = _measure(engine, batch, params)
-                t_total += seconds
-                n_total += sum(len(x["output_ids"]) for x in o)
-                got += o
-            rates[i].append(n_total / t_total)
-            outs[i] = got
+            rate, outs[i] = batches_rate(engine, batches, params)
+            rates[i].append(rate)
     ids = [[o["output_ids"] for o in got] for got in outs]
     drafted = sum(o["meta_info"].get("spec_draft_tokens", 0) for o in outs[1])
     accepted = sum(o["meta_info"].get("spec_accepted_tokens", 0) for o in outs[1])

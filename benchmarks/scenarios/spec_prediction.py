@@ -20,6 +20,7 @@ import contextlib
 import statistics
 from typing import Any
 
+from benchmarks.scenarios.spec import batches_rate
 from benchmarks.scenarios.spec_worker import EngineProcess
 from benchmarks.scenarios.spec_workloads import CODE, workloads
 
@@ -66,14 +67,8 @@ def run(engines: list[EngineProcess], prompts: list[str], params: dict[str, Any]
     outs: list[list[Any]] = [[] for _ in modes]
     for _ in range(runs):
         for i, (engine, p) in enumerate(modes):
-            seconds, tokens, got = 0.0, 0, []
-            for batch in batches:
-                dt, o = engine.measure(batch, p)
-                seconds += dt
-                tokens += sum(len(x["output_ids"]) for x in o)
-                got += o
-            rates[i].append(tokens / seconds)
-            outs[i] = got
+            rate, outs[i] = batches_rate(engine, batches, p)
+            rates[i].append(rate)
     ids = [[o["output_ids"] for o in got] for got in outs]
     medians = [statistics.median(r) for r in rates]
     # Each run's ratios against that run's plain rate: the spread a disturbed run shows.

@@ -144,14 +144,7 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     def text(self) -> str:
         if self.type != "content":
             raise BadRequestError(f"prediction type {self.type!r} is not supported; use content")
-        if isinstance(self.content, str):
-            return self.content
-        parts = []
-        for part in self.content:
-            if part.type != "text" or part.text is None:
-                raise BadRequestError(f"prediction content of type {part.type!r} is not supported")
-            parts.append(part.text)
-        return "".join(parts)
+        return _parts_text(self.content, "prediction")
 
 
 class ChatCacheOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -307,11 +300,16 @@ def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def _content_text(m: ChatMessage) -> str:
-    if m.content is None or isinstance(m.content, str):
-        return m.content or ""
+    return _parts_text(m.content, "message")
+
+
+def _parts_text(content: str | list[ContentPart] | None, what: str) -> str:
+    """Text content, or its text parts joined (400 naming `what` for any other part)."""
+    if content is None or isinstance(content, str):
+        return content or ""
     parts = []
-    for part in m.content:
+    for part in content:
         if part.type != "text" or part.text is None:
-            raise BadRequestError(f"message content of type {part.type!r} is not supported")
+            raise BadRequestError(f"{what} content of type {part.type!r} is not supported")
         parts.append(part.text)
     return "".join(parts)
