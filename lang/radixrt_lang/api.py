@@ -32,7 +32,8 @@ def gen(
     `params` are sampling parameters (see `SamplingParams`): max_tokens, min_tokens, stop,
     stop_token_ids, temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty,
     repetition_penalty, seed, ignore_eos, return_logprob, top_logprobs_num, regex,
-    json_schema. `dtype` (int, float, bool, str) constrains the output to that type and
+    json_schema, prediction (the text the output will mostly repeat: a speed hint that
+    changes nothing else). `dtype` (int, float, bool, str) constrains the output to that type and
     stores the parsed value; `choices` makes this a `select`; `tools` a `tool_call`.
     """
     if choices is not None:

@@ -40,6 +40,9 @@ class SamplingParams:
     json_schema: str | dict[str, Any] | None = None
     # Where the regex could end, tokens it refuses count toward ending: typed gens set it.
     end_on_exit: bool | None = None
+    # The text the output is expected to repeat for the most part (a file being edited):
+    # drafted from for speculative decoding, the output the same with or without it.
+    prediction: str | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -5,6 +5,7 @@ nothing downstream parses or converts it again."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -27,10 +28,33 @@ __all__ = [
     "SAMPLING_ALIASES",
     "TEMPERATURE_RANGE",
     "SamplingParams",
+    "with_prediction_ids",
 ]
 
 # Fields accepted by SamplingParams.from_dict besides the struct's fields (aliases).
 SAMPLING_ALIASES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
+
+
+def with_prediction_ids(d: Any, encode: Callable[[str], list[int]]) -> Any:
+    """`d` (a sampling dict) with its `prediction`, the predicted output as text (the name
+    /generate, the Engine and the language take), tokenized by `encode` into prediction_ids;
+    anything else as it is (a null prediction is none). ValueError names a prediction that is
+    not text, or one given both as text and as ids."""
+    if not isinstance(d, dict) or "prediction" not in d:
+        return d
+    text = d["prediction"]
+    if text is None:  # none, as prediction_ids None
+        return {k: v for k, v in d.items() if k != "prediction"}
+    if not isinstance(text, str):
+        raise ValueError(
+            "invalid sampling parameter prediction: must be a string (the predicted output's "
+            "text; prediction_ids takes token ids)"
+        )
+    if d.get("prediction_ids"):
+        raise ValueError("give prediction (text) or prediction_ids, not both")
+    rest = {k: v for k, v in d.items() if k != "prediction"}
+    rest["prediction_ids"] = encode(text) if text else []
+    return rest
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

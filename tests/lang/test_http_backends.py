@@ -77,3 +77,24 @@ def test_openai_compatible_gen_and_unsupported_primitives(lang_server) -> None:
         prog = rt.function(lambda s, e=expr: s.__iadd__("Q: " + e))
         with pytest.raises(rt.ProgramError, match=f"{what}.*not supported by this backend"):
             prog.run(backend=backend)
+
+
+def test_openai_compatible_sends_a_prediction(lang_server) -> None:
+    backend = rt.OpenAICompatible(lang_server.url, model="default")
+    ask = "Repeat this line exactly: the quick brown fox jumps over the lazy dog"
+
+    @rt.function
+    def repeat(s, predicted=None):
+        s += rt.user(ask)
+        s += rt.assistant(rt.gen("line", max_tokens=16, prediction=predicted))
+
+    plain = repeat.run(backend=backend, temperature=0)
+    again = repeat.run(predicted=plain["line"], backend=backend, temperature=0)
+    assert again["line"] == plain["line"]
+    assert again.get_meta_info("line")["prediction_accepted_tokens"] > 0
+    text = rt.function(
+        lambda s, p=None: s.__iadd__(ask + "\n" + rt.gen("x", max_tokens=8, prediction=p))
+    )
+    first = text.run(backend=backend, temperature=0)
+    again = text.run(p=first["x"], backend=backend, temperature=0)  # on /completions
+    assert again["x"] == first["x"] and again.get_meta_info("x")["prediction_accepted_tokens"] > 0

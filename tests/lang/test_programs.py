@@ -282,3 +282,35 @@ def test_errors_name_the_primitive(backend) -> None:
     assert states[0].error() is None and states[2].error() is None
     assert "temperature" in str(states[1].error())
     assert states[0]["answer"] and states[2]["answer"]
+
+
+CODE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+
+
+@rt.function
+def edit(s, code, predicted=None):
+    s += rt.user("Rewrite this Python code, renaming the function area to surface:\n\n" + code)
+    s += rt.assistant(rt.gen("code", max_tokens=48, prediction=predicted))
+
+
+def test_a_prediction_changes_nothing_but_the_speed(backend) -> None:
+    plain = edit.run(code=CODE, backend=backend, temperature=0)
+    assert "prediction_tokens" not in plain.get_meta_info("code")
+    for predicted in (plain["code"], CODE):  # the answer itself; the code before the edit
+        s = edit.run(code=CODE, predicted=predicted, backend=backend, temperature=0)
+        assert s["code"] == plain["code"]
+        meta = s.get_meta_info("code")
+        assert meta["prediction_tokens"] > 20 and meta["prediction_accepted_tokens"] > 10, meta
+    # A program-wide default, as any sampling parameter: the same answer again.
+    s = edit.run(code=CODE, backend=backend, temperature=0, prediction=plain["code"])
+    assert s["code"] == plain["code"] and s.get_meta_info("code")["prediction_accepted_tokens"]
+
+
+def test_code_edit_example(backend, capsys) -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "code_edit.py"
+    spec = importlib.util.spec_from_file_location("code_edit", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main(backend)  # asserts the answer is the same with the prediction
+    kept = re.search(r"\((\d+) of its (\d+) tokens kept", capsys.readouterr().out)
+    assert kept and int(kept.group(1)) > 10, kept

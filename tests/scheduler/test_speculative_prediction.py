@@ -10,7 +10,11 @@ import pytest
 from test_speculative import _build, _check, _fresh, _prompt, _req, _run
 
 from radixrt.core import SamplingParams
-from radixrt.scheduler.speculative.prediction import PREDICTION_DRAFT_TOKENS, PredictionIndex
+from radixrt.scheduler.speculative.prediction import (
+    PREDICTION_DRAFT_TOKENS,
+    RECENT_PREDICTIONS,
+    PredictionIndex,
+)
 from radixrt.scheduler.speculative.step_cost import PRIOR_K, StepCost
 
 
@@ -145,6 +149,30 @@ def test_beside_requests_without_one_and_seeded_sampling(off) -> None:
     assert [g.output_ids for g in got] == [p.output_ids for p in plain]
     assert got[0].prediction_accepted > 10 and got[1].spec_drafted == 0
     assert got[2].prediction_drafted > 0
+
+
+def test_samples_with_one_prediction_share_its_positions(off) -> None:
+    """Samples of n (each its own copy of the ids, as they arrive) share the prediction's
+    positions, built once, each with its own cursor; at most RECENT_PREDICTIONS are kept."""
+    a = _prompt(81, 20)
+    seeded = [{"temperature": 1.0, "seed": seed} for seed in (5, 6)]
+    _fresh(off)
+    plain = [_req_sampled(f"s{i}", a, 40, **p) for i, p in enumerate(seeded)]
+    _run(off, plain)
+    _fresh(off)
+    predicted = list(plain[0].output_ids)
+    got = [_req_sampled(f"s{i}", a, 40, prediction_ids=list(predicted), **p)
+           for i, p in enumerate(seeded)]  # fmt: skip
+    _run(off, got)
+    assert [g.output_ids for g in got] == [p.output_ids for p in plain]
+    first, second = (g.prediction for g in got)
+    assert isinstance(first, PredictionIndex) and isinstance(second, PredictionIndex)
+    assert first._after is second._after and first is not second
+    drafter = off.speculation.source
+    for i in range(RECENT_PREDICTIONS + 2):
+        drafter._index([i, i + 1])
+    assert len(drafter._recent) == RECENT_PREDICTIONS
+    assert tuple(predicted) not in drafter._recent
 
 
 def _req_sampled(rid, ids, n, **params):

@@ -88,14 +88,17 @@ class ServerProcess:
         return self.request("DELETE", path, **kw)
 
     def scheduler_pid(self) -> int:
-        """The scheduler child's pid (found by parent pid in /proc)."""
+        """The scheduler child's pid (found by parent pid and command line in /proc: the
+        server's grammar workers are its children too)."""
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
                     stat = Path(f"/proc/{entry}/stat").read_text()
+                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
                 except OSError:
                     continue
-                if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                is_child = int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid
+                if is_child and b"radixrt.scheduler.process" in cmdline:
                     return int(entry)
         raise AssertionError("no scheduler process found")
 

@@ -1,7 +1,8 @@
 """OpenAI's predicted outputs (`prediction` on chat completions) on the tiny-model server,
 speculation off as by default: the same answer with and without a prediction (right or
 wrong, streamed, n > 1 with logprobs), usage's accepted and rejected prediction tokens, the
-native API's `prediction_ids`, and 400s for predictions it cannot take."""
+same on /v1/completions (an extension), the native API's `prediction` (text) and
+`prediction_ids`, and 400s for predictions it cannot take."""
 
 from __future__ import annotations
 
@@ -83,6 +84,53 @@ def test_native_prediction_ids(tiny_server) -> None:
     assert again.json()["output_ids"] == ids
     meta = again.json()["meta_info"]
     assert meta["prediction_tokens"] == len(ids) and meta["prediction_accepted_tokens"] > 20
+
+
+def test_native_prediction_text_and_completions(tiny_server) -> None:
+    sp = {"max_new_tokens": 30, "temperature": 0}
+    prompts = [MESSAGES[0]["content"], "four three two one four three two one"]
+    first = tiny_server.post("/generate", json={"text": prompts, "sampling_params": sp})
+    assert first.status_code == 200, first.text
+    texts = [r["text"] for r in first.json()]
+    for prompt, text in zip(prompts, texts):  # one prompt, text in, the same text out
+        r = tiny_server.post(
+            "/generate", json={"text": prompt, "sampling_params": {**sp, "prediction": text}}
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["text"] == text
+        assert r.json()["meta_info"]["prediction_accepted_tokens"] > 20, r.json()["meta_info"]
+    # One sampling dict for a list of prompts: each prompt drafts from the same prediction.
+    r = tiny_server.post(
+        "/generate", json={"text": prompts, "sampling_params": {**sp, "prediction": texts[0]}}
+    )
+    assert [x["text"] for x in r.json()] == texts
+    counts = {x["meta_info"]["prediction_tokens"] for x in r.json()}
+    assert len(counts) == 1 and counts.pop() >= 30
+    body = {"prompt": prompts[0], "max_tokens": 30, "temperature": 0}
+    plain = tiny_server.post("/v1/completions", json=body).json()
+    assert plain["choices"][0]["text"] == texts[0]
+    r = tiny_server.post("/v1/completions", json={**body, "prediction": _prediction(texts[0])})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == texts[0]
+    details = r.json()["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] > 20, r.json()["usage"]
+
+
+@pytest.mark.parametrize(
+    ("sampling", "fragment"),
+    [
+        ({"prediction": 5}, "prediction: must be a string"),
+        ({"prediction": ["a"]}, "prediction: must be a string"),
+        ({"prediction": "a b", "prediction_ids": [1]}, "not both"),
+        ({"prediction": "word " * 2000}, "the prediction has"),
+    ],
+)
+def test_bad_native_predictions_get_400(tiny_server, sampling, fragment) -> None:
+    r = tiny_server.post(
+        "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2, **sampling}}
+    )
+    assert r.status_code == 400, r.text
+    assert fragment in r.text
 
 
 @pytest.mark.parametrize(

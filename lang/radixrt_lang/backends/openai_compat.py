@@ -99,6 +99,9 @@ class OpenAICompatible(BaseBackend):
                 )
         body: dict[str, Any] = {"model": self.model}
         body.update({_FIELDS[k]: v for k, v in params.items() if k in _FIELDS})
+        if params.get("prediction"):  # OpenAI's predicted output (chat; an extension on
+            # /completions, which radixrt takes and a server that does not may ignore)
+            body["prediction"] = {"type": "content", "content": params["prediction"]}
         return body
 
     @staticmethod
@@ -107,16 +110,17 @@ class OpenAICompatible(BaseBackend):
         text = choice["message"]["content"] if kind == "message" else choice["text"]
         usage = resp.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return {
-            "text": text or "",
-            "output_ids": [],
-            "meta_info": {
-                "prompt_tokens": usage.get("prompt_tokens"),
-                "completion_tokens": usage.get("completion_tokens"),
-                "cached_tokens": cached,
-                "finish_reason": _finish(choice.get("finish_reason")),
-            },
+        meta = {
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "cached_tokens": cached,
+            "finish_reason": _finish(choice.get("finish_reason")),
         }
+        details = usage.get("completion_tokens_details") or {}
+        if "accepted_prediction_tokens" in details:  # a predicted output's use, as native
+            meta["prediction_accepted_tokens"] = details["accepted_prediction_tokens"]
+            meta["prediction_rejected_tokens"] = details.get("rejected_prediction_tokens", 0)
+        return {"text": text or "", "output_ids": [], "meta_info": meta}
 
     def __repr__(self) -> str:
         return f"OpenAICompatible({self.base_url!r}, {self.model!r})"

@@ -21,6 +21,7 @@ shorten anyone else's drafts.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import OrderedDict
 
 from radixrt.core import Req
 from radixrt.core.forward_batch import MAX_ROWS_PER_REQUEST
@@ -36,6 +37,15 @@ PREDICTION_NGRAM_MAX = 4  # the longest output suffix matched in the prediction
 # Occurrences of the output's last token tried on each side of the cursor: a token frequent
 # in the prediction (a newline, an indent) is matched near where the output stands.
 CANDIDATES = 64
+RECENT_PREDICTIONS = 8  # predictions whose positions are kept for the next request
+
+
+def positions_after(tokens: list[int]) -> dict[int, list[int]]:
+    """Each token -> the sorted positions right after its occurrences in `tokens`."""
+    after: dict[int, list[int]] = {}
+    for end, tok in enumerate(tokens):
+        after.setdefault(tok, []).append(end + 1)
+    return after
 
 
 class PredictionIndex:
@@ -44,13 +54,18 @@ class PredictionIndex:
     draft, in one pass over the tokens, so a prediction as long as the context costs
     milliseconds, not an index of every n-gram)."""
 
-    def __init__(self, tokens: list[int], max_n: int = PREDICTION_NGRAM_MAX) -> None:
+    def __init__(
+        self,
+        tokens: list[int],
+        max_n: int = PREDICTION_NGRAM_MAX,
+        after: dict[int, list[int]] | None = None,
+    ) -> None:
+        """`after`: positions_after(tokens), when another index of the same tokens has it
+        (read only: indexes of the samples of n share it, each with its own cursor)."""
         self.tokens = tokens
         self.max_n = max_n
         self.cursor = 0  # the prediction position where the last draft started
-        self._after: dict[int, list[int]] = {}
-        for end, tok in enumerate(tokens):
-            self._after.setdefault(tok, []).append(end + 1)
+        self._after = positions_after(tokens) if after is None else after
 
     def draft(self, output: list[int], max_tokens: int) -> list[int]:
         """Up to `max_tokens` prediction tokens expected after `output` ([] when its last
@@ -101,6 +116,9 @@ class PredictedDrafter(BaseDrafter):
     def __init__(self, inner: BaseDrafter) -> None:
         self.inner = inner
         self.trusts_matches = inner.trusts_matches  # a request with a prediction: `trusts`
+        # The positions of the predictions indexed last (the samples of n and a client's
+        # repeated requests carry the same one): built once, read by each request's index.
+        self._recent: OrderedDict[tuple[int, ...], dict[int, list[int]]] = OrderedDict()
 
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         draft = self._predicted(req, max_tokens)
@@ -154,7 +172,19 @@ class PredictedDrafter(BaseDrafter):
         if not tokens or max_tokens <= 0:
             return []
         if not isinstance(req.prediction, PredictionIndex):
-            req.prediction = PredictionIndex(tokens)
+            req.prediction = self._index(tokens)
         draft = req.prediction.draft(req.output_ids, max_tokens)
         req.draft_predicted = bool(draft)
         return draft
+
+    def _index(self, tokens: list[int]) -> PredictionIndex:
+        """A new index (its own cursor) over positions shared with the recent ones."""
+        key = tuple(tokens)
+        after = self._recent.get(key)
+        if after is None:
+            after = self._recent[key] = positions_after(tokens)
+            if len(self._recent) > RECENT_PREDICTIONS:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(key)
+        return PredictionIndex(tokens, after=after)

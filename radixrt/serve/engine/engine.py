@@ -30,6 +30,7 @@ from radixrt.core.messages import (
     InfoReplyMsg,
     StopMsg,
 )
+from radixrt.core.sampling import with_prediction_ids
 from radixrt.scheduler.loop import SchedulerLoop, ThreadTransport
 from radixrt.serve.engine.request_output import RequestOutput
 from radixrt.serve.results.state import fan_out
@@ -200,8 +201,11 @@ class Engine:
         if len(params) != len(id_lists):
             raise ValueError(f"{len(params)} sampling_params for {len(id_lists)} prompts")
         outs: list[RequestOutput] = []
+        resolved: dict[int, SamplingParams] = {}  # one dict for every prompt: tokenized once
         for ids, p in zip(id_lists, params):
-            sp = SamplingParams.from_dict(p)
+            if id(p) not in resolved:  # a predicted output given as text: its ids
+                resolved[id(p)] = SamplingParams.from_dict(with_prediction_ids(p, self._encode))
+            sp = resolved[id(p)]
             if logprob_args:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
             self._check_grammar(sp)
@@ -215,6 +219,10 @@ class Engine:
                 self._outputs.pop(out.state.rid, None)
             raise RuntimeError("the engine's scheduler failed") from self._error
         return outs, single
+
+    def _encode(self, text: str) -> list[int]:
+        """Text within a prompt (a predicted output): its ids, no special tokens added."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _check_grammar(self, sp: SamplingParams) -> None:
         """Compile a constrained request's grammar now (cached for the scheduler); a spec

@@ -21,6 +21,7 @@ from radixrt.core import (
 )
 from radixrt.core.config import ServerConfig
 from radixrt.core.messages import ReadyMsg
+from radixrt.core.sampling import with_prediction_ids
 from radixrt.core.text.stop_regex import stop_regex_error
 
 MAX_N = 64  # samples per prompt
@@ -110,6 +111,22 @@ def to_sampling_params(d: dict[str, Any]) -> SamplingParams:
             f"{sp.top_logprobs_num}: must be <= {MAX_TOP_LOGPROBS}"
         )
     return sp
+
+
+def resolve_prediction(d: dict[str, Any], tokenizer: Any, limits: Limits) -> dict[str, Any]:
+    """`d` with a predicted output given as text (`prediction`) tokenized into prediction_ids,
+    without special tokens, its length in characters checked first like a prompt's (its
+    length in tokens: check_fit); a 400 names a prediction that is not text."""
+
+    def encode(text: str) -> list[int]:
+        limits.check_text(text, "the prediction")
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    try:
+        resolved: dict[str, Any] = with_prediction_ids(d, encode)
+    except ValueError as e:
+        raise BadRequestError(str(e)) from None
+    return resolved
 
 
 def fit_to_context(

@@ -14,6 +14,7 @@ from radixrt.serve.http.protocol import (
     check_id,
     check_token_ids,
     fit_to_context,
+    resolve_prediction,
     to_sampling_params,
 )
 
@@ -102,8 +103,12 @@ def prepare_generate(
         for k in ("return_logprob", "logprob_start_len", "top_logprobs_num")
         if (v := getattr(req, k)) is not _UNSET
     }
+    resolved: dict[int, dict[str, Any]] = {}  # one dict for every prompt: tokenized once
     params = []
     for ids, d in zip(prompts, dicts, strict=True):
+        if id(d) not in resolved:  # a predicted output given as text: its ids
+            resolved[id(d)] = resolve_prediction(d, tokenizer, limits)
+        d = resolved[id(d)]
         explicit_max = "max_new_tokens" in d or "max_tokens" in d
         sp = to_sampling_params({**d, **logprob_args})
         params.append(fit_to_context(ids, sp, limits, explicit_max))

@@ -18,6 +18,7 @@ from radixrt.serve.http.protocol import (
     check_id,
     check_token_ids,
     fit_to_context,
+    resolve_prediction,
     to_sampling_params,
 )
 from radixrt.serve.http.tools import ToolPlan, render_tool_chat
@@ -32,6 +33,25 @@ _RETENTION_SPELLINGS = {"in-memory": "in_memory"}
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool = False
+
+
+class ContentPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class Prediction(msgspec.Struct, forbid_unknown_fields=True):
+    """Predicted output: `{"type": "content", "content": text or text parts}`, the text the
+    answer is expected to repeat for the most part (a file being edited). Its tokens are
+    drafted for speculative decoding; the answer is the same with or without it."""
+
+    type: str
+    content: str | list[ContentPart]
+
+    def text(self) -> str:
+        if self.type != "content":
+            raise BadRequestError(f"prediction type {self.type!r} is not supported; use content")
+        return _parts_text(self.content, "prediction")
 
 
 class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
@@ -63,6 +83,9 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
     skip_special_tokens: bool | None = None
     end_on_exit: bool | None = None
     rid: str | None = None
+    # Predicted output (chat; on completions an extension): its text is tokenized with the
+    # prompt (resolve_prediction), drafted from, and changes nothing but the speed.
+    prediction: Prediction | None = None
 
     def sampling_dict(self) -> dict[str, Any]:
         names = (
@@ -86,6 +109,8 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
             d["min_new_tokens"] = self.min_tokens
         if self.logit_bias:
             raise BadRequestError("logit_bias is not supported")
+        if self.prediction is not None:
+            d["prediction"] = self.prediction.text()
         return d
 
 
@@ -95,11 +120,6 @@ class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=Tru
     echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
-
-
-class ContentPart(msgspec.Struct):
-    type: str
-    text: str | None = None
 
 
 class ChatMessage(msgspec.Struct):
@@ -133,20 +153,6 @@ class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
         )
 
 
-class Prediction(msgspec.Struct, forbid_unknown_fields=True):
-    """Predicted output: `{"type": "content", "content": text or text parts}`, the text the
-    answer is expected to repeat for the most part (a file being edited). Its tokens are
-    drafted for speculative decoding; the answer is the same with or without it."""
-
-    type: str
-    content: str | list[ContentPart]
-
-    def text(self) -> str:
-        if self.type != "content":
-            raise BadRequestError(f"prediction type {self.type!r} is not supported; use content")
-        return _parts_text(self.content, "prediction")
-
-
 class ChatCacheOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`prompt_cache_options` on chat: the response to compare this prompt with
     (diagnostics.py). Pins are asked with prompt_cache_retention here."""
@@ -164,7 +170,6 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     prompt_cache_options: ChatCacheOptions | None = None
-    prediction: Prediction | None = None
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
@@ -190,6 +195,7 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
         if not 0 <= req.logprobs <= MAX_OPENAI_TOP_LOGPROBS:
             raise BadRequestError(f"logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
         d.update(return_logprob=True, top_logprobs_num=req.logprobs)
+    d = resolve_prediction(d, tokenizer, limits)
     max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
 
@@ -226,16 +232,7 @@ def prepare_chat(
     )
     if max_tokens is not None:
         d["max_new_tokens"] = max_tokens
-    if req.prediction is not None:
-        predicted = req.prediction.text()
-        limits.check_text(predicted, "the prediction")
-        ids = tokenizer.encode(predicted, add_special_tokens=False)
-        if len(ids) > limits.context_length:
-            raise BadRequestError(
-                f"the prediction has {len(ids)} tokens; the context length is "
-                f"{limits.context_length}"
-            )
-        d["prediction_ids"] = ids
+    d = resolve_prediction(d, tokenizer, limits)
     return replace(_prepare(prompts, d, max_tokens, limits, req.rid), text=text)
 
 
