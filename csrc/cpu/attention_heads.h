@@ -64,7 +64,9 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
   float inv_sum[bf16 && !ml ? nq : 1];  // bf16: 1 / each query head's sum
   int64_t l0 = 0;
 #if defined(RT_PAIR_DOT)
-  if (bf16 && PAIR_KEYS(d)) {  // K rows read as bfloat16 pairs, in place
+  if (bf16 && PAIR_KEYS(d) && g >= PAIR_GEMM_QUERIES)  // many queries per KV head: a product
+    l0 = scores_pairs_gemm(q, g, h0, h1, k_buf, slots, len, slot_len, d, scale, sc);
+  if (bf16 && PAIR_KEYS(d) && l0 == 0) {  // K rows read as bfloat16 pairs, in place
     const kv_t* k0 = k_buf + h0 * KV_ROW(d);
     for (int64_t t = 0; t < PF_BLOCKS * VW && t < len; ++t)
       prefetch_bytes(k0 + (int64_t)slots[t] * slot_len, row_bytes);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_rows.h"
@@ -58,6 +59,110 @@ static inline vf dots_keys_pairs(const float* q, const uint16_t* k_base, const i
           acc[t], qv[c],
           (__m512bh)_mm512_loadu_si512(k_base + (int64_t)slots[t] * slot_len + 32 * c));
   return vsum_lanes(acc);
+}
+
+// Queries per KV head from which scores_pairs_gemm takes a head's scores: a group's (g query
+// heads per KV head times the requests sharing its keys), or a request's own where hq / hkv is
+// this many. Measured on Zen 4 against dots_keys_pairs: 48 queries 0.77-0.85x the time, 6-7
+// 0.84-0.99x, 4 1.00-1.06x (docs/benchmarks.md, section 8).
+#ifndef PAIR_GEMM_QUERIES
+#define PAIR_GEMM_QUERIES 6
+#endif
+#define PAIR_GEMM_BLOCK 8  // queries per register block of scores_pairs_gemm
+
+// kt (16 rows of 16 words) = the transpose of the 16 words at each of r[0..16): row c holds
+// word c of r[t] in lane t (three interleaving stages within 128-bit lanes, then lanes).
+static inline void transpose_words_16(const __m512i r[16], uint32_t* kt) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int m = 0; m < 4; ++m) {  // u[4m + e], lane k: word 4k + e of rows 4m .. 4m + 3
+    u[4 * m] = _mm512_unpacklo_epi64(t[4 * m], t[4 * m + 2]);
+    u[4 * m + 1] = _mm512_unpackhi_epi64(t[4 * m], t[4 * m + 2]);
+    u[4 * m + 2] = _mm512_unpacklo_epi64(t[4 * m + 1], t[4 * m + 3]);
+    u[4 * m + 3] = _mm512_unpackhi_epi64(t[4 * m + 1], t[4 * m + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88);
+    const __m512i x1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
+    _mm512_store_si512(kt + 16 * e, _mm512_shuffle_i32x4(x0, y0, 0x88));
+    _mm512_store_si512(kt + 16 * (4 + e), _mm512_shuffle_i32x4(x1, y1, 0x88));
+    _mm512_store_si512(kt + 16 * (8 + e), _mm512_shuffle_i32x4(x0, y0, 0xdd));
+    _mm512_store_si512(kt + 16 * (12 + e), _mm512_shuffle_i32x4(x1, y1, 0xdd));
+  }
+}
+
+// Scores of PAIR_GEMM_BLOCK queries (qp: their bfloat16 pairs, rows of `words` = d/2) over the 16
+// keys of kt (d/2 rows of 16 words: word c of key t in lane t), one VDPBF16PS per word row and
+// query (the query's pair broadcast): sc row r gets scale * the dots at [0, 16).
+static inline void scores_pairs_block(const uint32_t* qp, int64_t words, const uint32_t* kt,
+                                      float scale, float* sc, int64_t ldsc) {
+  vf acc[PAIR_GEMM_BLOCK];
+  for (int r = 0; r < PAIR_GEMM_BLOCK; ++r) acc[r] = vzero();
+  for (int64_t c = 0; c < words; ++c) {
+    const __m512bh kv = (__m512bh)_mm512_load_si512(kt + 16 * c);
+    for (int r = 0; r < PAIR_GEMM_BLOCK; ++r)
+      acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)qp[r * words + c]), kv);
+  }
+  for (int r = 0; r < PAIR_GEMM_BLOCK; ++r) vstore(sc + r * ldsc, vmul(vset1(scale), acc[r]));
+}
+
+// The scores sc (nq, len) of nq = (h1 - h0) * g query heads (q (hq, d), bfloat16 values, from
+// head q0 = h0 * g) over the keys [0, len / 16 * 16) of KV heads [h0, h1), for groups of
+// requests sharing the keys (g >= PAIR_GEMM_QUERIES): each 16-key block's K rows transposed
+// into word rows once per head, then a small matrix product per PAIR_GEMM_BLOCK queries, no
+// per-key reductions (dots_keys_pairs reduces 16 lanes per key and query). The same products
+// as dots_keys_pairs, summed in another order. Returns the keys done (0 without memory). qp
+// and pad are this call's, freed before it returns.
+static int64_t scores_pairs_gemm(const float* q, int64_t g, int64_t h0, int64_t h1,
+                                 const uint16_t* k_buf, const int32_t* slots, int64_t len,
+                                 int64_t slot_len, int64_t d, float scale, float* sc) {
+  const int64_t nq = (h1 - h0) * g, q0 = h0 * g, words = d / 2;
+  const int64_t nqp = nq + PAIR_GEMM_BLOCK;  // a head's last block reads up to 7 rows past it
+  uint32_t* qp = (uint32_t*)aligned_alloc(64, sizeof(uint32_t) * (size_t)(nqp * words + 16));
+  float* pad = (float*)aligned_alloc(64, sizeof(float) * PAIR_GEMM_BLOCK * 16);
+  if (!qp || !pad) {
+    free(qp);
+    free(pad);
+    return 0;
+  }
+  for (int64_t j = 0; j < nqp; ++j)  // exact: q holds bfloat16 values; rows past nq are 0
+    for (int64_t c = 0; c < words; c += 8)
+      _mm256_storeu_si256(
+          (__m256i*)(qp + j * words + c),
+          j < nq ? (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(q + (q0 + j) * d + 2 * c))
+                 : _mm256_setzero_si256());
+  uint32_t kt[64 * 16] __attribute__((aligned(64)));  // words <= 64 (d <= 128)
+  int64_t l = 0;
+  for (; l + 16 <= len; l += 16) {
+    for (int64_t h = h0; h < h1; ++h) {
+      const uint16_t* kh = k_buf + h * KV_ROW(d);
+      for (int64_t c0 = 0; c0 < words; c0 += 16) {  // (words is a multiple of 16)
+        __m512i r[16];
+        for (int t = 0; t < 16; ++t)
+          r[t] = _mm512_loadu_si512(kh + (int64_t)slots[l + t] * slot_len + 2 * c0);
+        transpose_words_16(r, kt + 16 * c0);
+      }
+      const int64_t j0 = (h - h0) * g;
+      for (int64_t r = 0; r < g; r += PAIR_GEMM_BLOCK) {
+        const uint32_t* qb = qp + (j0 + r) * words;
+        if (r + PAIR_GEMM_BLOCK <= g) {
+          scores_pairs_block(qb, words, kt, scale, sc + (j0 + r) * len + l, len);
+          continue;
+        }
+        scores_pairs_block(qb, words, kt, scale, pad, 16);  // (rows past g: the next head's)
+        for (int64_t i = 0; i < g - r; ++i)
+          memcpy(sc + (j0 + r + i) * len + l, pad + 16 * i, sizeof(float) * 16);
+      }
+    }
+  }
+  free(qp);
+  free(pad);
+  return l;
 }
 
 // Rows of float32 probabilities holding bfloat16 values (rounded), converted in place to

@@ -83,10 +83,12 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 # (9, 3, 64) SmolLM2; (2, 1, 128), (12, 2, 128): VDPBF16PS rows of 128, six query heads per
-# KV head in passes; (4, 1, 96), (8, 2, 32): the float32 loops (96) and one pair vector (32).
+# KV head in passes; (4, 1, 96), (8, 2, 32): the float32 loops (96) and one pair vector (32);
+# (14, 2, 64): seven query heads per KV head, a request's own scores as a matrix product
+# (attention_pairs.h's scores_pairs_gemm, which the groups of a shared prefix take too).
 # Batches: one per request (7 x 250: one part each), split key ranges (1 x 3000, 3 x 2100), a
 # shared prefix (cascade: 5 x 400 over 300; group product: 8 x 600 over 530 at 9:3).
-HEADS = [(9, 3, 64), (2, 1, 128), (12, 2, 128), (4, 1, 96), (8, 2, 32)]
+HEADS = [(9, 3, 64), (2, 1, 128), (12, 2, 128), (4, 1, 96), (8, 2, 32), (14, 2, 64)]
 BATCHES = [(7, 250, 0), (1, 3000, 0), (3, 2100, 0), (5, 400, 300), (8, 600, 530)]
 
 
