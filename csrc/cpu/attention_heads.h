@@ -79,6 +79,18 @@ static void attend_heads(const float* q, float* out, int64_t g, int64_t h0, int6
                  vmul(vset1(scale), dots_keys_pairs(q + (q0 + j) * d, k_buf + h * KV_ROW(d),
                                                     slots + l0, slot_len, d)));
     }
+    if (l0 < len) {  // the last len % 16 keys: a block padded with the last key, cut at store
+      int32_t tail[16];
+      const int32_t* ks = block_slots(slots + l0, len - l0, tail);
+      const __mmask16 keep = (__mmask16)((1u << (len - l0)) - 1);
+      for (int64_t h = h0, j = 0; h < h1; ++h)
+        for (int64_t r = 0; r < g; ++r, ++j)
+          _mm512_mask_storeu_ps(
+              sc + j * len + l0, keep,
+              vmul(vset1(scale),
+                   dots_keys_pairs(q + (q0 + j) * d, k_buf + h * KV_ROW(d), ks, slot_len, d)));
+      l0 = len;
+    }
   }
 #endif
 #if defined(RT_VEC)

@@ -96,11 +96,21 @@ static inline void transpose_words_16(const __m512i r[16], uint32_t* kt) {
   }
 }
 
-// Scores of PAIR_GEMM_BLOCK queries (qp: their bfloat16 pairs, rows of `words` = d/2) over the 16
-// keys of kt (d/2 rows of 16 words: word c of key t in lane t), one VDPBF16PS per word row and
-// query (the query's pair broadcast): sc row r gets scale * the dots at [0, 16).
+// The 16 slots from slots[0]: slots[0 .. n), then slots[n - 1] again (a short last block's
+// keys padded with its last key: their lanes are computed and not stored).
+static inline const int32_t* block_slots(const int32_t* slots, int64_t n, int32_t tail[16]) {
+  if (n >= 16) return slots;
+  for (int64_t t = 0; t < 16; ++t) tail[t] = slots[t < n ? t : n - 1];
+  return tail;
+}
+
+// Scores of PAIR_GEMM_BLOCK queries (qp: their bfloat16 pairs, rows of `words` = d/2) over the
+// 16 keys of kt (d/2 rows of 16 words: word c of key t in lane t), one VDPBF16PS per word row
+// and query (the query's pair broadcast): the first `rows` rows of sc (ldsc apart) get scale *
+// the dots in the lanes of `keep`.
 static inline void scores_pairs_block(const uint32_t* qp, int64_t words, const uint32_t* kt,
-                                      float scale, float* sc, int64_t ldsc) {
+                                      float scale, float* sc, int64_t ldsc, int64_t rows,
+                                      __mmask16 keep) {
   vf acc[PAIR_GEMM_BLOCK];
   for (int r = 0; r < PAIR_GEMM_BLOCK; ++r) acc[r] = vzero();
   for (int64_t c = 0; c < words; ++c) {
@@ -108,28 +118,24 @@ static inline void scores_pairs_block(const uint32_t* qp, int64_t words, const u
     for (int r = 0; r < PAIR_GEMM_BLOCK; ++r)
       acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)qp[r * words + c]), kv);
   }
-  for (int r = 0; r < PAIR_GEMM_BLOCK; ++r) vstore(sc + r * ldsc, vmul(vset1(scale), acc[r]));
+  for (int r = 0; r < rows; ++r)
+    _mm512_mask_storeu_ps(sc + r * ldsc, keep, vmul(vset1(scale), acc[r]));
 }
 
 // The scores sc (nq, len) of nq = (h1 - h0) * g query heads (q (hq, d), bfloat16 values, from
-// head q0 = h0 * g) over the keys [0, len / 16 * 16) of KV heads [h0, h1), for groups of
-// requests sharing the keys (g >= PAIR_GEMM_QUERIES): each 16-key block's K rows transposed
-// into word rows once per head, then a small matrix product per PAIR_GEMM_BLOCK queries, no
-// per-key reductions (dots_keys_pairs reduces 16 lanes per key and query). The same products
-// as dots_keys_pairs, summed in another order. Returns the keys done (0 without memory). qp
-// and pad are this call's, freed before it returns.
+// head q0 = h0 * g) over `len` keys of KV heads [h0, h1), for many queries per KV head (g >=
+// PAIR_GEMM_QUERIES): each 16-key block's K rows transposed into word rows once per head, then
+// a small matrix product per PAIR_GEMM_BLOCK queries, no per-key reductions (dots_keys_pairs
+// reduces 16 lanes per key and query). The same products as dots_keys_pairs, summed in another
+// order. Returns the keys done: len, or 0 without memory. qp is this call's, freed before it
+// returns.
 static int64_t scores_pairs_gemm(const float* q, int64_t g, int64_t h0, int64_t h1,
                                  const uint16_t* k_buf, const int32_t* slots, int64_t len,
                                  int64_t slot_len, int64_t d, float scale, float* sc) {
   const int64_t nq = (h1 - h0) * g, q0 = h0 * g, words = d / 2;
   const int64_t nqp = nq + PAIR_GEMM_BLOCK;  // a head's last block reads up to 7 rows past it
   uint32_t* qp = (uint32_t*)aligned_alloc(64, sizeof(uint32_t) * (size_t)(nqp * words + 16));
-  float* pad = (float*)aligned_alloc(64, sizeof(float) * PAIR_GEMM_BLOCK * 16);
-  if (!qp || !pad) {
-    free(qp);
-    free(pad);
-    return 0;
-  }
+  if (!qp) return 0;
   for (int64_t j = 0; j < nqp; ++j)  // exact: q holds bfloat16 values; rows past nq are 0
     for (int64_t c = 0; c < words; c += 8)
       _mm256_storeu_si256(
@@ -137,32 +143,27 @@ static int64_t scores_pairs_gemm(const float* q, int64_t g, int64_t h0, int64_t 
           j < nq ? (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(q + (q0 + j) * d + 2 * c))
                  : _mm256_setzero_si256());
   uint32_t kt[64 * 16] __attribute__((aligned(64)));  // words <= 64 (d <= 128)
-  int64_t l = 0;
-  for (; l + 16 <= len; l += 16) {
+  int32_t tail[16];
+  for (int64_t l = 0; l < len; l += 16) {
+    const int64_t n = len - l < 16 ? len - l : 16;
+    const __mmask16 keep = (__mmask16)((1u << n) - 1);
+    const int32_t* ks = block_slots(slots + l, n, tail);
     for (int64_t h = h0; h < h1; ++h) {
       const uint16_t* kh = k_buf + h * KV_ROW(d);
       for (int64_t c0 = 0; c0 < words; c0 += 16) {  // (words is a multiple of 16)
         __m512i r[16];
         for (int t = 0; t < 16; ++t)
-          r[t] = _mm512_loadu_si512(kh + (int64_t)slots[l + t] * slot_len + 2 * c0);
+          r[t] = _mm512_loadu_si512(kh + (int64_t)ks[t] * slot_len + 2 * c0);
         transpose_words_16(r, kt + 16 * c0);
       }
       const int64_t j0 = (h - h0) * g;
-      for (int64_t r = 0; r < g; r += PAIR_GEMM_BLOCK) {
-        const uint32_t* qb = qp + (j0 + r) * words;
-        if (r + PAIR_GEMM_BLOCK <= g) {
-          scores_pairs_block(qb, words, kt, scale, sc + (j0 + r) * len + l, len);
-          continue;
-        }
-        scores_pairs_block(qb, words, kt, scale, pad, 16);  // (rows past g: the next head's)
-        for (int64_t i = 0; i < g - r; ++i)
-          memcpy(sc + (j0 + r + i) * len + l, pad + 16 * i, sizeof(float) * 16);
-      }
+      for (int64_t r = 0; r < g; r += PAIR_GEMM_BLOCK)  // (rows past g: not stored)
+        scores_pairs_block(qp + (j0 + r) * words, words, kt, scale, sc + (j0 + r) * len + l, len,
+                           g - r < PAIR_GEMM_BLOCK ? g - r : PAIR_GEMM_BLOCK, keep);
     }
   }
   free(qp);
-  free(pad);
-  return l;
+  return len;
 }
 
 // Rows of float32 probabilities holding bfloat16 values (rounded), converted in place to
