@@ -34,6 +34,12 @@ def test_disable_env_and_cache_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert cpu_build.library_path(cc, "avx2") != path  # other flags: another library
 
 
+def test_the_cache_key_covers_every_source() -> None:
+    """Every C file and header under csrc/cpu is hashed into the library's cache key."""
+    on_disk = {p.name for p in cpu_build.CPU_SRC_DIR.iterdir() if p.suffix in (".c", ".h")}
+    assert on_disk == {*cpu_build.CPU_SOURCES, *cpu_build.CPU_HEADERS}
+
+
 def test_unknown_or_unsupported_isa_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RADIXRT_CPU_ISA", "sse9")
     with pytest.raises(ValueError, match="RADIXRT_CPU_ISA must be auto or one of"):

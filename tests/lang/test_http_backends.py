@@ -96,5 +96,5 @@ def test_openai_compatible_sends_a_prediction(lang_server) -> None:
         lambda s, p=None: s.__iadd__(ask + "\n" + rt.gen("x", max_tokens=8, prediction=p))
     )
     first = text.run(backend=backend, temperature=0)
-    again = text.run(p=first["x"], backend=backend, temperature=0)  # on /completions
-    assert again["x"] == first["x"] and again.get_meta_info("x")["prediction_accepted_tokens"] > 0
+    again = text.run(p=first["x"], backend=backend, temperature=0)  # /completions: left out
+    assert again["x"] == first["x"] and "prediction_accepted_tokens" not in again.get_meta_info("x")

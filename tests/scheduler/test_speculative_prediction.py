@@ -12,6 +12,7 @@ from test_speculative import _build, _check, _fresh, _prompt, _req, _run
 from radixrt.core import SamplingParams
 from radixrt.scheduler.speculative.prediction import (
     PREDICTION_DRAFT_TOKENS,
+    RECENT_PREDICTION_TOKENS,
     RECENT_PREDICTIONS,
     PredictionIndex,
 )
@@ -173,6 +174,12 @@ def test_samples_with_one_prediction_share_its_positions(off) -> None:
         drafter._index([i, i + 1])
     assert len(drafter._recent) == RECENT_PREDICTIONS
     assert tuple(predicted) not in drafter._recent
+    half = RECENT_PREDICTION_TOKENS // 2
+    drafter._index([1] * half)
+    drafter._index([2] * half)  # the two fill the budget: every short one before goes
+    assert [len(k) for k in drafter._recent] == [half, half]
+    drafter._index([3] * (RECENT_PREDICTION_TOKENS + 1))  # too long to keep: built, not kept
+    assert drafter._recent_tokens == 2 * half == sum(len(k) for k in drafter._recent)
 
 
 def _req_sampled(rid, ids, n, **params):

@@ -98,7 +98,8 @@ def test_native_prediction_text_and_completions(tiny_server) -> None:
         )
         assert r.status_code == 200, r.text
         assert r.json()["text"] == text
-        assert r.json()["meta_info"]["prediction_accepted_tokens"] > 20, r.json()["meta_info"]
+        # (how deep each step drafts follows the measured pass times: not a fixed count)
+        assert r.json()["meta_info"]["prediction_accepted_tokens"] >= 8, r.json()["meta_info"]
     # One sampling dict for a list of prompts: each prompt drafts from the same prediction.
     r = tiny_server.post(
         "/generate", json={"text": prompts, "sampling_params": {**sp, "prediction": texts[0]}}
@@ -113,7 +114,7 @@ def test_native_prediction_text_and_completions(tiny_server) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["text"] == texts[0]
     details = r.json()["usage"]["completion_tokens_details"]
-    assert details["accepted_prediction_tokens"] > 20, r.json()["usage"]
+    assert details["accepted_prediction_tokens"] >= 8, r.json()["usage"]
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,9 @@
 Plain text goes to /v1/completions; a program that uses roles goes to /v1/chat/completions
 with its messages (the server applies its own template), so a `gen` in a role must be the
 whole of an assistant message. The OpenAI API has no prompt scoring, regex or JSON-schema
-decoding in common, so `select`, `regex` and `json_schema` raise NotSupportedError.
+decoding in common, so `select`, `regex` and `json_schema` raise NotSupportedError. A gen's
+`prediction` goes with chat requests (OpenAI's predicted output, a speed hint); plain-text
+gens leave it out, as /v1/completions has no such field in OpenAI's API.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ class OpenAICompatible(BaseBackend):
 
     def chat(self, messages: list[Message], params: dict[str, Any]) -> Result:
         body = {**self._body(params), "messages": messages}
+        if params.get("prediction"):  # OpenAI's predicted output (chat completions only)
+            body["prediction"] = {"type": "content", "content": params["prediction"]}
         return self._result(self.http.post("/chat/completions", body), "message")
 
     def cache_prefix(self, text: str) -> None:
@@ -99,9 +103,6 @@ class OpenAICompatible(BaseBackend):
                 )
         body: dict[str, Any] = {"model": self.model}
         body.update({_FIELDS[k]: v for k, v in params.items() if k in _FIELDS})
-        if params.get("prediction"):  # OpenAI's predicted output (chat; an extension on
-            # /completions, which radixrt takes and a server that does not may ignore)
-            body["prediction"] = {"type": "content", "content": params["prediction"]}
         return body
 
     @staticmethod

@@ -54,9 +54,11 @@ CPU_SOURCES = (
     *(f"{src}_kv{kv}.c" for kv in ("bf16", "e4m3", "e5m2")
       for src in ("attention", "attention_shared", "extend_attention")),
 )  # fmt: skip
+# Every header of csrc/cpu (the library's cache key hashes them: one left out would let a
+# change to it reuse a stale build; tests/kernels/test_cpu_build.py checks the list).
 CPU_HEADERS = (
     "rt_cpu.h", "simd.h", "kv.h", "fp8.h", "attention_rows.h", "attention_heads.h", "amx_tiles.h",
-    "extend_bf16_layout.h", "bf16_pairs.h",
+    "extend_bf16_layout.h", "bf16_pairs.h", "attention_pairs.h",
 )  # fmt: skip
 CFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 # Best first. On a Zen 5 the avx512bf16 variant's bfloat16 GEMM beat the avx512 panels at 1-64

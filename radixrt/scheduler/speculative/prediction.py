@@ -37,7 +37,10 @@ PREDICTION_NGRAM_MAX = 4  # the longest output suffix matched in the prediction
 # Occurrences of the output's last token tried on each side of the cursor: a token frequent
 # in the prediction (a newline, an indent) is matched near where the output stands.
 CANDIDATES = 64
-RECENT_PREDICTIONS = 8  # predictions whose positions are kept for the next request
+# Predictions whose positions are kept for the next request, the latest first: at most this
+# many, holding at most RECENT_PREDICTION_TOKENS tokens in all (one longer is not kept).
+RECENT_PREDICTIONS = 8
+RECENT_PREDICTION_TOKENS = 65536
 
 
 def positions_after(tokens: list[int]) -> dict[int, list[int]]:
@@ -119,6 +122,7 @@ class PredictedDrafter(BaseDrafter):
         # The positions of the predictions indexed last (the samples of n and a client's
         # repeated requests carry the same one): built once, read by each request's index.
         self._recent: OrderedDict[tuple[int, ...], dict[int, list[int]]] = OrderedDict()
+        self._recent_tokens = 0  # the tokens of _recent's keys
 
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         draft = self._predicted(req, max_tokens)
@@ -181,10 +185,14 @@ class PredictedDrafter(BaseDrafter):
         """A new index (its own cursor) over positions shared with the recent ones."""
         key = tuple(tokens)
         after = self._recent.get(key)
-        if after is None:
-            after = self._recent[key] = positions_after(tokens)
-            if len(self._recent) > RECENT_PREDICTIONS:
-                self._recent.popitem(last=False)
-        else:
+        if after is not None:
             self._recent.move_to_end(key)
+            return PredictionIndex(tokens, after=after)
+        after = positions_after(tokens)
+        if len(key) <= RECENT_PREDICTION_TOKENS:
+            self._recent[key] = after
+            self._recent_tokens += len(key)
+            while (len(self._recent) > RECENT_PREDICTIONS
+                   or self._recent_tokens > RECENT_PREDICTION_TOKENS):  # fmt: skip
+                self._recent_tokens -= len(self._recent.popitem(last=False)[0])
         return PredictionIndex(tokens, after=after)

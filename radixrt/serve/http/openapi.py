@@ -16,8 +16,8 @@ _REF = "#/components/schemas/{name}"
 
 
 def sampling_params_struct() -> type[msgspec.Struct]:
-    """A struct with SamplingParams' fields and aliases (documentation only: the server
-    validates sampling dicts with SamplingParams.from_dict)."""
+    """A struct with SamplingParams' fields, aliases and `prediction` (documentation only: the
+    server validates sampling dicts with SamplingParams.from_dict)."""
     fields: list[tuple[str, Any, Any]] = []
     hints: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
@@ -32,6 +32,8 @@ def sampling_params_struct() -> type[msgspec.Struct]:
         fields.append((f.name, kind, default))
     for alias, target in SAMPLING_ALIASES.items():
         fields.append((alias, hints[target], defaults[target]))
+    # A predicted output as text, tokenized into prediction_ids at the edge (with_prediction_ids)
+    fields.append(("prediction", str | None, None))
     return msgspec.defstruct("SamplingParams", fields, kw_only=True, forbid_unknown_fields=True)
 
 
