@@ -122,7 +122,6 @@ class PredictedDrafter(BaseDrafter):
         # The positions of the predictions indexed last (the samples of n and a client's
         # repeated requests carry the same one): built once, read by each request's index.
         self._recent: OrderedDict[tuple[int, ...], dict[int, list[int]]] = OrderedDict()
-        self._recent_tokens = 0  # the tokens of _recent's keys
 
     def propose(self, req: Req, max_tokens: int) -> list[int]:
         draft = self._predicted(req, max_tokens)
@@ -191,8 +190,12 @@ class PredictedDrafter(BaseDrafter):
         after = positions_after(tokens)
         if len(key) <= RECENT_PREDICTION_TOKENS:
             self._recent[key] = after
-            self._recent_tokens += len(key)
             while (len(self._recent) > RECENT_PREDICTIONS
                    or self._recent_tokens > RECENT_PREDICTION_TOKENS):  # fmt: skip
-                self._recent_tokens -= len(self._recent.popitem(last=False)[0])
+                self._recent.popitem(last=False)
         return PredictionIndex(tokens, after=after)
+
+    @property
+    def _recent_tokens(self) -> int:
+        """The tokens of the recent predictions kept (at most RECENT_PREDICTIONS keys)."""
+        return sum(len(key) for key in self._recent)

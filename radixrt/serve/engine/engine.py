@@ -193,19 +193,16 @@ class Engine:
         else:
             single = bool(input_ids) and isinstance(input_ids[0], int)
             id_lists = [list(input_ids)] if single else [list(x) for x in input_ids]
+        if isinstance(sampling_params, list) and len(sampling_params) != len(id_lists):
+            raise ValueError(f"{len(sampling_params)} sampling_params for {len(id_lists)} prompts")
+        # Validated (a predicted output given as text tokenized) once per dict given.
         params = (
-            sampling_params
+            [self._sampling_params(p) for p in sampling_params]
             if isinstance(sampling_params, list)
-            else [sampling_params] * len(id_lists)
+            else [self._sampling_params(sampling_params)] * len(id_lists)
         )
-        if len(params) != len(id_lists):
-            raise ValueError(f"{len(params)} sampling_params for {len(id_lists)} prompts")
         outs: list[RequestOutput] = []
-        resolved: dict[int, SamplingParams] = {}  # one dict for every prompt: tokenized once
-        for ids, p in zip(id_lists, params):
-            if id(p) not in resolved:  # a predicted output given as text: its ids
-                resolved[id(p)] = SamplingParams.from_dict(with_prediction_ids(p, self._encode))
-            sp = resolved[id(p)]
+        for ids, sp in zip(id_lists, params):
             if logprob_args:
                 sp = SamplingParams.from_dict({**sp.to_dict(), **logprob_args})
             self._check_grammar(sp)
@@ -219,6 +216,10 @@ class Engine:
                 self._outputs.pop(out.state.rid, None)
             raise RuntimeError("the engine's scheduler failed") from self._error
         return outs, single
+
+    def _sampling_params(self, p: Any) -> SamplingParams:
+        """`p` validated, a predicted output given as text (`prediction`) as its ids."""
+        return SamplingParams.from_dict(with_prediction_ids(p, self._encode))
 
     def _encode(self, text: str) -> list[int]:
         """Text within a prompt (a predicted output): its ids, no special tokens added."""

@@ -90,9 +90,15 @@ def prepare_generate(
         prompts = [prefix + p[c:] for p, c in zip(prompts, cut, strict=True)]
     check_id(req.extra_key, "extra_key")
     raw = req.sampling_params
-    dicts = raw if isinstance(raw, list) else [raw or {}] * len(prompts)
-    if len(dicts) != len(prompts):
-        raise BadRequestError(f"{len(dicts)} sampling_params for {len(prompts)} prompts")
+    if isinstance(raw, list) and len(raw) != len(prompts):
+        raise BadRequestError(f"{len(raw)} sampling_params for {len(prompts)} prompts")
+    # A predicted output given as text becomes its ids here: once per dict, before one dict
+    # stands for every prompt.
+    dicts = (
+        [resolve_prediction(d, tokenizer, limits) for d in raw]
+        if isinstance(raw, list)
+        else [resolve_prediction(raw or {}, tokenizer, limits)] * len(prompts)
+    )
     rids = [req.rid] if isinstance(req.rid, str) else req.rid
     if rids is not None and len(rids) != len(prompts):
         raise BadRequestError(f"{len(rids)} rids for {len(prompts)} prompts")
@@ -103,12 +109,8 @@ def prepare_generate(
         for k in ("return_logprob", "logprob_start_len", "top_logprobs_num")
         if (v := getattr(req, k)) is not _UNSET
     }
-    resolved: dict[int, dict[str, Any]] = {}  # one dict for every prompt: tokenized once
     params = []
     for ids, d in zip(prompts, dicts, strict=True):
-        if id(d) not in resolved:  # a predicted output given as text: its ids
-            resolved[id(d)] = resolve_prediction(d, tokenizer, limits)
-        d = resolved[id(d)]
         explicit_max = "max_new_tokens" in d or "max_tokens" in d
         sp = to_sampling_params({**d, **logprob_args})
         params.append(fit_to_context(ids, sp, limits, explicit_max))
