@@ -33,7 +33,8 @@ def gen(
     stop_token_ids, temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty,
     repetition_penalty, seed, ignore_eos, return_logprob, top_logprobs_num, regex,
     json_schema, prediction (the text the output will mostly repeat: a speed hint that
-    changes nothing else). `dtype` (int, float, bool, str) constrains the output to that type and
+    changes nothing else), logit_bias ({token id: value in [-100, 100]} added to the
+    logits). `dtype` (int, float, bool, str) constrains the output to that type and
     stores the parsed value; `choices` makes this a `select`; `tools` a `tool_call`.
     """
     if choices is not None:

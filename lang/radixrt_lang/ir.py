@@ -43,6 +43,8 @@ class SamplingParams:
     # The text the output is expected to repeat for the most part (a file being edited):
     # drafted from for speculative decoding, the output the same with or without it.
     prediction: str | None = None
+    # OpenAI's logit_bias: token id -> a value in [-100, 100] added to its logit.
+    logit_bias: dict[int, float] | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

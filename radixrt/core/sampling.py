@@ -100,6 +100,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # decoding drafts from them (scheduler/speculative/prediction.py); the output is what it
     # would be without them, token for token, only sooner where they match.
     prediction_ids: list[int] = []
+    # OpenAI's logit_bias: token id -> a value in [-100, 100] added to that token's logit
+    # before the penalties, every other step of sampling and the grammar's -inf (which stays
+    # -inf); logprobs still come from the model's own logits. JSON keys are strings of ids.
+    logit_bias: dict[int, float] = {}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -139,9 +143,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         """
         for name, ok, why in value_checks(self):
             if not ok:
-                raise ValueError(
-                    f"invalid sampling parameter {name}={getattr(self, name)!r}: {why}"
-                )
+                shown = repr(getattr(self, name))
+                if len(shown) > 200:  # a long list or map: its start names it well enough
+                    shown = shown[:200] + "..."
+                raise ValueError(f"invalid sampling parameter {name}={shown}: {why}")
         specs = [s for s in (self.regex, self.json_schema, self.ebnf) if s is not None]
         if len(specs) > 1:
             raise ValueError("at most one of regex, json_schema and ebnf may be given")
@@ -166,6 +171,9 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         bad = next((t for t in self.prediction_ids if t >= vocab_size), None)
         if bad is not None:
             return f"prediction token id {bad} is outside the vocabulary [0, {vocab_size})"
+        bad = next((t for t in self.logit_bias if t >= vocab_size), None)
+        if bad is not None:
+            return f"logit_bias token id {bad} is outside the vocabulary [0, {vocab_size})"
         if self.logprob_start_len >= prompt_len > 0:
             return (
                 f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "

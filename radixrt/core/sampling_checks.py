@@ -13,6 +13,7 @@ import msgspec
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TEMPERATURE_RANGE = (0.0, 100.0)  # 0 is greedy (README.md lists the ranges)
 REPETITION_PENALTY_RANGE = (0.01, 100.0)
+LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 all but bans a token, 100 all but forces it
 _KIND_CHECKS = {
     "bool": lambda v: isinstance(v, bool),
     "int": lambda v: type(v) is int,
@@ -41,6 +42,8 @@ def normalized(kwargs: dict[str, Any]) -> dict[str, Any]:
     for name in ("stop_token_ids", "prediction_ids"):
         if name in out and out[name] is None:
             out[name] = []
+    if "logit_bias" in out:
+        out["logit_bias"] = _bias_by_id(out["logit_bias"])
     schema = out.get("json_schema")
     if schema is not None and not isinstance(schema, str):
         try:
@@ -49,6 +52,27 @@ def normalized(kwargs: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"invalid sampling parameter json_schema: {e}") from None
     if out.get("top_k") == 0:
         out["top_k"] = -1
+    return out
+
+
+def _bias_by_id(bias: Any) -> Any:
+    """logit_bias with its keys as ints: JSON's strings of decimal digits ("50256") taken as the
+    ids they spell; None as {}. ValueError names a key that is no token id; a value that is no
+    dict is left for `value_checks` to refuse."""
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict):
+        return bias
+    out: dict[Any, Any] = {}
+    for key, value in bias.items():
+        if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 19:
+            key = int(key)
+        if type(key) is not int:
+            raise ValueError(
+                f"invalid sampling parameter logit_bias: key {key!r} is not a token id "
+                "(an integer, or a string of one)"
+            )
+        out[key] = value
     return out
 
 
@@ -68,6 +92,7 @@ def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
     checked already (`check_kind`)."""
     lo_t, hi_t = TEMPERATURE_RANGE
     lo_r, hi_r = REPETITION_PENALTY_RANGE
+    lo_b, hi_b = LOGIT_BIAS_RANGE
     return [
         (
             "max_new_tokens",
@@ -137,6 +162,13 @@ def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
             "prediction_ids",
             isinstance(sp.prediction_ids, list) and all(_is_int(t, 0) for t in sp.prediction_ids),
             f"must be a list of token ids (integers in [0, {INT64_MAX}])",
+        ),
+        (
+            "logit_bias",
+            isinstance(sp.logit_bias, dict)
+            and all(_is_int(t, 0) for t in sp.logit_bias)
+            and all(_is_num(v) and lo_b <= v <= hi_b for v in sp.logit_bias.values()),
+            f"must map token ids to numbers in [{lo_b:g}, {hi_b:g}]",
         ),
         ("ignore_eos", isinstance(sp.ignore_eos, bool), "must be a boolean"),
         ("n", _is_int(sp.n, 1), f"must be an integer in [1, {INT64_MAX}]"),

@@ -1,4 +1,5 @@
-"""Logit penalties applied before sampling: repetition, frequency, presence, min_new_tokens.
+"""Logit adjustments applied before sampling: logit_bias, then the repetition, frequency and
+presence penalties, then the min_new_tokens ban on stop tokens.
 
 Work is proportional to the tokens penalized, not to B x V: token lists become flat indices
 `row * V + token_id` into the (B, V) logits, and each penalty is one gather/scatter.
@@ -20,18 +21,22 @@ FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 def apply_penalties(
     logits: torch.Tensor, reqs: list[Req], eos_token_ids: list[int]
 ) -> torch.Tensor:
-    """Penalize (B, V) logits and ban stop tokens before min_new_tokens; never writes `logits`.
+    """Bias and penalize (B, V) logits and ban stop tokens before min_new_tokens; never
+    writes `logits`.
 
     Returns a new tensor when any row is affected, else `logits` itself.
     """
+    bias_rows = [i for i, r in enumerate(reqs) if r.sampling_params.logit_bias]
     rep_rows = [i for i, r in enumerate(reqs) if r.sampling_params.repetition_penalty != 1.0]
     freq_rows = [i for i, r in enumerate(reqs) if r.output_ids and _has_output_penalty(r)]
     ban_rows = [
         i for i, r in enumerate(reqs) if len(r.output_ids) < r.sampling_params.min_new_tokens
     ]
-    if not (rep_rows or freq_rows or ban_rows):
+    if not (bias_rows or rep_rows or freq_rows or ban_rows):
         return logits
     out = logits.clone(memory_format=torch.contiguous_format)  # (B, V) float32
+    if bias_rows:
+        _apply_bias(out, [reqs[i] for i in bias_rows], bias_rows)
     if rep_rows:
         _apply_repetition(out, [reqs[i] for i in rep_rows], rep_rows)
     if freq_rows:
@@ -62,6 +67,26 @@ def _flat_keys(
 def _per_token(logits: torch.Tensor, values: list[float], owner: np.ndarray) -> torch.Tensor:
     """Broadcast one value per row to its tokens: (N,) float32 on the logits' device."""
     return torch.from_numpy(np.asarray(values, dtype=np.float32)[owner]).to(logits.device)
+
+
+def _apply_bias(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
+    """OpenAI's logit_bias: logit += bias[token] for each listed token (ids past the
+    vocabulary are refused at admission and skipped here; keys are distinct, so each is added
+    once). A -inf logit (masked by a grammar) stays -inf; a finite one stays finite."""
+    biases = [r.sampling_params.logit_bias for r in reqs]
+    lens = [len(b) for b in biases]
+    vocab = logits.shape[1]
+    tokens = np.fromiter(itertools.chain.from_iterable(biases), dtype=np.int64, count=sum(lens))
+    values = np.fromiter(
+        itertools.chain.from_iterable(b.values() for b in biases), dtype=np.float32, count=sum(lens)
+    )
+    owner = np.repeat(np.asarray(rows, dtype=np.int64), lens)  # (N,) the row of each entry
+    valid = (tokens >= 0) & (tokens < vocab)
+    keys = torch.from_numpy(owner[valid] * vocab + tokens[valid]).to(logits.device)
+    flat = logits.view(-1)
+    old = flat[keys]
+    new = old + torch.from_numpy(values[valid]).to(logits.device)
+    flat[keys] = torch.where(old.isinf(), old, new.clamp(-FLOAT32_MAX, FLOAT32_MAX))
 
 
 def _apply_repetition(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:

@@ -1,15 +1,16 @@
 """Sampler: next tokens (and logprobs) for a batch from its (B, V) last-position logits.
 
-Per row: penalties (penalties.py), then greedy argmax, or temperature, top_k, top_p (over the top-k
-mass when both are set), min_p and a draw (draws.py). Every draw is inverse-CDF sampling with one
-uniform per row, so a seeded row consumes exactly one number from `req.generator` per step and its
-tokens do not depend on the batch (on GPU, up to the float order of scatter_add's sums). Ties at a
-cut: top_p and min_p keep every tied token; top_k keeps k of them, unspecified which. A grammar's
-vocabulary mask (a bitmask per row) sets disallowed logits to -inf before the penalties (so the
-min_new_tokens ban sees it), for the whole batch in one step; logprobs still come from the raw
-logits. Non-finite logits are tamed first (NaN -> -inf, +inf -> the largest float) and every row is
-shifted by its max before the temperature divides it, so no row's probabilities overflow; a row with
-no finite logit left samples nothing (id -1).
+Per row: logit_bias and penalties (penalties.py), then greedy argmax, or temperature, top_k,
+top_p (over the top-k mass when both are set), min_p and a draw (draws.py). Every draw is
+inverse-CDF sampling with one uniform per row, so a seeded row consumes exactly one number from
+`req.generator` per step and its tokens do not depend on the batch (on GPU, up to the float
+order of scatter_add's sums). Ties at a cut: top_p and min_p keep every tied token; top_k keeps
+k of them, unspecified which. A grammar's vocabulary mask (a bitmask per row) sets disallowed
+logits to -inf before the penalties (so the min_new_tokens ban sees it), for the whole batch in
+one step; logprobs still come from the raw logits. Non-finite logits are tamed first (NaN ->
+-inf, +inf -> the largest float) and every row is shifted by its max before the temperature
+divides it, so no row's probabilities overflow; a row with no finite logit left samples nothing
+(id -1).
 """
 
 from __future__ import annotations

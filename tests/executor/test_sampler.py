@@ -137,6 +137,33 @@ def test_frequency_and_presence_penalties_use_output_counts() -> None:
     )
 
 
+def test_logit_bias_adds_to_the_listed_tokens_before_the_penalties() -> None:
+    logits = torch.tensor([[2.0, 1.0, -1.0, 0.5], [2.0, 1.0, -math.inf, 0.5]])
+    reqs = [
+        make_req(temperature=0.0, logit_bias={1: 3.0, 3: -100.0}),
+        make_req(temperature=0.0, logit_bias={2: 100.0}, output_ids=[1], presence_penalty=1.0),
+    ]
+    out = apply_penalties(logits, reqs, [EOS])
+    assert torch.allclose(out[0], torch.tensor([2.0, 4.0, -1.0, -99.5]))
+    # A token the grammar masked (-inf) stays masked whatever its bias.
+    assert out[1].tolist() == [2.0, 0.0, -math.inf, 0.5]
+    assert logits[0].tolist() == [2.0, 1.0, -1.0, 0.5]  # not written
+    assert Sampler(4, [EOS]).sample(logits, reqs).next_token_ids == [1, 0]
+    # +100 all but forces a token, sampled or greedy; -100 all but bans it.
+    forced = draw([0.0, 5.0, 3.0, 0.0], n=500, logit_bias={3: 100.0})
+    assert forced == Counter({3: 500})
+    banned = draw([0.0, 5.0, 3.0, 0.0], n=2000, logit_bias={1: -100.0})
+    assert 1 not in banned and banned[2] > 1500
+
+
+def test_logit_bias_leaves_logprobs_the_models() -> None:
+    logits = torch.tensor([[2.0, 1.0, -1.0, 0.5]])
+    req = make_req(temperature=0.0, logit_bias={2: 50.0}, return_logprob=True)
+    out = Sampler(4, [EOS]).sample(logits, [req])
+    assert out.next_token_ids == [2]
+    assert out.logprobs == pytest.approx([torch.log_softmax(logits[0], -1)[2].item()])
+
+
 def test_min_new_tokens_blocks_eos_then_allows_it() -> None:
     logits = torch.tensor([[5.0, 1.0, 4.0, 0.0]])
     sampler = Sampler(4, [EOS])

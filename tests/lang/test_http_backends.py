@@ -98,3 +98,12 @@ def test_openai_compatible_sends_a_prediction(lang_server) -> None:
     first = text.run(backend=backend, temperature=0)
     again = text.run(p=first["x"], backend=backend, temperature=0)  # /completions: left out
     assert again["x"] == first["x"] and "prediction_accepted_tokens" not in again.get_meta_info("x")
+
+
+def test_openai_compatible_sends_logit_bias(lang_server, tokenizer) -> None:
+    backend = rt.OpenAICompatible(lang_server.url, model="default")
+    yes = tokenizer.encode(" yes", add_special_tokens=False)[0]
+    prog = rt.function(lambda s: s.__iadd__("Q: " + rt.gen("x", max_tokens=3)))
+    assert prog.run(backend=backend, temperature=0, logit_bias={yes: 100})["x"] == (
+        tokenizer.decode([yes] * 3)
+    )

@@ -314,3 +314,21 @@ def test_code_edit_example(backend, capsys) -> None:
     example.main(backend)  # asserts the answer is the same with the prediction
     kept = re.search(r"\((\d+) of its (\d+) tokens kept", capsys.readouterr().out)
     assert kept and int(kept.group(1)) > 10, kept
+
+
+def test_logit_bias_pushes_and_bans_tokens(backend, tokenizer) -> None:
+    """logit_bias as a gen's parameter and as a program-wide default (int keys here; the
+    server gets them as JSON strings)."""
+    yes = tokenizer.encode(" yes", add_special_tokens=False)[0]
+    ask = rt.function(lambda s: s.__iadd__("The capital of France is" + rt.gen("x", max_tokens=4)))
+    plain = ask.run(backend=backend, temperature=0)
+    first = tokenizer.encode(plain["x"], add_special_tokens=False)[0]
+    pushed = ask.run(backend=backend, temperature=0, logit_bias={yes: 100})
+    assert pushed["x"] == tokenizer.decode([yes] * 4)
+    banned = ask.run(backend=backend, temperature=0, logit_bias={first: -100})
+    assert banned["x"] != plain["x"]
+    assert first not in tokenizer.encode(banned["x"], add_special_tokens=False)
+    one = rt.function(
+        lambda s: s.__iadd__("Q: " + rt.gen("y", max_tokens=3, logit_bias={yes: 100}))
+    )
+    assert one.run(backend=backend, temperature=0)["y"] == tokenizer.decode([yes] * 3)

@@ -84,3 +84,23 @@ def test_min_new_tokens_bans_stops_on_the_rows_under_it(plain, spec) -> None:
     assert [g.output_ids for g in got] == [r.output_ids for r in ref]
     assert [r.output_ids for r in ref[::2]] == [free[: k + 1] for k in ks]
     assert sum(g.spec_accepted for g in got) > 10
+
+
+def test_logit_bias_on_every_verifying_row(plain, spec) -> None:
+    """A bias that changes the greedy output (the free output's tokens pushed down) gives the
+    same tokens with speculation as without."""
+    _fresh(plain)
+    ids = _repetitive(36)
+    free = _run(plain, [_req("f", ids, 30)])["f"]
+    bias = {free[4]: -100.0, free[9]: -2.0}
+
+    def make():
+        return [
+            _req("a", ids, 30, logit_bias=bias),
+            _req("b", _prompt(37, 20), 30, logit_bias=bias),
+        ]
+
+    ref, got = _pair(plain, spec, make)
+    assert [g.output_ids for g in got] == [r.output_ids for r in ref]
+    assert ref[0].output_ids != free and free[4] not in ref[0].output_ids
+    assert sum(g.spec_accepted for g in got) > 10

@@ -71,6 +71,11 @@ PLAUSIBLE = {
     "regex": st.sampled_from(["[a-z]+", "(yes|no)", "a{2,3}", "(", "[z-a]", "\\d{1,3}"]),
     "json_schema": st.sampled_from([{"type": "object"}, {"type": "integer"}, {"type": 5}, "{"]),
     "ebnf": st.sampled_from(['start: "x"', "start: ", "start: start"]),
+    "logit_bias": st.dictionaries(
+        st.one_of(st.integers(-3, 49160).map(str), st.text(max_size=4)),
+        st.one_of(st.floats(-150, 150), st.sampled_from([-100, 100, 1e308])),
+        max_size=4,
+    ),
 }
 
 

@@ -27,6 +27,7 @@ _FIELDS = {
     "seed": "seed",
     "frequency_penalty": "frequency_penalty",
     "presence_penalty": "presence_penalty",
+    "logit_bias": "logit_bias",
     "top_k": "top_k",
     "min_p": "min_p",
     "min_new_tokens": "min_tokens",

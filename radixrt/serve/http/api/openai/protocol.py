@@ -107,8 +107,8 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
         d = {k: v for k in names if (v := getattr(self, k)) is not None}
         if self.min_tokens is not None:
             d["min_new_tokens"] = self.min_tokens
-        if self.logit_bias:
-            raise BadRequestError("logit_bias is not supported")
+        if self.logit_bias:  # {"token id": bias}: ids and values checked with the rest
+            d["logit_bias"] = self.logit_bias
         if self.prediction is not None:
             d["prediction"] = self.prediction.text()
         return d
