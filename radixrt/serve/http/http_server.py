@@ -24,6 +24,7 @@ from radixrt.serve.http.api.gemini import routes as gemini
 from radixrt.serve.http.api.native import routes as native
 from radixrt.serve.http.api.openai import routes as openai
 from radixrt.serve.http.api.responses import routes as responses
+from radixrt.serve.http.api.tokenize import routes as tokenize
 from radixrt.serve.http.args import ServerArgs, served_model_name
 from radixrt.serve.http.cache_handles import CacheRegistry
 from radixrt.serve.http.dashboard import DashboardRecorder, add_dashboard_routes
@@ -40,7 +41,9 @@ from radixrt.serve.web.middleware import BodyLimitMiddleware
 from radixrt.serve.web.paths import PathGuardMiddleware
 
 # Each dialect's routes module: add_routes(app, ctx), and BODIES for the OpenAPI document.
-DIALECTS: tuple[ModuleType, ...] = (control, native, openai, responses, anthropic, caches, gemini)
+DIALECTS: tuple[ModuleType, ...] = (
+    control, native, openai, responses, anthropic, caches, gemini, tokenize
+)  # fmt: skip
 
 
 def create_app(

@@ -53,6 +53,8 @@ ROUTED_PATHS = (
     "/v1/chat/completions",
     "/v1/messages",
     "/v1/messages/count_tokens",
+    "/tokenize",
+    "/detokenize",
 )
 GEMINI_PREFIXES = ("/v1beta", "/v1")  # google-genai's api_version "v1beta" and its default
 
@@ -161,7 +163,7 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
 
         return ask
 
-    for path in ("/v1/models", "/get_model_info", "/v1beta/models"):
+    for path in ("/v1/models", "/get_model_info", "/v1beta/models", "/tokenizer_info"):
         app.add_api_route(path, ask_first_healthy(path), methods=["GET"])
 
     def gemini_model(prefix: str) -> Any:

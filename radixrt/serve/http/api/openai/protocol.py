@@ -174,8 +174,8 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
     """Prompts (text, texts, ids or lists of ids) and one SamplingParams per prompt."""
-    if req.echo or req.suffix is not None or (req.best_of or 1) > 1:
-        raise BadRequestError("echo, suffix and best_of are not supported")
+    if req.suffix is not None or (req.best_of or 1) > 1:
+        raise BadRequestError("suffix and best_of are not supported")
     p = req.prompt
     if isinstance(p, str):
         limits.check_text(p)
@@ -195,9 +195,30 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
         if not 0 <= req.logprobs <= MAX_OPENAI_TOP_LOGPROBS:
             raise BadRequestError(f"logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
         d.update(return_logprob=True, top_logprobs_num=req.logprobs)
+        if req.echo:  # the prompt's tokens with their logprobs (the first has none)
+            if req.stream:
+                raise BadRequestError(
+                    "echo with logprobs needs stream false: a prompt's logprobs are known "
+                    "when its request finishes"
+                )
+            d["logprob_start_len"] = 0
     d = resolve_prediction(d, tokenizer, limits)
     max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
+
+
+def echo_prompts(req: CompletionRequest) -> list[str | None] | None:
+    """With `echo`, each prompt as the choices repeat it: a text prompt as sent, one of token
+    ids as None (the render decodes its ids); None without echo."""
+    if not req.echo:
+        return None
+    p = req.prompt
+    if isinstance(p, str):
+        return [p]
+    if p and all(isinstance(x, str) for x in p):
+        return list(p)
+    count = len(p) if p and all(isinstance(x, list) for x in p) else 1
+    return [None] * count
 
 
 def prepare_chat(

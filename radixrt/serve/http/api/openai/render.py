@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from radixrt.core.messages import TopLogprobs
 from radixrt.serve.http.api.openai.diagnostics import render_cache_diagnostics
 from radixrt.serve.http.api.openai.tools import call_items
 from radixrt.serve.http.render import BaseRender, Finished
@@ -49,8 +50,11 @@ class CompletionRender(BaseRender):
         n: int,
         include_usage: bool,
         plan: ToolPlan | None = None,
+        echo: list[str | None] | None = None,
     ) -> None:
         self.strings = strings
+        # Completions' echo: each prompt's text before its choices' (None: its ids decoded).
+        self.echo = echo
         self.plan = plan if plan is not None and plan.parses_calls else None
         self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
         self.is_chat = is_chat
@@ -82,7 +86,7 @@ class CompletionRender(BaseRender):
             elif self.is_chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
-                choice["text"] = text
+                choice["text"] = self._echoed(i, done.states[i]) + text
             choices.append(choice)
         usage = usage_of(done.states, self.n)
         if done.explained is not None:  # one per distinct prompt, in order
@@ -95,6 +99,11 @@ class CompletionRender(BaseRender):
                 "choices": choices, "usage": usage, **self._diagnostics()}  # fmt: skip
 
     def head(self, states: list[ReqState]) -> Iterator[bytes]:
+        if self.echo is not None:  # completions: each choice opens with its prompt
+            for i, state in enumerate(states):
+                first = {"index": i, "text": self._echoed(i, state), "logprobs": None,
+                         "finish_reason": None}  # fmt: skip
+                yield sse_event({**self._head, "choices": [first]})
         if self.is_chat:
             for i in range(len(states)):
                 first = {"index": i, "delta": {"role": "assistant", "content": ""},
@@ -159,21 +168,38 @@ class CompletionRender(BaseRender):
             content.append(entry)
         return {"content": content, "refusal": None}
 
+    def _echoed(self, index: int, state: ReqState) -> str:
+        """Choice `index`'s prompt text when echoing (else ""): as sent, or its ids decoded."""
+        if self.echo is None:
+            return ""
+        text = self.echo[index // self.n]
+        return self.strings.tokenizer.decode(state.out.input_ids) if text is None else text
+
     def _text_logprobs(self, index: int, state: ReqState, delta: OutputDelta) -> dict[str, Any]:
-        """The delta's tokens, offsets counted on from the characters of those sent before."""
-        tokens = [self.strings.get(t) for t in delta.token_ids]
+        """The delta's tokens, offsets counted on from the characters of those sent before;
+        echoing (a whole answer), the prompt's tokens first: the first without a logprob,
+        the rest with those the model gave them (and their top alternatives)."""
+        ids = list(delta.token_ids)
+        logprobs: list[float | None] = list(delta.logprobs)
+        tops: list[TopLogprobs | None] = list(delta.top_logprobs)
+        out = state.out
+        if self.echo is not None and delta.start == 0:
+            ids = out.input_ids + ids
+            logprobs = list(out.input_logprobs) + logprobs
+            tops = list(out.input_top_logprobs) + tops
+        tokens = [self.strings.get(t) for t in ids]
         offsets = []
         offset = self._offsets.get(index, 0)
         for tok in tokens:
             offsets.append(offset)
             offset += len(tok)
         self._offsets[index] = offset
-        has_top = state.out.sampling_params.top_logprobs_num > 0
+        has_top = out.sampling_params.top_logprobs_num > 0
         return {
             "tokens": tokens,
-            "token_logprobs": list(delta.logprobs),
+            "token_logprobs": logprobs,
             "top_logprobs": [
-                {self.strings.get(t): lp for lp, t in top} for top in delta.top_logprobs
+                None if top is None else {self.strings.get(t): lp for lp, t in top} for top in tops
             ]
             if has_top
             else None,

@@ -17,6 +17,7 @@ from radixrt.serve.http.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     chat_messages,
+    echo_prompts,
     prepare_chat,
     prepare_completion,
     retention_pins,
@@ -66,7 +67,8 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             caller=caller_of(request),
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
-        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan)
+        echo = None if is_chat else echo_prompts(body)
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan, echo)
         record = None
         if fp is not None:  # a chat: kept, and compared when it asks
             compare_to = comparison_of(body)
