@@ -1,7 +1,8 @@
 """llguidance: regexes, JSON schemas and Lark grammars compiled lazily by an Earley parser.
 
 Compiling is building an `LLMatcher` (usually ~1 ms); matchers for a request are deep copies
-of the compiled one. `ebnf` specs are Lark grammars.
+of the compiled one. `ebnf` specs are Lark grammars, or GBNF (`root ::= ...`: llama.cpp's,
+xgrammar's and SGLang's EBNF), which llguidance's converter turns into Lark first.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import llguidance
+import llguidance.gbnf_to_lark
 import llguidance.hf
 
 from radixrt.grammar.base import (
@@ -66,8 +68,11 @@ class LLGuidanceBackend(BaseGrammarBackend):
                     spec.text, defaults=_JSON_OPTIONS
                 )
             else:
-                grammar = llguidance.LLMatcher.grammar_from_lark(spec.text)
-        except ValueError as e:
+                lark = spec.text
+                if "::=" in lark and not llguidance.gbnf_to_lark.is_lark_syntax(lark):
+                    lark = llguidance.gbnf_to_lark.gbnf_to_lark(lark)  # GBNF's rules
+                grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+        except (ValueError, llguidance.gbnf_to_lark.GbnfToLarkError) as e:
             raise GrammarError(f"invalid {spec.kind}: {e}") from None
         matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0)
         if matcher.is_error():

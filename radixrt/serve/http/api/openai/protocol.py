@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from radixrt.core import PinSpec
+from radixrt.serve.http.api.openai.structured import StructuredFields, add_spec
 from radixrt.serve.http.api.openai.tools import ToolCallItem, ToolDef, calls_of
 from radixrt.serve.http.protocol import (
     BadRequestError,
@@ -54,8 +55,9 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
         return _parts_text(self.content, "prediction")
 
 
-class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
-    """Fields both endpoints share, plus radixrt's extensions (top_k, min_p, ...)."""
+class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
+    """Fields both endpoints share, plus radixrt's extensions (top_k, min_p, ...) and the
+    other engines' constraint fields (StructuredFields)."""
 
     model: str | None = None
     max_tokens: int | None = None
@@ -111,6 +113,7 @@ class _SamplingFields(msgspec.Struct, forbid_unknown_fields=True):
             d["logit_bias"] = self.logit_bias
         if self.prediction is not None:
             d["prediction"] = self.prediction.text()
+        d.update(self.spec_dict())
         return d
 
 
@@ -239,7 +242,7 @@ def prepare_chat(
         prompts = [encode(text)]
     d = req.sampling_dict()
     if req.response_format is not None:
-        d.update(req.response_format.sampling_dict())
+        add_spec(d, req.response_format.sampling_dict(), "response_format")
     d.update(plan.sampling_dict(tokenizer, d))
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")
