@@ -75,7 +75,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # Stop once the output contains a match of one of these (radixrt/core/text/stop_regex.py says
     # which regexes are taken); the match is cut from the text like a stop string.
     stop_regex: list[str] = []
-    no_stop_trim: bool = False  # keep the matched stop string or regex text in the output
+    # Keep the matched stop string or regex text in the output (which then ends with it).
+    no_stop_trim: bool = False
     ignore_eos: bool = False
     n: int = 1
     skip_special_tokens: bool = True

@@ -150,16 +150,26 @@ def fit_to_context(
     return sp
 
 
+# Arguments of apply_chat_template that the dialects set themselves.
+_TEMPLATE_OWN_ARGS = frozenset(
+    {"conversation", "messages", "tools", "documents", "tokenize", "add_generation_prompt",
+     "continue_final_message", "return_dict", "return_tensors", "chat_template", "padding",
+     "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask"}
+)  # fmt: skip
+
+
 def render_chat(
     messages: list[dict[str, Any]],
     tokenizer: Any,
     limits: Limits,
     add_generation_prompt: bool = True,
     tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """A conversation through the tokenizer's chat template (with `tools` when the template
-    takes them), checked against the server's bounds before (message count, characters) and
-    after (the rendered text); every chat dialect renders through here."""
+    takes them, and the caller's `template_kwargs`, e.g. {"enable_thinking": false}), checked
+    against the server's bounds before (message count, characters) and after (the rendered
+    text); every chat dialect renders through here."""
     most = limits.server.max_chat_messages
     if len(messages) > most:
         raise BadRequestError(f"{len(messages)} messages; at most {most} (--max-chat-messages)")
@@ -168,8 +178,14 @@ def render_chat(
     size = sum(len(str(m.get("content") or "")) + len(m["role"]) for m in messages)
     if tools is not None or any("tool_calls" in m for m in messages):
         size += len(json.dumps([tools, [m.get("tool_calls") for m in messages]], default=str))
+    extra: dict[str, Any] = dict(template_kwargs or {})
+    if reserved := sorted(set(extra) & _TEMPLATE_OWN_ARGS):
+        raise BadRequestError(f"chat_template_kwargs may not set {', '.join(reserved)}")
+    if extra:
+        size += len(json.dumps(extra, default=str))
     limits.check_length(size, "the conversation")
-    extra = {} if tools is None else {"tools": tools}
+    if tools is not None:
+        extra["tools"] = tools
     try:
         text = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra

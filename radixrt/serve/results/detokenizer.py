@@ -18,7 +18,9 @@ class IncrementalDetokenizer:
     the first stop string, and with any tail that could still become a stop string held back.
     `finish(ids, stop)` returns the final text, cut before the stop string (or the text a stop
     regex matched) that ended the request. Each update decodes and matches only the new ids
-    (plus a few of context). With `no_stop_trim` nothing is cut or held back.
+    (plus a few of context). With `no_stop_trim` nothing is held back, and the final text
+    keeps the stop string (or regex match) and ends with it: characters the token that
+    completed it brought after it are cut, as vLLM's include_stop_str_in_output does.
     """
 
     def __init__(
@@ -70,10 +72,11 @@ class IncrementalDetokenizer:
         return len(self.text) - self._matcher.hold_len
 
     def finish(self, ids: list[int], matched_stop: str | None) -> str:
-        """The final text: all of ids decoded, cut before `matched_stop` if that ended it."""
+        """The final text: all of ids decoded, cut before `matched_stop` if that ended it
+        (after it with no_stop_trim)."""
         text = self.decode(ids)
-        if matched_stop and not self.no_stop_trim:
+        if matched_stop:
             idx = text.find(matched_stop)
             if idx >= 0:
-                text = text[:idx]
+                text = text[: idx + len(matched_stop)] if self.no_stop_trim else text[:idx]
         return text

@@ -19,13 +19,20 @@ SEP = "\n\n"
 
 
 def render_tool_chat(
-    messages: list[dict[str, Any]], plan: ToolPlan, tokenizer: Any, limits: Limits
+    messages: list[dict[str, Any]],
+    plan: ToolPlan,
+    tokenizer: Any,
+    limits: Limits,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
-    """The prompt text of `messages` with `plan`'s tools (add_generation_prompt)."""
+    """The prompt text of `messages` with `plan`'s tools (render_chat's other arguments)."""
     if template_takes_tools(tokenizer):
         tools = [t.as_openai() for t in plan.tools] or None
-        return render_chat(native_messages(messages), tokenizer, limits, tools=tools)
-    return render_chat(text_messages(messages, plan), tokenizer, limits)
+        return render_chat(native_messages(messages), tokenizer, limits, add_generation_prompt,
+                           tools, template_kwargs)  # fmt: skip
+    return render_chat(text_messages(messages, plan), tokenizer, limits, add_generation_prompt,
+                       template_kwargs=template_kwargs)  # fmt: skip
 
 
 def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -83,6 +83,9 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
     stop_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None  # keep a matched stop string (SGLang's name)
+    include_stop_str_in_output: bool | None = None  # vLLM's name for it
     end_on_exit: bool | None = None
     rid: str | None = None
     # Predicted output (chat; on completions an extension): its text is tokenized with the
@@ -104,9 +107,16 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
             "stop_token_ids",
             "ignore_eos",
             "skip_special_tokens",
+            "spaces_between_special_tokens",
+            "no_stop_trim",
             "end_on_exit",
         )
         d = {k: v for k in names if (v := getattr(self, k)) is not None}
+        if self.include_stop_str_in_output is not None:
+            if d.setdefault("no_stop_trim", self.include_stop_str_in_output) != (
+                self.include_stop_str_in_output
+            ):
+                raise BadRequestError("no_stop_trim and include_stop_str_in_output disagree")
         if self.min_tokens is not None:
             d["min_new_tokens"] = self.min_tokens
         if self.logit_bias:  # {"token id": bias}: ids and values checked with the rest
@@ -173,6 +183,11 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     prompt_cache_options: ChatCacheOptions | None = None
+    # vLLM's template options: a final assistant message continued (its text the answer's
+    # start, the answer only what follows), the generation prompt left off, template kwargs.
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
@@ -233,9 +248,7 @@ def prepare_chat(
 ) -> PreparedRequest:
     """Render the messages (and `plan`'s tools) with the tokenizer's chat template; one
     prompt, tokenized by `encode` (the tokenizer's own by default)."""
-    if not req.messages:
-        raise BadRequestError("messages must be a non-empty list")
-    text = render_tool_chat(chat_turns(req.messages), plan, tokenizer, limits)
+    text = render_messages(req, plan, tokenizer, limits)
     if encode is None:
         prompts = [tokenizer.encode(text, add_special_tokens=False)]
     else:
@@ -258,6 +271,42 @@ def prepare_chat(
         d["max_new_tokens"] = max_tokens
     d = resolve_prediction(d, tokenizer, limits)
     return replace(_prepare(prompts, d, max_tokens, limits, req.rid), text=text)
+
+
+class TemplateOptions(msgspec.Struct, kw_only=True):
+    """How a chat's messages go through the template (ChatCompletionRequest's, /tokenize's)."""
+
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+def render_messages(
+    req: ChatCompletionRequest | TemplateOptions, plan: ToolPlan, tokenizer: Any, limits: Limits
+) -> str:
+    """The prompt text of a chat: its messages and `plan`'s tools through the template. With
+    continue_final_message the last message, an assistant's, is left open: the turns before
+    it with the generation prompt, then its text (the answer goes on from there)."""
+    if not req.messages:
+        raise BadRequestError("messages must be a non-empty list")
+    turns = chat_turns(req.messages)
+    prefill = ""
+    if req.continue_final_message:
+        last = turns.pop()
+        if last["role"] != "assistant" or last.get("tool_calls"):
+            raise BadRequestError(
+                "continue_final_message needs the last message to be an assistant's text"
+            )
+        prefill = last["content"]
+        if not turns:
+            raise BadRequestError("continue_final_message needs a message before the last")
+    add = req.add_generation_prompt or req.continue_final_message
+    text = render_tool_chat(turns, plan, tokenizer, limits, add, req.chat_template_kwargs)
+    if prefill:
+        text += prefill
+        limits.check_text(text, "the rendered conversation")
+    return text
 
 
 def _prepare(

@@ -8,20 +8,19 @@ from typing import Any
 
 import msgspec
 
-from radixrt.serve.http.api.openai.protocol import ChatMessage, chat_messages_of
-from radixrt.serve.http.protocol import BadRequestError, Limits, render_chat
+from radixrt.serve.http.api.openai.protocol import TemplateOptions, render_messages
+from radixrt.serve.http.protocol import BadRequestError, Limits
+from radixrt.serve.http.tools import ToolPlan
 
 
-class TokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """`prompt` (text) or `messages` (a chat), not both. add_special_tokens defaults as in
-    vLLM: True for text (the tokenizer's own, as /v1/completions encodes a prompt), False for
-    a chat (its template writes them)."""
+class TokenizeRequest(TemplateOptions, kw_only=True, forbid_unknown_fields=True):
+    """`prompt` (text) or `messages` (a chat, with the template options chat completions
+    take), not both. add_special_tokens defaults as in vLLM: True for text (the tokenizer's
+    own, as /v1/completions encodes a prompt), False for a chat (its template writes them)."""
 
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
     add_special_tokens: bool | None = None
-    add_generation_prompt: bool = True
     return_token_strs: bool = False
 
 
@@ -30,16 +29,15 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     tokens: list[int]
 
 
-def tokenize(req: TokenizeRequest, tokenizer: Any, limits: Limits) -> dict[str, Any]:
-    """{"count", "max_model_len", "tokens", "token_strs"} (token_strs null unless asked)."""
+def tokenize(
+    req: TokenizeRequest, tokenizer: Any, limits: Limits, plan: ToolPlan
+) -> dict[str, Any]:
+    """{"count", "max_model_len", "tokens", "token_strs"} (token_strs null unless asked);
+    `plan`: no tools, in the server's call format (a chat renders as chat completions do)."""
     if (req.prompt is None) == (req.messages is None):
         raise BadRequestError("give prompt (text) or messages (a chat), one of them")
     if req.messages is not None:
-        if not req.messages:
-            raise BadRequestError("messages must be a non-empty list")
-        text = render_chat(
-            chat_messages_of(req.messages), tokenizer, limits, req.add_generation_prompt
-        )
+        text = render_messages(req, plan, tokenizer, limits)
         special = bool(req.add_special_tokens)
     else:
         text = req.prompt or ""

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.api.openai.tools import tool_plan
 from radixrt.serve.http.api.tokenize.protocol import (
     DetokenizeRequest,
     TokenizeRequest,
@@ -24,12 +25,13 @@ BODIES = {"/tokenize": TokenizeRequest, "/detokenize": DetokenizeRequest}
 
 def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     tm = ctx.tm
+    no_tools = tool_plan(ctx.tool_format, None, None, None)
 
     @app.post("/tokenize")
     async def tokenize_route(request: Request) -> Response:
         raw = await request.body()
         answer = await tm.run_tokenizer(
-            lambda: tokenize(decode_body(raw, TokenizeRequest), tm.tokenizer, ctx.limits),
+            lambda: tokenize(decode_body(raw, TokenizeRequest), tm.tokenizer, ctx.limits, no_tools),
             caller=caller_of(request),
         )
         return json_response(answer)
