@@ -55,6 +55,12 @@ def test_echo_with_logprobs_scores_the_prompt(tiny_server) -> None:
         offsets = lp["text_offset"]
         assert offsets[0] == 0 and offsets == sorted(offsets)
         assert "".join(lp["tokens"][:n]) == PROMPT
+    # n > 1: every sample repeats the prompt's scores (computed once, by the first)
+    two = _complete(tiny_server, prompt=PROMPT, logprobs=1, echo=True, n=2, temperature=1.0)
+    for choice in two["choices"]:
+        lp = choice["logprobs"]
+        assert lp["token_logprobs"][1:n] == pytest.approx(want, abs=1e-4)
+        assert len(lp["tokens"]) == n + 6 and choice["text"].startswith(PROMPT)
 
 
 def test_scoring_a_continuation_as_evaluation_harnesses_do(tiny_server) -> None:

@@ -68,6 +68,7 @@ def test_tokenizer_info(tiny_server, tokenizer) -> None:
         ("/tokenize", {"messages": []}, "messages must be a non-empty list"),
         ("/tokenize", {"prompt": 5}, "invalid request"),
         ("/tokenize", {"prompt": "a", "tools": []}, "unknown field"),
+        ("/tokenize", {"prompt": "a", "continue_final_message": True}, "apply to messages"),
         ("/detokenize", {"tokens": [1, 10**9]}, "token id 1000000000 is outside the vocabulary"),
         ("/detokenize", {"tokens": [-1]}, "token id -1 is outside the vocabulary"),
         ("/detokenize", {"tokens": "12"}, "invalid request"),

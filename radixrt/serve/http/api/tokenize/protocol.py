@@ -40,6 +40,11 @@ def tokenize(
         text = render_messages(req, plan, tokenizer, limits)
         special = bool(req.add_special_tokens)
     else:
+        if req.continue_final_message or req.chat_template_kwargs or not req.add_generation_prompt:
+            raise BadRequestError(
+                "continue_final_message, add_generation_prompt and chat_template_kwargs "
+                "apply to messages, not to a prompt"
+            )
         text = req.prompt or ""
         limits.check_text(text)
         special = req.add_special_tokens is None or req.add_special_tokens
@@ -54,7 +59,11 @@ def detokenize(req: DetokenizeRequest, tokenizer: Any, limits: Limits) -> dict[s
     bad = next((t for t in req.tokens if not 0 <= t < limits.vocab_size), None)
     if bad is not None:
         raise BadRequestError(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
-    return {"prompt": tokenizer.decode(req.tokens)}
+    try:
+        return {"prompt": tokenizer.decode(req.tokens)}
+    except (ValueError, TypeError, OverflowError, KeyError, IndexError) as e:
+        # ids the model has but the tokenizer does not (a vocabulary padded past its ids)
+        raise BadRequestError(f"the tokens cannot be decoded: {e}") from None
 
 
 def tokenizer_info(tokenizer: Any, limits: Limits) -> dict[str, Any]:
