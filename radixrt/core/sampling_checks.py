@@ -14,6 +14,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TEMPERATURE_RANGE = (0.0, 100.0)  # 0 is greedy (README.md lists the ranges)
 REPETITION_PENALTY_RANGE = (0.01, 100.0)
 LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 all but bans a token, 100 all but forces it
+# Tokens one logit_bias may list: the sampler adds them per row and step (a whole vocabulary's
+# map would cost milliseconds a row); a ban or push of that many is no real use.
+MAX_LOGIT_BIAS_TOKENS = 1024
 _KIND_CHECKS = {
     "bool": lambda v: isinstance(v, bool),
     "int": lambda v: type(v) is int,
@@ -166,9 +169,11 @@ def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
         (
             "logit_bias",
             isinstance(sp.logit_bias, dict)
+            and len(sp.logit_bias) <= MAX_LOGIT_BIAS_TOKENS
             and all(_is_int(t, 0) for t in sp.logit_bias)
             and all(_is_num(v) and lo_b <= v <= hi_b for v in sp.logit_bias.values()),
-            f"must map token ids to numbers in [{lo_b:g}, {hi_b:g}]",
+            f"must map at most {MAX_LOGIT_BIAS_TOKENS} token ids to numbers in "
+            f"[{lo_b:g}, {hi_b:g}]",
         ),
         ("ignore_eos", isinstance(sp.ignore_eos, bool), "must be a boolean"),
         ("n", _is_int(sp.n, 1), f"must be an integer in [1, {INT64_MAX}]"),

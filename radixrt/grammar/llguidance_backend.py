@@ -7,6 +7,7 @@ xgrammar's and SGLang's EBNF), which llguidance's converter turns into Lark firs
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -28,6 +29,23 @@ if TYPE_CHECKING:
 # JSON is written in the canonical layout (base.JsonLayout); fixed separators are forced
 # tokens. A schema's own "x-guidance" options override these.
 _JSON_OPTIONS = CANONICAL_JSON.guidance()
+
+
+# GBNF's converter (pure Python) takes time quadratic in the rules: 800 take about 0.16 s,
+# 6,000 about 9 s. More rules than this are refused before it runs.
+MAX_GBNF_RULES = 512
+_GBNF_RULE = re.compile(r"(?m)^\s*[A-Za-z_][\w.-]*\s*::=")
+
+
+def as_lark(text: str) -> str:
+    """An `ebnf` spec as Lark: GBNF (a line `name ::= ...`, not Lark's `start:`) converted,
+    at most MAX_GBNF_RULES rules (ValueError); Lark as it is."""
+    rules = len(_GBNF_RULE.findall(text))
+    if not rules or llguidance.gbnf_to_lark.is_lark_syntax(text):
+        return text
+    if rules > MAX_GBNF_RULES:
+        raise ValueError(f"a GBNF grammar of {rules} rules; at most {MAX_GBNF_RULES}")
+    return str(llguidance.gbnf_to_lark.gbnf_to_lark(text))
 
 
 class LLGuidanceMatcher(BaseGrammarMatcher):
@@ -68,10 +86,7 @@ class LLGuidanceBackend(BaseGrammarBackend):
                     spec.text, defaults=_JSON_OPTIONS
                 )
             else:
-                lark = spec.text
-                if "::=" in lark and not llguidance.gbnf_to_lark.is_lark_syntax(lark):
-                    lark = llguidance.gbnf_to_lark.gbnf_to_lark(lark)  # GBNF's rules
-                grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+                grammar = llguidance.LLMatcher.grammar_from_lark(as_lark(spec.text))
         except (ValueError, llguidance.gbnf_to_lark.GbnfToLarkError) as e:
             raise GrammarError(f"invalid {spec.kind}: {e}") from None
         matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0)

@@ -81,10 +81,11 @@ def test_chat_streamed_and_n(tiny_server, tokenizer) -> None:
     [
         ({"abc": 1}, "key 'abc' is not a token id"),
         ({"-4": 1}, "key '-4' is not a token id"),
-        ({"5": 100.5}, "must map token ids to numbers in [-100, 100]"),
-        ({"5": -1e308}, "must map token ids to numbers in [-100, 100]"),
+        ({"5": 100.5}, "must map at most 1024 token ids to numbers in [-100, 100]"),
+        ({"5": -1e308}, "must map at most 1024 token ids to numbers in [-100, 100]"),
         ({"99999": 1}, "logit_bias token id 99999 is outside the vocabulary"),
         ({str(10**30): 1}, "is not a token id"),
+        ({str(i): 1 for i in range(1025)}, "must map at most 1024 token ids"),
     ],
 )
 def test_bad_biases_get_400(tiny_server, bias, fragment) -> None:

@@ -30,8 +30,9 @@ def _chat(server: Any, **body: Any) -> dict[str, Any]:
 def test_continue_final_message_goes_on_from_the_assistants_text(tiny_server, tokenizer) -> None:
     got = _chat(tiny_server, messages=OPEN, continue_final_message=True,
                 add_generation_prompt=False)  # fmt: skip
-    text = tokenizer.apply_chat_template(ASKED, tokenize=False, add_generation_prompt=True)
-    ids = tokenizer.encode(text + OPEN[-1]["content"], add_special_tokens=False)
+    text = tokenizer.apply_chat_template(OPEN, tokenize=False, continue_final_message=True)
+    assert text.endswith(OPEN[-1]["content"])
+    ids = tokenizer.encode(text, add_special_tokens=False)
     assert got["usage"]["prompt_tokens"] == len(ids)
     r = tiny_server.post("/v1/completions", json={"prompt": ids, "max_tokens": 8, "temperature": 0})
     assert got["choices"][0]["message"]["content"] == r.json()["choices"][0]["text"]
@@ -55,13 +56,19 @@ def test_without_the_generation_prompt_and_with_template_kwargs(tiny_server, tok
     [
         ({"messages": ASKED, "continue_final_message": True},
          "continue_final_message needs the last message to be an assistant's text"),
-        ({"messages": OPEN[1:], "continue_final_message": True},
-         "continue_final_message needs a message before the last"),
+        ({"messages": [*ASKED, {"role": "assistant", "content": " "}],
+          "continue_final_message": True},
+         "continue_final_message needs the last message to be an assistant's text"),
         ({"messages": ASKED, "chat_template_kwargs": {"tools": []}},
          "chat_template_kwargs may not set tools"),
         ({"messages": ASKED, "chat_template_kwargs": {"add_generation_prompt": False}},
          "chat_template_kwargs may not set add_generation_prompt"),
-        ({"messages": ASKED, "chat_template_kwargs": {"x": "y" * 500_000}}, "characters"),
+        ({"messages": ASKED, "chat_template_kwargs": {"x": "y" * 5000}},
+         "chat_template_kwargs is longer than 4096 characters"),
+        ({"messages": ASKED, "chat_template_kwargs": {"eos_token": "x" * 100}},
+         "chat_template_kwargs may not set eos_token"),
+        ({"messages": ASKED, "chat_template_kwargs": {"x": {"y": 1}}},
+         "values are strings, numbers, booleans or null"),
         ({"messages": ASKED, "chat_template_kwargs": [1]}, "invalid request"),
     ],
 )  # fmt: skip

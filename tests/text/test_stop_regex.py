@@ -149,3 +149,13 @@ def test_sampling_params_take_sglang_forms(value) -> None:
         SamplingParams.from_dict({"stop_regex": [""]})
     with pytest.raises(ValueError, match="no_stop_trim"):
         SamplingParams.from_dict({"no_stop_trim": 1})
+
+
+def test_the_stop_is_found_where_the_last_token_completed_it() -> None:
+    """With special tokens shown, the stop's text may occur earlier in the output (inside a
+    special token's name) than where the stop was matched, on text without them: the cut is
+    at the occurrence the last token completed, before it or, with no_stop_trim, after it."""
+    text = "<end>the end!"
+    for no_trim, want in ((False, "<end>the "), (True, "<end>the end")):
+        detok = IncrementalDetokenizer(CharTokenizer(), stop=["end"], no_stop_trim=no_trim)
+        assert detok.finish(_ids(text[:-1]), "end") == want

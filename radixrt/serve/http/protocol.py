@@ -150,12 +150,35 @@ def fit_to_context(
     return sp
 
 
-# Arguments of apply_chat_template that the dialects set themselves.
+# Names a caller's chat_template_kwargs may not set: apply_chat_template's own arguments
+# (the dialects set them), the tokenizer's special tokens and the template's helpers (a
+# template may print a token per message: a long one would multiply the prompt).
 _TEMPLATE_OWN_ARGS = frozenset(
     {"conversation", "messages", "tools", "documents", "tokenize", "add_generation_prompt",
      "continue_final_message", "return_dict", "return_tensors", "chat_template", "padding",
-     "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask"}
+     "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask",
+     "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+     "mask_token", "additional_special_tokens", "raise_exception", "strftime_now"}
 )  # fmt: skip
+MAX_TEMPLATE_KWARGS_CHARS = 4096  # chat_template_kwargs as JSON
+
+
+def check_template_kwargs(kwargs: dict[str, Any], tokenizer: Any) -> None:
+    """A caller's chat_template_kwargs: flags and short values the template reads (e.g.
+    {"enable_thinking": false}): strings, numbers, booleans or null, at most
+    MAX_TEMPLATE_KWARGS_CHARS in all, none of the names it may not set; else 400."""
+    own = _TEMPLATE_OWN_ARGS | set(getattr(tokenizer, "special_tokens_map", None) or {})
+    if reserved := sorted(set(kwargs) & own):
+        raise BadRequestError(f"chat_template_kwargs may not set {', '.join(reserved)}")
+    bad = next((k for k, v in kwargs.items() if not isinstance(v, str | int | float | None)), None)
+    if bad is not None:
+        raise BadRequestError(
+            f"chat_template_kwargs {bad!r}: values are strings, numbers, booleans or null"
+        )
+    if len(json.dumps(kwargs)) > MAX_TEMPLATE_KWARGS_CHARS:
+        raise BadRequestError(
+            f"chat_template_kwargs is longer than {MAX_TEMPLATE_KWARGS_CHARS} characters"
+        )
 
 
 def render_chat(
@@ -165,11 +188,14 @@ def render_chat(
     add_generation_prompt: bool = True,
     tools: list[dict[str, Any]] | None = None,
     template_kwargs: dict[str, Any] | None = None,
+    continue_final_message: bool = False,
 ) -> str:
     """A conversation through the tokenizer's chat template (with `tools` when the template
     takes them, and the caller's `template_kwargs`, e.g. {"enable_thinking": false}), checked
     against the server's bounds before (message count, characters) and after (the rendered
-    text); every chat dialect renders through here."""
+    text); every chat dialect renders through here. `continue_final_message`: the last
+    message (an assistant's) left open, its text the end of the prompt (the template's own
+    way: its end-of-turn cut off)."""
     most = limits.server.max_chat_messages
     if len(messages) > most:
         raise BadRequestError(f"{len(messages)} messages; at most {most} (--max-chat-messages)")
@@ -179,13 +205,12 @@ def render_chat(
     if tools is not None or any("tool_calls" in m for m in messages):
         size += len(json.dumps([tools, [m.get("tool_calls") for m in messages]], default=str))
     extra: dict[str, Any] = dict(template_kwargs or {})
-    if reserved := sorted(set(extra) & _TEMPLATE_OWN_ARGS):
-        raise BadRequestError(f"chat_template_kwargs may not set {', '.join(reserved)}")
-    if extra:
-        size += len(json.dumps(extra, default=str))
+    check_template_kwargs(extra, tokenizer)
     limits.check_length(size, "the conversation")
     if tools is not None:
         extra["tools"] = tools
+    if continue_final_message:
+        extra["continue_final_message"] = True
     try:
         text = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra

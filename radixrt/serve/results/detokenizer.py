@@ -73,10 +73,15 @@ class IncrementalDetokenizer:
 
     def finish(self, ids: list[int], matched_stop: str | None) -> str:
         """The final text: all of ids decoded, cut before `matched_stop` if that ended it
-        (after it with no_stop_trim)."""
+        (after it with no_stop_trim). The stop was completed by the last token, so its
+        match ends in that token's text and is looked for there: with special tokens shown,
+        an earlier occurrence (inside a special token's name) is not the one that stopped."""
         text = self.decode(ids)
         if matched_stop:
-            idx = text.find(matched_stop)
+            before = len(self.decode(ids[:-1])) if len(ids) > 1 else 0
+            idx = text.find(matched_stop, max(0, before - len(matched_stop)))
+            if idx < 0:  # a tokenizer whose texts do not add up: the first occurrence
+                idx = text.find(matched_stop)
             if idx >= 0:
                 text = text[: idx + len(matched_stop)] if self.no_stop_trim else text[:idx]
         return text

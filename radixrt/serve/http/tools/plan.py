@@ -8,13 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from radixrt.grammar.base import SPEC_KINDS
 from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools.formats import CallFormat
 from radixrt.serve.http.tools.grammar import auto_call_spec, forced_call_spec
 from radixrt.serve.http.tools.parser import TextPiece, ToolCallParser, ToolEvent, new_call_id
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec, check_tools
-
-_SPEC_FIELDS = ("regex", "json_schema", "ebnf")
 
 
 class OutputParser(Protocol):
@@ -55,7 +54,7 @@ class ToolPlan:
         """Fields to add to the request's sampling dict `asked`: a forced call's grammar;
         special tokens kept in the text when the format opens calls with one."""
         d: dict[str, Any] = {}
-        has_grammar = any(asked.get(k) is not None for k in _SPEC_FIELDS)
+        has_grammar = any(asked.get(k) is not None for k in SPEC_KINDS)
         if self.choice.is_forced and self.tools:
             if has_grammar:
                 raise BadRequestError(

@@ -25,14 +25,15 @@ def render_tool_chat(
     limits: Limits,
     add_generation_prompt: bool = True,
     template_kwargs: dict[str, Any] | None = None,
+    continue_final_message: bool = False,
 ) -> str:
     """The prompt text of `messages` with `plan`'s tools (render_chat's other arguments)."""
     if template_takes_tools(tokenizer):
         tools = [t.as_openai() for t in plan.tools] or None
         return render_chat(native_messages(messages), tokenizer, limits, add_generation_prompt,
-                           tools, template_kwargs)  # fmt: skip
+                           tools, template_kwargs, continue_final_message)  # fmt: skip
     return render_chat(text_messages(messages, plan), tokenizer, limits, add_generation_prompt,
-                       template_kwargs=template_kwargs)  # fmt: skip
+                       None, template_kwargs, continue_final_message)  # fmt: skip
 
 
 def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

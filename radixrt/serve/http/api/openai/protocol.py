@@ -225,18 +225,17 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
 
 
-def echo_prompts(req: CompletionRequest) -> list[str | None] | None:
-    """With `echo`, each prompt as the choices repeat it: a text prompt as sent, one of token
-    ids as None (the render decodes its ids); None without echo."""
+def echo_prompts(req: CompletionRequest, prompts: list[list[int]], tokenizer: Any) -> list[str]:
+    """With `echo`, each prompt's text as its choices repeat it: a text prompt as sent, one of
+    token ids decoded (on the tokenizer thread, once per prompt); [] without echo."""
     if not req.echo:
-        return None
+        return []
     p = req.prompt
     if isinstance(p, str):
         return [p]
     if p and all(isinstance(x, str) for x in p):
         return list(p)
-    count = len(p) if p and all(isinstance(x, list) for x in p) else 1
-    return [None] * count
+    return [tokenizer.decode(ids) for ids in prompts]
 
 
 def prepare_chat(
@@ -286,27 +285,21 @@ def render_messages(
     req: ChatCompletionRequest | TemplateOptions, plan: ToolPlan, tokenizer: Any, limits: Limits
 ) -> str:
     """The prompt text of a chat: its messages and `plan`'s tools through the template. With
-    continue_final_message the last message, an assistant's, is left open: the turns before
-    it with the generation prompt, then its text (the answer goes on from there)."""
+    continue_final_message the last message, an assistant's text, is left open the way the
+    template renders it (its end-of-turn cut off, no generation prompt after it), and the
+    answer goes on from there, as in vLLM."""
     if not req.messages:
         raise BadRequestError("messages must be a non-empty list")
     turns = chat_turns(req.messages)
-    prefill = ""
     if req.continue_final_message:
-        last = turns.pop()
-        if last["role"] != "assistant" or last.get("tool_calls"):
+        last = turns[-1]
+        if last["role"] != "assistant" or last.get("tool_calls") or not last["content"].strip():
             raise BadRequestError(
                 "continue_final_message needs the last message to be an assistant's text"
             )
-        prefill = last["content"]
-        if not turns:
-            raise BadRequestError("continue_final_message needs a message before the last")
-    add = req.add_generation_prompt or req.continue_final_message
-    text = render_tool_chat(turns, plan, tokenizer, limits, add, req.chat_template_kwargs)
-    if prefill:
-        text += prefill
-        limits.check_text(text, "the rendered conversation")
-    return text
+    add = req.add_generation_prompt and not req.continue_final_message
+    return render_tool_chat(turns, plan, tokenizer, limits, add, req.chat_template_kwargs,
+                            req.continue_final_message)  # fmt: skip
 
 
 def _prepare(

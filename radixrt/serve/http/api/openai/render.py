@@ -50,11 +50,10 @@ class CompletionRender(BaseRender):
         n: int,
         include_usage: bool,
         plan: ToolPlan | None = None,
-        echo: list[str | None] | None = None,
+        echo: list[str] | None = None,
     ) -> None:
         self.strings = strings
-        # Completions' echo: each prompt's text before its choices' (None: its ids decoded).
-        self.echo = echo
+        self.echo = echo  # completions' echo: each prompt's text, before its choices' text
         self.plan = plan if plan is not None and plan.parses_calls else None
         self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
         self.is_chat = is_chat
@@ -86,7 +85,7 @@ class CompletionRender(BaseRender):
             elif self.is_chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
-                choice["text"] = self._echoed(i, done.states[i]) + text
+                choice["text"] = self._echoed(i) + text
             choices.append(choice)
         usage = usage_of(done.states, self.n)
         if done.explained is not None:  # one per distinct prompt, in order
@@ -100,8 +99,8 @@ class CompletionRender(BaseRender):
 
     def head(self, states: list[ReqState]) -> Iterator[bytes]:
         if self.echo is not None:  # completions: each choice opens with its prompt
-            for i, state in enumerate(states):
-                first = {"index": i, "text": self._echoed(i, state), "logprobs": None,
+            for i in range(len(states)):
+                first = {"index": i, "text": self._echoed(i), "logprobs": None,
                          "finish_reason": None}  # fmt: skip
                 yield sse_event({**self._head, "choices": [first]})
         if self.is_chat:
@@ -168,12 +167,9 @@ class CompletionRender(BaseRender):
             content.append(entry)
         return {"content": content, "refusal": None}
 
-    def _echoed(self, index: int, state: ReqState) -> str:
-        """Choice `index`'s prompt text when echoing (else ""): as sent, or its ids decoded."""
-        if self.echo is None:
-            return ""
-        text = self.echo[index // self.n]
-        return self.strings.tokenizer.decode(state.out.input_ids) if text is None else text
+    def _echoed(self, index: int) -> str:
+        """Choice `index`'s prompt text when echoing, else ""."""
+        return "" if self.echo is None else self.echo[index // self.n]
 
     def _text_logprobs(self, index: int, state: ReqState, delta: OutputDelta) -> dict[str, Any]:
         """The delta's tokens, offsets counted on from the characters of those sent before;

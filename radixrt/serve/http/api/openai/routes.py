@@ -56,7 +56,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def serve(request: Request, is_chat: bool) -> Response:
         raw = await request.body()
         owner = owner_of(request)
-        body, prepared, plan, fp = await tm.run_tokenizer(
+        body, prepared, plan, fp, echo = await tm.run_tokenizer(
             _parse,
             raw,
             is_chat,
@@ -67,8 +67,9 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             caller=caller_of(request),
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
-        echo = None if is_chat else echo_prompts(body)
-        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan, echo)
+        render = CompletionRender(
+            strings, ctx.model_name, is_chat, body.n, usage, plan, echo or None
+        )
         record = None
         if fp is not None:  # a chat: kept, and compared when it asks
             compare_to = comparison_of(body)
@@ -102,14 +103,15 @@ def _parse(
     limits: Limits,
     fmt: CallFormat,
     encode: Callable[[str], list[int]],
-) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None]:
+) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None, list[str]]:
     """Decode, template and tokenize a body (on the tokenizer thread); a chat's prompt
-    fingerprint too. A chat is tokenized by `encode`: the ids of an earlier answered turn
-    it replays, then the tokenizer's."""
+    fingerprint too, a completion's echoed prompt texts. A chat is tokenized by `encode`:
+    the ids of an earlier answered turn it replays, then the tokenizer's."""
     if is_chat:
         chat = decode_body(raw, ChatCompletionRequest)
         plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
         prepared = prepare_chat(chat, tokenizer, limits, plan, encode)
-        return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0])
+        return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0]), []
     body = decode_body(raw, CompletionRequest)
-    return body, prepare_completion(body, tokenizer, limits), None, None
+    prepared = prepare_completion(body, tokenizer, limits)
+    return body, prepared, None, None, echo_prompts(body, prepared.prompts, tokenizer)

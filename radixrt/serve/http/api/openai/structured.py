@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
+from radixrt.grammar.base import SPEC_KINDS
 from radixrt.serve.http.protocol import BadRequestError
 
-SPEC_FIELDS = ("regex", "json_schema", "ebnf")
 _REGEX_META = set("\\.+*?()|[]{}^$")
 
 
@@ -25,6 +25,9 @@ class StructuredOutputs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    # Any value: JSON is always written without free whitespace here (grammar/base.py's
+    # canonical layout), which satisfies either.
+    disable_any_whitespace: bool | None = None
 
 
 class StructuredFields(msgspec.Struct, kw_only=True):
@@ -38,6 +41,9 @@ class StructuredFields(msgspec.Struct, kw_only=True):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    # vLLM's choice of grammar engine: taken, not used (every backend here enforces the same
+    # constraint; --grammar-backend picks the engine).
+    guided_decoding_backend: str | None = None
 
     def spec_dict(self) -> dict[str, Any]:
         """{"regex" | "json_schema" | "ebnf": spec} for what was asked ({} for nothing)."""
@@ -81,6 +87,6 @@ def _escaped(text: str) -> str:
 def add_spec(d: dict[str, Any], spec: dict[str, Any], where: str) -> None:
     """Put `spec` (another source's constraint, e.g. response_format) into the sampling dict
     `d`; 400 if `d` has one already."""
-    if spec and any(d.get(k) is not None for k in SPEC_FIELDS):
+    if spec and any(d.get(k) is not None for k in SPEC_KINDS):
         raise BadRequestError(f"give one constraint on the output: {where} and another")
     d.update(spec)
