@@ -197,7 +197,12 @@ class Scheduler:
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
         forward_s = time.perf_counter() - forward_start
-        self.speculation.observe(len(out_loc), len(logits_rows), forward_s)
+        # The row cost is measured on passes whose every row is sampled (decode, verify):
+        # a prompt's logprob rows have logits too, but they are extend rows (and the
+        # lm_head over all of them), so such a pass is not one.
+        scored = sum(r.extend_len for r in batch.reqs
+                     if not r.draft_ids and wants_input_logprobs(r))  # fmt: skip
+        self.speculation.observe(len(out_loc), len(logits_rows) - scored, forward_s)
         done = failed + self._process(batch, logits, sample_rows)
         self.stats.count_pass(kind, forward_s, time.perf_counter() - started)
         return done

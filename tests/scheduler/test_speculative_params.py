@@ -104,3 +104,16 @@ def test_logit_bias_on_every_verifying_row(plain, spec) -> None:
     assert [g.output_ids for g in got] == [r.output_ids for r in ref]
     assert ref[0].output_ids != free and free[4] not in ref[0].output_ids
     assert sum(g.spec_accepted for g in got) > 10
+
+
+def test_prompt_logprob_passes_are_not_row_costs(spec) -> None:
+    """The row cost is measured on passes whose every row is sampled: a prompt whose
+    logprobs were asked has logits on every row but runs as an extend, so its pass is not
+    one; the decode passes after it are."""
+    _fresh(spec)
+    cost = spec.speculation.depths.cost
+    before = cost.passes
+    _run(spec, [_req("p", _prompt(38, 20), 1, return_logprob=True, logprob_start_len=0)])
+    assert cost.passes == before  # one pass: the prompt's
+    _run(spec, [_req("q", _prompt(39, 20), 3)])
+    assert cost.passes > before  # its decode passes (its prompt's: one sampled row of 20)
