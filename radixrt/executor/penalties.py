@@ -53,15 +53,24 @@ def _has_output_penalty(req: Req) -> bool:
 
 def _flat_keys(
     logits: torch.Tensor, rows: list[int], seqs: list[Iterable[int]], lens: list[int]
-) -> tuple[torch.Tensor, np.ndarray]:
-    """Flat indices row * V + token for every token of seqs[j] (row rows[j]), and their j."""
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """Flat indices row * V + token for every token of seqs[j] (row rows[j]) inside the
+    vocabulary, their j, and which of the tokens (in order) those are (a bool mask)."""
     vocab = logits.shape[1]
     tokens = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=sum(lens))
     owner = np.repeat(np.arange(len(rows)), lens)  # (N,) index into rows
     valid = (tokens >= 0) & (tokens < vocab)
     tokens, owner = tokens[valid], owner[valid]
     keys = np.asarray(rows, dtype=np.int64)[owner] * vocab + tokens
-    return torch.from_numpy(keys).to(logits.device), owner
+    return torch.from_numpy(keys).to(logits.device), owner, valid
+
+
+def _write_finite(
+    flat: torch.Tensor, keys: torch.Tensor, old: torch.Tensor, new: torch.Tensor
+) -> None:
+    """flat[keys] = new, except where old was infinite (a -inf masked by a grammar stays
+    -inf); a finite value stays finite."""
+    flat[keys] = torch.where(old.isinf(), old, new.clamp(-FLOAT32_MAX, FLOAT32_MAX))
 
 
 def _per_token(logits: torch.Tensor, values: list[float], owner: np.ndarray) -> torch.Tensor:
@@ -72,40 +81,33 @@ def _per_token(logits: torch.Tensor, values: list[float], owner: np.ndarray) -> 
 def _apply_bias(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
     """OpenAI's logit_bias: logit += bias[token] for each listed token (ids past the
     vocabulary are refused at admission and skipped here; keys are distinct, so each is added
-    once). A -inf logit (masked by a grammar) stays -inf; a finite one stays finite."""
+    once)."""
     biases = [r.sampling_params.logit_bias for r in reqs]
     lens = [len(b) for b in biases]
-    vocab = logits.shape[1]
-    tokens = np.fromiter(itertools.chain.from_iterable(biases), dtype=np.int64, count=sum(lens))
+    keys, _, valid = _flat_keys(logits, rows, biases, lens)
     values = np.fromiter(
         itertools.chain.from_iterable(b.values() for b in biases), dtype=np.float32, count=sum(lens)
     )
-    owner = np.repeat(np.asarray(rows, dtype=np.int64), lens)  # (N,) the row of each entry
-    valid = (tokens >= 0) & (tokens < vocab)
-    keys = torch.from_numpy(owner[valid] * vocab + tokens[valid]).to(logits.device)
     flat = logits.view(-1)
     old = flat[keys]
-    new = old + torch.from_numpy(values[valid]).to(logits.device)
-    flat[keys] = torch.where(old.isinf(), old, new.clamp(-FLOAT32_MAX, FLOAT32_MAX))
+    _write_finite(flat, keys, old, old + torch.from_numpy(values[valid]).to(logits.device))
 
 
 def _apply_repetition(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
     """CTRL-style over prompt + output: positive logits / p, negative logits * p (once a token)."""
     seqs = [itertools.chain(r.input_ids, r.output_ids) for r in reqs]
-    keys, owner = _flat_keys(logits, rows, seqs, [r.seq_len for r in reqs])
+    keys, owner, _ = _flat_keys(logits, rows, seqs, [r.seq_len for r in reqs])
     penalty = _per_token(logits, [r.sampling_params.repetition_penalty for r in reqs], owner)
     flat = logits.view(-1)
     # Duplicate keys read the same old value and write the same new one, so each token
     # is penalized once however often it occurs.
     old = flat[keys]
-    new = torch.where(old > 0, old / penalty, old * penalty)
-    # A finite logit stays finite (a -inf one, masked by a grammar, stays -inf).
-    flat[keys] = torch.where(old.isinf(), old, new.clamp(-FLOAT32_MAX, FLOAT32_MAX))
+    _write_finite(flat, keys, old, torch.where(old > 0, old / penalty, old * penalty))
 
 
 def _apply_frequency_presence(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
     """OpenAI-style over output tokens: logit -= frequency * count + presence * (count > 0)."""
-    keys, owner = _flat_keys(
+    keys, owner, _ = _flat_keys(
         logits, rows, [r.output_ids for r in reqs], [len(r.output_ids) for r in reqs]
     )
     flat = logits.view(-1)
@@ -128,7 +130,7 @@ def _ban_stop_tokens(
         )
         for r in reqs
     ]
-    keys, owner = _flat_keys(logits, rows, banned, [len(b) for b in banned])
+    keys, owner, _ = _flat_keys(logits, rows, banned, [len(b) for b in banned])
     if keys.numel() == 0:
         return
     flat = logits.view(-1)

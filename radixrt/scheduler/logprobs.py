@@ -42,6 +42,18 @@ def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
             req.input_top_logprobs.append(None)
 
 
+def scores_prompt(req: Req) -> bool:
+    """Whether every row `req` computes this step has logits for its prompt's logprobs (not
+    rows to sample: a draft's verifying rows come first)."""
+    return not req.draft_ids and wants_input_logprobs(req)
+
+
+def sampled_rows(batch: Batch, logits_rows: list[int]) -> int:
+    """How many of the pass's `logits_rows` are rows sampled (decode, verify): all but the
+    prompt rows scored for their logprobs."""
+    return len(logits_rows) - sum(r.extend_len for r in batch.reqs if scores_prompt(r))
+
+
 def logits_layout(batch: Batch) -> tuple[list[int], list[int]]:
     """The logits rows of the packed batch (all, last, or none per request), and each sampled
     request's row among them (-1: not sampled)."""
@@ -52,7 +64,7 @@ def logits_layout(batch: Batch) -> tuple[list[int], list[int]]:
         e = req.extend_len
         if req.draft_ids:  # its verifying rows, after the forced tokens' (if any)
             logits_rows.extend(range(start + forced_rows(req), start + e))
-        elif wants_input_logprobs(req):
+        elif scores_prompt(req):
             logits_rows.extend(range(start, start + e))
         elif sample:
             logits_rows.append(start + e - 1)

@@ -26,7 +26,7 @@ from radixrt.executor.model_runner import ModelRunner
 from radixrt.executor.sampler import Sampler
 from radixrt.scheduler.admission import reject_reason, shares_uncached_prefix, wants_input_logprobs
 from radixrt.scheduler.grammar_queue import GrammarQueue, NoGrammarQueue
-from radixrt.scheduler.logprobs import add_input_logprobs, logits_layout
+from radixrt.scheduler.logprobs import add_input_logprobs, logits_layout, sampled_rows
 from radixrt.scheduler.misses import MissLog
 from radixrt.scheduler.picks import sample_picks
 from radixrt.scheduler.policy import SchedulePolicy
@@ -197,12 +197,9 @@ class Scheduler:
         forward_start = time.perf_counter()
         logits = self.runner.forward(batch, out_loc, logits_rows)
         forward_s = time.perf_counter() - forward_start
-        # The row cost is measured on passes whose every row is sampled (decode, verify):
-        # a prompt's logprob rows have logits too, but they are extend rows (and the
-        # lm_head over all of them), so such a pass is not one.
-        scored = sum(r.extend_len for r in batch.reqs
-                     if not r.draft_ids and wants_input_logprobs(r))  # fmt: skip
-        self.speculation.observe(len(out_loc), len(logits_rows) - scored, forward_s)
+        # The row cost is measured on passes whose every row is sampled: a prompt's logprob
+        # rows have logits too, but they are extend rows, so such a pass is not one.
+        self.speculation.observe(len(out_loc), sampled_rows(batch, logits_rows), forward_s)
         done = failed + self._process(batch, logits, sample_rows)
         self.stats.count_pass(kind, forward_s, time.perf_counter() - started)
         return done

@@ -56,14 +56,26 @@ TINY_FLAGS = (
 )
 
 
-@pytest.fixture(scope="session")
-def tiny_server(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """A server on the tiny random Llama (SmolLM2's tokenizer) for robustness and fuzz tests;
-    at the end it must still serve, with the pool whole and nothing locked."""
-    server = start_server(tiny_llama_path, tmp_path_factory.mktemp("tiny_server"), *TINY_FLAGS)
+def _tiny_server(path: Path, tmp: Path):
+    """A server on the tiny random Llama (SmolLM2's tokenizer) with TINY_FLAGS; at the end it
+    must still serve, with the pool whole and nothing locked."""
+    server = start_server(path, tmp, *TINY_FLAGS)
     try:
         yield server
         server.assert_serving()
         assert server.proc.poll() is None, "the server died during the tests"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The tiny server the robustness and fuzz tests share."""
+    yield from _tiny_server(tiny_llama_path, tmp_path_factory.mktemp("tiny_server"))
+
+
+@pytest.fixture(scope="module")
+def own_tiny_server(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A tiny server of one module's own, for tests whose answers follow what the server has
+    measured (pass times), which the other modules' traffic on the shared one moves."""
+    yield from _tiny_server(tiny_llama_path, tmp_path_factory.mktemp("own_tiny_server"))

@@ -7,28 +7,18 @@ same on /v1/completions (an extension), the native API's `prediction` (text) and
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .conftest import TINY_FLAGS
-from .server_proc import start_server
 
 MESSAGES = [{"role": "user", "content": "one two three four one two three four one two"}]
 
 
 @pytest.fixture(scope="module")
-def tiny_server(tiny_llama_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The tiny server of the shared fixture's flags, this module's own: how deep a step
-    drafts a prediction follows the pass times the server has measured, which other
-    modules' traffic on a shared server moves (a tiny model's passes are mostly noise)."""
-    server = start_server(tiny_llama_path, tmp_path_factory.mktemp("prediction"), *TINY_FLAGS)
-    try:
-        yield server
-        server.assert_serving()
-    finally:
-        server.stop()
+def tiny_server(own_tiny_server):
+    """This module's own: how deep a step drafts a prediction follows the pass times the
+    server has measured (a tiny model's passes are mostly noise)."""
+    return own_tiny_server
 
 
 def _chat(server: Any, **body: Any) -> dict[str, Any]:

@@ -25,10 +25,10 @@ class DraftDepth:
         # so that a prompt's guess at its answer moves no decoding request's rate.
         self.after_prompts: Acceptance = engine_rates()[1]
 
-    def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
-        """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`:
-        a pass whose every row is sampled (decode, verify) times the rows' cost."""
-        if rows == logits_rows and self.adaptive:
+    def observe(self, rows: int, sampled: int, seconds: float) -> None:
+        """A forward pass of `rows` rows, `sampled` of them sampled, took `seconds`: a pass
+        whose every row is sampled (decode, verify) times the rows' cost."""
+        if rows == sampled and self.adaptive:
             self.cost.observe(rows, seconds)
 
     def bar(self, decoding: list[Req]) -> float:

@@ -130,10 +130,10 @@ class Speculation:
             self._source = PredictedDrafter(self.drafter)
         return self._source
 
-    def observe(self, rows: int, logits_rows: int, seconds: float) -> None:
-        """A forward pass of `rows` rows, `logits_rows` of them with logits, took `seconds`."""
+    def observe(self, rows: int, sampled: int, seconds: float) -> None:
+        """A forward pass of `rows` rows, `sampled` of them sampled, took `seconds`."""
         if self.num_draft_tokens > 0 or self.prediction_tokens > 0:
-            self.depths.observe(rows, logits_rows, seconds)
+            self.depths.observe(rows, sampled, seconds)
 
     def drafts_after_forced(self, req: Req) -> bool:
         """Whether `req`, whose output ends in tokens jump-forward appended (forced by its

@@ -78,8 +78,8 @@ class IncrementalDetokenizer:
         an earlier occurrence (inside a special token's name) is not the one that stopped."""
         text = self.decode(ids)
         if matched_stop:
-            before = len(self.decode(ids[:-1])) if len(ids) > 1 else 0
-            idx = text.find(matched_stop, max(0, before - len(matched_stop)))
+            last = len(self.decode(ids[-1:]))  # about the last token's characters
+            idx = text.find(matched_stop, max(0, len(text) - last - len(matched_stop)))
             if idx < 0:  # a tokenizer whose texts do not add up: the first occurrence
                 idx = text.find(matched_stop)
             if idx >= 0:

@@ -48,10 +48,12 @@ def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice)
     schema = call_schema(fmt, allowed)
     if schema_enforced(schema):
         one = (
-            _literal(fmt.forced_prefix) + f"(?:{_call_regex(schema)})" + _literal(fmt.forced_suffix)
+            literal_regex(fmt.forced_prefix)
+            + f"(?:{_call_regex(schema)})"
+            + literal_regex(fmt.forced_suffix)
         )
-        calls = f"{one}(?:{_literal(fmt.forced_sep)}{one})*" if choice.parallel else one
-        regex = _literal(fmt.forced_open) + calls + _literal(fmt.forced_close)
+        calls = f"{one}(?:{literal_regex(fmt.forced_sep)}{one})*" if choice.parallel else one
+        regex = literal_regex(fmt.forced_open) + calls + literal_regex(fmt.forced_close)
         if is_small_regex(regex):
             return {"regex": regex}
         # One call, as a choice of one branch per tool at the top level: the grammar layer
@@ -69,8 +71,8 @@ def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice)
 def _one_call(fmt: CallFormat, tool: ToolSpec) -> str:
     """The regex of exactly one call of `tool` (the same text as its named call's)."""
     call = _call_regex(call_schema(fmt, [tool]))
-    one = _literal(fmt.forced_prefix) + f"(?:{call})" + _literal(fmt.forced_suffix)
-    return _literal(fmt.forced_open) + one + _literal(fmt.forced_close)
+    one = literal_regex(fmt.forced_prefix) + f"(?:{call})" + literal_regex(fmt.forced_suffix)
+    return literal_regex(fmt.forced_open) + one + literal_regex(fmt.forced_close)
 
 
 def _call_regex(schema: dict[str, Any]) -> str:
@@ -127,7 +129,7 @@ def auto_call_spec(
     return {}
 
 
-def _literal(text: str) -> str:
+def literal_regex(text: str) -> str:
     """`text` as a regex matching only itself (newlines as `\\n`, which every engine reads)."""
     return re.escape(text).replace("\\\n", "\\n")
 

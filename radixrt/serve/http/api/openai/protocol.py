@@ -225,11 +225,13 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
 
 
-def echo_prompts(req: CompletionRequest, prompts: list[list[int]], tokenizer: Any) -> list[str]:
+def echo_prompts(
+    req: CompletionRequest, prompts: list[list[int]], tokenizer: Any
+) -> list[str] | None:
     """With `echo`, each prompt's text as its choices repeat it: a text prompt as sent, one of
-    token ids decoded (on the tokenizer thread, once per prompt); [] without echo."""
+    token ids decoded (on the tokenizer thread, once per prompt); None without echo."""
     if not req.echo:
-        return []
+        return None
     p = req.prompt
     if isinstance(p, str):
         return [p]

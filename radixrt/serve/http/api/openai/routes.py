@@ -67,9 +67,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             caller=caller_of(request),
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
-        render = CompletionRender(
-            strings, ctx.model_name, is_chat, body.n, usage, plan, echo or None
-        )
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan, echo)
         record = None
         if fp is not None:  # a chat: kept, and compared when it asks
             compare_to = comparison_of(body)
@@ -103,7 +101,7 @@ def _parse(
     limits: Limits,
     fmt: CallFormat,
     encode: Callable[[str], list[int]],
-) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None, list[str]]:
+) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None, list[str] | None]:
     """Decode, template and tokenize a body (on the tokenizer thread); a chat's prompt
     fingerprint too, a completion's echoed prompt texts. A chat is tokenized by `encode`:
     the ids of an earlier answered turn it replays, then the tokenizer's."""
@@ -111,7 +109,7 @@ def _parse(
         chat = decode_body(raw, ChatCompletionRequest)
         plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
         prepared = prepare_chat(chat, tokenizer, limits, plan, encode)
-        return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0]), []
+        return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0]), None
     body = decode_body(raw, CompletionRequest)
     prepared = prepare_completion(body, tokenizer, limits)
     return body, prepared, None, None, echo_prompts(body, prepared.prompts, tokenizer)

@@ -13,8 +13,7 @@ import msgspec
 
 from radixrt.grammar.base import SPEC_KINDS
 from radixrt.serve.http.protocol import BadRequestError
-
-_REGEX_META = set("\\.+*?()|[]{}^$")
+from radixrt.serve.http.tools.grammar import literal_regex
 
 
 class StructuredOutputs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -77,11 +76,7 @@ def _choice_regex(choices: list[str] | None, name: str) -> str | None:
         return None
     if not choices:
         raise BadRequestError(f"{name} must be a non-empty list of strings")
-    return "(" + "|".join(_escaped(c) for c in choices) + ")"
-
-
-def _escaped(text: str) -> str:
-    return "".join("\\" + ch if ch in _REGEX_META else ch for ch in text)
+    return "(" + "|".join(literal_regex(c) for c in choices) + ")"
 
 
 def add_spec(d: dict[str, Any], spec: dict[str, Any], where: str) -> None:
