@@ -27,6 +27,8 @@ from radixrt.core.text.stop_regex import stop_regex_error
 MAX_N = 64  # samples per prompt
 MAX_TOP_LOGPROBS = 100
 MAX_ID_LEN = 256  # characters of a client's rid or extra_key
+# OpenAI's `metadata` (chat, responses): at most 16 keys, keys 64 characters, values 512.
+MAX_METADATA_KEYS, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN = 16, 64, 512
 
 
 class BadRequestError(ValueError):
@@ -268,6 +270,20 @@ def check_id(value: str | None, name: str) -> None:
     """A client-chosen id (rid, extra_key): at most MAX_ID_LEN characters."""
     if value is not None and len(value) > MAX_ID_LEN:
         raise BadRequestError(f"{name} has {len(value)} characters; at most {MAX_ID_LEN}")
+
+
+def check_metadata(metadata: dict[str, str] | None) -> None:
+    """OpenAI's `metadata` limits, else 400."""
+    if metadata is None:
+        return
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise BadRequestError(f"metadata: at most {MAX_METADATA_KEYS} keys")
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_LEN or len(value) > MAX_METADATA_VALUE_LEN:
+            raise BadRequestError(
+                f"metadata.{key[:MAX_METADATA_KEY_LEN]}: keys have at most "
+                f"{MAX_METADATA_KEY_LEN} characters, values {MAX_METADATA_VALUE_LEN}"
+            )
 
 
 def check_token_ids(ids: Any, name: str) -> list[int]:

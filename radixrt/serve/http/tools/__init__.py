@@ -5,11 +5,12 @@ calls (parser), the prompt with tools (prompt) and a request's plan (plan)."""
 from radixrt.serve.http.tools.formats import CALL_FORMATS, CallFormat, format_for
 from radixrt.serve.http.tools.parser import ArgsPiece, CallStart, TextPiece, ToolEvent
 from radixrt.serve.http.tools.plan import OutputParser, ToolPlan, parse_output
-from radixrt.serve.http.tools.prompt import render_tool_chat
+from radixrt.serve.http.tools.prompt import MESSAGE_ROLES, render_tool_chat
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
 
 __all__ = [
     "CALL_FORMATS",
+    "MESSAGE_ROLES",
     "ArgsPiece",
     "CallFormat",
     "CallStart",

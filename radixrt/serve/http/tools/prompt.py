@@ -16,6 +16,14 @@ from radixrt.serve.http.tools.plan import ToolPlan
 from radixrt.serve.http.tools.spec import ToolCall
 
 SEP = "\n\n"
+# A message's role as the chat template takes it: OpenAI's `developer` is the system turn
+# (the templates served know system, user, assistant and tool). Results are `tool` turns.
+MESSAGE_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
 
 
 def render_tool_chat(

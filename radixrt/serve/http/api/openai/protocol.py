@@ -17,12 +17,13 @@ from radixrt.serve.http.protocol import (
     Limits,
     PreparedRequest,
     check_id,
+    check_metadata,
     check_token_ids,
     fit_to_context,
     resolve_prediction,
     to_sampling_params,
 )
-from radixrt.serve.http.tools import ToolPlan, render_tool_chat
+from radixrt.serve.http.tools import MESSAGE_ROLES, ToolPlan, render_tool_chat
 
 MAX_OPENAI_TOP_LOGPROBS = 20
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -30,6 +31,15 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16
 # moves its expiry to 10 minutes on), "24h" for a day from the last request that asked for it.
 PROMPT_CACHE_RETENTION = {"in_memory": (600.0, True), "24h": (86400.0, False)}
 _RETENTION_SPELLINGS = {"in-memory": "in_memory"}
+CHAT_ROLES = {**MESSAGE_ROLES, "tool": "tool"}
+# Chat fields of OpenAI's own platform or of models with other modalities: null or absent only.
+REFUSED_CHAT_FIELDS = {
+    "reasoning_effort": "no reasoning mode is served",
+    "audio": "text output only",
+    "web_search_options": "no web search",
+    "functions": "use tools",
+    "function_call": "use tool_choice",
+}
 
 
 class StreamOptions(msgspec.Struct):
@@ -188,6 +198,38 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    # OpenAI's bookkeeping fields: metadata checked and kept on nothing (no completion is
+    # stored: store true is refused), safety_identifier like user, service_tier ignored (as
+    # on /v1/responses), modalities text only, verbosity medium only (no other is trained).
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    verbosity: str | None = None
+    reasoning_effort: str | None = None
+    audio: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+
+    def check_fields(self) -> None:
+        """400 naming the field for what this server cannot honour."""
+        for name, why in REFUSED_CHAT_FIELDS.items():
+            if getattr(self, name) is not None:
+                raise BadRequestError(f"{name}: not supported ({why})")
+        if self.store:
+            raise BadRequestError(
+                "store: chat completions are not stored by this server (the Responses API "
+                "stores responses: /v1/responses)"
+            )
+        if self.modalities is not None and self.modalities != ["text"]:
+            raise BadRequestError(f"modalities: only ['text'] is served, got {self.modalities!r}")
+        if self.verbosity not in (None, "medium"):
+            raise BadRequestError(f"verbosity: {self.verbosity!r} is not supported")
+        check_metadata(self.metadata)
+        for name in ("user", "safety_identifier", "prompt_cache_key", "cache_salt"):
+            check_id(getattr(self, name), name)
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
@@ -249,6 +291,7 @@ def prepare_chat(
 ) -> PreparedRequest:
     """Render the messages (and `plan`'s tools) with the tokenizer's chat template; one
     prompt, tokenized by `encode` (the tokenizer's own by default)."""
+    req.check_fields()
     text = render_messages(req, plan, tokenizer, limits)
     if encode is None:
         prompts = [tokenizer.encode(text, add_special_tokens=False)]
@@ -346,14 +389,14 @@ def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
 
 
 def chat_messages_of(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    return [{"role": m.role, "content": _content_text(m)} for m in messages]
+    return [{"role": _role(m, i), "content": _content_text(m)} for i, m in enumerate(messages)]
 
 
 def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """The messages as the tool-aware renderer takes them (calls and results kept)."""
     turns: list[dict[str, Any]] = []
-    for m in messages:
-        turn: dict[str, Any] = {"role": m.role, "content": _content_text(m)}
+    for i, m in enumerate(messages):
+        turn: dict[str, Any] = {"role": _role(m, i), "content": _content_text(m)}
         if m.tool_calls:
             turn["tool_calls"] = calls_of(m.tool_calls)
         if m.role == "tool":
@@ -362,6 +405,16 @@ def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
                 turn["name"] = m.name
         turns.append(turn)
     return turns
+
+
+def _role(m: ChatMessage, i: int) -> str:
+    """The template's role of messages[i] (developer -> system), else 400."""
+    role = CHAT_ROLES.get(m.role)
+    if role is None:
+        raise BadRequestError(
+            f"messages[{i}].role: {m.role!r} is not one of {', '.join(CHAT_ROLES)}"
+        )
+    return role
 
 
 def _content_text(m: ChatMessage) -> str:

@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 
 from radixrt.serve.http.protocol import BadRequestError
-from radixrt.serve.http.tools import ToolCall
+from radixrt.serve.http.tools import MESSAGE_ROLES, ToolCall
 
-ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+ROLES = MESSAGE_ROLES  # (developer -> system)
 TEXT_PARTS = ("input_text", "output_text")
 CALL_FIELDS = {"function_call": ("call_id", "name", "arguments"),
                "function_call_output": ("call_id", "output")}  # fmt: skip

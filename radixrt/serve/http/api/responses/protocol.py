@@ -9,11 +9,10 @@ from typing import Any
 import msgspec
 
 from radixrt.serve.http.api.responses.input_items import InputItem, check_input
-from radixrt.serve.http.protocol import BadRequestError, check_id
+from radixrt.serve.http.protocol import BadRequestError, check_id, check_metadata
 
 TTL_S = {"30m": 1800.0, "12h": 43200.0}  # prompt_cache_options.ttl
 DEFAULT_TTL = "30m"  # OpenAI's default, and a stored response's pin when none is asked
-MAX_METADATA_KEYS, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN = 16, 64, 512
 # Features of OpenAI's own platform: any value but null is refused.
 REFUSED = ("conversation", "prompt", "context_management", "background_options",
            "access_programs", "image", "moderation", "policy")  # fmt: skip
@@ -118,7 +117,7 @@ def check_request(req: ResponsesRequest) -> ResponsesRequest:
         raise BadRequestError("max_output_tokens: must be >= 0")
     if req.text is not None and req.text.verbosity not in (None, "medium"):
         raise BadRequestError(f"text.verbosity: {req.text.verbosity!r} is not supported")
-    _check_metadata(req.metadata)
+    check_metadata(req.metadata)
     _check_cache_options(req.prompt_cache_options)
     if not req.input and req.previous_response_id is None and not req.instructions:
         raise BadRequestError("input: required (text or a list of input items)")
@@ -148,19 +147,6 @@ def sampling_dict(req: ResponsesRequest) -> dict[str, Any]:
     raise BadRequestError(
         f"text.format.type: {fmt.type!r} is not supported; use text, json_object or json_schema"
     )
-
-
-def _check_metadata(metadata: dict[str, str] | None) -> None:
-    if metadata is None:
-        return
-    if len(metadata) > MAX_METADATA_KEYS:
-        raise BadRequestError(f"metadata: at most {MAX_METADATA_KEYS} keys")
-    for key, value in metadata.items():
-        if len(key) > MAX_METADATA_KEY_LEN or len(value) > MAX_METADATA_VALUE_LEN:
-            raise BadRequestError(
-                f"metadata.{key[:MAX_METADATA_KEY_LEN]}: keys have at most "
-                f"{MAX_METADATA_KEY_LEN} characters, values {MAX_METADATA_VALUE_LEN}"
-            )
 
 
 def _check_cache_options(options: PromptCacheOptions | None) -> None:
