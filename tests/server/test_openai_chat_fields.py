@@ -66,3 +66,10 @@ def test_what_cannot_be_honoured_is_a_400(tiny_server, body, fragment) -> None:
     r = _post(tiny_server, **{"messages": ASKED, **body})
     assert r.status_code == 400, r.text
     assert fragment in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("name", ["user", "prompt_cache_key", "cache_salt"])
+def test_client_keys_are_length_checked_on_completions_too(tiny_server, name) -> None:
+    r = tiny_server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, name: "k" * 257})
+    assert r.status_code == 400, r.text
+    assert f"{name} has 257 characters; at most 256" in r.json()["error"]["message"]

@@ -103,6 +103,8 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
     prediction: Prediction | None = None
 
     def sampling_dict(self) -> dict[str, Any]:
+        for name in ("user", "prompt_cache_key", "cache_salt"):
+            check_id(getattr(self, name), name)
         names = (
             "temperature",
             "top_p",
@@ -228,8 +230,7 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
         if self.verbosity not in (None, "medium"):
             raise BadRequestError(f"verbosity: {self.verbosity!r} is not supported")
         check_metadata(self.metadata)
-        for name in ("user", "safety_identifier", "prompt_cache_key", "cache_salt"):
-            check_id(getattr(self, name), name)
+        check_id(self.safety_identifier, "safety_identifier")
 
 
 def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
