@@ -139,6 +139,9 @@ class ReadyMsg(msgspec.Struct, tag=True):
     window_pool_tokens: int = 0
     num_window_layers: int = 0
     kv_dtype: str = ""  # the KV pool's element type ("": the same as dtype)
+    # The linear layers' weights where they differ from dtype (the activations'): "bfloat16" or
+    # "int8" on the CPU kernels; "": the same as dtype.
+    weight_dtype: str = ""
 
 
 class TierInfoMsg(msgspec.Struct):

@@ -174,6 +174,9 @@ def _load_and_run(args: SchedulerArgsMsg, recv_sock: zmq.Socket, send_sock: zmq.
 
 def ready_msg(runner: ModelRunner) -> ReadyMsg:
     """What the HTTP process learns once the model and its KV pools are up."""
+    weights = "int8" if runner.model_config.quantization else ""  # (int8 and w8a8)
+    if runner.bf16_weights:
+        weights = "bfloat16"
     return ReadyMsg(
         model_path=str(runner.model_path),
         max_total_tokens=runner.max_total_tokens,
@@ -185,6 +188,7 @@ def ready_msg(runner: ModelRunner) -> ReadyMsg:
         window_pool_tokens=runner.allocator.window.capacity,
         num_window_layers=len(runner.token_to_kv_pool.window_layers),
         kv_dtype=str(runner.token_to_kv_pool.dtype).removeprefix("torch."),
+        weight_dtype=weights,
     )
 
 

@@ -21,6 +21,8 @@ from radixrt import Engine
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu.layers import PackedLinear
+from radixrt.scheduler.process import ready_msg
+from radixrt.serve.http.launch import dtypes_text
 
 pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck.build_error()}")
 
@@ -66,6 +68,13 @@ def _generate(path: Path, cpu_kernels: str) -> tuple[list[dict], int]:
         runner = e.scheduler.runner
         assert runner.dtype == torch.float32 and runner.bf16_weights
         assert runner.token_to_kv_pool.get_kv_buffer(0)[0].dtype == torch.float32
+        ready = ready_msg(runner)  # what the launch line and /get_server_info say
+        assert (ready.dtype, ready.weight_dtype, ready.kv_dtype) == (
+            "float32",
+            "bfloat16",
+            "float32",
+        )
+        assert dtypes_text(ready) == "weights bfloat16, activations float32, KV float32"
         linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
         assert linears and all(m.weights == "bfloat16" for m in linears)
         assert not any(type(m) is torch.nn.Linear for m in runner.model.modules())
@@ -124,6 +133,7 @@ def test_bf16_without_kernels_is_a_bfloat16_torch_model(tiny_llama_path: Path) -
                 cpu_kernels="off") as e:  # fmt: skip
         runner = e.scheduler.runner
         assert runner.dtype == torch.bfloat16 and not runner.bf16_weights
+        assert dtypes_text(ready_msg(runner)) == "bfloat16"
         assert next(runner.model.parameters()).dtype == torch.bfloat16
         out = e.generate(input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 4})
         assert len(out["output_ids"]) == 4

@@ -171,3 +171,18 @@ def test_console_script_usage(capsys) -> None:
     with pytest.raises(SystemExit) as e:
         cli_main(["serve", "--help"])
     assert e.value.code == 0 and "--max-queued-requests" in capsys.readouterr().out
+
+
+def test_vllm_spellings_of_the_same_settings() -> None:
+    args = parse_args(["/models/m", "--max-model-len", "4096", "--max-num-seqs", "32",
+                       "--gpu-memory-utilization", "0.5", "--seed", "7", "--enforce-eager",
+                       "--tensor-parallel-size", "1", "--enable-prefix-caching"])  # fmt: skip
+    assert args.model.model_path == "/models/m" and args.model.context_length == 4096
+    assert args.model.disable_cuda_graph and args.model.tp_size == 1
+    assert args.scheduler.max_running_requests == 32 and args.scheduler.random_seed == 7
+    assert args.cache.mem_fraction_static == 0.5 and not args.cache.disable_radix_cache
+    assert parse_args(["--no-enable-prefix-caching"]).cache.disable_radix_cache
+    assert parse_args(["--model", "/m"]).model.model_path == "/m"
+    assert parse_args(["/m", "--model-path", "/m"]).model.model_path == "/m"
+    with pytest.raises(SystemExit):
+        parse_args(["/m", "--model-path", "/other"])

@@ -34,8 +34,23 @@ from radixrt.serve.placement.policy import ROUTING_POLICIES
 
 SERVER_CONFIGS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig, RouterConfig)
 
-# Extra spellings besides --field-name.
-_ALIASES = {"tp_size": ("--tp",), "dp_size": ("--dp",)}
+# Extra spellings besides --field-name: short ones, and vLLM's names for the same settings
+# (`vllm serve MODEL --max-model-len ...` runs as `radixrt serve MODEL --max-model-len ...`).
+_ALIASES = {
+    "tp_size": ("--tp", "--tensor-parallel-size"),
+    "dp_size": ("--dp", "--data-parallel-size"),
+    "model_path": ("--model",),
+    "context_length": ("--max-model-len",),
+    "max_running_requests": ("--max-num-seqs",),
+    "mem_fraction_static": ("--gpu-memory-utilization",),
+    "random_seed": ("--seed",),
+    "disable_cuda_graph": ("--enforce-eager",),
+}
+# vLLM's prefix-caching switch, the radix cache's other spelling (on by default here).
+_PREFIX_CACHING = (
+    ("--enable-prefix-caching", "store_false", "vLLM's spelling: the radix cache is on by default"),
+    ("--no-enable-prefix-caching", "store_true", "vLLM's spelling of --disable-radix-cache"),
+)
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "device": DEVICES,
@@ -207,10 +222,17 @@ def make_parser(prog: str = "radixrt serve") -> argparse.ArgumentParser:
         description="Serve a model over HTTP.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
+                        help="the model, as --model-path (vLLM's `vllm serve MODEL`)")  # fmt: skip
     for cls in SERVER_CONFIGS:
         group = parser.add_argument_group(cls.__name__)
         for f in dataclasses.fields(cls):
             _add_flag(group, f)
+            if f.name == "disable_radix_cache":
+                for flag, action, help_ in _PREFIX_CACHING:
+                    group.add_argument(
+                        flag, dest=f.name, action=action, default=f.default, help=help_
+                    )
     return parser
 
 
@@ -218,6 +240,11 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     """Parse flags into the four frozen configs; exits with a usage error on a bad value."""
     parser = make_parser()
     ns = vars(parser.parse_args(argv))
+    tag = ns.pop("model_tag")
+    if tag is not None:
+        if ns["model_path"] not in (None, tag):
+            parser.error(f"two models: {tag!r} and --model-path {ns['model_path']!r}")
+        ns["model_path"] = tag
     try:
         configs = [
             cls(**{f.name: ns[f.name] for f in dataclasses.fields(cls)}) for cls in SERVER_CONFIGS

@@ -43,6 +43,14 @@ def run_server(args: ServerArgs) -> int:
     return uvloop.run(_serve(args))
 
 
+def dtypes_text(ready: ReadyMsg) -> str:
+    """'weights bfloat16, activations float32, KV bfloat16', or 'float32' where all agree."""
+    weights, kv = ready.weight_dtype or ready.dtype, ready.kv_dtype or ready.dtype
+    if weights == kv == ready.dtype:
+        return ready.dtype
+    return f"weights {weights}, activations {ready.dtype}, KV {kv}"
+
+
 def kv_pool_text(ready: ReadyMsg) -> str:
     """'KV pool 4096 tokens (0.09 GiB)', with the window pool where there is one."""
     window = ""
@@ -136,7 +144,7 @@ async def _serve(args: ServerArgs) -> int:
 
         tm.start(on_dead)
         line = (
-            f"serving {app.state.model_name} ({ready.device}, {ready.dtype}); "
+            f"serving {app.state.model_name} ({ready.device}; {dtypes_text(ready)}); "
             f"{kv_pool_text(ready)}; http://{s.host}:{s.port}"
         )
         if len(clients) > 1:

@@ -38,6 +38,7 @@ def server_info(
         "device": ready.device,
         "dtype": ready.dtype,
         "kv_dtype": ready.kv_dtype or ready.dtype,
+        "weight_dtype": ready.weight_dtype or ready.dtype,
         "model_config": dataclasses.asdict(args.model),
         "cache_config": dataclasses.asdict(args.cache),
         "scheduler_config": dataclasses.asdict(args.scheduler),
