@@ -158,3 +158,56 @@ def test_plans_refuse_two_grammars_and_keep_auto_off_a_response_format(backend: 
     assert "ebnf" in auto.sampling_dict(tok, {})
     assert auto.sampling_dict(tok, {"json_schema": "{}"}) == {}  # the format wins; parsed only
     assert ToolPlan(HERMES, (ADD,), ToolChoice("none")).sampling_dict(tok, {}) == {}
+
+
+# Parameters as pydantic writes nested models: local references into the tool's own $defs,
+# one a recursive reference to its root, a property named like a keyword beside them.
+NESTED = ToolSpec(
+    "ship",
+    "",
+    {
+        "type": "object",
+        "$defs": {
+            "Color": {"enum": ["red", "green"], "type": "string"},
+            "Addr": {"type": "object", "properties": {"zip": {"type": "string", "maxLength": 5}},
+                     "required": ["zip"], "additionalProperties": False},
+        },
+        "properties": {
+            "color": {"$ref": "#/$defs/Color"},
+            "default": {"$ref": "#/$defs/Addr"},
+        },
+        "required": ["color", "default"],
+        "additionalProperties": False,
+    },
+)  # fmt: skip
+OTHER = ToolSpec(  # another tool whose $defs use the same name for another schema
+    "paint",
+    "",
+    {
+        "type": "object",
+        "$defs": {"Color": {"enum": ["blue"]}},
+        "properties": {"c": {"$ref": "#/$defs/Color"}},
+        "required": ["c"],
+        "additionalProperties": False,
+    },
+)
+
+
+def test_tools_with_local_references_keep_their_own_definitions(backend: Any) -> None:
+    """Inside the call's schema `#` is not a tool's root: each tool's pointers are moved with
+    it (pydantic's nested models, as openai's pydantic_function_tool sends them)."""
+    ship = ('<tool_call>\n{"name":"ship","arguments":{"color":"red","default":{"zip":"%s"}}}'
+            "\n</tool_call>")  # fmt: skip
+    paint = '<tool_call>\n{"name":"paint","arguments":{"c":"%s"}}\n</tool_call>'
+    for spec in (forced_call_spec(HERMES, [NESTED, OTHER], ToolChoice("required")),
+                 auto_call_spec(HERMES, [NESTED, OTHER], ToolChoice())):  # fmt: skip
+        assert _accepts(backend, spec, ship % "12345") and _accepts(backend, spec, paint % "blue")
+        assert not _accepts(backend, spec, ship % "123456")  # Addr's maxLength
+        assert not _accepts(backend, spec, paint % "red")  # paint's Color, not ship's
+    assert NESTED.parameters["properties"]["color"] == {"$ref": "#/$defs/Color"}  # not mutated
+    refs = {"$defs": {"N": {"type": "integer"}},
+            "properties": {"s": {"$ref": "#/$defs/N", "multipleOf": 5}}}  # fmt: skip
+    rated = ToolSpec("rate", "", {**OPEN.parameters, **refs})
+    lark = forced_call_spec(HERMES, [rated, NESTED], ToolChoice("required"))
+    assert list(lark) == ["ebnf"]  # multipleOf: llguidance's path
+    assert _accepts(backend, lark, ship % "1") and not _accepts(backend, lark, ship % "123456")

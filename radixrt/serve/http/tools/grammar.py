@@ -29,17 +29,59 @@ _LAYOUT = COMPACT_JSON.guidance()
 
 
 def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
-    """One call of any of `tools` as a JSON schema (name first, then the arguments)."""
-    options = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": t.name}, fmt.args_key: t.parameters},
-            "required": ["name", fmt.args_key],
-            "additionalProperties": False,
-        }
-        for t in tools
-    ]
-    return options[0] if len(options) == 1 else {"anyOf": options}
+    """One call of any of `tools` as a JSON schema (name first, then the arguments). A tool's
+    parameters with local references (`#/$defs/...`, as pydantic writes nested models) sit
+    in the root's `$defs` under their own key, their pointers moved there with them: inside
+    the call's schema `#` is no longer their root."""
+    defs: dict[str, Any] = {}
+    options = []
+    for i, t in enumerate(tools):
+        params = t.parameters
+        if _has_local_ref(params):
+            key = f"tool{i}"
+            defs[key] = _moved_refs(params, f"#/$defs/{key}")
+            params = {"$ref": f"#/$defs/{key}"}
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": t.name}, fmt.args_key: params},
+                "required": ["name", fmt.args_key],
+                "additionalProperties": False,
+            }
+        )
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+# Keywords whose values are data, not schemas (a "$ref" key inside them is not a reference),
+# and those whose values map names to schemas (a name there is not a keyword).
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                            "dependentSchemas"})  # fmt: skip
+
+
+def _has_local_ref(node: Any) -> bool:
+    return _moved_refs(node, "#/$defs/x") != node  # (every local pointer moves)
+
+
+def _moved_refs(node: Any, root: str) -> Any:
+    """The schema `node` with every local `$ref` ("#...") pointing under `root` instead of
+    "#" (the same object where it has none)."""
+    if isinstance(node, list):
+        return [_moved_refs(v, root) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k == "$ref" and isinstance(v, str) and v.startswith("#"):
+            out[k] = root + v[1:]
+        elif k in _DATA_KEYWORDS:
+            out[k] = v
+        elif k in _NAMED_SCHEMAS and isinstance(v, dict):
+            out[k] = {name: _moved_refs(sub, root) for name, sub in v.items()}
+        else:
+            out[k] = _moved_refs(v, root)
+    return out
 
 
 def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, str]:
