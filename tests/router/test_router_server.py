@@ -251,7 +251,12 @@ def test_gemini_caches_under_v1_go_to_their_worker(cluster) -> None:
         out = httpx.post(router.url + f"/v1/models/{model}:generateContent", json=ask, timeout=120)
         assert out.status_code == 200, out.text
         assert out.json()["usageMetadata"]["cachedContentTokenCount"] > 50
-    assert httpx.get(router.url + f"/v1/models/{model}", timeout=30).status_code == 200
+    gemini = {"x-goog-api-client": "google-genai-sdk/1.0"}  # google-genai's own header
+    got = httpx.get(router.url + f"/v1/models/{model}", headers=gemini, timeout=30).json()
+    assert got["name"] == "models/" + model  # Gemini's shape to a Gemini client, ...
+    assert httpx.get(router.url + f"/v1/models/{model}", timeout=30).json()["id"] == model
+    listed = httpx.get(router.url + "/v1/models", headers=gemini, timeout=30).json()
+    assert [m["name"] for m in listed["models"]] == ["models/" + model]  # ... OpenAI's else
     assert httpx.delete(router.url + "/v1/" + name, timeout=30).status_code == 200
     assert httpx.get(router.url + "/v1/" + name, timeout=30).status_code == 404
     assert all(w.get("/get_server_info").json()["num_pins"] == 0 for w in workers)

@@ -73,3 +73,22 @@ def test_client_keys_are_length_checked_on_completions_too(tiny_server, name) ->
     r = tiny_server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1, name: "k" * 257})
     assert r.status_code == 400, r.text
     assert f"{name} has 257 characters; at most 256" in r.json()["error"]["message"]
+
+
+def test_the_model_is_retrieved_by_each_sdk(tiny_server) -> None:
+    """GET /v1/models/{model}: OpenAI's and Anthropic's SDKs each read their own fields from
+    the same card (google-genai's header gets Gemini's shape: test_gemini_api.py)."""
+    import anthropic
+    import openai
+
+    oa = openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="x", max_retries=0)
+    name = oa.models.list().data[0].id
+    got = oa.models.retrieve(name)
+    assert (got.id, got.object, got.owned_by) == (name, "model", "radixrt")
+    an = anthropic.Anthropic(base_url=tiny_server.url, api_key="x", max_retries=0)
+    card = an.models.retrieve(name)
+    assert (card.id, card.type, card.display_name) == (name, "model", name)
+    assert card.created_at.timestamp() == got.created
+    assert [m.id for m in an.models.list()] == [name]
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        oa.models.retrieve("other-model")

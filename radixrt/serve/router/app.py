@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from radixrt.core.config import RouterConfig, RouterServerConfig
 from radixrt.serve.http.api.gemini.render import ACTIONS as GEMINI_METHODS
+from radixrt.serve.http.api.gemini.render import CLIENT_HEADER as GEMINI_CLIENT_HEADER
 from radixrt.serve.placement.cache_aware import CacheAwarePolicy
 from radixrt.serve.placement.policy import BaseRoutingPolicy, make_policy
 from radixrt.serve.router.forward import broadcast, forward
@@ -146,10 +147,15 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
             return error_response("no healthy worker", 503)
         return json_response({"status": "ok", "healthy_workers": n})
 
-    async def first_healthy(path: str) -> Response:
+    async def first_healthy(path: str, request: Request | None = None) -> Response:
+        """GET `path` from the first healthy worker. A Gemini client's header goes with it:
+        the worker answers /v1/models in that client's shape."""
+        headers = dict(auth.own)
+        if request is not None and GEMINI_CLIENT_HEADER in request.headers:
+            headers[GEMINI_CLIENT_HEADER] = request.headers[GEMINI_CLIENT_HEADER]
         for worker in pool.healthy:
             try:
-                r = await client.get(worker.url + path, headers=auth.own)
+                r = await client.get(worker.url + path, headers=headers)
             except httpx.HTTPError as e:
                 pool.mark_unreachable(worker, repr(e))
                 continue
@@ -158,8 +164,8 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         return error_response("no healthy worker", 503)
 
     def ask_first_healthy(path: str) -> Any:
-        async def ask() -> Response:
-            return await first_healthy(path)
+        async def ask(request: Request) -> Response:
+            return await first_healthy(path, request)
 
         return ask
 
@@ -167,10 +173,10 @@ def create_router_app(urls: list[str], router: RouterConfig, config: RouterServe
         app.add_api_route(path, ask_first_healthy(path), methods=["GET"])
 
     def gemini_model(prefix: str) -> Any:
-        async def get(model: str) -> Response:
+        async def get(request: Request, model: str) -> Response:
             if not MODEL_NAME.fullmatch(model):
                 return error_response(f"no model {model!r}", 404)
-            return await first_healthy(f"{prefix}/models/{model}")
+            return await first_healthy(f"{prefix}/models/{model}", request)
 
         return get
 

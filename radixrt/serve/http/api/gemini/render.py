@@ -47,6 +47,11 @@ def error_response(message: str, status: int) -> Response:
     return json_response(error_body(message, status), status)
 
 
+# The header google-genai sends with every request: what tells its calls apart on paths
+# another dialect serves too (GET /v1/models, /v1/models/{model}).
+CLIENT_HEADER = "x-goog-api-client"
+
+
 def model_of(model: str, served: str, context_length: int) -> dict[str, Any]:
     """The resource of `model`: whatever model a client names is served by this one."""
     return {

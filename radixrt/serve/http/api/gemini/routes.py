@@ -29,6 +29,7 @@ from radixrt.serve.http.api.gemini.protocol import (
 )
 from radixrt.serve.http.api.gemini.render import (
     ACTIONS,
+    CLIENT_HEADER,
     ContentRender,
     error_response,
     model_of,
@@ -46,12 +47,13 @@ PREFIXES = ("/v1beta", "/v1")  # the SDK's api_version "v1beta" and its default,
 ERROR_PREFIXES = ("/v1beta/", "/v1/models/", "/v1/cachedContents")
 # The header google-genai sends on every request (a key header alone names no dialect: any
 # client may authenticate with x-goog-api-key).
-_CLIENT_HEADER = b"x-goog-api-client"
+_CLIENT_HEADER = CLIENT_HEADER.encode()
 
 
 class GeminiClientRoute(APIRoute):
-    """A route on a path another dialect serves too (`GET /v1/models`, OpenAI's list): it
-    matches only a request that carries a Gemini client's header, and goes first."""
+    """A route on a path another dialect serves too (`GET /v1/models` and `/v1/models/{model}`,
+    OpenAI's): it matches only a request that carries a Gemini client's header, and goes
+    first."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if all(name != _CLIENT_HEADER for name, _ in scope.get("headers", ())):
@@ -80,9 +82,14 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
         route = GeminiClientRoute(prefix + "/models", list_models, methods=["GET"])
         app.router.routes.insert(0, route)
 
-    @app.get(prefix + "/models/{model}")
     async def get_model(model: str) -> Response:
         return json_response(model_of(model, ctx.model_name, limits.context_length))
+
+    if prefix == "/v1beta":
+        app.add_api_route(prefix + "/models/{model}", get_model, methods=["GET"])
+    else:  # ahead of OpenAI's and Anthropic's GET /v1/models/{model}, as the list
+        route = GeminiClientRoute(prefix + "/models/{model}", get_model, methods=["GET"])
+        app.router.routes.insert(0, route)
 
     @app.post(prefix + "/models/{model}")  # "{model}:generateContent"
     async def model_action(request: Request, model: str) -> Response:

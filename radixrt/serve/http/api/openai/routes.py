@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import FastAPI
@@ -30,7 +31,7 @@ from radixrt.serve.http.protocol import Limits, PreparedRequest, decode_body
 from radixrt.serve.http.serving import ServeRequest
 from radixrt.serve.http.tools import CallFormat, ToolPlan
 from radixrt.serve.web.middleware import caller_of, identity_of
-from radixrt.serve.web.responses import json_response
+from radixrt.serve.web.responses import error_response, json_response
 
 BODIES = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}
 
@@ -39,11 +40,25 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     tm, created = ctx.tm, int(time.time())
     strings = TokenStrings(ctx.tokenizer)
 
+    # The served model in OpenAI's shape and Anthropic's (type, display_name, created_at: its
+    # SDK reads these from the same paths); each client takes its own fields.
+    card = {"id": ctx.model_name, "object": "model", "created": created, "owned_by": "radixrt",
+            "max_model_len": ctx.limits.context_length, "type": "model",
+            "display_name": ctx.model_name,
+            "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat()}  # fmt: skip
+
     @app.get("/v1/models")
     async def models() -> Response:
-        model = {"id": ctx.model_name, "object": "model", "created": created,
-                 "owned_by": "radixrt", "max_model_len": ctx.limits.context_length}  # fmt: skip
-        return json_response({"object": "list", "data": [model]})
+        return json_response({"object": "list", "data": [card], "has_more": False,
+                              "first_id": ctx.model_name, "last_id": ctx.model_name})  # fmt: skip
+
+    @app.get("/v1/models/{model}")
+    async def model(model: str) -> Response:
+        if model != ctx.model_name:
+            return error_response(
+                f"the model {model!r} does not exist; this server serves {ctx.model_name!r}", 404
+            )
+        return json_response(card)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
