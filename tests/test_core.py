@@ -27,6 +27,9 @@ from radixrt.core.config import split_kwargs
         ("n", 0),
         ("stop", [""]),
         ("stop_token_ids", [-1]),
+        ("allowed_token_ids", [-1]),
+        ("allowed_token_ids", [1.5]),
+        ("allowed_token_ids", list(range(2**18 + 1))),
         ("top_logprobs_num", -1),
         ("logprob_start_len", -2),
         ("seed", "x"),
@@ -48,6 +51,12 @@ def test_defaults_aliases_and_normalisation() -> None:
         SamplingParams.from_dict({"bogus": 1})
     with pytest.raises(ValueError, match="at most one"):
         SamplingParams.from_dict({"regex": "a", "ebnf": "b"})
+    with pytest.raises(ValueError, match="allowed_token_ids cannot be combined with regex"):
+        SamplingParams.from_dict({"regex": "a", "allowed_token_ids": [1]})
+    assert SamplingParams.from_dict({"allowed_token_ids": None}).allowed_token_ids == []
+    assert SamplingParams(allowed_token_ids=[9]).check_against(3, 5) == (
+        "allowed_token_ids: token id 9 is outside the vocabulary [0, 5)"
+    )
 
 
 def test_finish_reason_shape() -> None:

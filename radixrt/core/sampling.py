@@ -105,6 +105,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # before the penalties, every other step of sampling and the grammar's -inf (which stays
     # -inf); logprobs still come from the model's own logits. JSON keys are strings of ids.
     logit_bias: dict[int, float] = {}
+    # vLLM's allowed_token_ids: sampling picks only among these ids (every other logit -inf,
+    # before logit_bias and the penalties); empty: every token. Not with a grammar, whose
+    # forced tokens are not sampled. Logprobs still come from the model's own logits.
+    allowed_token_ids: list[int] = []
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -151,6 +155,11 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         specs = [s for s in (self.regex, self.json_schema, self.ebnf) if s is not None]
         if len(specs) > 1:
             raise ValueError("at most one of regex, json_schema and ebnf may be given")
+        if specs and self.allowed_token_ids:
+            raise ValueError(
+                "allowed_token_ids cannot be combined with regex, json_schema or ebnf (a "
+                "grammar's forced tokens are not sampled)"
+            )
         for name in ("regex", "json_schema", "ebnf"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -175,6 +184,9 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         bad = next((t for t in self.logit_bias if t >= vocab_size), None)
         if bad is not None:
             return f"logit_bias token id {bad} is outside the vocabulary [0, {vocab_size})"
+        bad = next((t for t in self.allowed_token_ids if t >= vocab_size), None)
+        if bad is not None:
+            return f"allowed_token_ids: token id {bad} is outside the vocabulary [0, {vocab_size})"
         if self.logprob_start_len >= prompt_len > 0:
             return (
                 f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "

@@ -17,6 +17,8 @@ LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 all but bans a token, 100 a
 # Tokens one logit_bias may list: the sampler adds them per row and step (a whole vocabulary's
 # map would cost milliseconds a row); a ban or push of that many is no real use.
 MAX_LOGIT_BIAS_TOKENS = 1024
+# Ids one allowed_token_ids may list (the largest vocabularies served are about 2**18).
+MAX_ALLOWED_TOKEN_IDS = 2**18
 _KIND_CHECKS = {
     "bool": lambda v: isinstance(v, bool),
     "int": lambda v: type(v) is int,
@@ -42,7 +44,7 @@ def normalized(kwargs: dict[str, Any]) -> dict[str, Any]:
         out["stop_regex"] = []
     elif isinstance(out.get("stop_regex"), str):
         out["stop_regex"] = [out["stop_regex"]]
-    for name in ("stop_token_ids", "prediction_ids"):
+    for name in ("stop_token_ids", "prediction_ids", "allowed_token_ids"):
         if name in out and out[name] is None:
             out[name] = []
     if "logit_bias" in out:
@@ -174,6 +176,13 @@ def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
             and all(_is_num(v) and lo_b <= v <= hi_b for v in sp.logit_bias.values()),
             f"must map at most {MAX_LOGIT_BIAS_TOKENS} token ids to numbers in "
             f"[{lo_b:g}, {hi_b:g}]",
+        ),
+        (
+            "allowed_token_ids",
+            isinstance(sp.allowed_token_ids, list)
+            and len(sp.allowed_token_ids) <= MAX_ALLOWED_TOKEN_IDS
+            and all(_is_int(t, 0) for t in sp.allowed_token_ids),
+            f"must be a list of at most {MAX_ALLOWED_TOKEN_IDS} token ids (integers >= 0)",
         ),
         ("ignore_eos", isinstance(sp.ignore_eos, bool), "must be a boolean"),
         ("n", _is_int(sp.n, 1), f"must be an integer in [1, {INT64_MAX}]"),

@@ -1,5 +1,6 @@
-"""Logit adjustments applied before sampling: logit_bias, then the repetition, frequency and
-presence penalties, then the min_new_tokens ban on stop tokens.
+"""Logit adjustments applied before sampling: allowed_token_ids (every other token -inf),
+logit_bias, then the repetition, frequency and presence penalties, then the min_new_tokens
+ban on stop tokens.
 
 Work is proportional to the tokens penalized, not to B x V: token lists become flat indices
 `row * V + token_id` into the (B, V) logits, and each penalty is one gather/scatter.
@@ -26,15 +27,18 @@ def apply_penalties(
 
     Returns a new tensor when any row is affected, else `logits` itself.
     """
+    allow_rows = [i for i, r in enumerate(reqs) if r.sampling_params.allowed_token_ids]
     bias_rows = [i for i, r in enumerate(reqs) if r.sampling_params.logit_bias]
     rep_rows = [i for i, r in enumerate(reqs) if r.sampling_params.repetition_penalty != 1.0]
     freq_rows = [i for i, r in enumerate(reqs) if r.output_ids and _has_output_penalty(r)]
     ban_rows = [
         i for i, r in enumerate(reqs) if len(r.output_ids) < r.sampling_params.min_new_tokens
     ]
-    if not (bias_rows or rep_rows or freq_rows or ban_rows):
+    if not (allow_rows or bias_rows or rep_rows or freq_rows or ban_rows):
         return logits
     out = logits.clone(memory_format=torch.contiguous_format)  # (B, V) float32
+    if allow_rows:
+        _keep_allowed(out, [reqs[i] for i in allow_rows], allow_rows)
     if bias_rows:
         _apply_bias(out, [reqs[i] for i in bias_rows], bias_rows)
     if rep_rows:
@@ -76,6 +80,17 @@ def _write_finite(
 def _per_token(logits: torch.Tensor, values: list[float], owner: np.ndarray) -> torch.Tensor:
     """Broadcast one value per row to its tokens: (N,) float32 on the logits' device."""
     return torch.from_numpy(np.asarray(values, dtype=np.float32)[owner]).to(logits.device)
+
+
+def _keep_allowed(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
+    """vLLM's allowed_token_ids: each row's logits -inf but at its listed ids (ids past the
+    vocabulary are refused at admission and skipped here). Work: the rows' V plus the ids."""
+    allowed = [r.sampling_params.allowed_token_ids for r in reqs]
+    keys, _, _ = _flat_keys(logits, rows, allowed, [len(a) for a in allowed])
+    flat = logits.view(-1)
+    kept = flat[keys]
+    logits[rows] = float("-inf")
+    flat[keys] = kept
 
 
 def _apply_bias(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:

@@ -164,6 +164,28 @@ def test_logit_bias_leaves_logprobs_the_models() -> None:
     assert out.logprobs == pytest.approx([torch.log_softmax(logits[0], -1)[2].item()])
 
 
+def test_allowed_token_ids_leave_only_those_ids_before_the_bias() -> None:
+    logits = torch.tensor([[2.0, 1.0, -1.0, 0.5], [2.0, 1.0, -1.0, 0.5], [3.0, 1.0, 0.0, 0.0]])
+    reqs = [
+        make_req(temperature=0.0, allowed_token_ids=[1, 3]),
+        make_req(temperature=0.0),  # a row without: as it was
+        make_req(temperature=0.0, allowed_token_ids=[2, 3], logit_bias={3: 5.0, 0: 50.0}),
+    ]
+    out = apply_penalties(logits, reqs, [EOS])
+    assert out[0].tolist() == [-math.inf, 1.0, -math.inf, 0.5]
+    assert out[1].tolist() == [2.0, 1.0, -1.0, 0.5]
+    assert out[2].tolist() == [-math.inf, -math.inf, 0.0, 5.0]  # the bias cannot lift token 0
+    assert logits[0].tolist() == [2.0, 1.0, -1.0, 0.5]  # not written
+    assert Sampler(4, [EOS]).sample(logits, reqs).next_token_ids == [1, 0, 3]
+    drawn = draw([0.0, 5.0, 3.0, 0.0], n=2000, allowed_token_ids=[0, 2, 3])
+    assert set(drawn) == {0, 2, 3} and drawn[2] > 1500
+    # Logprobs stay the model's own (as logit_bias leaves them).
+    req = make_req(temperature=0.0, allowed_token_ids=[2], return_logprob=True)
+    got = Sampler(4, [EOS]).sample(logits[:1], [req])
+    assert got.next_token_ids == [2]
+    assert got.logprobs == pytest.approx([torch.log_softmax(logits[0], -1)[2].item()])
+
+
 def test_min_new_tokens_blocks_eos_then_allows_it() -> None:
     logits = torch.tensor([[5.0, 1.0, 4.0, 0.0]])
     sampler = Sampler(4, [EOS])

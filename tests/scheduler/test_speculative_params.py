@@ -106,6 +106,23 @@ def test_logit_bias_on_every_verifying_row(plain, spec) -> None:
     assert sum(g.spec_accepted for g in got) > 10
 
 
+def test_allowed_token_ids_on_every_verifying_row(plain, spec) -> None:
+    """An allowed set that leaves out a token of the free output gives the same tokens with
+    speculation as without, every one of them in the set."""
+    _fresh(plain)
+    ids = _repetitive(36)
+    free = _run(plain, [_req("f", ids, 30)])["f"]
+    allowed = sorted((set(ids) | set(free)) - {free[6]})
+
+    def make():
+        return [_req("a", ids, 30, allowed_token_ids=allowed)]
+
+    ref, got = _pair(plain, spec, make)
+    assert [g.output_ids for g in got] == [r.output_ids for r in ref]
+    assert set(ref[0].output_ids) <= set(allowed) and ref[0].output_ids != free
+    assert sum(g.spec_accepted for g in got) > 5
+
+
 def test_prompt_logprob_passes_are_not_row_costs(spec) -> None:
     """The row cost is measured on passes whose every row is sampled: a prompt whose
     logprobs were asked has logits on every row but runs as an extend, so its pass is not

@@ -98,6 +98,11 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
     include_stop_str_in_output: bool | None = None  # vLLM's name for it
     end_on_exit: bool | None = None
     rid: str | None = None
+    # vLLM's: sample only among these ids; each prompt cut to its last N tokens (-1: the
+    # context length); logprobs' tokens named "token_id:<id>" (the ids exactly, for RL loops).
+    allowed_token_ids: list[int] | None = None
+    truncate_prompt_tokens: int | None = None
+    return_tokens_as_token_ids: bool = False
     # Predicted output (chat; on completions an extension): its text is tokenized with the
     # prompt (resolve_prediction), drafted from, and changes nothing but the speed.
     prediction: Prediction | None = None
@@ -133,6 +138,8 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
             d["min_new_tokens"] = self.min_tokens
         if self.logit_bias:  # {"token id": bias}: ids and values checked with the rest
             d["logit_bias"] = self.logit_bias
+        if self.allowed_token_ids:
+            d["allowed_token_ids"] = self.allowed_token_ids
         if self.prediction is not None:
             d["prediction"] = self.prediction.text()
         d.update(self.spec_dict())
@@ -265,7 +272,20 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
             d["logprob_start_len"] = 0
     d = resolve_prediction(d, tokenizer, limits)
     max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
+    prompts = truncated(prompts, req.truncate_prompt_tokens, limits)
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
+
+
+def truncated(prompts: list[list[int]], keep: int | None, limits: Limits) -> list[list[int]]:
+    """vLLM's truncate_prompt_tokens: each prompt's last `keep` tokens (-1: the context
+    length; None: as they are)."""
+    if keep is None:
+        return prompts
+    if keep == -1:
+        keep = limits.context_length
+    if keep < 1:
+        raise BadRequestError(f"truncate_prompt_tokens must be -1 or >= 1, got {keep}")
+    return [ids[-keep:] for ids in prompts]
 
 
 def echo_prompts(
@@ -276,10 +296,11 @@ def echo_prompts(
     if not req.echo:
         return None
     p = req.prompt
-    if isinstance(p, str):
-        return [p]
-    if p and all(isinstance(x, str) for x in p):
-        return list(p)
+    if req.truncate_prompt_tokens is None:  # (a cut prompt is echoed as its tokens decode)
+        if isinstance(p, str):
+            return [p]
+        if p and all(isinstance(x, str) for x in p):
+            return list(p)
     return [tokenizer.decode(ids) for ids in prompts]
 
 
@@ -315,7 +336,9 @@ def prepare_chat(
     if max_tokens is not None:
         d["max_new_tokens"] = max_tokens
     d = resolve_prediction(d, tokenizer, limits)
-    return replace(_prepare(prompts, d, max_tokens, limits, req.rid), text=text)
+    cut = truncated(prompts, req.truncate_prompt_tokens, limits)
+    kept = text if cut[0] == prompts[0] else None  # a cut prompt is not its text's tokens
+    return replace(_prepare(cut, d, max_tokens, limits, req.rid), text=kept)
 
 
 class TemplateOptions(msgspec.Struct, kw_only=True):

@@ -51,8 +51,10 @@ class CompletionRender(BaseRender):
         include_usage: bool,
         plan: ToolPlan | None = None,
         echo: list[str] | None = None,
+        ids_as_tokens: bool = False,
     ) -> None:
         self.strings = strings
+        self.ids_as_tokens = ids_as_tokens  # logprobs' tokens as "token_id:<id>" (vLLM's)
         self.echo = echo  # completions' echo: each prompt's text, before its choices' text
         self.plan = plan if plan is not None and plan.parses_calls else None
         self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
@@ -186,16 +188,18 @@ class CompletionRender(BaseRender):
         tokens = [self.strings.get(t) for t in ids]
         offsets = []
         offset = self._offsets.get(index, 0)
-        for tok in tokens:
+        for tok in tokens:  # offsets in the text, whatever names the tokens are given
             offsets.append(offset)
             offset += len(tok)
+        if self.ids_as_tokens:
+            tokens = [self._name(t) for t in ids]
         self._offsets[index] = offset
         has_top = out.sampling_params.top_logprobs_num > 0
         return {
             "tokens": tokens,
             "token_logprobs": logprobs,
             "top_logprobs": [
-                None if top is None else {self.strings.get(t): lp for lp, t in top} for top in tops
+                None if top is None else {self._name(t): lp for lp, t in top} for top in tops
             ]
             if has_top
             else None,
@@ -204,7 +208,11 @@ class CompletionRender(BaseRender):
 
     def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:
         s = self.strings.get(token_id)
-        return {"token": s, "logprob": logprob, "bytes": list(s.encode())}
+        return {"token": self._name(token_id), "logprob": logprob, "bytes": list(s.encode())}
+
+    def _name(self, token_id: int) -> str:
+        """A token as logprobs name it: its text, or "token_id:<id>" with ids_as_tokens."""
+        return f"token_id:{token_id}" if self.ids_as_tokens else self.strings.get(token_id)
 
 
 def chunk_delta(events: list[ToolEvent]) -> dict[str, Any]:

@@ -82,7 +82,8 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             caller=caller_of(request),
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
-        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan, echo)
+        render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan, echo,
+                                  body.return_tokens_as_token_ids)  # fmt: skip
         record = None
         if fp is not None:  # a chat: kept, and compared when it asks
             compare_to = comparison_of(body)

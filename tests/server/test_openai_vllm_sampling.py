@@ -1,0 +1,108 @@
+"""vLLM's sampling extras on the OpenAI routes (tiny-model server): allowed_token_ids (only
+those ids are sampled, logprobs the model's own), truncate_prompt_tokens (each prompt its
+last N tokens) and return_tokens_as_token_ids (logprobs name tokens "token_id:<id>")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+PROMPT = "one two three four five six seven"
+ASKED = [{"role": "user", "content": "Count from one to ten."}]
+
+
+def _ok(server: Any, path: str, **body: Any) -> dict[str, Any]:
+    r = server.post(path, json={"temperature": 0, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _ids(server: Any, text: str) -> list[int]:
+    return server.post("/tokenize", json={"prompt": text}).json()["tokens"]
+
+
+def test_allowed_token_ids_are_all_that_is_sampled(tiny_server) -> None:
+    native = {"input_ids": _ids(tiny_server, PROMPT), "sampling_params": {"max_new_tokens": 8,
+              "temperature": 0, "ignore_eos": True}}  # fmt: skip
+    free = tiny_server.post("/generate", json=native).json()["output_ids"]
+    allowed = sorted((set(free) | {7, 11}) - {free[0]})  # the first free token left out
+    for temperature in (0, 1):
+        got = _ok(tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=8, n=2,
+                  temperature=temperature, ignore_eos=True, allowed_token_ids=allowed,
+                  logprobs=1, return_tokens_as_token_ids=True)  # fmt: skip
+        for choice in got["choices"]:
+            ids = [int(t.removeprefix("token_id:")) for t in choice["logprobs"]["tokens"]]
+            assert len(ids) == 8 and set(ids) <= set(allowed), ids
+    named = {"logprobs": True, "return_tokens_as_token_ids": True}
+    chat = _ok(tiny_server, "/v1/chat/completions", messages=ASKED, max_tokens=6,
+               allowed_token_ids=allowed, **named)  # fmt: skip
+    ids = [
+        int(e["token"].removeprefix("token_id:")) for e in chat["choices"][0]["logprobs"]["content"]
+    ]
+    assert ids and set(ids) <= set(allowed)
+    # The native route takes it as a sampling parameter: the same greedy tokens.
+    restricted = {
+        **native,
+        "sampling_params": {**native["sampling_params"], "allowed_token_ids": allowed},
+    }
+    out = tiny_server.post("/generate", json=restricted).json()["output_ids"]
+    greedy = _ok(tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=8, ignore_eos=True,
+                 allowed_token_ids=allowed, **{**named, "logprobs": 0})  # fmt: skip
+    tokens = greedy["choices"][0]["logprobs"]["tokens"]
+    assert out == [int(t.removeprefix("token_id:")) for t in tokens] and out[0] != free[0]
+    tiny_server.assert_serving()
+
+
+def test_tokens_as_ids_name_the_same_tokens_and_logprobs(tiny_server) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 5, "logprobs": 2}
+    text = _ok(tiny_server, "/v1/completions", **body)["choices"][0]
+    named = _ok(tiny_server, "/v1/completions", **body, return_tokens_as_token_ids=True)["choices"][
+        0
+    ]
+    lp, lp_ids = text["logprobs"], named["logprobs"]
+    assert lp_ids["token_logprobs"] == lp["token_logprobs"]
+    assert lp_ids["text_offset"] == lp["text_offset"]  # offsets in the text either way
+    decoded = [tiny_server.post("/detokenize", json={"tokens": [int(t[9:])]}).json()["prompt"]
+               for t in lp_ids["tokens"]]  # fmt: skip
+    assert decoded == lp["tokens"]
+    assert all(all(k.startswith("token_id:") for k in top) for top in lp_ids["top_logprobs"])
+    assert sorted(lp_ids["top_logprobs"][0].values()) == sorted(lp["top_logprobs"][0].values())
+
+
+def test_truncate_prompt_tokens_keeps_the_last_tokens(tiny_server) -> None:
+    ids = _ids(tiny_server, PROMPT)
+    cut = _ok(tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=4, truncate_prompt_tokens=3,
+              echo=True)  # fmt: skip
+    tail = _ok(tiny_server, "/v1/completions", prompt=ids[-3:], max_tokens=4, echo=True)
+    assert cut["usage"]["prompt_tokens"] == 3 and cut["choices"] == tail["choices"]
+    whole = _ok(
+        tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=4, truncate_prompt_tokens=-1
+    )
+    assert whole["usage"]["prompt_tokens"] == len(ids)
+    chat = _ok(tiny_server, "/v1/chat/completions", messages=ASKED, max_tokens=4,
+               truncate_prompt_tokens=5)  # fmt: skip
+    assert chat["usage"]["prompt_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens must be -1 or >= 1, got 0"),
+        ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens must be -1 or >= 1"),
+        ({"allowed_token_ids": [10**7]}, "allowed_token_ids: token id 10000000 is outside"),
+        ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
+        ({"allowed_token_ids": ["a"]}, "invalid request"),
+        ({"allowed_token_ids": [1], "regex": "[ab]+"}, "allowed_token_ids cannot be combined"),
+        ({"return_tokens_as_token_ids": "yes"}, "invalid request"),
+    ],
+)  # fmt: skip
+def test_bad_values_get_400(tiny_server, body, fragment) -> None:
+    for path, base in (
+        ("/v1/completions", {"prompt": PROMPT}),
+        ("/v1/chat/completions", {"messages": ASKED}),
+    ):
+        r = tiny_server.post(path, json={**base, "max_tokens": 2, **body})
+        assert r.status_code == 400, (path, r.text)
+        assert fragment in r.json()["error"]["message"], (path, r.text)
+    tiny_server.assert_serving()
