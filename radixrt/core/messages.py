@@ -104,6 +104,7 @@ class ReqOutMsg(msgspec.Struct, array_like=True):
     # Prompt-token logprobs, sent once with the finishing message when asked for.
     input_logprobs: list[float | None] = []
     input_top_logprobs: list[TopLogprobs | None] = []
+    input_token_ranks: list[int | None] = []  # each prompt token's rank (1: the likeliest)
     pins: list[PinOutcome] = []  # with the finishing message: one per GenerateReqMsg.pins
     # With lower tiers: cached_tokens per tier ("device", "host", "disk") and the load time.
     cached_tokens_by_tier: dict[str, int] = {}

@@ -52,6 +52,9 @@ class Req:
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
     input_logprobs: list[float | None] = field(default_factory=list)
     input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
+    # Each prompt token's rank among the vocabulary at its position (1: the most likely; ties
+    # share the better rank), beside input_logprobs (None where that is None).
+    input_token_ranks: list[int | None] = field(default_factory=list)
     # Stop-string scan state (scheduler/stop_check.py: StopState) once stop strings are checked,
     # else None; it follows output_ids, which are kept across retraction.
     stop_state: StopScan | None = None

@@ -24,6 +24,7 @@ def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
     if first == 0 and not req.input_logprobs:
         req.input_logprobs.append(None)
         req.input_top_logprobs.append(None)
+        req.input_token_ranks.append(None)
     logp = torch.log_softmax(logits.float(), dim=-1)  # (n, V)
     positions = torch.arange(start_pos + 1, start_pos + 1 + logits.shape[0])
     keep = (positions >= first + len(req.input_logprobs)) & (positions < req.prompt_len)
@@ -31,10 +32,13 @@ def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
     if not rows:
         return
     targets = torch.tensor([req.input_ids[start_pos + 1 + j] for j in rows])
-    chosen = logp[rows].gather(1, targets[:, None].to(logp.device)).flatten().tolist()
+    picked = logp[rows].gather(1, targets[:, None].to(logp.device))  # (r, 1)
+    chosen = picked.flatten().tolist()
+    ranks = ((logp[rows] > picked).sum(dim=-1) + 1).tolist()
     top = torch.topk(logp[rows], k, dim=-1) if k > 0 else None
     for i, lp in enumerate(chosen):
         req.input_logprobs.append(lp)
+        req.input_token_ranks.append(ranks[i])
         if top is not None:
             vals, ids = top.values[i].tolist(), top.indices[i].tolist()
             req.input_top_logprobs.append(list(zip(vals, ids)))

@@ -222,6 +222,7 @@ class SchedulerLoop:
                 out.input_top_logprobs = [
                     None if t is None else _top(t) for t in req.input_top_logprobs
                 ]
+                out.input_token_ranks = list(req.input_token_ranks)
         return out
 
 

@@ -106,3 +106,44 @@ def test_bad_values_get_400(tiny_server, body, fragment) -> None:
         assert r.status_code == 400, (path, r.text)
         assert fragment in r.json()["error"]["message"], (path, r.text)
     tiny_server.assert_serving()
+
+
+def test_prompt_logprobs_score_every_prompt_token_with_its_rank(tiny_server) -> None:
+    ids = _ids(tiny_server, PROMPT)
+    native = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+              "return_logprob": True, "logprob_start_len": 0}  # fmt: skip
+    want = [lp for lp, _, _ in tiny_server.post("/generate", json=native).json()["meta_info"][
+        "input_token_logprobs"]]  # fmt: skip
+    got = _ok(tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=2, n=2, prompt_logprobs=20)
+    for choice in got["choices"]:
+        entries = choice["prompt_logprobs"]
+        assert choice["logprobs"] is None  # only what was asked is shown
+        assert len(entries) == len(ids) and entries[0] is None
+        for i, entry in enumerate(entries[1:], 1):
+            own = entry[str(ids[i])]
+            assert own["logprob"] == pytest.approx(want[i], abs=1e-4)
+            alts = sorted(entry.values(), key=lambda e: -e["logprob"])
+            higher = [e for e in alts if e["logprob"] > own["logprob"]]
+            if own["rank"] <= 20:  # among the 20 shown: ranked by its place
+                assert own["rank"] == len(higher) + 1
+            else:
+                assert len(entry) == 21 and len(higher) == 20
+            others = sorted(e["rank"] for e in entry.values() if e is not own)
+            assert others == [r for r in range(1, 21) if r != own["rank"]]  # the 20 likeliest
+    # One alternative each, the output's logprobs with their own count, ids as names; chat
+    # has them on the response (one prompt).
+    both = _ok(tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=2, prompt_logprobs=1,
+               logprobs=3, return_tokens_as_token_ids=True)["choices"][0]  # fmt: skip
+    assert all(len(e) <= 2 for e in both["prompt_logprobs"][1:])
+    assert all(len(t) == 3 for t in both["logprobs"]["top_logprobs"])
+    entry = both["prompt_logprobs"][1][str(ids[1])]
+    assert entry["decoded_token"] == f"token_id:{ids[1]}"
+    chat = _ok(tiny_server, "/v1/chat/completions", messages=ASKED, max_tokens=2, prompt_logprobs=0)
+    counted = tiny_server.post("/tokenize", json={"messages": ASKED}).json()["tokens"]
+    assert len(chat["prompt_logprobs"]) == len(counted) and chat["prompt_logprobs"][0] is None
+    assert [list(e) for e in chat["prompt_logprobs"][1:]] == [[str(t)] for t in counted[1:]]
+    r = tiny_server.post("/v1/completions", json={"prompt": PROMPT, "prompt_logprobs": 1,
+                                                   "stream": True})  # fmt: skip
+    assert r.status_code == 400 and "prompt_logprobs needs stream false" in r.text
+    r = tiny_server.post("/v1/completions", json={"prompt": PROMPT, "prompt_logprobs": 21})
+    assert r.status_code == 400 and "prompt_logprobs must be in [0, 20]" in r.text

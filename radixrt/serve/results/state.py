@@ -33,6 +33,7 @@ class ReqOutput:
     # Prompt-token logprobs (from logprob_start_len), filled in when the request finishes.
     input_logprobs: list[float | None] = field(default_factory=list)
     input_top_logprobs: list[TopLogprobs | None] = field(default_factory=list)
+    input_token_ranks: list[int | None] = field(default_factory=list)  # 1: the likeliest
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     # With lower KV tiers: cached_tokens per tier ("device", "host", "disk"), load seconds.
     cached_tokens_by_tier: dict[str, int] = field(default_factory=dict)
@@ -94,6 +95,7 @@ class ReqOutput:
         if source is None:
             self.input_logprobs = list(out.input_logprobs)
             self.input_top_logprobs = list(out.input_top_logprobs)
+            self.input_token_ranks = list(out.input_token_ranks)
         elif not source.is_finished:
             source._waiting.append((self, reason))  # the prompt's logprobs are not in yet
             return []
@@ -109,6 +111,7 @@ class ReqOutput:
         if source is not None:
             self.input_logprobs = source.input_logprobs
             self.input_top_logprobs = source.input_top_logprobs
+            self.input_token_ranks = source.input_token_ranks
         self.finish_reason = reason
 
     def release(self) -> list[ReqOutput]:

@@ -4,7 +4,7 @@ SamplingParams. Fields radixrt cannot honour are refused with 400 rather than ig
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -103,6 +103,8 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
     allowed_token_ids: list[int] | None = None
     truncate_prompt_tokens: int | None = None
     return_tokens_as_token_ids: bool = False
+    # vLLM's prompt_logprobs: each prompt token's logprob, rank and this many alternatives.
+    prompt_logprobs: int | None = None
     # Predicted output (chat; on completions an extension): its text is tokenized with the
     # prompt (resolve_prediction), drafted from, and changes nothing but the speed.
     prediction: Prediction | None = None
@@ -144,6 +146,43 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
             d["prediction"] = self.prediction.text()
         d.update(self.spec_dict())
         return d
+
+
+@dataclass(frozen=True)
+class LogprobAsk:
+    """What a call's logprobs show: the output tokens' with `output` alternatives each (None:
+    no logprobs), the prompt's with `prompt` alternatives (vLLM's prompt_logprobs; None: not
+    asked), tokens named "token_id:<id>" (`as_ids`). The request may compute more (one
+    alternative count serves both): the render shows what was asked."""
+
+    output: int | None = None
+    prompt: int | None = None
+    as_ids: bool = False
+
+
+def logprob_ask(req: CompletionRequest | ChatCompletionRequest) -> LogprobAsk:
+    if isinstance(req, CompletionRequest):
+        output = req.logprobs
+    else:
+        output = (req.top_logprobs or 0) if req.logprobs else None
+    return LogprobAsk(output, req.prompt_logprobs, req.return_tokens_as_token_ids)
+
+
+def add_prompt_logprobs(d: dict[str, Any], req: _SamplingFields) -> None:
+    """Sampling fields for vLLM's prompt_logprobs (every prompt token scored; the
+    alternatives' count the larger of the two asks), else nothing."""
+    k = req.prompt_logprobs
+    if k is None:
+        return
+    if not 0 <= k <= MAX_OPENAI_TOP_LOGPROBS:
+        raise BadRequestError(f"prompt_logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
+    if req.stream:
+        raise BadRequestError(
+            "prompt_logprobs needs stream false: a prompt's logprobs are known when its "
+            "request finishes"
+        )
+    top = max(d.get("top_logprobs_num", 0), k)
+    d.update(return_logprob=True, logprob_start_len=0, top_logprobs_num=top)
 
 
 class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
@@ -270,6 +309,7 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
                     "when its request finishes"
                 )
             d["logprob_start_len"] = 0
+    add_prompt_logprobs(d, req)
     d = resolve_prediction(d, tokenizer, limits)
     max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     prompts = truncated(prompts, req.truncate_prompt_tokens, limits)
@@ -330,6 +370,7 @@ def prepare_chat(
         if not 0 <= top <= MAX_OPENAI_TOP_LOGPROBS:
             raise BadRequestError(f"top_logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
         d.update(return_logprob=True, top_logprobs_num=top)
+    add_prompt_logprobs(d, req)
     max_tokens = (
         req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     )

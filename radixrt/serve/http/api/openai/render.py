@@ -12,6 +12,7 @@ from typing import Any
 
 from radixrt.core.messages import TopLogprobs
 from radixrt.serve.http.api.openai.diagnostics import render_cache_diagnostics
+from radixrt.serve.http.api.openai.protocol import LogprobAsk
 from radixrt.serve.http.api.openai.tools import call_items
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState
@@ -51,10 +52,10 @@ class CompletionRender(BaseRender):
         include_usage: bool,
         plan: ToolPlan | None = None,
         echo: list[str] | None = None,
-        ids_as_tokens: bool = False,
+        ask: LogprobAsk | None = None,
     ) -> None:
         self.strings = strings
-        self.ids_as_tokens = ids_as_tokens  # logprobs' tokens as "token_id:<id>" (vLLM's)
+        self.ask = ask or LogprobAsk()  # which logprobs the call shows
         self.echo = echo  # completions' echo: each prompt's text, before its choices' text
         self.plan = plan if plan is not None and plan.parses_calls else None
         self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
@@ -88,6 +89,8 @@ class CompletionRender(BaseRender):
                 choice["message"] = {"role": "assistant", "content": text}
             else:
                 choice["text"] = self._echoed(i) + text
+            if self.ask.prompt is not None and not self.is_chat:  # vLLM's: per choice
+                choice["prompt_logprobs"] = self._prompt_logprobs(done.states[i])
             choices.append(choice)
         usage = usage_of(done.states, self.n)
         if done.explained is not None:  # one per distinct prompt, in order
@@ -96,8 +99,11 @@ class CompletionRender(BaseRender):
                 found[0] if len(found) == 1 else found
             )
         kind = "chat.completion" if self.is_chat else "text_completion"
-        return {**self._head, "object": kind, "created": int(time.time()),
+        body = {**self._head, "object": kind, "created": int(time.time()),
                 "choices": choices, "usage": usage, **self._diagnostics()}  # fmt: skip
+        if self.ask.prompt is not None and self.is_chat:  # vLLM's: one prompt, on the response
+            body["prompt_logprobs"] = self._prompt_logprobs(done.states[0])
+        return body
 
     def head(self, states: list[ReqState]) -> Iterator[bytes]:
         if self.echo is not None:  # completions: each choice opens with its prompt
@@ -153,7 +159,7 @@ class CompletionRender(BaseRender):
             "logprobs": None,
             "finish_reason": None if reason is None else reason.kind.value,
         }
-        if state.out.sampling_params.return_logprob:
+        if self.ask.output is not None:
             if self.is_chat:
                 choice["logprobs"] = self._chat_logprobs(delta)
             else:
@@ -161,11 +167,12 @@ class CompletionRender(BaseRender):
         return choice
 
     def _chat_logprobs(self, delta: OutputDelta) -> dict[str, Any]:
+        k = self.ask.output or 0
         tops = delta.top_logprobs or [[] for _ in delta.token_ids]
         content = []
         for t, lp, top in zip(delta.token_ids, delta.logprobs, tops, strict=False):
             entry = self._token_entry(lp, t)
-            entry["top_logprobs"] = [self._token_entry(tlp, tt) for tlp, tt in top]
+            entry["top_logprobs"] = [self._token_entry(tlp, tt) for tlp, tt in top[:k]]
             content.append(entry)
         return {"content": content, "refusal": None}
 
@@ -191,20 +198,39 @@ class CompletionRender(BaseRender):
         for tok in tokens:  # offsets in the text, whatever names the tokens are given
             offsets.append(offset)
             offset += len(tok)
-        if self.ids_as_tokens:
+        if self.ask.as_ids:
             tokens = [self._name(t) for t in ids]
         self._offsets[index] = offset
-        has_top = out.sampling_params.top_logprobs_num > 0
+        k = self.ask.output or 0
         return {
             "tokens": tokens,
             "token_logprobs": logprobs,
             "top_logprobs": [
-                None if top is None else {self._name(t): lp for lp, t in top} for top in tops
+                None if top is None else {self._name(t): lp for lp, t in top[:k]} for top in tops
             ]
-            if has_top
+            if k > 0
             else None,
             "text_offset": offsets,
         }
+
+    def _prompt_logprobs(self, state: ReqState) -> list[dict[str, Any] | None]:
+        """vLLM's prompt_logprobs: per prompt token None (the first) or {"<id>": {logprob,
+        rank, decoded_token}} for the token itself, then its `ask.prompt` likeliest
+        alternatives (ranked 1, 2, ...)."""
+        out, k = state.out, self.ask.prompt or 0
+        entries: list[dict[str, Any] | None] = []
+        for token, lp, top, rank in zip(out.input_ids, out.input_logprobs,
+                                        out.input_top_logprobs, out.input_token_ranks):  # fmt: skip
+            if lp is None:
+                entries.append(None)
+                continue
+            entry = {str(token): {"logprob": lp, "rank": rank, "decoded_token": self._name(token)}}
+            for j, (alt_lp, alt) in enumerate((top or [])[:k]):
+                entry.setdefault(
+                    str(alt), {"logprob": alt_lp, "rank": j + 1, "decoded_token": self._name(alt)}
+                )
+            entries.append(entry)
+        return entries
 
     def _token_entry(self, logprob: float, token_id: int) -> dict[str, Any]:
         s = self.strings.get(token_id)
@@ -212,7 +238,7 @@ class CompletionRender(BaseRender):
 
     def _name(self, token_id: int) -> str:
         """A token as logprobs name it: its text, or "token_id:<id>" with ids_as_tokens."""
-        return f"token_id:{token_id}" if self.ids_as_tokens else self.strings.get(token_id)
+        return f"token_id:{token_id}" if self.ask.as_ids else self.strings.get(token_id)
 
 
 def chunk_delta(events: list[ToolEvent]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from radixrt.serve.http.api.openai.protocol import (
     CompletionRequest,
     chat_messages,
     echo_prompts,
+    logprob_ask,
     prepare_chat,
     prepare_completion,
     retention_pins,
@@ -83,7 +84,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         )
         usage = body.stream_options is not None and body.stream_options.include_usage
         render = CompletionRender(strings, ctx.model_name, is_chat, body.n, usage, plan, echo,
-                                  body.return_tokens_as_token_ids)  # fmt: skip
+                                  logprob_ask(body))  # fmt: skip
         record = None
         if fp is not None:  # a chat: kept, and compared when it asks
             compare_to = comparison_of(body)
