@@ -9,6 +9,7 @@ Work is proportional to the tokens penalized, not to B x V: token lists become f
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import numpy as np
@@ -83,14 +84,37 @@ def _per_token(logits: torch.Tensor, values: list[float], owner: np.ndarray) -> 
 
 
 def _keep_allowed(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:
-    """vLLM's allowed_token_ids: each row's logits -inf but at its listed ids (ids past the
-    vocabulary are refused at admission and skipped here). Work: the rows' V plus the ids."""
-    allowed = [r.sampling_params.allowed_token_ids for r in reqs]
-    keys, _, _ = _flat_keys(logits, rows, allowed, [len(a) for a in allowed])
-    flat = logits.view(-1)
-    kept = flat[keys]
-    logits[rows] = float("-inf")
-    flat[keys] = kept
+    """vLLM's allowed_token_ids: each row's logits -inf but at its listed ids. Work per step:
+    the rows' V (each list's mask is built once: `_allowed_mask`)."""
+    vocab, device = logits.shape[1], logits.device
+    masks = torch.stack([_allowed_mask(r.sampling_params.allowed_token_ids, vocab, device)
+                         for r in reqs])  # fmt: skip  # (R, V) bool
+    index = torch.tensor(rows, device=device)
+    logits[index] = logits[index].masked_fill(~masks, float("-inf"))
+
+
+# allowed_token_ids lists -> their (V,) masks, least recently used first. Keyed by the list
+# object, which the n samples and a draft's verifying rows of one request share (the entry
+# holds the list, so its id is not reused while cached).
+_MASKS: OrderedDict[tuple[int, int, str], tuple[list[int], torch.Tensor]] = OrderedDict()
+_MASKS_KEPT = 64
+
+
+def _allowed_mask(ids: list[int], vocab: int, device: torch.device) -> torch.Tensor:
+    """(V,) bool: True at `ids` inside the vocabulary (ids past it are refused at admission)."""
+    key = (id(ids), vocab, str(device))
+    hit = _MASKS.get(key)
+    if hit is not None and hit[0] is ids:
+        _MASKS.move_to_end(key)
+        return hit[1]
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    known = torch.tensor(ids, dtype=torch.int64)
+    mask[known[known < vocab]] = True
+    mask = mask.to(device)
+    _MASKS[key] = (ids, mask)
+    while len(_MASKS) > _MASKS_KEPT:
+        _MASKS.popitem(last=False)
+    return mask
 
 
 def _apply_bias(logits: torch.Tensor, reqs: list[Req], rows: list[int]) -> None:

@@ -186,6 +186,18 @@ def test_allowed_token_ids_leave_only_those_ids_before_the_bias() -> None:
     assert got.logprobs == pytest.approx([torch.log_softmax(logits[0], -1)[2].item()])
 
 
+def test_an_allowed_list_is_made_a_mask_once() -> None:
+    """The n samples and a draft's verifying rows share one list object: one mask for all;
+    an equal list of another request gets its own (an entry is keyed by the object)."""
+    from radixrt.executor.penalties import _allowed_mask
+
+    ids = [3, 1, 7, 99]  # 99: past this vocabulary (ids are checked at admission)
+    first = _allowed_mask(ids, 8, torch.device("cpu"))
+    assert first.tolist() == [False, True, False, True, False, False, False, True]
+    assert _allowed_mask(ids, 8, torch.device("cpu")) is first
+    assert _allowed_mask(list(ids), 8, torch.device("cpu")) is not first
+
+
 def test_min_new_tokens_blocks_eos_then_allows_it() -> None:
     logits = torch.tensor([[5.0, 1.0, 4.0, 0.0]])
     sampler = Sampler(4, [EOS])

@@ -95,6 +95,7 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens(tiny_server) -> None:
         ({"allowed_token_ids": ["a"]}, "invalid request"),
         ({"allowed_token_ids": [1], "regex": "[ab]+"}, "allowed_token_ids cannot be combined"),
         ({"return_tokens_as_token_ids": "yes"}, "invalid request"),
+        ({"allowed_token_ids": []}, "an empty list allows no token"),
     ],
 )  # fmt: skip
 def test_bad_values_get_400(tiny_server, body, fragment) -> None:
@@ -147,3 +148,27 @@ def test_prompt_logprobs_score_every_prompt_token_with_its_rank(tiny_server) -> 
     assert r.status_code == 400 and "prompt_logprobs needs stream false" in r.text
     r = tiny_server.post("/v1/completions", json={"prompt": PROMPT, "prompt_logprobs": 21})
     assert r.status_code == 400 and "prompt_logprobs must be in [0, 20]" in r.text
+
+
+def test_allowed_ids_with_tools_parse_calls_without_a_grammar(tiny_server) -> None:
+    """`auto` tools would constrain an opened call by a grammar, whose forced tokens are not
+    sampled: with allowed_token_ids the calls are only parsed; a forced call is a 400."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    allowed = _ids(tiny_server, " one two three")
+    named = {"logprobs": True, "return_tokens_as_token_ids": True}
+    got = _ok(tiny_server, "/v1/chat/completions", messages=ASKED, tools=tools, max_tokens=6,
+              allowed_token_ids=allowed, **named)  # fmt: skip
+    content = got["choices"][0]["logprobs"]["content"]
+    assert content and {int(e["token"][9:]) for e in content} <= set(allowed)
+    r = tiny_server.post("/v1/chat/completions", json={"messages": ASKED, "tools": tools,
+                         "tool_choice": "required", "allowed_token_ids": allowed})  # fmt: skip
+    assert r.status_code == 400
+    assert "a forced tool call cannot be combined with allowed_token_ids" in r.text
+
+
+def test_echo_of_a_prompt_not_cut_is_the_prompt_as_sent(tiny_server) -> None:
+    n = len(_ids(tiny_server, PROMPT))
+    for keep in (n, n + 50, -1):
+        got = _ok(tiny_server, "/v1/completions", prompt=PROMPT, max_tokens=1, echo=True,
+                  truncate_prompt_tokens=keep)  # fmt: skip
+        assert got["choices"][0]["text"].startswith(PROMPT), keep

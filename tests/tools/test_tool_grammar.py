@@ -205,6 +205,17 @@ def test_tools_with_local_references_keep_their_own_definitions(backend: Any) ->
         assert not _accepts(backend, spec, ship % "123456")  # Addr's maxLength
         assert not _accepts(backend, spec, paint % "red")  # paint's Color, not ship's
     assert NESTED.parameters["properties"]["color"] == {"$ref": "#/$defs/Color"}  # not mutated
+    # A root $id (a base of its own) is dropped with the move; an anchor is not a pointer.
+    base = {"$id": "https://example.com/paint",
+            "$schema": "https://json-schema.org/draft/2020-12/schema"}  # fmt: skip
+    based = ToolSpec("paint", "", {**OTHER.parameters, **base})
+    anchored = {"$defs": {"Color": {"$anchor": "hue", "enum": ["blue"]}},
+                "properties": {"c": {"$ref": "#hue"}}}  # fmt: skip
+    for tool in (based, ToolSpec("paint", "", {**OTHER.parameters, **anchored})):
+        spec = auto_call_spec(HERMES, [NESTED, tool], ToolChoice())
+        assert _accepts(backend, spec, paint % "blue") and not _accepts(
+            backend, spec, paint % "red"
+        )
     refs = {"$defs": {"N": {"type": "integer"}},
             "properties": {"s": {"$ref": "#/$defs/N", "multipleOf": 5}}}  # fmt: skip
     rated = ToolSpec("rate", "", {**OPEN.parameters, **refs})

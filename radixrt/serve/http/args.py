@@ -230,8 +230,8 @@ def make_parser(prog: str = "radixrt serve") -> argparse.ArgumentParser:
             _add_flag(group, f)
             if f.name == "disable_radix_cache":
                 for flag, action, help_ in _PREFIX_CACHING:
-                    group.add_argument(
-                        flag, dest=f.name, action=action, default=f.default, help=help_
+                    group.add_argument(  # (the default is the field's flag's)
+                        flag, dest=f.name, action=action, default=argparse.SUPPRESS, help=help_
                     )
     return parser
 

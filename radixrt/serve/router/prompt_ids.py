@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from radixrt.serve.http.tools import MESSAGE_ROLES
+
 
 class PromptTokenizer:
     """The workers' tokenizer (a model folder with tokenizer.json and its chat template)."""
@@ -59,9 +61,15 @@ class PromptTokenizer:
     def _chat(self, messages: Any) -> list[int]:
         if not isinstance(messages, list) or not messages:
             return []
-        flat = [{"role": m.get("role", ""), "content": _text(m.get("content"))} for m in messages]
+        flat = [{"role": _role(m.get("role", "")), "content": _text(m.get("content"))}
+                for m in messages]  # fmt: skip
         text = self.tokenizer.apply_chat_template(flat, tokenize=False, add_generation_prompt=True)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+
+def _role(role: Any) -> Any:
+    """The role as the workers template it (developer -> system)."""
+    return MESSAGE_ROLES.get(role, role) if isinstance(role, str) else role
 
 
 def _text(content: Any) -> str:

@@ -39,7 +39,9 @@ def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
         params = t.parameters
         if _has_local_ref(params):
             key = f"tool{i}"
-            defs[key] = _moved_refs(params, f"#/$defs/{key}")
+            moved = _moved_refs(params, f"#/$defs/{key}")
+            # Under the call's root its own $id would start another base for its pointers.
+            defs[key] = {k: v for k, v in moved.items() if k not in ("$id", "$schema")}
             params = {"$ref": f"#/$defs/{key}"}
         options.append(
             {
@@ -57,7 +59,7 @@ def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
 # and those whose values map names to schemas (a name there is not a keyword).
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 _NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions",
-                            "dependentSchemas"})  # fmt: skip
+                            "dependentSchemas", "dependencies"})  # fmt: skip
 
 
 def _has_local_ref(node: Any) -> bool:
@@ -65,15 +67,15 @@ def _has_local_ref(node: Any) -> bool:
 
 
 def _moved_refs(node: Any, root: str) -> Any:
-    """The schema `node` with every local `$ref` ("#...") pointing under `root` instead of
-    "#" (the same object where it has none)."""
+    """The schema `node` with every local JSON-pointer `$ref` ("#" or "#/...") pointing under
+    `root` instead of "#" (an anchor, "#name", is not a pointer: left as it is)."""
     if isinstance(node, list):
         return [_moved_refs(v, root) for v in node]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
     for k, v in node.items():
-        if k == "$ref" and isinstance(v, str) and v.startswith("#"):
+        if k == "$ref" and isinstance(v, str) and (v == "#" or v.startswith("#/")):
             out[k] = root + v[1:]
         elif k in _DATA_KEYWORDS:
             out[k] = v

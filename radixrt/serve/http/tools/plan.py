@@ -60,12 +60,21 @@ class ToolPlan:
                 raise BadRequestError(
                     "a forced tool call cannot be combined with a response format or grammar"
                 )
+            if asked.get("allowed_token_ids"):
+                raise BadRequestError(
+                    "a forced tool call cannot be combined with allowed_token_ids (its grammar's "
+                    "forced tokens are not sampled)"
+                )
             d.update(forced_call_spec(self.fmt, list(self.tools), self.choice))
             # After a complete call, end where the model would write anything but another.
             d["end_on_exit"] = True
         opener = self.fmt.opener or self.fmt.lead
         special = self.parses_calls and opener is not None and opener in _special_tokens(tokenizer)
-        if self.parses_calls and not has_grammar and not self.choice.is_forced:
+        # `auto` constrains an opened call by a grammar of its own unless the request has one,
+        # or restricts its tokens (which a grammar's forced tokens would not respect): then
+        # the calls are only parsed.
+        free = not has_grammar and not asked.get("allowed_token_ids")
+        if self.parses_calls and free and not self.choice.is_forced:
             opener_id = tokenizer.convert_tokens_to_ids(opener) if special else None
             d.update(auto_call_spec(self.fmt, list(self.tools), self.choice, opener_id))
         if special:

@@ -140,7 +140,7 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
             d["min_new_tokens"] = self.min_tokens
         if self.logit_bias:  # {"token id": bias}: ids and values checked with the rest
             d["logit_bias"] = self.logit_bias
-        if self.allowed_token_ids:
+        if self.allowed_token_ids is not None:  # (an empty list is refused with the rest)
             d["allowed_token_ids"] = self.allowed_token_ids
         if self.prediction is not None:
             d["prediction"] = self.prediction.text()
@@ -336,12 +336,15 @@ def echo_prompts(
     if not req.echo:
         return None
     p = req.prompt
-    if req.truncate_prompt_tokens is None:  # (a cut prompt is echoed as its tokens decode)
-        if isinstance(p, str):
-            return [p]
-        if p and all(isinstance(x, str) for x in p):
-            return list(p)
-    return [tokenizer.decode(ids) for ids in prompts]
+    texts = [p] if isinstance(p, str) else p if p and all(isinstance(x, str) for x in p) else None
+    if texts is None:
+        return [tokenizer.decode(ids) for ids in prompts]
+    if req.truncate_prompt_tokens is None:
+        return texts
+    # A prompt truncate_prompt_tokens cut (it tokenizes to more than it kept) is echoed as its
+    # kept tokens decode; one it did not cut, as sent.
+    return [text if len(tokenizer.encode(text)) <= len(ids) else tokenizer.decode(ids)
+            for text, ids in zip(texts, prompts, strict=True)]  # fmt: skip
 
 
 def prepare_chat(

@@ -53,7 +53,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         return json_response({"object": "list", "data": [card], "has_more": False,
                               "first_id": ctx.model_name, "last_id": ctx.model_name})  # fmt: skip
 
-    @app.get("/v1/models/{model}")
+    @app.get("/v1/models/{model:path}")  # (served names such as org/name have a slash)
     async def model(model: str) -> Response:
         if model != ctx.model_name:
             return error_response(
