@@ -36,6 +36,12 @@ class Conversation:
     prompt_text: str
     prompt_ids: list[int]
     output_ids: list[int]
+    num_inputs: int = -1  # messages[:num_inputs] were the turn's input (-1: all of them)
+
+    @property
+    def inputs(self) -> Messages:
+        """The messages the turn was given: earlier turns' and its own input."""
+        return self.messages if self.num_inputs < 0 else self.messages[: self.num_inputs]
 
     @property
     def nbytes(self) -> int:
@@ -81,7 +87,7 @@ class Prompt:
             if calls:
                 said["tool_calls"] = list(calls)
             messages = [*messages, said]
-        return Conversation(messages, self.text, self.ids, list(output_ids))
+        return Conversation(messages, self.text, self.ids, list(output_ids), len(self.messages))
 
 
 def build_prompt(

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.responses.diagnostics import prompt_record
+from radixrt.serve.http.api.responses.listing import input_items, page
 from radixrt.serve.http.api.responses.prompt import Conversation, build_prompt, plan_pins
 from radixrt.serve.http.api.responses.protocol import ResponsesRequest, check_request
 from radixrt.serve.http.api.responses.render import (
@@ -91,6 +92,12 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.get(PATH + "/{response_id}")
     async def retrieve(request: Request, response_id: str) -> Response:
         return json_response(store.get(owner_of(request), response_id, "response_id").body)
+
+    @app.get(PATH + "/{response_id}/input_items")
+    async def list_input_items(request: Request, response_id: str) -> Response:
+        stored = store.get(owner_of(request), response_id, "response_id")
+        items = input_items(response_id, stored.conversation.inputs)
+        return json_response(page(items, dict(request.query_params)))
 
     @app.delete(PATH + "/{response_id}")
     async def delete(request: Request, response_id: str) -> Response:
