@@ -54,6 +54,8 @@ def test_defaults_aliases_and_normalisation() -> None:
     with pytest.raises(ValueError, match="allowed_token_ids cannot be combined with regex"):
         SamplingParams.from_dict({"regex": "a", "allowed_token_ids": [1]})
     assert SamplingParams.from_dict({"allowed_token_ids": None}).allowed_token_ids == []
+    for sp in (SamplingParams(), SamplingParams(allowed_token_ids=[3], logit_bias={1: 2.0})):
+        assert SamplingParams.from_dict(sp.to_dict()) == sp  # (the Engine adds logprob args so)
     assert SamplingParams(allowed_token_ids=[9]).check_against(3, 5) == (
         "allowed_token_ids: token id 9 is outside the vocabulary [0, 5)"
     )

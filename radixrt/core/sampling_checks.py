@@ -44,11 +44,6 @@ def normalized(kwargs: dict[str, Any]) -> dict[str, Any]:
         out["stop_regex"] = []
     elif isinstance(out.get("stop_regex"), str):
         out["stop_regex"] = [out["stop_regex"]]
-    if out.get("allowed_token_ids", None) == []:
-        raise ValueError(
-            "invalid sampling parameter allowed_token_ids: an empty list allows no token (leave "
-            "it out to allow every token)"
-        )
     for name in ("stop_token_ids", "prediction_ids", "allowed_token_ids"):
         if name in out and out[name] is None:
             out[name] = []

@@ -140,7 +140,12 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
             d["min_new_tokens"] = self.min_tokens
         if self.logit_bias:  # {"token id": bias}: ids and values checked with the rest
             d["logit_bias"] = self.logit_bias
-        if self.allowed_token_ids is not None:  # (an empty list is refused with the rest)
+        if self.allowed_token_ids is not None:
+            if not self.allowed_token_ids:  # (SamplingParams' empty list: every token)
+                raise BadRequestError(
+                    "allowed_token_ids: an empty list allows no token (leave it out to allow "
+                    "every token)"
+                )
             d["allowed_token_ids"] = self.allowed_token_ids
         if self.prediction is not None:
             d["prediction"] = self.prediction.text()
