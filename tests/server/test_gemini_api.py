@@ -272,3 +272,49 @@ def test_the_sdk_default_api_version_v1_is_served(server, model) -> None:
     assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND"
     # Without google-genai's header, /v1/models stays OpenAI's list.
     assert _raw(server, "GET", "/v1/models").json()["data"][0]["id"] == model
+
+
+def test_structured_output_through_the_sdk(server, model) -> None:
+    """response_schema (a pydantic model, sent in OpenAPI's form), response_json_schema and
+    text/x.enum: every answer parses within max_output_tokens, for several seeds, streamed
+    or not; a thinkingConfig of no thinking and safety settings are taken."""
+    import enum
+
+    from pydantic import BaseModel, Field
+
+    class City(BaseModel):
+        city: str = Field(max_length=30)
+        population: int | None
+
+    class Mood(enum.Enum):
+        HAPPY = "happy"
+        SAD = "sad"
+
+    client = _client(server)
+    ask = "Name a city and its population."
+    for seed in range(3):
+        config = types.GenerateContentConfig(response_mime_type="application/json",
+                                             response_schema=City, max_output_tokens=40,
+                                             seed=seed, temperature=1.0)  # fmt: skip
+        out = client.models.generate_content(model=model, contents=ask, config=config)
+        assert isinstance(out.parsed, City), out.text
+        streamed = client.models.generate_content_stream(model=model, contents=ask, config=config)
+        assert City.model_validate_json("".join(c.text or "" for c in streamed)) == out.parsed
+    raw = types.GenerateContentConfig(response_mime_type="application/json",
+                                      response_json_schema=City.model_json_schema(),
+                                      max_output_tokens=40)  # fmt: skip
+    City.model_validate_json(client.models.generate_content(model=model, contents=ask,
+                                                            config=raw).text)  # fmt: skip
+    mood = types.GenerateContentConfig(response_mime_type="text/x.enum", response_schema=Mood,
+                                       max_output_tokens=5)  # fmt: skip
+    out = client.models.generate_content(model=model, contents="How are you?", config=mood)
+    assert out.text in ("happy", "sad") and out.parsed in (Mood.HAPPY, Mood.SAD)
+    quiet = types.GenerateContentConfig(
+        thinking_config=types.ThinkingConfig(thinking_budget=0), max_output_tokens=3,
+        safety_settings=[types.SafetySetting(category="HARM_CATEGORY_HATE_SPEECH",
+                                             threshold="BLOCK_NONE")],
+    )  # fmt: skip
+    assert client.models.generate_content(model=model, contents=ask, config=quiet).text
+    thinking = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(thinking_budget=64))
+    with pytest.raises(errors.ClientError, match="no thinking mode is served"):
+        client.models.generate_content(model=model, contents=ask, config=thinking)

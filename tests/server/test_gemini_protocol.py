@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from radixrt.grammar.schema_regex import schema_enforced
+from radixrt.serve.http.api.gemini.output_format import ThinkingConfig
 from radixrt.serve.http.api.gemini.protocol import (
     Content,
     FunctionDeclaration,
@@ -95,10 +97,55 @@ def test_generation_config_maps_to_sampling_params() -> None:
     for bad in (
         GenerationConfig(candidate_count=2),
         GenerationConfig(top_k=2.5),
-        GenerationConfig(response_mime_type="application/json"),
+        GenerationConfig(response_mime_type="text/csv"),
+        GenerationConfig(response_schema={"type": "STRING"}),  # no JSON or enum mime type
+        GenerationConfig(response_mime_type="text/x.enum", response_schema={"type": "STRING"}),
+        GenerationConfig(
+            response_mime_type="application/json",
+            response_schema={"type": "OBJECT"},
+            response_json_schema={"type": "object"},
+        ),  # fmt: skip
+        GenerationConfig(response_modalities=["AUDIO"]),
+        GenerationConfig(thinking_config=ThinkingConfig(thinking_budget=128)),
+        GenerationConfig(thinking_config=ThinkingConfig(include_thoughts_snake=True)),
     ):
         with pytest.raises(BadRequestError):
             sampling_dict(bad)
+
+
+def test_output_formats_as_constraints() -> None:
+    """responseSchema in google-genai's wire form (upper-case types, snake-case keys as the
+    SDK sends them, nullable, property_ordering) becomes JSON schema whose objects have their
+    properties alone; responseJsonSchema is taken as is; text/x.enum is one of the values."""
+    given = {"type": "OBJECT", "title": "P", "property_ordering": ["name", "tags", "age"],
+             "required": ["name"], "properties": {
+                 "name": {"type": "STRING", "max_length": 20},
+                 "tags": {"type": "ARRAY", "items": {"type": "STRING"}, "max_items": 3},
+                 "age": {"type": "INTEGER", "nullable": True},
+                 "any_of": {"any_of": [{"type": "STRING"}, {"type": "NUMBER"}]}}}  # fmt: skip
+    d = sampling_dict(
+        GenerationConfig(response_mime_type="application/json", response_schema=given)
+    )
+    assert d == {"json_schema": {"type": "object", "title": "P", "required": ["name"],
+                                 "additionalProperties": False, "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "age": {"type": ["integer", "null"]},
+        "any_of": {"anyOf": [{"type": "string"}, {"type": "number"}]}}}}  # fmt: skip
+    assert schema_enforced(d["json_schema"])  # the length-bounded path, not llguidance's
+    raw = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    as_is = GenerationConfig(response_mime_type="application/json", response_json_schema=raw)
+    assert sampling_dict(as_is) == {"json_schema": raw}
+    assert sampling_dict(GenerationConfig(response_mime_type="application/json")) == {
+        "json_schema": {}  # any JSON value
+    }
+    enum = {"type": "STRING", "enum": ["a.b", "c"]}
+    assert sampling_dict(
+        GenerationConfig(response_mime_type="text/x.enum", response_schema=enum)
+    ) == {"regex": "a\\.b|c"}
+    none = GenerationConfig(thinking_config=ThinkingConfig(thinking_budget_snake=0),
+                            response_modalities=["TEXT"])  # fmt: skip
+    assert sampling_dict(none) == {}
 
 
 def test_a_prompt_on_a_cache_starts_with_its_exact_tokens(smollm2_path: Path) -> None:

@@ -13,6 +13,11 @@ from typing import Any
 import msgspec
 
 from radixrt.core import SamplingParams
+from radixrt.serve.http.api.gemini.output_format import (
+    ThinkingConfig,
+    check_thinking,
+    format_fields,
+)
 from radixrt.serve.http.api.gemini.tools import (
     ToolConfig,
     call_of,
@@ -106,6 +111,18 @@ class GenerationConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     response_mime_type: str | None = None
+    response_schema: Any = None  # OpenAPI's subset (upper-case types, nullable)
+    response_json_schema: Any = None  # JSON schema as is
+    response_modalities: list[str] | None = None  # TEXT only
+    thinking_config: ThinkingConfig | None = None
+
+
+class SafetySetting(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """Taken and without effect: no content filter runs here, so no threshold blocks."""
+
+    category: str
+    threshold: str
+    method: str | None = None
 
 
 class CreateCachedContentRequest(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -131,6 +148,7 @@ class GenerateContentRequest(msgspec.Struct, forbid_unknown_fields=True, rename=
     generation_config: GenerationConfig | None = None
     cached_content: str | None = None  # "cachedContents/{id}"
     model: str | None = None
+    safety_settings: list[SafetySetting] | None = None
 
 
 class CountTokensRequest(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -324,9 +342,11 @@ def sampling_dict(config: GenerationConfig) -> dict[str, Any]:
     """generationConfig as radixrt's sampling parameters."""
     if config.candidate_count not in (None, 1):
         raise BadRequestError("candidateCount must be 1")
-    if config.response_mime_type not in (None, "text/plain"):
-        raise BadRequestError("responseMimeType must be text/plain")
-    d: dict[str, Any] = {}
+    if config.response_modalities not in (None, [], ["TEXT"]):
+        raise BadRequestError("responseModalities: only TEXT is served")
+    check_thinking(config.thinking_config)
+    d = format_fields(config.response_mime_type, config.response_schema,
+                      config.response_json_schema)  # fmt: skip
     if config.top_k is not None:
         if not config.top_k.is_integer():
             raise BadRequestError(f"topK must be an integer, got {config.top_k}")

@@ -16,7 +16,11 @@ from radixrt.serve.http.tools.grammar import compact_json
 from radixrt.serve.http.tools.spec import EMPTY_PARAMETERS
 
 MODES = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto"}
-_OPENAPI_ONLY = ("nullable", "propertyOrdering", "example")  # no JSON-schema meaning
+# No JSON-schema meaning (google-genai sends some keys in snake case: both spellings).
+_OPENAPI_ONLY = ("nullable", "propertyOrdering", "property_ordering", "example")
+_SNAKE_KEYS = {"max_length": "maxLength", "min_length": "minLength", "max_items": "maxItems",
+               "min_items": "minItems", "any_of": "anyOf", "max_properties": "maxProperties",
+               "min_properties": "minProperties"}  # fmt: skip
 
 
 class FunctionCallingConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -47,19 +51,24 @@ def tool_specs(decls: list[Any]) -> list[ToolSpec]:
     return specs
 
 
-def json_schema(schema: Any) -> Any:
-    """An OpenAPI schema object (upper-case types, `nullable`) as JSON schema."""
+def json_schema(schema: Any, closed: bool = False) -> Any:
+    """An OpenAPI schema object (upper-case types, `nullable`, keys in camel or snake case) as
+    JSON schema. `closed`: an object with properties has those alone (additionalProperties
+    false unless it says otherwise), as Gemini's structured output answers them."""
     if isinstance(schema, list):
-        return [json_schema(s) for s in schema]
+        return [json_schema(s, closed) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: json_schema(v) for k, v in schema.items() if k not in _OPENAPI_ONLY}
+    out = {_SNAKE_KEYS.get(k, k): json_schema(v, closed) for k, v in schema.items()
+           if k not in _OPENAPI_ONLY}  # fmt: skip
     if isinstance(out.get("type"), str):
         out["type"] = out["type"].lower()
         if schema.get("nullable") is True:
             out["type"] = [out["type"], "null"]
     if isinstance(schema.get("properties"), dict):
-        out["properties"] = {k: json_schema(v) for k, v in schema["properties"].items()}
+        out["properties"] = {k: json_schema(v, closed) for k, v in schema["properties"].items()}
+        if closed:
+            out.setdefault("additionalProperties", False)
     return out
 
 

@@ -1,0 +1,73 @@
+"""generationConfig's output format and thinking: `responseMimeType` text/plain, application/json
+(any JSON value, or `responseSchema`'s, an OpenAPI schema made JSON schema, or
+`responseJsonSchema`'s as given) or text/x.enum (one of a string schema's enum values, as
+plain text); `thinkingConfig` only as "no thinking" (no thinking mode is served)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from radixrt.serve.http.api.gemini.tools import json_schema
+from radixrt.serve.http.protocol import BadRequestError
+from radixrt.serve.http.tools.grammar import literal_regex
+
+MIME_TYPES = ("text/plain", "application/json", "text/x.enum")
+
+
+class ThinkingConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    thinking_budget: int | None = None
+    include_thoughts: bool | None = None
+    thinking_level: str | None = None
+    # google-genai sends these in snake case (they pass through its camel-casing).
+    thinking_budget_snake: int | None = msgspec.field(default=None, name="thinking_budget")
+    include_thoughts_snake: bool | None = msgspec.field(default=None, name="include_thoughts")
+    thinking_level_snake: str | None = msgspec.field(default=None, name="thinking_level")
+
+
+def format_fields(
+    mime: str | None, response_schema: Any, response_json_schema: Any
+) -> dict[str, Any]:
+    """The sampling fields (`json_schema` or `regex`) of an output format; {} for plain text."""
+    if response_schema is not None and response_json_schema is not None:
+        raise BadRequestError("set responseSchema or responseJsonSchema, not both")
+    given = response_json_schema
+    if response_schema is not None:
+        given = json_schema(response_schema, closed=True)
+    mime = mime or "text/plain"
+    if mime == "text/plain":
+        if given is not None:
+            raise BadRequestError(
+                "responseSchema needs responseMimeType application/json or text/x.enum"
+            )
+        return {}
+    if mime == "application/json":
+        schema = {} if given is None else given  # {}: any JSON value
+        if not isinstance(schema, dict):
+            raise BadRequestError("responseSchema must be an object")
+        return {"json_schema": schema}
+    if mime == "text/x.enum":
+        values = given.get("enum") if isinstance(given, dict) else None
+        if not values or not all(isinstance(v, str) and v for v in values):
+            raise BadRequestError(
+                "responseMimeType text/x.enum needs a responseSchema of type STRING with enum "
+                "values (non-empty strings)"
+            )
+        return {"regex": "|".join(literal_regex(v) for v in values)}
+    raise BadRequestError(
+        f"responseMimeType {mime!r} is not supported; use {', '.join(MIME_TYPES)}"
+    )
+
+
+def check_thinking(config: ThinkingConfig | None) -> None:
+    """A thinkingConfig asks for no thinking (budget 0, no thoughts), else 400."""
+    if config is None:
+        return
+    budgets = (config.thinking_budget, config.thinking_budget_snake)
+    thoughts = config.include_thoughts or config.include_thoughts_snake
+    level = config.thinking_level or config.thinking_level_snake
+    if any(b not in (None, 0) for b in budgets) or thoughts or level:
+        raise BadRequestError(
+            "thinkingConfig: no thinking mode is served (thinkingBudget 0, or leave it out)"
+        )
