@@ -34,8 +34,9 @@ def gen(
     repetition_penalty, seed, ignore_eos, return_logprob, top_logprobs_num, regex,
     json_schema, prediction (the text the output will mostly repeat: a speed hint that
     changes nothing else), logit_bias ({token id: value in [-100, 100]} added to the
-    logits). `dtype` (int, float, bool, str) constrains the output to that type and
-    stores the parsed value; `choices` makes this a `select`; `tools` a `tool_call`.
+    logits), allowed_token_ids (only these ids are sampled). `dtype` (int, float, bool,
+    str) constrains the output to that type and stores the parsed value; `choices` makes this
+    a `select`; `tools` a `tool_call`.
     """
     if choices is not None:
         return select(name, choices, choices_method=choices_method)

@@ -45,6 +45,8 @@ class SamplingParams:
     prediction: str | None = None
     # OpenAI's logit_bias: token id -> a value in [-100, 100] added to its logit.
     logit_bias: dict[int, float] | None = None
+    # vLLM's allowed_token_ids: only these ids are sampled.
+    allowed_token_ids: list[int] | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -107,3 +107,6 @@ def test_openai_compatible_sends_logit_bias(lang_server, tokenizer) -> None:
     assert prog.run(backend=backend, temperature=0, logit_bias={yes: 100})["x"] == (
         tokenizer.decode([yes] * 3)
     )
+    assert prog.run(backend=backend, temperature=0, allowed_token_ids=[yes])["x"] == (
+        tokenizer.decode([yes] * 3)
+    )

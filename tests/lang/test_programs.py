@@ -332,3 +332,6 @@ def test_logit_bias_pushes_and_bans_tokens(backend, tokenizer) -> None:
         lambda s: s.__iadd__("Q: " + rt.gen("y", max_tokens=3, logit_bias={yes: 100}))
     )
     assert one.run(backend=backend, temperature=0)["y"] == tokenizer.decode([yes] * 3)
+    allowed = tokenizer.encode(" yes no", add_special_tokens=False)
+    only = ask.run(backend=backend, temperature=1.0, seed=3, allowed_token_ids=allowed)
+    assert only["x"] and set(only["x"].split()) <= {"yes", "no"}, only["x"]

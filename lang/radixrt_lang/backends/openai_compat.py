@@ -28,6 +28,7 @@ _FIELDS = {
     "frequency_penalty": "frequency_penalty",
     "presence_penalty": "presence_penalty",
     "logit_bias": "logit_bias",
+    "allowed_token_ids": "allowed_token_ids",  # vLLM's and radixrt's
     "top_k": "top_k",
     "min_p": "min_p",
     "min_new_tokens": "min_tokens",
