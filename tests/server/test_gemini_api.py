@@ -180,7 +180,7 @@ def test_generate_without_a_cache_and_the_json_array_stream(server, model) -> No
     for bad, why in (
         ({"contents": []}, "contents"),
         ({"contents": [], "x": 1}, "x"),
-        ({**body, "generationConfig": {"candidateCount": 2}}, "candidateCount"),
+        ({**body, "generationConfig": {"candidateCount": 65}}, "candidateCount"),
     ):
         r = _raw(server, "POST", f"/v1beta/models/{model}:generateContent", json=bad)
         assert r.status_code == 400 and why in r.json()["error"]["message"], r.text
@@ -318,3 +318,40 @@ def test_structured_output_through_the_sdk(server, model) -> None:
     thinking = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(thinking_budget=64))
     with pytest.raises(errors.ClientError, match="no thinking mode is served"):
         client.models.generate_content(model=model, contents=ask, config=thinking)
+
+
+def test_candidate_count_answers_that_many_candidates(server, model) -> None:
+    """candidateCount k: the k samples are candidates 0..k-1 (seeded: each its own, the same
+    again), streamed too, each with its own calls; usage counts the prompt once."""
+    client = _client(server)
+    config = types.GenerateContentConfig(candidate_count=3, max_output_tokens=6, temperature=1.0,
+                                         seed=5)  # fmt: skip
+    out = client.models.generate_content(model=model, contents="Say hi.", config=config)
+    assert [c.index for c in out.candidates] == [0, 1, 2]
+    texts = [c.content.parts[0].text for c in out.candidates]
+    assert len(set(texts)) > 1
+    again = client.models.generate_content(model=model, contents="Say hi.", config=config)
+    assert [c.content.parts[0].text for c in again.candidates] == texts
+    usage = out.usage_metadata
+    assert usage.candidates_token_count == 18
+    counted = client.models.count_tokens(model=model, contents="Say hi.").total_tokens
+    assert usage.prompt_token_count == counted
+    streamed: dict[int, str] = {}
+    for chunk in client.models.generate_content_stream(model=model, contents="Say hi.",
+                                                       config=config):  # fmt: skip
+        for c in chunk.candidates:
+            streamed[c.index] = streamed.get(c.index, "") + "".join(
+                p.text or "" for p in c.content.parts
+            )
+    assert [streamed[i] for i in range(3)] == texts
+    city = types.Schema(type="OBJECT", properties={"city": types.Schema(type="STRING")},
+                        required=["city"])  # fmt: skip
+    fn = types.FunctionDeclaration(name="get_weather", parameters=city)
+    calls = types.GenerateContentConfig(
+        candidate_count=2, max_output_tokens=40, temperature=1.0,
+        tools=[types.Tool(function_declarations=[fn])],
+        tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="ANY")),
+    )  # fmt: skip
+    out = client.models.generate_content(model=model, contents="Weather in Paris?", config=calls)
+    assert [[p.function_call.name for p in c.content.parts] for c in out.candidates] == [
+        ["get_weather"], ["get_weather"]]  # fmt: skip

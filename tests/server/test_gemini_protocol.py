@@ -95,7 +95,8 @@ def test_generation_config_maps_to_sampling_params() -> None:
         "seed": 3,
     }
     for bad in (
-        GenerationConfig(candidate_count=2),
+        GenerationConfig(candidate_count=0),
+        GenerationConfig(candidate_count=65),
         GenerationConfig(top_k=2.5),
         GenerationConfig(response_mime_type="text/csv"),
         GenerationConfig(response_schema={"type": "STRING"}),  # no JSON or enum mime type
@@ -146,6 +147,7 @@ def test_output_formats_as_constraints() -> None:
     none = GenerationConfig(thinking_config=ThinkingConfig(thinking_budget_snake=0),
                             response_modalities=["TEXT"])  # fmt: skip
     assert sampling_dict(none) == {}
+    assert sampling_dict(GenerationConfig(candidate_count=3)) == {"n": 3}
 
 
 def test_a_prompt_on_a_cache_starts_with_its_exact_tokens(smollm2_path: Path) -> None:

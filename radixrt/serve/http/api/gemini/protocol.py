@@ -28,6 +28,7 @@ from radixrt.serve.http.api.gemini.tools import (
 from radixrt.serve.http.cache_handles import CacheHandle
 from radixrt.serve.http.continuations import NoContinuations
 from radixrt.serve.http.protocol import (
+    MAX_N,
     BadRequestError,
     Limits,
     fit_to_context,
@@ -340,13 +341,15 @@ def count_request(body: CountTokensRequest) -> GenerateContentRequest:
 
 def sampling_dict(config: GenerationConfig) -> dict[str, Any]:
     """generationConfig as radixrt's sampling parameters."""
-    if config.candidate_count not in (None, 1):
-        raise BadRequestError("candidateCount must be 1")
+    if config.candidate_count is not None and not 1 <= config.candidate_count <= MAX_N:
+        raise BadRequestError(f"candidateCount must be in [1, {MAX_N}]")
     if config.response_modalities not in (None, [], ["TEXT"]):
         raise BadRequestError("responseModalities: only TEXT is served")
     check_thinking(config.thinking_config)
     d = format_fields(config.response_mime_type, config.response_schema,
                       config.response_json_schema)  # fmt: skip
+    if (config.candidate_count or 1) > 1:
+        d["n"] = config.candidate_count  # the one n fan-out: candidates 0..n-1
     if config.top_k is not None:
         if not config.top_k.is_integer():
             raise BadRequestError(f"topK must be an integer, got {config.top_k}")

@@ -15,7 +15,7 @@ from radixrt.serve.http.api.gemini.protocol import model_resource
 from radixrt.serve.http.api.gemini.tools import call_part
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState
-from radixrt.serve.http.tools import TextPiece, ToolPlan
+from radixrt.serve.http.tools import OutputParser, TextPiece, ToolPlan
 from radixrt.serve.http.tools.plan import PlainText
 from radixrt.serve.results.delta import OutputDelta
 from radixrt.serve.web.responses import json_response
@@ -66,7 +66,9 @@ def model_of(model: str, served: str, context_length: int) -> dict[str, Any]:
 
 
 class ContentRender(BaseRender):
-    """One generateContent call; streamed as SSE events (`is_sse`) or one JSON array."""
+    """One generateContent call; streamed as SSE events (`is_sse`) or one JSON array. With
+    candidateCount k, the k samples of the one prompt are candidates 0..k-1 (a stream's
+    chunk holds the candidate it advances)."""
 
     def __init__(self, rid: str, model: str, is_sse: bool, plan: ToolPlan | None = None) -> None:
         self.rid = rid
@@ -74,25 +76,35 @@ class ContentRender(BaseRender):
         self.is_sse = is_sse
         self.media_type = "text/event-stream" if is_sse else "application/json"
         self._num_sent = 0
-        # With tools: the parser of the output, and how many of its calls were sent (a call
-        # goes out whole, in the chunk where it completes, as Gemini streams them).
-        self._parser = plan.new_parser() if plan is not None else PlainText()
-        self._num_calls = 0
+        # Per candidate, with tools: the parser of its output, and how many of its calls were
+        # sent (a call goes out whole, in the chunk where it completes, as Gemini streams).
+        self._plan = plan
+        self._parsers: dict[int, OutputParser] = {}
+        self._num_calls: dict[int, int] = {}
 
     def response(self, done: Finished) -> dict[str, Any]:
-        return self._response(done.states[0], self._parts(done.outputs[0].text, True))
+        candidates = [self._candidate(i, state, self._parts(i, out.text, True))
+                      for i, (state, out) in enumerate(zip(done.states, done.outputs))]  # fmt: skip
+        return self._response(done.states, candidates)
 
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
-        yield self._frame(self._response(state, self._parts(delta.text, delta.is_last)))
+        parts = self._parts(index, delta.text, delta.is_last)
+        yield self._frame(self._response([state], [self._candidate(index, state, parts)]))
 
-    def _parts(self, text: str, is_last: bool) -> list[dict[str, Any]]:
-        """The parts of what is new: its text, then the calls completed in it."""
-        events = self._parser.feed(text)
+    def _parts(self, index: int, text: str, is_last: bool) -> list[dict[str, Any]]:
+        """The parts of what is new in candidate `index`: its text, then the calls completed
+        in it."""
+        if index not in self._parsers:
+            plan = self._plan
+            self._parsers[index] = plan.new_parser() if plan is not None else PlainText()
+            self._num_calls[index] = 0
+        parser = self._parsers[index]
+        events = parser.feed(text)
         if is_last:
-            events += self._parser.finish()
+            events += parser.finish()
         new_text = "".join(e.text for e in events if isinstance(e, TextPiece))
-        calls = self._parser.calls[self._num_calls :]
-        self._num_calls += len(calls)
+        calls = parser.calls[self._num_calls[index] :]
+        self._num_calls[index] += len(calls)
         parts = [{"text": new_text}] if new_text or not calls else []
         return parts + [call_part(c) for c in calls]
 
@@ -110,14 +122,22 @@ class ContentRender(BaseRender):
             return b"data: " + _encoder.encode(obj) + b"\n\n"
         return (b"[" if self._num_sent == 1 else b",\r\n") + _encoder.encode(obj)
 
-    def _response(self, state: ReqState, parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """A GenerateContentResponse with `parts` (all of them, or a stream's next ones)."""
+    def _candidate(
+        self, index: int, state: ReqState, parts: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Candidate `index` with `parts` (all of them, or a stream's next ones)."""
         out = state.out
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
         if out.finish_reason is not None:
             candidate["finishReason"] = _FINISH.get(out.finish_reason.kind, "OTHER")
-        candidate["index"] = 0
-        num_out = len(out.output_ids)
+        candidate["index"] = index
+        return candidate
+
+    def _response(self, states: list[ReqState], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+        """A GenerateContentResponse of `candidates`; usage counts the prompt once (the first
+        state's) and the output tokens of `states`."""
+        out = states[0].out
+        num_out = sum(len(s.out.output_ids) for s in states)
         usage = {
             "promptTokenCount": out.prompt_len,  # the cached tokens included
             "cachedContentTokenCount": out.cached_tokens,  # as the radix tree served them
@@ -125,7 +145,7 @@ class ContentRender(BaseRender):
             "totalTokenCount": out.prompt_len + num_out,
         }
         return {
-            "candidates": [candidate],
+            "candidates": candidates,
             "usageMetadata": usage,
             "modelVersion": self.model,
             "responseId": self.rid,
