@@ -32,10 +32,11 @@ def add_input_logprobs(req: Req, logits: torch.Tensor, start_pos: int) -> None:
     if not rows:
         return
     targets = torch.tensor([req.input_ids[start_pos + 1 + j] for j in rows])
-    picked = logp[rows].gather(1, targets[:, None].to(logp.device))  # (r, 1)
+    kept = logp[rows]  # (r, V): the rows recorded
+    picked = kept.gather(1, targets[:, None].to(logp.device))  # (r, 1)
     chosen = picked.flatten().tolist()
-    ranks = ((logp[rows] > picked).sum(dim=-1) + 1).tolist()
-    top = torch.topk(logp[rows], k, dim=-1) if k > 0 else None
+    ranks = ((kept > picked).sum(dim=-1) + 1).tolist()
+    top = torch.topk(kept, k, dim=-1) if k > 0 else None
     for i, lp in enumerate(chosen):
         req.input_logprobs.append(lp)
         req.input_token_ranks.append(ranks[i])

@@ -37,9 +37,9 @@ def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
     options = []
     for i, t in enumerate(tools):
         params = t.parameters
-        if _has_local_ref(params):
-            key = f"tool{i}"
-            moved = _moved_refs(params, f"#/$defs/{key}")
+        key = f"tool{i}"
+        moved = _moved_refs(params, f"#/$defs/{key}")
+        if moved != params:  # (every local pointer moved: it had some)
             # Under the call's root its own $id would start another base for its pointers.
             defs[key] = {k: v for k, v in moved.items() if k not in ("$id", "$schema")}
             params = {"$ref": f"#/$defs/{key}"}
@@ -60,10 +60,6 @@ def call_schema(fmt: CallFormat, tools: list[ToolSpec]) -> dict[str, Any]:
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 _NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions",
                             "dependentSchemas", "dependencies"})  # fmt: skip
-
-
-def _has_local_ref(node: Any) -> bool:
-    return _moved_refs(node, "#/$defs/x") != node  # (every local pointer moves)
 
 
 def _moved_refs(node: Any, root: str) -> Any:

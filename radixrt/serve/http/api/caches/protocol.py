@@ -10,12 +10,8 @@ import msgspec
 
 from radixrt.core import SamplingParams
 from radixrt.serve.http.api.native.protocol import GenerateRequest, prepare_generate
-from radixrt.serve.http.api.openai.protocol import (
-    ChatCompletionRequest,
-    ChatMessage,
-    chat_messages_of,
-    prepare_chat,
-)
+from radixrt.serve.http.api.openai.messages import ChatMessage, chat_messages_of
+from radixrt.serve.http.api.openai.protocol import ChatCompletionRequest, prepare_chat
 from radixrt.serve.http.protocol import (
     BadRequestError,
     Limits,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixrt.serve.http.api.openai.protocol import ChatCompletionRequest, chat_turns
+from radixrt.serve.http.api.openai.messages import chat_turns
+from radixrt.serve.http.api.openai.protocol import ChatCompletionRequest
 from radixrt.serve.http.diagnostics import Diagnosis, Fingerprint, fingerprint
 from radixrt.serve.http.diagnostics import compare as rule
 

@@ -4,14 +4,26 @@ SamplingParams. Fields radixrt cannot honour are refused with 400 rather than ig
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 
 from radixrt.core import PinSpec
+from radixrt.serve.http.api.openai.messages import (
+    ChatMessage,
+    ContentPart,
+    parts_text,
+    render_messages,
+)
+from radixrt.serve.http.api.openai.prompt_options import (
+    MAX_OPENAI_TOP_LOGPROBS,
+    LogprobAsk,
+    add_prompt_logprobs,
+    truncated,
+)
 from radixrt.serve.http.api.openai.structured import StructuredFields, add_spec
-from radixrt.serve.http.api.openai.tools import ToolCallItem, ToolDef, calls_of
+from radixrt.serve.http.api.openai.tools import ToolDef
 from radixrt.serve.http.protocol import (
     BadRequestError,
     Limits,
@@ -23,15 +35,13 @@ from radixrt.serve.http.protocol import (
     resolve_prediction,
     to_sampling_params,
 )
-from radixrt.serve.http.tools import MESSAGE_ROLES, ToolPlan, render_tool_chat
+from radixrt.serve.http.tools import ToolPlan
 
-MAX_OPENAI_TOP_LOGPROBS = 20
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 # prompt_cache_retention -> (TTL in seconds, sliding): "in_memory" lives while it is used (a hit
 # moves its expiry to 10 minutes on), "24h" for a day from the last request that asked for it.
 PROMPT_CACHE_RETENTION = {"in_memory": (600.0, True), "24h": (86400.0, False)}
 _RETENTION_SPELLINGS = {"in-memory": "in_memory"}
-CHAT_ROLES = {**MESSAGE_ROLES, "tool": "tool"}
 # Chat fields of OpenAI's own platform or of models with other modalities: null or absent only.
 REFUSED_CHAT_FIELDS = {
     "reasoning_effort": "no reasoning mode is served",
@@ -46,11 +56,6 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
-class ContentPart(msgspec.Struct):
-    type: str
-    text: str | None = None
-
-
 class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     """Predicted output: `{"type": "content", "content": text or text parts}`, the text the
     answer is expected to repeat for the most part (a file being edited). Its tokens are
@@ -62,7 +67,7 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     def text(self) -> str:
         if self.type != "content":
             raise BadRequestError(f"prediction type {self.type!r} is not supported; use content")
-        return _parts_text(self.content, "prediction")
+        return parts_text(self.content, "prediction")
 
 
 class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
@@ -153,18 +158,6 @@ class _SamplingFields(StructuredFields, forbid_unknown_fields=True):
         return d
 
 
-@dataclass(frozen=True)
-class LogprobAsk:
-    """What a call's logprobs show: the output tokens' with `output` alternatives each (None:
-    no logprobs), the prompt's with `prompt` alternatives (vLLM's prompt_logprobs; None: not
-    asked), tokens named "token_id:<id>" (`as_ids`). The request may compute more (one
-    alternative count serves both): the render shows what was asked."""
-
-    output: int | None = None
-    prompt: int | None = None
-    as_ids: bool = False
-
-
 def logprob_ask(req: CompletionRequest | ChatCompletionRequest) -> LogprobAsk:
     if isinstance(req, CompletionRequest):
         output = req.logprobs
@@ -173,37 +166,12 @@ def logprob_ask(req: CompletionRequest | ChatCompletionRequest) -> LogprobAsk:
     return LogprobAsk(output, req.prompt_logprobs, req.return_tokens_as_token_ids)
 
 
-def add_prompt_logprobs(d: dict[str, Any], req: _SamplingFields) -> None:
-    """Sampling fields for vLLM's prompt_logprobs (every prompt token scored; the
-    alternatives' count the larger of the two asks), else nothing."""
-    k = req.prompt_logprobs
-    if k is None:
-        return
-    if not 0 <= k <= MAX_OPENAI_TOP_LOGPROBS:
-        raise BadRequestError(f"prompt_logprobs must be in [0, {MAX_OPENAI_TOP_LOGPROBS}]")
-    if req.stream:
-        raise BadRequestError(
-            "prompt_logprobs needs stream false: a prompt's logprobs are known when its "
-            "request finishes"
-        )
-    top = max(d.get("top_logprobs_num", 0), k)
-    d.update(return_logprob=True, logprob_start_len=0, top_logprobs_num=top)
-
-
 class CompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only=True):
     prompt: str | list[Any]
     logprobs: int | None = None
     echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
-
-
-class ChatMessage(msgspec.Struct):
-    role: str
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCallItem] | None = None  # assistant
-    tool_call_id: str | None = None  # tool
 
 
 class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
@@ -284,8 +252,8 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
         check_id(self.safety_identifier, "safety_identifier")
 
 
-def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -> PreparedRequest:
-    """Prompts (text, texts, ids or lists of ids) and one SamplingParams per prompt."""
+def completion_prompts(req: CompletionRequest, tokenizer: Any, limits: Limits) -> list[list[int]]:
+    """The prompts (text, texts, ids or lists of ids) as token ids, whole."""
     if req.suffix is not None or (req.best_of or 1) > 1:
         raise BadRequestError("suffix and best_of are not supported")
     p = req.prompt
@@ -302,6 +270,14 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
         prompts = [check_token_ids(x, "prompt") for x in p]
     else:
         prompts = [check_token_ids(p, "prompt")]
+    return prompts
+
+
+def prepare_completion(
+    req: CompletionRequest, prompts: list[list[int]], tokenizer: Any, limits: Limits
+) -> PreparedRequest:
+    """The `prompts` (completion_prompts', cut by truncate_prompt_tokens) and one
+    SamplingParams per prompt."""
     d = req.sampling_dict()
     if req.logprobs is not None:
         if not 0 <= req.logprobs <= MAX_OPENAI_TOP_LOGPROBS:
@@ -319,37 +295,6 @@ def prepare_completion(req: CompletionRequest, tokenizer: Any, limits: Limits) -
     max_tokens = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     prompts = truncated(prompts, req.truncate_prompt_tokens, limits)
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
-
-
-def truncated(prompts: list[list[int]], keep: int | None, limits: Limits) -> list[list[int]]:
-    """vLLM's truncate_prompt_tokens: each prompt's last `keep` tokens (-1: the context
-    length; None: as they are)."""
-    if keep is None:
-        return prompts
-    if keep == -1:
-        keep = limits.context_length
-    if keep < 1:
-        raise BadRequestError(f"truncate_prompt_tokens must be -1 or >= 1, got {keep}")
-    return [ids[-keep:] for ids in prompts]
-
-
-def echo_prompts(
-    req: CompletionRequest, prompts: list[list[int]], tokenizer: Any
-) -> list[str] | None:
-    """With `echo`, each prompt's text as its choices repeat it: a text prompt as sent, one of
-    token ids decoded (on the tokenizer thread, once per prompt); None without echo."""
-    if not req.echo:
-        return None
-    p = req.prompt
-    texts = [p] if isinstance(p, str) else p if p and all(isinstance(x, str) for x in p) else None
-    if texts is None:
-        return [tokenizer.decode(ids) for ids in prompts]
-    if req.truncate_prompt_tokens is None:
-        return texts
-    # A prompt truncate_prompt_tokens cut (it tokenizes to more than it kept) is echoed as its
-    # kept tokens decode; one it did not cut, as sent.
-    return [text if len(tokenizer.encode(text)) <= len(ids) else tokenizer.decode(ids)
-            for text, ids in zip(texts, prompts, strict=True)]  # fmt: skip
 
 
 def prepare_chat(
@@ -386,38 +331,8 @@ def prepare_chat(
         d["max_new_tokens"] = max_tokens
     d = resolve_prediction(d, tokenizer, limits)
     cut = truncated(prompts, req.truncate_prompt_tokens, limits)
-    kept = text if cut[0] == prompts[0] else None  # a cut prompt is not its text's tokens
+    kept = text if len(cut[0]) == len(prompts[0]) else None  # a cut prompt is not its text's
     return replace(_prepare(cut, d, max_tokens, limits, req.rid), text=kept)
-
-
-class TemplateOptions(msgspec.Struct, kw_only=True):
-    """How a chat's messages go through the template (ChatCompletionRequest's, /tokenize's)."""
-
-    messages: list[ChatMessage] | None = None
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    chat_template_kwargs: dict[str, Any] | None = None
-
-
-def render_messages(
-    req: ChatCompletionRequest | TemplateOptions, plan: ToolPlan, tokenizer: Any, limits: Limits
-) -> str:
-    """The prompt text of a chat: its messages and `plan`'s tools through the template. With
-    continue_final_message the last message, an assistant's text, is left open the way the
-    template renders it (its end-of-turn cut off, no generation prompt after it), and the
-    answer goes on from there, as in vLLM."""
-    if not req.messages:
-        raise BadRequestError("messages must be a non-empty list")
-    turns = chat_turns(req.messages)
-    if req.continue_final_message:
-        last = turns[-1]
-        if last["role"] != "assistant" or last.get("tool_calls") or not last["content"].strip():
-            raise BadRequestError(
-                "continue_final_message needs the last message to be an assistant's text"
-            )
-    add = req.add_generation_prompt and not req.continue_final_message
-    return render_tool_chat(turns, plan, tokenizer, limits, add, req.chat_template_kwargs,
-                            req.continue_final_message)  # fmt: skip
 
 
 def _prepare(
@@ -454,53 +369,3 @@ def retention_pins(
     # One spec serves every prompt: the scheduler cuts its offset to each prompt's length.
     offset = max(len(ids) for ids in prompts)
     return [PinSpec(offset, ttl_s * ttl_scale, sliding=sliding, owner=owner)]
-
-
-def chat_messages(req: ChatCompletionRequest) -> list[dict[str, str]]:
-    """The messages as the chat template takes them (text content only)."""
-    return chat_messages_of(req.messages)
-
-
-def chat_messages_of(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    return [{"role": _role(m, i), "content": _content_text(m)} for i, m in enumerate(messages)]
-
-
-def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """The messages as the tool-aware renderer takes them (calls and results kept)."""
-    turns: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        turn: dict[str, Any] = {"role": _role(m, i), "content": _content_text(m)}
-        if m.tool_calls:
-            turn["tool_calls"] = calls_of(m.tool_calls)
-        if m.role == "tool":
-            turn["tool_call_id"] = m.tool_call_id or ""
-            if m.name is not None:
-                turn["name"] = m.name
-        turns.append(turn)
-    return turns
-
-
-def _role(m: ChatMessage, i: int) -> str:
-    """The template's role of messages[i] (developer -> system), else 400."""
-    role = CHAT_ROLES.get(m.role)
-    if role is None:
-        raise BadRequestError(
-            f"messages[{i}].role: {m.role!r} is not one of {', '.join(CHAT_ROLES)}"
-        )
-    return role
-
-
-def _content_text(m: ChatMessage) -> str:
-    return _parts_text(m.content, "message")
-
-
-def _parts_text(content: str | list[ContentPart] | None, what: str) -> str:
-    """Text content, or its text parts joined (400 naming `what` for any other part)."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    parts = []
-    for part in content:
-        if part.type != "text" or part.text is None:
-            raise BadRequestError(f"{what} content of type {part.type!r} is not supported")
-        parts.append(part.text)
-    return "".join(parts)

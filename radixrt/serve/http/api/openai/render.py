@@ -12,7 +12,7 @@ from typing import Any
 
 from radixrt.core.messages import TopLogprobs
 from radixrt.serve.http.api.openai.diagnostics import render_cache_diagnostics
-from radixrt.serve.http.api.openai.protocol import LogprobAsk
+from radixrt.serve.http.api.openai.prompt_options import LogprobAsk
 from radixrt.serve.http.api.openai.tools import call_items
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState

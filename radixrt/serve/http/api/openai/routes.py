@@ -14,11 +14,12 @@ from starlette.responses import Response
 
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.openai.diagnostics import chat_fingerprint, comparison_of
+from radixrt.serve.http.api.openai.messages import chat_messages_of
+from radixrt.serve.http.api.openai.prompt_options import echo_prompts
 from radixrt.serve.http.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
-    chat_messages,
-    echo_prompts,
+    completion_prompts,
     logprob_ask,
     prepare_chat,
     prepare_completion,
@@ -104,7 +105,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             pins=pins or [],
             session=body.prompt_cache_key or body.user,
             explain=body.explain_cache,
-            messages=chat_messages(body) if is_chat else None,
+            messages=chat_messages_of(body.messages) if is_chat else None,
             record=record,
             prompt_text=prepared.text,
         )
@@ -128,5 +129,6 @@ def _parse(
         prepared = prepare_chat(chat, tokenizer, limits, plan, encode)
         return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0]), None
     body = decode_body(raw, CompletionRequest)
-    prepared = prepare_completion(body, tokenizer, limits)
-    return body, prepared, None, None, echo_prompts(body, prepared.prompts, tokenizer)
+    whole = completion_prompts(body, tokenizer, limits)
+    prepared = prepare_completion(body, whole, tokenizer, limits)
+    return body, prepared, None, None, echo_prompts(body, whole, prepared.prompts, tokenizer)

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from radixrt.serve.http.api.openai.protocol import TemplateOptions, render_messages
+from radixrt.serve.http.api.openai.messages import TemplateOptions, render_messages
 from radixrt.serve.http.protocol import BadRequestError, Limits
 from radixrt.serve.http.tools import ToolPlan
 
