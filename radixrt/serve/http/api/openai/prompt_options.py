@@ -4,12 +4,9 @@ text, prompt_logprobs, and which logprobs a render shows (LogprobAsk)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from radixrt.serve.http.protocol import BadRequestError, Limits
-
-if TYPE_CHECKING:
-    from radixrt.serve.http.api.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 MAX_OPENAI_TOP_LOGPROBS = 20
 
@@ -26,8 +23,9 @@ class LogprobAsk:
     as_ids: bool = False
 
 
-def add_prompt_logprobs(d: dict[str, Any], req: CompletionRequest | ChatCompletionRequest) -> None:
-    """Sampling fields for vLLM's prompt_logprobs (every prompt token scored; the
+def add_prompt_logprobs(d: dict[str, Any], req: Any) -> None:
+    """Sampling fields for vLLM's prompt_logprobs of `req` (a completions or chat body; this
+    module sits below protocol.py, which imports it) (every prompt token scored; the
     alternatives' count the larger of the two asks), else nothing."""
     k = req.prompt_logprobs
     if k is None:
@@ -56,7 +54,7 @@ def truncated(prompts: list[list[int]], keep: int | None, limits: Limits) -> lis
 
 
 def echo_prompts(
-    req: CompletionRequest, whole: list[list[int]], kept: list[list[int]], tokenizer: Any
+    req: Any, whole: list[list[int]], kept: list[list[int]], tokenizer: Any
 ) -> list[str] | None:
     """With `echo`, each prompt's text as its choices repeat it: a text prompt as sent, one of
     token ids decoded (on the tokenizer thread, once per prompt), one truncate_prompt_tokens
