@@ -18,6 +18,7 @@ from radixrt.model.attention import create_attention_backend
 from radixrt.model.cpu.runtime import fuse_cpu_decode_layers, init_cpu_kernels
 from radixrt.model.families import get_model_cls
 from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.empty import build_empty
 from radixrt.model.families.loader import load_hf_config, load_weights, resolve_model_path
 
 logger = logging.getLogger("radixrt")
@@ -48,9 +49,8 @@ class DraftRunner:
         self.model_path = resolve_model_path(path)
         self.arch = ArchConfig.from_hf(load_hf_config(self.model_path))
         _check_pair(self.arch, target)
-        with torch.device("meta"):
-            model = get_model_cls(self.arch.architecture)(self.arch, target.context_len)
-        model = model.to(self.dtype).to_empty(device=self.device)
+        cls = get_model_cls(self.arch.architecture)
+        model = build_empty(lambda: cls(self.arch, target.context_len), self.dtype, self.device)
         model.load_weights(load_weights(self.model_path))
         self.model = model.eval()
         self.target_rows = target.max_total_tokens + target.token_to_kv_pool.page_size

@@ -28,6 +28,7 @@ from radixrt.model.cpu.runtime import (
 )
 from radixrt.model.families import get_model_cls
 from radixrt.model.families.arch import ArchConfig
+from radixrt.model.families.empty import build_empty
 from radixrt.model.families.loader import (
     load_hf_config,
     load_weight_slices,
@@ -169,11 +170,10 @@ class ModelRunner:
                 self.model_config, self.cache_config, max_running_requests, self.device, level
             )
             self.comm = self.tp_group.comm
-        with torch.device("meta"):  # no random init: every tensor comes from the checkpoint
-            model = cls(self.arch, ctx, self.comm)
-        # dtype first: materialising in float32 and converting would leave the float32 copy
-        # in CUDA's cache, where mem_get_info (the KV pool's budget) does not count it free.
-        model = model.to(self.dtype).to_empty(device=self.device)
+        # No random init: every tensor comes from the checkpoint. In the dtype at once:
+        # materialising in float32 and converting would leave the float32 copy in CUDA's
+        # cache, where mem_get_info (the KV pool's budget) does not count it free.
+        model = build_empty(lambda: cls(self.arch, ctx, self.comm), self.dtype, self.device)
         model.load_weights(
             load_weights(self.model_path) if tp == 1 else load_weight_slices(self.model_path)
         )

@@ -76,7 +76,9 @@ def vocab_embedding(
 ) -> nn.Module:
     """nn.Embedding for one rank, else a VocabParallelEmbedding."""
     if comm.world_size == 1:
-        return nn.Embedding(vocab_size, hidden)
+        # Given an (uninitialized) weight, it skips the random init the loaded weights replace
+        # (under a device context that init imports torch._dynamo: 1.5 s of a start-up).
+        return nn.Embedding(vocab_size, hidden, _weight=torch.empty(vocab_size, hidden))
     return VocabParallelEmbedding(vocab_start, shard, hidden, comm)
 
 

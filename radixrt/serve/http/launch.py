@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from radixrt.core.heap import freeze_startup_heap
 from radixrt.serve.http.args import ServerArgs, served_model_name
@@ -64,17 +64,11 @@ def kv_pool_text(ready: ReadyMsg) -> str:
 
 
 async def _serve(args: ServerArgs) -> int:
-    import uvicorn
-
-    from radixrt.model.families.loader import load_tokenizer
-    from radixrt.serve.http.dashboard import DashboardRecorder
+    # What the checks before the scheduler starts need; the rest (torch and transformers
+    # for the tokenizer, the app) is imported while it loads the model.
     from radixrt.serve.http.dp_dispatcher import DataParallelManager, replica_envs
-    from radixrt.serve.http.http_server import create_app
-    from radixrt.serve.http.metrics import Metrics, NoMetrics
     from radixrt.serve.http.request_log import open_request_log
     from radixrt.serve.http.tenancy import Tenancy
-    from radixrt.serve.http.tokenizer_manager import TokenizerManager
-    from radixrt.serve.placement.policy import make_policy
 
     try:
         envs = replica_envs(args)
@@ -87,15 +81,29 @@ async def _serve(args: ServerArgs) -> int:
     try:
         for client in clients:
             client.start()
-        preload = asyncio.create_task(asyncio.to_thread(_preload_tokenizer_libs))
+        given = args.model.model_path
+        preload = asyncio.create_task(asyncio.to_thread(_preload_tokenizer, given))
+        import uvicorn
+
+        from radixrt.model.families.loader import load_tokenizer
+        from radixrt.serve.http.dashboard import DashboardRecorder
+        from radixrt.serve.http.http_server import create_app
+        from radixrt.serve.http.metrics import Metrics, NoMetrics
+        from radixrt.serve.http.tokenizer_manager import TokenizerManager
+        from radixrt.serve.placement.policy import make_policy
+
         try:
             readies = [await client.wait_ready() for client in clients]
         except SchedulerStartError as e:
             logger.error("the scheduler could not start: %s", e)
             return 1
-        await preload
+        preloaded = await preload
         ready = readies[0]
-        tokenizer = load_tokenizer(Path(ready.model_path))
+        tokenizer = (
+            preloaded[1]
+            if preloaded is not None and preloaded[0] == Path(ready.model_path)
+            else load_tokenizer(Path(ready.model_path))
+        )
         k = args.scheduler.speculative_num_draft_tokens
         metrics = Metrics(served_model_name(args), k) if args.server.enable_metrics else NoMetrics()
         recorder = DashboardRecorder(spec_draft_tokens=k)  # /dashboard's history, always
@@ -162,9 +170,22 @@ async def _serve(args: ServerArgs) -> int:
             client.stop()
 
 
-def _preload_tokenizer_libs() -> None:
-    """Import transformers while the scheduler loads the model (seconds saved on start-up)."""
+def _preload_tokenizer(model_path: str | None) -> tuple[Path, Any] | None:
+    """While the scheduler loads the model: import transformers, and load the tokenizer of a
+    model given as a folder ((folder, tokenizer); None otherwise, or when it cannot be
+    loaded: the scheduler's ReadyMsg names the folder, and that one is loaded then). Seconds
+    saved on start-up."""
     from transformers import AutoTokenizer  # noqa: F401
+
+    from radixrt.model.families.loader import load_tokenizer
+
+    folder = None if model_path is None else Path(model_path).expanduser()
+    if folder is None or not folder.is_dir():
+        return None
+    try:
+        return folder, load_tokenizer(folder)
+    except Exception:  # the scheduler reports a bad folder, with the reason
+        return None
 
 
 async def _drain(server: uvicorn.Server, tm: TokenizerManager, drain_timeout_s: float) -> None:
