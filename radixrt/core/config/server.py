@@ -64,6 +64,15 @@ class ServerConfig(BrowserConfig):
     # oldest goes, and its pin with it.
     max_stored_responses: int = 1024
     max_stored_response_bytes: int = 64 * 2**20
+    # Batches (OpenAI's /v1/batches, Anthropic's /v1/messages/batches): lines in flight at
+    # once over all batches (the rest of the server's slots stay with interactive requests),
+    # requests per batch, batches kept per tenant (past it the oldest ended one goes), and
+    # bytes of files (/v1/files: uploads, batch outputs) per tenant, past which uploads are
+    # refused. An uploaded file is a request body: --max-request-bytes bounds it.
+    batch_in_flight: int = 8
+    max_batch_requests: int = 50_000
+    max_stored_batches: int = 1000
+    max_stored_file_bytes: int = 512 * 2**20
     # One JSON line per finished request, without its text (radixrt/serve/http/request_log.py),
     # rotated past this many MB; `radixrt cost --request-log` replays it.
     request_log: str | None = None
@@ -131,6 +140,10 @@ class ServerConfig(BrowserConfig):
             "max_pending_grammars_per_tenant",
             "max_stored_responses",
             "max_stored_response_bytes",
+            "batch_in_flight",
+            "max_batch_requests",
+            "max_stored_batches",
+            "max_stored_file_bytes",
             "max_fingerprints",
             "max_fingerprint_bytes",
         ):

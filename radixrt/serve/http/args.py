@@ -185,6 +185,12 @@ _HELP = {
     "oldest goes, and its pin)",
     "max_stored_response_bytes": "/v1/responses with store: bytes kept per tenant (conversation "
     "text and token ids; past it the oldest goes)",
+    "batch_in_flight": "batches (/v1/batches, /v1/messages/batches): lines in flight at once "
+    "over all batches; the server's other slots stay with interactive requests",
+    "max_batch_requests": "requests in one batch",
+    "max_stored_batches": "batches kept per tenant (past it the oldest ended one goes)",
+    "max_stored_file_bytes": "/v1/files: bytes of files kept per tenant (uploads and batch "
+    "outputs); uploads past it are refused (each upload is bounded by --max-request-bytes)",
     "request_log": "JSONL file: one line per finished request (counts, cache markers, "
     "salted prefix hashes, no text) for `radixrt cost --request-log`",
     "request_log_max_mb": "rotate the request log past this size (FILE.1, FILE.2, FILE.3)",

@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from radixrt.serve.http.api.anthropic import routes as anthropic
+from radixrt.serve.http.api.batches import routes as batches
 from radixrt.serve.http.api.caches import routes as caches
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.control import routes as control
@@ -42,7 +43,7 @@ from radixrt.serve.web.paths import PathGuardMiddleware
 
 # Each dialect's routes module: add_routes(app, ctx), and BODIES for the OpenAPI document.
 DIALECTS: tuple[ModuleType, ...] = (
-    control, native, openai, responses, anthropic, caches, gemini, tokenize
+    control, native, openai, responses, anthropic, caches, gemini, tokenize, batches
 )  # fmt: skip
 
 

@@ -8,6 +8,10 @@ server, the router and the Ray ingress all run before anything else.
   CORS headers and preflights) gets 403: a page's fetch or form POST always carries Origin.
 - A body must be sent as JSON (`application/json` or `application/*+json`, any parameters):
   else 415. A page can POST `text/plain` or a form without a CORS preflight; never JSON.
+  One exception, `multipart/form-data` to POST /v1/files (OpenAI's file upload): a form
+  there from a page without Origin (old browsers) cannot carry a key, so a server with keys
+  refuses it; one without keys stores a file the page cannot read back (no CORS answer)
+  and that only a JSON call (a batch) would use.
 Clients that are not browsers (curl, the OpenAI / Anthropic / Gemini SDKs) send no Origin, an
 IP or localhost Host and JSON, and pass unchanged; the dashboard's page fetches same-origin.
 """
@@ -53,7 +57,12 @@ class BrowserGuard:
                 )  # fmt: skip
             if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
                 return self._preflight(origin, headers)
-        if _has_body(headers) and not _is_json(headers.get("content-type")):
+        content_type = headers.get("content-type")
+        if (
+            _has_body(headers)
+            and not _is_json(content_type)
+            and not _is_upload(scope, content_type)
+        ):
             given = headers.get("content-type", "none")
             return error_response(
                 f"request bodies are JSON: send Content-Type: application/json (got {given})",
@@ -126,6 +135,15 @@ class BrowserGuardMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_cors)
+
+
+def _is_upload(scope: Scope, content_type: str | None) -> bool:
+    """A file upload: multipart/form-data to POST /v1/files."""
+    return (
+        scope["method"] == "POST"
+        and scope["path"] == "/v1/files"
+        and (content_type or "").lower().startswith("multipart/form-data")
+    )
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -39,9 +39,14 @@ def input_items(response_id: str, messages: list[dict[str, Any]]) -> list[dict[s
     return items
 
 
-def page(items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+def page(
+    items: list[dict[str, Any]],
+    query: dict[str, str],
+    what: str = "input item of this response",
+    max_limit: int = MAX_LIMIT,
+) -> dict[str, Any]:
     """One page of `items` (oldest first) as OpenAI lists them: `order` desc (the default) or
-    asc, at most `limit` (1-100, default 20), after the item `after` names."""
+    asc, at most `limit` (1-max_limit, default 20), after the item `after` names (a `what`)."""
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise BadRequestError(f"order: must be 'asc' or 'desc', got {order!r}")
@@ -49,14 +54,14 @@ def page(items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
         limit = int(query.get("limit", DEFAULT_LIMIT))
     except ValueError:
         raise BadRequestError("limit: must be an integer") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise BadRequestError(f"limit: must be in [1, {MAX_LIMIT}], got {limit}")
+    if not 1 <= limit <= max_limit:
+        raise BadRequestError(f"limit: must be in [1, {max_limit}], got {limit}")
     ordered = items if order == "asc" else items[::-1]
     after = query.get("after")
     if after is not None:
         ids = [item["id"] for item in ordered]
         if after not in ids:
-            raise BadRequestError(f"after: no input item with id {after!r} in this response")
+            raise BadRequestError(f"after: no {what} with id {after!r}")
         ordered = ordered[ids.index(after) + 1 :]
     data = ordered[:limit]
     first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
