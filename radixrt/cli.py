@@ -10,6 +10,7 @@ USAGE = """usage: radixrt <command> [flags]
 commands:
   serve    serve a model over HTTP (radixrt serve --help lists the flags)
   router   route requests over several servers (radixrt router --help lists the flags)
+  run-batch  answer a JSONL file of OpenAI batch requests offline (radixrt run-batch --help)
   keys     add or list API keys of a --api-key-file (radixrt keys --help)
   kv-size  KV cache bytes of a model, and what fits on a GPU (radixrt kv-size --help)
   cost     a workload's cost under each provider's prompt caching and self-hosted
@@ -32,6 +33,10 @@ def main(argv: list[str] | None = None) -> None:
         from radixrt.serve.router.__main__ import main as router
 
         router(rest)
+    elif command == "run-batch":
+        from radixrt.serve.run_batch import main as run_batch
+
+        sys.exit(run_batch(rest))
     elif command == "keys":
         from radixrt.serve.web.keys_cli import main as keys
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from radixrt.cache.explain import EvictionLog
@@ -30,7 +31,7 @@ from radixrt.executor.kv_memory import NOTHING_BESIDE
 from radixrt.executor.model_runner import ModelRunner
 from radixrt.grammar.compiler import make_grammar_compiler
 from radixrt.model.families.fingerprint import model_fingerprint
-from radixrt.model.families.loader import eos_token_ids, load_tokenizer
+from radixrt.model.families.loader import eos_token_ids, load_tokenizer, resolve_model_path
 from radixrt.scheduler.grammar_queue import GrammarQueue
 from radixrt.scheduler.scheduler import Scheduler
 from radixrt.scheduler.speculative import BaseDrafter, TokenTexts
@@ -47,9 +48,14 @@ def build_scheduler(
     beside = NOTHING_BESIDE
     if scheduler_config.speculative_draft_model is not None:  # its K/V and weights: same budget
         beside = draft_kv_beside(scheduler_config.speculative_draft_model)
-    runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests,
-                         kv_beside=beside)  # fmt: skip
-    tokenizer = load_tokenizer(runner.model_path)
+    # The tokenizer loads on a thread of its own while the model does (about a second of a
+    # start-up); the model's folder is resolved (a GGUF converted) first, once.
+    folder = resolve_model_path(model_config.model_path)
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenizer-load") as pool:
+        loading = pool.submit(load_tokenizer, folder)
+        runner = ModelRunner(model_config, cache_config, scheduler_config.max_running_requests,
+                             kv_beside=beside)  # fmt: skip
+        tokenizer = loading.result()
     return assemble_scheduler(runner, cache_config, scheduler_config, tokenizer), tokenizer
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from radixrt.core.config import ServerConfig
+from radixrt.serve.http.api.batches.jobs import BatchJob, BatchLine
 from radixrt.serve.http.api.batches.routes import add_routes as add_batch_routes
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.openai.routes import add_routes as add_openai_routes
@@ -235,3 +237,25 @@ def test_bad_uploads_and_create_bodies_are_400s(tmp_path) -> None:
         assert not sched.received
 
     _run(tmp_path, test, max_stored_file_bytes=1000)
+
+
+def test_lines_not_started_before_the_expiry_expire(tmp_path) -> None:
+    async def test(client: httpx.AsyncClient, ctx: ApiContext, sched: FakeScheduler) -> None:
+        app = client._transport.app  # type: ignore[attr-defined]
+        body = json.dumps({"prompt": "abc", "max_tokens": 1000}).encode()
+        lines = [BatchLine(f"r{i}", "/v1/completions", body) for i in range(8)]
+        info = {"endpoint": "/v1/completions", "input_file_id": "file-x", "errors": []}
+        job = BatchJob("batch_expiring", "a", lines, info)
+        app.state.batch_runner.start(job, [(b"authorization", b"Bearer key-a")], None)
+        while job.results[0] is None:
+            await asyncio.sleep(0.001)
+        job.expires_at = time.time()  # (as if 24 hours had passed)
+        await asyncio.wait_for(job.ended.wait(), 30)
+        outcomes = [r.outcome for r in job.results if r is not None]
+        assert outcomes[0] == "succeeded" and outcomes[-1] == "expired", outcomes
+        assert outcomes == sorted(outcomes, key=["succeeded", "expired"].index)  # in order
+        card = (await client.get("/v1/batches/batch_expiring", headers=A)).json()
+        assert card["status"] == "expired" and card["expired_at"] is not None
+        assert card["request_counts"]["failed"] == outcomes.count("expired")
+
+    _run(tmp_path, test, batch_in_flight=1)
