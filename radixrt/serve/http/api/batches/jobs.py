@@ -101,7 +101,10 @@ class BatchJob:
             out["processing" if result is None else result.outcome] += 1
         return out
 
-    @property
-    def nbytes(self) -> int:
-        lines = sum(len(line.body) + len(line.custom_id) for line in self.lines)
-        return lines + sum(len(r.body) for r in self.results if r is not None)
+    def shed(self, results: bool) -> None:
+        """Once ended: drop the lines' bodies (their ids stay), and the results' bodies too
+        when they have been written elsewhere (`results`)."""
+        self.lines = [BatchLine(line.custom_id, line.path, b"") for line in self.lines]
+        if results:
+            self.results = [None if r is None else LineResult(r.outcome, r.status, b"",
+                            r.request_id) for r in self.results]  # fmt: skip

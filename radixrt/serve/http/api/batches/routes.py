@@ -5,7 +5,6 @@ and one file store serve both; a tenant sees only its own batches and files."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from fastapi import FastAPI
 from starlette.datastructures import UploadFile
@@ -17,7 +16,7 @@ from radixrt.serve.http.api.batches import openai_format as openai
 from radixrt.serve.http.api.batches.files import FileStore
 from radixrt.serve.http.api.batches.in_process import carried_headers
 from radixrt.serve.http.api.batches.jobs import ENDED, BatchJob, BatchNotFoundError
-from radixrt.serve.http.api.batches.runner import BatchRunner
+from radixrt.serve.http.api.batches.runner import BatchRunner, OnEnd
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.responses.listing import page
 from radixrt.serve.http.cache_handles import owner_of
@@ -39,7 +38,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def not_found(request: Request, exc: Exception) -> Response:
         return respond(request, str(exc), 404)
 
-    def start(request: Request, job: BatchJob, on_end: Any = lambda job: None) -> None:
+    def start(request: Request, job: BatchJob, on_end: OnEnd | None = None) -> None:
         client = None if request.client is None else (request.client.host, request.client.port)
         runner.start(job, carried_headers(request.headers.raw), client, on_end)
 

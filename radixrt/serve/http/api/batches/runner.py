@@ -36,6 +36,7 @@ from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.web.middleware import NOT_STARTED_HEADER
 
 logger = logging.getLogger("radixrt")
+OnEnd = Callable[[BatchJob], None]
 _RETRY_FIRST_S, _RETRY_MOST_S = 0.05, 2.0
 _CLIENT_GONE = 499  # the pipeline's answer to a call whose client went away
 
@@ -53,11 +54,12 @@ class BatchRunner:
         job: BatchJob,
         headers: Headers,
         client: tuple[str, int] | None,
-        on_end: Callable[[BatchJob], None] = lambda job: None,
+        on_end: OnEnd | None = None,
     ) -> None:
-        """Keep `job` and run its lines as the caller whose `headers` and `client` they are;
-        `on_end(job)` once every line has its result. Past the owner's bound the oldest
-        ended job is forgotten; with none ended, a 400."""
+        """Keep `job` and run its lines as the caller whose `headers` and `client` they are.
+        Once every line has its result, `on_end(job)` writes them elsewhere and the job keeps
+        their outcomes only (without `on_end` it keeps them whole). Past the owner's bound the
+        oldest ended job is forgotten; with none ended, a 400."""
         mine = self._jobs.setdefault(job.owner, OrderedDict())
         while len(mine) >= self.max_per_owner:
             oldest = next((j for j in mine.values() if j.status == ENDED), None)
@@ -107,7 +109,7 @@ class BatchRunner:
         job: BatchJob,
         headers: Headers,
         client: tuple[str, int] | None,
-        on_end: Callable[[BatchJob], None],
+        on_end: OnEnd | None,
     ) -> None:
         in_flight: set[asyncio.Task[None]] = set()
         try:
@@ -122,18 +124,20 @@ class BatchRunner:
             self._end(job, on_end)
 
     @staticmethod
-    def _end(job: BatchJob, on_end: Callable[[BatchJob], None]) -> None:
+    def _end(job: BatchJob, on_end: OnEnd | None) -> None:
         """Lines without a result never started: canceled, or expired."""
         late = EXPIRED if not job.gone.is_set() else CANCELED
         for index, result in enumerate(job.results):
             if result is None:
                 job.results[index] = LineResult(late, 0, b"", "")
         job.status, job.ended_at = ENDED, time.time()
-        job.ended.set()
         try:
-            on_end(job)
+            if on_end is not None:
+                on_end(job)
         except Exception:
             logger.exception("batch %s: writing its results failed", job.id)
+        job.shed(results=on_end is not None)
+        job.ended.set()
 
     async def _take_slot(self, job: BatchJob) -> bool:
         """Wait for an in-flight slot: True once taken; False when the job is canceled or has
