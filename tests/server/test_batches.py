@@ -236,7 +236,7 @@ def test_bad_uploads_and_create_bodies_are_400s(tmp_path) -> None:
         assert (await client.get("/v1/batches?limit=0", headers=A)).status_code == 400
         assert not sched.received
 
-    _run(tmp_path, test, max_stored_file_bytes=1000)
+    _run(tmp_path, test, max_stored_file_bytes=10_000)
 
 
 def test_lines_not_started_before_the_expiry_expire(tmp_path) -> None:
@@ -259,3 +259,31 @@ def test_lines_not_started_before_the_expiry_expire(tmp_path) -> None:
         assert card["request_counts"]["failed"] == outcomes.count("expired")
 
     _run(tmp_path, test, batch_in_flight=1)
+
+
+def test_a_tenants_batches_hold_bounded_bytes(tmp_path) -> None:
+    async def test(client: httpx.AsyncClient, ctx: ApiContext, sched: FakeScheduler) -> None:
+        def batch(num: int, size: int) -> dict[str, Any]:
+            params = {"max_tokens": 1, "messages": [{"role": "user", "content": "x" * size}]}
+            return {"requests": [{"custom_id": f"r{i}", "params": params} for i in range(num)]}
+
+        r = await client.post("/v1/messages/batches", json=batch(8, 1000), headers=A)
+        assert r.status_code == 400 and "--max-stored-file-bytes" in r.text
+        first = await client.post("/v1/messages/batches", json=batch(2, 1000), headers=A)
+        assert first.status_code == 200, first.text
+        job = ctx_runner(client).get("a", first.json()["id"], "msgbatch_")
+        await asyncio.wait_for(job.ended.wait(), 30)
+        # Past a bound (here the count) the oldest ended batch goes: the next one is taken.
+        again = await client.post("/v1/messages/batches", json=batch(4, 1000), headers=A)
+        assert again.status_code == 200, again.text
+        gone = await client.get(f"/v1/messages/batches/{first.json()['id']}", headers=A)
+        assert gone.status_code == 404
+        other = await client.post("/v1/messages/batches", json=batch(4, 1000), headers=B)
+        assert other.status_code == 200  # another tenant's bound is its own
+
+
+    _run(tmp_path, test, max_stored_file_bytes=6000, max_stored_batches=1)
+
+
+def ctx_runner(client: httpx.AsyncClient) -> Any:
+    return client._transport.app.state.batch_runner  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from typing import Any
 from radixrt.serve.http.api.batches.jobs import BatchNotFoundError
 from radixrt.serve.http.protocol import BadRequestError
 
+MIN_FILE_BYTES = 4096  # what a file counts against the bound at least
 # OpenAI's purposes; only "batch" files feed a batch, "batch_output" ones are written by one.
 PURPOSES = ("assistants", "assistants_output", "batch", "batch_output", "fine-tune",
             "fine-tune-results", "vision", "user_data", "evals")  # fmt: skip
@@ -57,7 +58,7 @@ class FileStore:
         if purpose not in PURPOSES:
             raise BadRequestError(f"purpose: {purpose!r} is not one of {', '.join(PURPOSES)}")
         held = self.nbytes(owner)
-        if not written and held + len(data) > self.max_bytes_per_owner:
+        if not written and held + max(len(data), MIN_FILE_BYTES) > self.max_bytes_per_owner:
             raise BadRequestError(
                 f"file storage is full: this tenant's files hold {held} bytes and this one has "
                 f"{len(data)}, over {self.max_bytes_per_owner} (--max-stored-file-bytes); "
@@ -89,7 +90,10 @@ class FileStore:
         del self._owners[owner][file_id]
 
     def nbytes(self, owner: str) -> int:
-        return sum(len(f.data) for f in self._owners.get(owner, {}).values())
+        """The owner's files' bytes, each counted as at least MIN_FILE_BYTES (so many tiny
+        files cannot hold unbounded memory either)."""
+        mine = self._owners.get(owner)
+        return 0 if mine is None else sum(max(len(f.data), MIN_FILE_BYTES) for f in mine.values())
 
     def _expire(self, owner: str) -> None:
         mine, now = self._owners.get(owner), time.time()

@@ -101,6 +101,12 @@ class BatchJob:
             out["processing" if result is None else result.outcome] += 1
         return out
 
+    def held_bytes(self) -> int:
+        """What the job holds: its lines' bodies and its results' (until shed)."""
+        return sum(len(line.body) for line in self.lines) + sum(
+            len(r.body) for r in self.results if r is not None
+        )
+
     def shed(self, results: bool) -> None:
         """Once ended: drop the lines' bodies (their ids stay), and the results' bodies too
         when they have been written elsewhere (`results`)."""

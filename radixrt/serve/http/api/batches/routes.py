@@ -15,13 +15,14 @@ from radixrt.serve.http.api.batches import anthropic_format as anthropic
 from radixrt.serve.http.api.batches import openai_format as openai
 from radixrt.serve.http.api.batches.files import FileStore
 from radixrt.serve.http.api.batches.in_process import carried_headers
-from radixrt.serve.http.api.batches.jobs import ENDED, BatchJob, BatchNotFoundError
+from radixrt.serve.http.api.batches.jobs import ENDED, BatchJob, BatchLine, BatchNotFoundError
 from radixrt.serve.http.api.batches.runner import BatchRunner, OnEnd
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.responses.listing import page
 from radixrt.serve.http.cache_handles import owner_of
 from radixrt.serve.http.http_errors import respond
 from radixrt.serve.http.protocol import BadRequestError, decode_body
+from radixrt.serve.web.middleware import caller_of
 from radixrt.serve.web.responses import json_response
 
 BODIES = {"/v1/batches": openai.BatchCreate, anthropic.PATH: anthropic.BatchCreate}
@@ -31,7 +32,9 @@ MAX_FILES_LISTED = 10000
 def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     config = ctx.args.server
     files = FileStore(config.max_stored_file_bytes)
-    runner = BatchRunner(app, config.batch_in_flight, config.max_stored_batches)
+    runner = BatchRunner(
+        app, config.batch_in_flight, config.max_stored_batches, config.max_stored_file_bytes
+    )
     app.state.batch_runner = runner
 
     @app.exception_handler(BatchNotFoundError)
@@ -96,7 +99,10 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         if source.purpose != "batch":
             raise BadRequestError(f"input_file_id: file {source.id} has purpose "
                                   f"{source.purpose!r}, not 'batch'")  # fmt: skip
-        lines, errors = openai.input_lines(source.data, body.endpoint, config.max_batch_requests)
+        lines, errors = await ctx.tm.run_tokenizer(  # (off the event loop: up to 50k lines)
+            openai.input_lines, source.data, body.endpoint, config.max_batch_requests,
+            caller=caller_of(request),
+        )  # fmt: skip
         info = {"endpoint": body.endpoint, "input_file_id": source.id, "errors": errors,
                 "metadata": body.metadata}  # fmt: skip
         keep = body.output_expires_after
@@ -136,8 +142,10 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     @app.post(path)
     async def create_message_batch(request: Request) -> Response:
-        body = decode_body(await request.body(), anthropic.BatchCreate)
-        lines = anthropic.request_lines(body, config.max_batch_requests)
+        lines = await ctx.tm.run_tokenizer(  # (off the event loop, as every body is parsed)
+            _anthropic_lines, await request.body(), config.max_batch_requests,
+            caller=caller_of(request),
+        )  # fmt: skip
         job = BatchJob(anthropic.KIND + uuid_hex(), owner_of(request), lines)
         start(request, job)
         return json_response(anthropic.batch_card(job))
@@ -169,6 +177,10 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def delete_message_batch(request: Request, batch_id: str) -> Response:
         runner.forget(runner.get(owner_of(request), batch_id, anthropic.KIND))
         return json_response({"id": batch_id, "type": "message_batch_deleted"})
+
+
+def _anthropic_lines(raw: bytes, max_lines: int) -> list[BatchLine]:
+    return anthropic.request_lines(decode_body(raw, anthropic.BatchCreate), max_lines)
 
 
 def uuid_hex() -> str:

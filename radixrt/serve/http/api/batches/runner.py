@@ -42,9 +42,12 @@ _CLIENT_GONE = 499  # the pipeline's answer to a call whose client went away
 
 
 class BatchRunner:
-    def __init__(self, app: ASGIApp, in_flight: int, max_per_owner: int) -> None:
+    def __init__(
+        self, app: ASGIApp, in_flight: int, max_per_owner: int, max_bytes_per_owner: int
+    ) -> None:
         self.app = app
         self.max_per_owner = max_per_owner
+        self.max_bytes_per_owner = max_bytes_per_owner
         self._slots = asyncio.Semaphore(in_flight)
         self._jobs: dict[str, OrderedDict[str, BatchJob]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # kept until done
@@ -58,15 +61,24 @@ class BatchRunner:
     ) -> None:
         """Keep `job` and run its lines as the caller whose `headers` and `client` they are.
         Once every line has its result, `on_end(job)` writes them elsewhere and the job keeps
-        their outcomes only (without `on_end` it keeps them whole). Past the owner's bound the
-        oldest ended job is forgotten; with none ended, a 400."""
+        their outcomes only (without `on_end` it keeps them whole). Past either of the owner's
+        bounds (jobs; bytes held: lines and kept results) the oldest ended jobs are forgotten
+        first; when that is not enough, a 400."""
         mine = self._jobs.setdefault(job.owner, OrderedDict())
-        while len(mine) >= self.max_per_owner:
+        size = job.held_bytes()
+
+        def over() -> bool:
+            held = sum(j.held_bytes() for j in mine.values())
+            return len(mine) >= self.max_per_owner or held + size > self.max_bytes_per_owner
+
+        while over():
             oldest = next((j for j in mine.values() if j.status == ENDED), None)
             if oldest is None:
                 raise BadRequestError(
-                    f"{len(mine)} batches of this tenant are in progress, the most kept "
-                    "(--max-stored-batches): cancel one or wait for one to end"
+                    f"this tenant's {len(mine)} batches in progress hold what it may keep "
+                    f"(--max-stored-batches {self.max_per_owner}, --max-stored-file-bytes "
+                    f"{self.max_bytes_per_owner}; this one holds {size} bytes): cancel one or "
+                    "wait for one to end"
                 )
             del mine[oldest.id]
         mine[job.id] = job
