@@ -1,7 +1,8 @@
 """The batch APIs through the official clients on the tiny-model server: `openai`'s files and
 batches (chat completions; each output body is the answer the same request gets alone) and
 `anthropic`'s message batches (results streamed as JSONL, an invalid request errored in
-Anthropic's shape, cancel and delete)."""
+Anthropic's shape, cancel and delete), and google-genai's batch mode (inline requests, inline
+responses with their metadata, under v1 and v1beta)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 
 QUESTIONS = ["Name a colour.", "Name a fruit.", "Name a city."]
 
@@ -108,3 +110,38 @@ def test_anthropic_batch_cancel(tiny_server) -> None:
         raise AssertionError("a duplicate custom_id was taken")
     except anthropic.BadRequestError as e:
         assert "used twice" in str(e)
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta"])  # (v1: the SDK's default)
+def test_gemini_batch_mode(tiny_server, version: str) -> None:
+    from google import genai
+    from google.genai import types
+
+    options = types.HttpOptions(base_url=tiny_server.url, api_version=version)
+    client = genai.Client(api_key="none", http_options=options)
+    config = {"temperature": 0, "max_output_tokens": 4}
+    requests: list[Any] = [
+        {"contents": [{"role": "user", "parts": [{"text": q}]}], "config": config,
+         "metadata": {"key": f"q{i}"}} for i, q in enumerate(QUESTIONS)
+    ]  # fmt: skip
+    requests.append(
+        {"contents": "x", "config": {"max_output_tokens": -5}, "metadata": {"key": "bad"}}
+    )
+    job = client.batches.create(model="tiny", src=requests, config={"display_name": "three"})
+    assert job.name and job.name.startswith("batches/") and job.display_name == "three"
+    job = _poll(lambda: client.batches.get(name=job.name), lambda j: j.done)
+    assert job.state == "JOB_STATE_SUCCEEDED", job
+    assert job.dest is not None and job.dest.inlined_responses is not None
+    answers = job.dest.inlined_responses
+    assert [a.metadata for a in answers] == [{"key": f"q{i}"} for i in range(3)] + [{"key": "bad"}]
+    for answer, question in zip(answers, QUESTIONS, strict=False):
+        alone = client.models.generate_content(model="tiny", contents=question, config=config)
+        assert answer.response is not None and answer.response.text == alone.text
+    assert answers[3].response is None and answers[3].error is not None
+    assert job.name in [j.name for j in client.batches.list()]
+    client.batches.delete(name=job.name)
+    try:
+        client.batches.get(name=job.name)
+        raise AssertionError("a deleted batch was found")
+    except genai.errors.ClientError as e:
+        assert e.code == 404

@@ -1,23 +1,29 @@
 """The batch routes: OpenAI's /v1/files and /v1/batches, Anthropic's /v1/messages/batches
-(errors in Anthropic's shape there: its dialect owns the /v1/messages prefix). One runner
-and one file store serve both; a tenant sees only its own batches and files."""
+(errors in Anthropic's shape there: its dialect owns the /v1/messages prefix), Gemini's
+models/{m}:batchGenerateContent and batches/{id} under /v1beta and /v1 (where GET /v1/batches
+and /v1/batches/{id} are Gemini's for google-genai's requests only, OpenAI's otherwise). One
+runner and one file store serve them all; a tenant sees only its own batches and files."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response
 
 from radixrt.serve.http.api.batches import anthropic_format as anthropic
+from radixrt.serve.http.api.batches import gemini_format as gemini
 from radixrt.serve.http.api.batches import openai_format as openai
 from radixrt.serve.http.api.batches.files import FileStore
 from radixrt.serve.http.api.batches.in_process import carried_headers
 from radixrt.serve.http.api.batches.jobs import ENDED, BatchJob, BatchLine, BatchNotFoundError
 from radixrt.serve.http.api.batches.runner import BatchRunner, OnEnd
 from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.api.gemini.routes import GeminiClientRoute
 from radixrt.serve.http.api.responses.listing import page
 from radixrt.serve.http.cache_handles import owner_of
 from radixrt.serve.http.http_errors import respond
@@ -177,6 +183,59 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def delete_message_batch(request: Request, batch_id: str) -> Response:
         runner.forget(runner.get(owner_of(request), batch_id, anthropic.KIND))
         return json_response({"id": batch_id, "type": "message_batch_deleted"})
+
+    # -- Gemini: batch mode, under /v1beta and /v1 (the SDK's default) ------------------
+    async def create_gemini_batch(request: Request, model: str) -> Response:
+        prefix = request.url.path.split("/models/")[0]
+        path = f"{prefix}/models/{model}:generateContent"
+        lines, info = await ctx.tm.run_tokenizer(
+            _gemini_lines, await request.body(), path, config.max_batch_requests,
+            caller=caller_of(request),
+        )  # fmt: skip
+        info["model"] = "models/" + model
+        job = BatchJob(gemini.KIND + uuid_hex(), owner_of(request), lines, info)
+        start(request, job)
+        return json_response(gemini.batch_operation(job))
+
+    async def list_gemini_batches(request: Request) -> Response:
+        jobs = runner.jobs(owner_of(request), gemini.KIND)
+        return json_response(gemini.operations_page(jobs, dict(request.query_params)))
+
+    async def get_gemini_batch(request: Request, batch_id: str) -> Response:
+        job = runner.get(owner_of(request), batch_id, gemini.KIND)
+        return json_response(gemini.batch_operation(job))
+
+    async def cancel_gemini_batch(request: Request, batch_id: str) -> Response:  # "{id}:cancel"
+        batch_id, _, method = batch_id.partition(":")
+        if method != "cancel":
+            raise BatchNotFoundError(f"no method {method!r} on batches; radixrt serves cancel")
+        runner.cancel(runner.get(owner_of(request), batch_id, gemini.KIND))
+        return json_response({})
+
+    async def delete_gemini_batch(request: Request, batch_id: str) -> Response:
+        runner.forget(runner.get(owner_of(request), batch_id, gemini.KIND), cancel=True)
+        return json_response({})
+
+    for prefix in ("/v1beta", "/v1"):
+        # Ahead of the Gemini dialect's POST {prefix}/models/{model} (its other methods).
+        create = APIRoute(prefix + "/models/{model}:batchGenerateContent",
+                          create_gemini_batch, methods=["POST"])  # fmt: skip
+        app.router.routes.insert(0, create)
+        # GET /v1/batches and /v1/batches/{id} are OpenAI's too: Gemini's for its client only.
+        kind = APIRoute if prefix == "/v1beta" else GeminiClientRoute
+        for path, endpoint in ((prefix + "/batches", list_gemini_batches),
+                               (prefix + "/batches/{batch_id}", get_gemini_batch)):  # fmt: skip
+            app.router.routes.insert(0, kind(path, endpoint, methods=["GET"]))
+        app.add_api_route(prefix + "/batches/{batch_id}", cancel_gemini_batch, methods=["POST"])
+        app.add_api_route(prefix + "/batches/{batch_id}", delete_gemini_batch, methods=["DELETE"])
+
+
+def _gemini_lines(raw: bytes, path: str, max_lines: int) -> tuple[list[BatchLine], dict[str, Any]]:
+    """The lines of a Gemini batch, and its job's info (without the model)."""
+    body = decode_body(raw, gemini.BatchCreate)
+    lines = gemini.request_lines(body, path, max_lines)
+    metadata = [r.metadata for r in body.batch.input_config.requests.requests]  # type: ignore[union-attr]
+    return lines, {"display_name": body.batch.display_name, "metadata": metadata}
 
 
 def _anthropic_lines(raw: bytes, max_lines: int) -> list[BatchLine]:

@@ -108,9 +108,12 @@ class BatchRunner:
         job.status, job.cancel_at = CANCELING, time.time()
         job.gone.set()
 
-    def forget(self, job: BatchJob) -> None:
-        """Drop an ended job (its results with it)."""
-        if job.status != ENDED:
+    def forget(self, job: BatchJob, cancel: bool = False) -> None:
+        """Drop a job (its results with it): an ended one, or with `cancel` any (one still
+        running is canceled; its lines end as they would, unseen)."""
+        if cancel:
+            self.cancel(job)
+        elif job.status != ENDED:
             raise BadRequestError(f"batch {job.id} has not ended: cancel it first")
         mine = self._jobs.get(job.owner)
         if mine is not None:
