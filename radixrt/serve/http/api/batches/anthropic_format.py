@@ -9,7 +9,6 @@ base URL, so it works behind a proxy that adds a prefix)."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -23,6 +22,7 @@ from radixrt.serve.http.api.batches.jobs import (
     SUCCEEDED,
     BatchJob,
     BatchLine,
+    rfc3339,
 )
 from radixrt.serve.http.api.batches.openai_format import json_or_message
 from radixrt.serve.http.protocol import BadRequestError
@@ -69,12 +69,6 @@ def request_lines(body: BatchCreate, max_lines: int) -> list[BatchLine]:
     return lines
 
 
-def _time(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
-
-
 def batch_card(job: BatchJob) -> dict[str, Any]:
     """The MessageBatch object Anthropic's client parses."""
     counts = job.counts()
@@ -84,8 +78,8 @@ def batch_card(job: BatchJob) -> dict[str, Any]:
         "request_counts": {"processing": counts["processing"], "succeeded": counts[SUCCEEDED],
                            "errored": counts[ERRORED], "canceled": counts[CANCELED],
                            "expired": counts[EXPIRED]},
-        "created_at": _time(job.created_at), "expires_at": _time(job.expires_at),
-        "ended_at": _time(job.ended_at), "cancel_initiated_at": _time(job.cancel_at),
+        "created_at": rfc3339(job.created_at), "expires_at": rfc3339(job.expires_at),
+        "ended_at": rfc3339(job.ended_at), "cancel_initiated_at": rfc3339(job.cancel_at),
         "archived_at": None,
         "results_url": f"{PATH}/{job.id}/results" if job.status == ENDED else None,
     }  # fmt: skip

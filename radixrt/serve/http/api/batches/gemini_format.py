@@ -8,7 +8,6 @@ from an uploaded file (`fileName`) are not served: a 400."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -21,6 +20,7 @@ from radixrt.serve.http.api.batches.jobs import (
     SUCCEEDED,
     BatchJob,
     BatchLine,
+    rfc3339,
 )
 from radixrt.serve.http.protocol import BadRequestError
 
@@ -67,12 +67,6 @@ def request_lines(body: BatchCreate, path: str, max_lines: int) -> list[BatchLin
     return [BatchLine(str(i), path, _encode.encode(r.request)) for i, r in enumerate(requests)]
 
 
-def _time(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
-
-
 def batch_operation(job: BatchJob) -> dict[str, Any]:
     """The batch as the operation the Gemini API answers with."""
     counts, info = job.counts(), job.info
@@ -89,8 +83,8 @@ def batch_operation(job: BatchJob) -> dict[str, Any]:
         "@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch",
         "name": "batches/" + job.id, "model": info["model"],
         "displayName": info.get("display_name") or job.id,
-        "createTime": _time(job.created_at), "updateTime": _time(job.ended_at or job.created_at),
-        "endTime": _time(job.ended_at), "state": state,
+        "createTime": rfc3339(job.created_at), "endTime": rfc3339(job.ended_at),
+        "updateTime": rfc3339(job.ended_at or job.created_at), "state": state,
         "batchStats": {"requestCount": str(len(job.lines)),
                        "successfulRequestCount": str(counts[SUCCEEDED]),
                        "failedRequestCount": str(failed),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -19,6 +20,13 @@ import msgspec
 SUCCEEDED, ERRORED, CANCELED, EXPIRED = "succeeded", "errored", "canceled", "expired"
 IN_PROGRESS, CANCELING, ENDED = "in_progress", "canceling", "ended"
 EXPIRY_S = 24 * 3600.0  # lines not started this long after the batch was made expire
+
+
+def rfc3339(t: float | None) -> str | None:
+    """A Unix time as Anthropic's and Gemini's batches give times (None stays None)."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 class BatchNotFoundError(LookupError):
