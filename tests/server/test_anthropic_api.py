@@ -126,7 +126,7 @@ def test_breakpoint_errors_have_anthropics_wording(client, server) -> None:
     doc = server.get("/openapi.json").json()["paths"]
     assert "requestBody" in doc["/v1/messages"]["post"]
     assert "requestBody" in doc["/v1/messages/count_tokens"]["post"]
-    r = server.post("/v1/messages/batches", json={})
+    r = server.post("/v1/messages/unknown", json={})
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     with pytest.raises(anthropic.BadRequestError, match="thinking"):
         create(client, thinking={"type": "enabled", "budget_tokens": 1024})
