@@ -281,7 +281,6 @@ def test_a_tenants_batches_hold_bounded_bytes(tmp_path) -> None:
         other = await client.post("/v1/messages/batches", json=batch(4, 1000), headers=B)
         assert other.status_code == 200  # another tenant's bound is its own
 
-
     _run(tmp_path, test, max_stored_file_bytes=6000, max_stored_batches=1)
 
 
