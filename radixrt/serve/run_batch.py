@@ -169,16 +169,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-i", "--input-file", required=True, help="JSONL of batch requests")
     parser.add_argument("-o", "--output-file", required=True, help="JSONL results, written")
     args, flags = parser.parse_known_args(argv)
-    given = [f for f in flags if f.split("=")[0] in _OWN_FLAGS]
-    if given:
-        parser.error(f"{given[0].split('=')[0]}: run-batch starts its own local server")
+    names = {f.split("=")[0] for f in flags if f.startswith("--")}
+    owned = sorted(names & set(_OWN_FLAGS))
+    if owned:
+        parser.error(f"{owned[0]}: run-batch starts its own local server")
     if args.input_file.startswith(("http://", "https://")):
         parser.error("--input-file: a local file (nothing is downloaded)")
     from radixrt.serve.http.args import parse_args
 
     served = parse_args(flags)  # a bad serve flag: a usage error now, not from the server's
-    if not any(f.split("=")[0] == "--batch-in-flight" for f in flags):  # offline: every slot
+    if "--batch-in-flight" not in names:  # offline: every slot
         flags = [*flags, "--batch-in-flight", str(served.scheduler.max_running_requests)]
+    if "--max-request-bytes" not in names:  # each endpoint's lines are one upload
+        size = os.path.getsize(args.input_file) if os.path.exists(args.input_file) else 0
+        bound = max(served.server.max_request_bytes, size + 2**20)
+        flags = [*flags, "--max-request-bytes", str(bound), "--max-stored-file-bytes",
+                 str(max(served.server.max_stored_file_bytes, 4 * bound))]  # fmt: skip
     try:
         return run(args.input_file, args.output_file, flags)
     except (OSError, ValueError, RuntimeError) as e:

@@ -286,3 +286,37 @@ def test_a_tenants_batches_hold_bounded_bytes(tmp_path) -> None:
 
 def ctx_runner(client: httpx.AsyncClient) -> Any:
     return client._transport.app.state.batch_runner  # type: ignore[attr-defined]
+
+
+def test_a_line_waiting_to_retry_leaves_its_slot_to_others(tmp_path) -> None:
+    async def test(client: httpx.AsyncClient, ctx: ApiContext, sched: FakeScheduler) -> None:
+        slow = [_line(f"a{i}", {"prompt": "abc", "max_tokens": 1000}) for i in range(4)]
+        a = await _create(client, await _upload(client, slow))  # A: one request at a time
+        while len(sched.received) < 1:
+            await asyncio.sleep(0.001)
+        quick = [_line("b0", {"prompt": "xyz", "max_tokens": 1})]
+        b = await _create(client, await _upload(client, quick, B), B)
+        runner = ctx_runner(client)
+        await asyncio.wait_for(runner.get("b", b["id"], "batch_").ended.wait(), 30)
+        # B ran while A's first line did: A's refused line waited without holding a slot.
+        assert runner.get("a", a["id"], "batch_").counts()["succeeded"] == 0
+        await asyncio.wait_for(runner.get("a", a["id"], "batch_").ended.wait(), 60)
+
+    _run(tmp_path, test, {"max_requests_per_tenant": 1}, batch_in_flight=2)
+
+
+def test_batch_outputs_make_room_by_dropping_the_oldest_outputs(tmp_path) -> None:
+    async def test(client: httpx.AsyncClient, ctx: ApiContext, sched: FakeScheduler) -> None:
+        file_id = await _upload(client, [_line("r", {"prompt": "abc", "max_tokens": 1})])
+        outputs = []
+        for _ in range(6):
+            done = await _ended(client, (await _create(client, file_id))["id"])
+            outputs.append(done["output_file_id"])
+        files = (await client.get("/v1/files", headers=A)).json()["data"]
+        assert len(files) * 4096 <= 20_000  # every file counts at least 4 KiB
+        assert file_id in [f["id"] for f in files]  # the upload stays: only outputs go
+        assert outputs[-1] in [f["id"] for f in files]
+        gone = await client.get(f"/v1/files/{outputs[0]}/content", headers=A)
+        assert gone.status_code == 404
+
+    _run(tmp_path, test, max_stored_file_bytes=20_000)

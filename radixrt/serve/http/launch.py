@@ -96,6 +96,7 @@ async def _serve(args: ServerArgs) -> int:
             readies = [await client.wait_ready() for client in clients]
         except SchedulerStartError as e:
             logger.error("the scheduler could not start: %s", e)
+            await asyncio.gather(preload, return_exceptions=True)  # (its thread ends first)
             return 1
         preloaded = await preload
         ready = readies[0]

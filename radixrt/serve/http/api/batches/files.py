@@ -2,8 +2,8 @@
 kept in memory per owner (tenant, "" without tenants) until deleted or expired.
 
 Bounds: an upload is a request body (--max-request-bytes); an owner's files together hold
-at most --max-stored-file-bytes, past which uploads are refused (a batch's output and error
-files are always written, and count against it)."""
+at most --max-stored-file-bytes, past which uploads are refused; a batch's output and error
+files are always written, the owner's oldest batch outputs dropped to make room."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ class FileStore:
         expires_after_s: int | None = None,
         written: bool = False,
     ) -> StoredFile:
-        """Keep a file; an upload (`written` False) past the owner's bound is a 400."""
+        """Keep a file. An upload (`written` False) past the owner's bound is a 400; a file a
+        batch writes first makes room by dropping the owner's oldest batch outputs (kept past
+        the bound only when nothing but uploads is left to drop)."""
         if purpose not in PURPOSES:
             raise BadRequestError(f"purpose: {purpose!r} is not one of {', '.join(PURPOSES)}")
         held = self.nbytes(owner)
@@ -64,6 +66,13 @@ class FileStore:
                 f"{len(data)}, over {self.max_bytes_per_owner} (--max-stored-file-bytes); "
                 "delete files first"
             )
+        if written:  # (held and need: as nbytes counts them)
+            mine, need = self._owners.get(owner, OrderedDict()), max(len(data), MIN_FILE_BYTES)
+            outputs = [f for f in mine.values() if f.purpose == "batch_output"]
+            while outputs and held + need > self.max_bytes_per_owner:
+                gone = outputs.pop(0)
+                held -= max(len(gone.data), MIN_FILE_BYTES)
+                del mine[gone.id]
         now = int(time.time())
         expires = None if expires_after_s is None else now + expires_after_s
         stored = StoredFile(

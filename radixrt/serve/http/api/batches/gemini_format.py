@@ -30,7 +30,7 @@ _encode = msgspec.json.Encoder()
 
 class InlinedRequest(msgspec.Struct, forbid_unknown_fields=True):
     request: dict[str, Any]
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None  # (google-genai reads it back as str -> str)
 
 
 class InlinedRequests(msgspec.Struct, forbid_unknown_fields=True):
@@ -67,8 +67,9 @@ def request_lines(body: BatchCreate, path: str, max_lines: int) -> list[BatchLin
     return [BatchLine(str(i), path, _encode.encode(r.request)) for i, r in enumerate(requests)]
 
 
-def batch_operation(job: BatchJob) -> dict[str, Any]:
-    """The batch as the operation the Gemini API answers with."""
+def batch_operation(job: BatchJob, output: bool = True) -> dict[str, Any]:
+    """The batch as the operation the Gemini API answers with (an ended one with its inline
+    responses unless not `output`: a listing leaves them to `batches.get`)."""
     counts, info = job.counts(), job.info
     if job.status != ENDED:
         state = "BATCH_STATE_RUNNING"
@@ -91,9 +92,11 @@ def batch_operation(job: BatchJob) -> dict[str, Any]:
                        "pendingRequestCount": str(counts["processing"])},
     }  # fmt: skip
     operation: dict[str, Any] = {"name": "batches/" + job.id, "metadata": metadata}
-    if job.status == ENDED:
+    if job.status == ENDED and output:
         metadata["output"] = {"inlinedResponses": {"inlinedResponses": _responses(job)}}
+    if job.status == ENDED:
         operation["done"] = True
+    if "output" in metadata:
         operation["response"] = {"@type": metadata["@type"].replace("Batch", "BatchOutput"),
                                  **metadata["output"]}  # fmt: skip
     return operation
@@ -139,7 +142,7 @@ def operations_page(jobs: list[BatchJob], query: dict[str, str]) -> dict[str, An
     if not 1 <= size <= 1000 or start < 0:
         raise BadRequestError("pageSize: 1 to 1000; pageToken: from an earlier page")
     page = jobs[start : start + size]
-    out: dict[str, Any] = {"operations": [batch_operation(job) for job in page]}
+    out: dict[str, Any] = {"operations": [batch_operation(job, False) for job in page]}
     if start + size < len(jobs):
         out["nextPageToken"] = str(start + size)
     return out

@@ -19,7 +19,9 @@ import msgspec
 # error file the rest).
 SUCCEEDED, ERRORED, CANCELED, EXPIRED = "succeeded", "errored", "canceled", "expired"
 IN_PROGRESS, CANCELING, ENDED = "in_progress", "canceling", "ended"
-EXPIRY_S = 24 * 3600.0  # lines not started this long after the batch was made expire
+EXPIRY_S = 24 * 3600.0
+# What a line or a result costs beyond its bytes (its objects), counted against the bounds.
+LINE_OVERHEAD = 256  # lines not started this long after the batch was made expire
 
 
 def rfc3339(t: float | None) -> str | None:
@@ -76,26 +78,38 @@ class Usage:
 
 @dataclass(eq=False)
 class BatchJob:
+    """`held`: the bytes it holds, kept current (lines with their ids, results, and
+    `extra_bytes` of dialect data such as Gemini's per-request metadata), each line and
+    result counted with LINE_OVERHEAD; `tally`: lines per outcome, kept current."""
+
     id: str
     owner: str
     lines: list[BatchLine]
     info: dict[str, Any] = field(default_factory=dict)  # the dialect's own fields
     created_at: float = field(default_factory=time.time)
     expires_at: float = 0.0
+    extra_bytes: int = 0
     status: str = IN_PROGRESS
     cancel_at: float | None = None
     ended_at: float | None = None
     results: list[LineResult | None] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    held: int = 0
+    tally: dict[str, int] = field(default_factory=dict)
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # set: abort lines in flight
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.expires_at = self.expires_at or self.created_at + EXPIRY_S
         self.results = [None] * len(self.lines)
+        self.held = self.extra_bytes + sum(_line_bytes(line) for line in self.lines)
+        self.tally = {SUCCEEDED: 0, ERRORED: 0, CANCELED: 0, EXPIRED: 0}
 
     def record(self, index: int, result: LineResult) -> None:
+        assert self.results[index] is None, "a line has one result"
         self.results[index] = result
+        self.tally[result.outcome] += 1
+        self.held += len(result.body) + LINE_OVERHEAD
         if result.outcome == SUCCEEDED:
             try:
                 self.usage.add(msgspec.json.decode(result.body))
@@ -104,16 +118,7 @@ class BatchJob:
 
     def counts(self) -> dict[str, int]:
         """Lines per outcome, and `processing`: those without one yet."""
-        out = {SUCCEEDED: 0, ERRORED: 0, CANCELED: 0, EXPIRED: 0, "processing": 0}
-        for result in self.results:
-            out["processing" if result is None else result.outcome] += 1
-        return out
-
-    def held_bytes(self) -> int:
-        """What the job holds: its lines' bodies and its results' (until shed)."""
-        return sum(len(line.body) for line in self.lines) + sum(
-            len(r.body) for r in self.results if r is not None
-        )
+        return {**self.tally, "processing": len(self.lines) - sum(self.tally.values())}
 
     def shed(self, results: bool) -> None:
         """Once ended: drop the lines' bodies (their ids stay), and the results' bodies too
@@ -122,3 +127,9 @@ class BatchJob:
         if results:
             self.results = [None if r is None else LineResult(r.outcome, r.status, b"",
                             r.request_id) for r in self.results]  # fmt: skip
+        kept = sum(len(r.body) + LINE_OVERHEAD for r in self.results if r is not None)
+        self.held = self.extra_bytes + sum(_line_bytes(line) for line in self.lines) + kept
+
+
+def _line_bytes(line: BatchLine) -> int:
+    return len(line.body) + len(line.custom_id) + LINE_OVERHEAD

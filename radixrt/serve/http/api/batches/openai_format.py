@@ -126,7 +126,7 @@ def batch_status(job: BatchJob) -> str:
         return "in_progress"
     if job.cancel_at is not None:
         return "cancelled"
-    return "expired" if any(r and r.outcome == EXPIRED for r in job.results) else "completed"
+    return "expired" if job.tally[EXPIRED] else "completed"
 
 
 def batch_card(job: BatchJob, model: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.datastructures import UploadFile
@@ -20,7 +21,13 @@ from radixrt.serve.http.api.batches import gemini_format as gemini
 from radixrt.serve.http.api.batches import openai_format as openai
 from radixrt.serve.http.api.batches.files import FileStore
 from radixrt.serve.http.api.batches.in_process import carried_headers
-from radixrt.serve.http.api.batches.jobs import ENDED, BatchJob, BatchLine, BatchNotFoundError
+from radixrt.serve.http.api.batches.jobs import (
+    ENDED,
+    LINE_OVERHEAD,
+    BatchJob,
+    BatchLine,
+    BatchNotFoundError,
+)
 from radixrt.serve.http.api.batches.runner import BatchRunner, OnEnd
 from radixrt.serve.http.api.context import ApiContext
 from radixrt.serve.http.api.gemini.routes import GeminiClientRoute
@@ -128,9 +135,12 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
 
     @app.get("/v1/batches")
     async def list_batches(request: Request) -> Response:
-        jobs = runner.jobs(owner_of(request), openai.KIND)[::-1]  # oldest first, for `page`
-        cards = [openai.batch_card(job, ctx.model_name) for job in jobs]
-        return json_response(page(cards, dict(request.query_params), "batch"))
+        jobs = {job.id: job for job in runner.jobs(owner_of(request), openai.KIND)[::-1]}
+        listed = page([{"id": i} for i in jobs], dict(request.query_params), "batch")
+        listed["data"] = [
+            openai.batch_card(jobs[x["id"]], ctx.model_name) for x in listed["data"]
+        ]  # fmt: skip  (cards of the page only)
+        return json_response(listed)
 
     @app.get("/v1/batches/{batch_id}")
     async def get_batch(request: Request, batch_id: str) -> Response:
@@ -171,7 +181,10 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
         job = runner.get(owner_of(request), batch_id, anthropic.KIND)
         if job.status != ENDED:
             raise BadRequestError(f"batch {batch_id} has not ended: its results come when it has")
-        return Response(anthropic.results_file(job), media_type="application/x-jsonl")
+        data = await ctx.tm.run_tokenizer(  # (off the event loop: up to the tenant's bound)
+            anthropic.results_file, job, caller=caller_of(request)
+        )
+        return Response(data, media_type="application/x-jsonl")
 
     @app.post(path + "/{batch_id}/cancel")
     async def cancel_message_batch(request: Request, batch_id: str) -> Response:
@@ -193,7 +206,8 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             caller=caller_of(request),
         )  # fmt: skip
         info["model"] = "models/" + model
-        job = BatchJob(gemini.KIND + uuid_hex(), owner_of(request), lines, info)
+        extra = info.pop("metadata_bytes")
+        job = BatchJob(gemini.KIND + uuid_hex(), owner_of(request), lines, info, extra_bytes=extra)
         start(request, job)
         return json_response(gemini.batch_operation(job))
 
@@ -235,7 +249,9 @@ def _gemini_lines(raw: bytes, path: str, max_lines: int) -> tuple[list[BatchLine
     body = decode_body(raw, gemini.BatchCreate)
     lines = gemini.request_lines(body, path, max_lines)
     metadata = [r.metadata for r in body.batch.input_config.requests.requests]  # type: ignore[union-attr]
-    return lines, {"display_name": body.batch.display_name, "metadata": metadata}
+    size = len(msgspec.json.encode(metadata)) + LINE_OVERHEAD * len(metadata)
+    return lines, {"display_name": body.batch.display_name, "metadata": metadata,
+                   "metadata_bytes": size}  # fmt: skip
 
 
 def _anthropic_lines(raw: bytes, max_lines: int) -> list[BatchLine]:

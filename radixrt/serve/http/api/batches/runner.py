@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -65,10 +66,10 @@ class BatchRunner:
         bounds (jobs; bytes held: lines and kept results) the oldest ended jobs are forgotten
         first; when that is not enough, a 400."""
         mine = self._jobs.setdefault(job.owner, OrderedDict())
-        size = job.held_bytes()
+        size = job.held
 
         def over() -> bool:
-            held = sum(j.held_bytes() for j in mine.values())
+            held = sum(j.held for j in mine.values())
             return len(mine) >= self.max_per_owner or held + size > self.max_bytes_per_owner
 
         while over():
@@ -131,9 +132,10 @@ class BatchRunner:
             for index in range(len(job.lines)):
                 if not await self._take_slot(job):
                     break
-                task = asyncio.create_task(self._line(job, index, headers, client))
+                slot = [True]  # whether the line holds its slot (not while it waits to retry)
+                task = asyncio.create_task(self._line(job, index, headers, client, slot))
                 in_flight.add(task)
-                task.add_done_callback(lambda t: self._slots.release())
+                task.add_done_callback(functools.partial(self._give_back, slot))
             await asyncio.gather(*in_flight, return_exceptions=True)
         finally:
             self._end(job, on_end)
@@ -144,7 +146,7 @@ class BatchRunner:
         late = EXPIRED if not job.gone.is_set() else CANCELED
         for index, result in enumerate(job.results):
             if result is None:
-                job.results[index] = LineResult(late, 0, b"", "")
+                job.record(index, LineResult(late, 0, b"", ""))
         job.status, job.ended_at = ENDED, time.time()
         try:
             if on_end is not None:
@@ -178,9 +180,21 @@ class BatchRunner:
             return False
         return True
 
+    def _give_back(self, slot: list[bool], _: object = None) -> None:
+        if slot[0]:
+            slot[0] = False
+            self._slots.release()
+
     async def _line(
-        self, job: BatchJob, index: int, headers: Headers, client: tuple[str, int] | None
+        self,
+        job: BatchJob,
+        index: int,
+        headers: Headers,
+        client: tuple[str, int] | None,
+        slot: list[bool],
     ) -> None:
+        """Run line `index` holding `slot` (a refused line gives it back while it waits, so
+        lines of others run meanwhile, and takes one again to retry)."""
         line, request_id = job.lines[index], "req_" + uuid.uuid4().hex
         pause = _RETRY_FIRST_S
         while True:
@@ -200,9 +214,13 @@ class BatchRunner:
             refused = status == 429 or (status == 503 and NOT_STARTED_HEADER in answer_headers)
             if not refused:
                 break
+            self._give_back(slot)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(job.gone.wait(), pause)
             pause = min(2 * pause, _RETRY_MOST_S)
+            slot[0] = await self._take_slot(job)
+            if not slot[0]:  # canceled or expired while waiting: the loop's top records it
+                continue
         if status == _CLIENT_GONE and job.gone.is_set():
             job.record(index, LineResult(CANCELED, 0, b"", request_id))
         else:
