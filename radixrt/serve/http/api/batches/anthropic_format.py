@@ -25,7 +25,7 @@ from radixrt.serve.http.api.batches.jobs import (
     rfc3339,
 )
 from radixrt.serve.http.api.batches.openai_format import json_or_message
-from radixrt.serve.http.protocol import BadRequestError
+from radixrt.serve.http.protocol import BadRequestError, decode_body
 
 PATH = "/v1/messages/batches"
 KIND = "msgbatch_"  # ids of Anthropic batches
@@ -42,9 +42,10 @@ class BatchCreate(msgspec.Struct, forbid_unknown_fields=True):
     requests: list[BatchRequest]
 
 
-def request_lines(body: BatchCreate, max_lines: int) -> list[BatchLine]:
-    """Each request as a /v1/messages call; a 400 for what fails the whole batch (no
-    requests, too many, a custom_id that is malformed or used twice, a streamed request)."""
+def parse_batch(raw: bytes, max_lines: int) -> list[BatchLine]:
+    """A create body's requests as /v1/messages calls; a 400 for what fails the whole batch
+    (no requests, too many, a custom_id that is malformed or used twice, a streamed one)."""
+    body = decode_body(raw, BatchCreate)
     if not body.requests:
         raise BadRequestError("requests: at least one request is needed")
     if len(body.requests) > max_lines:

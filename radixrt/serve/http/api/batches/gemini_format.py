@@ -17,12 +17,13 @@ from radixrt.serve.http.api.batches.jobs import (
     ENDED,
     ERRORED,
     EXPIRED,
+    LINE_OVERHEAD,
     SUCCEEDED,
     BatchJob,
     BatchLine,
     rfc3339,
 )
-from radixrt.serve.http.protocol import BadRequestError
+from radixrt.serve.http.protocol import BadRequestError, decode_body
 
 KIND = "gembatch_"  # ids of Gemini batches: their name is "batches/<id>"
 _encode = msgspec.json.Encoder()
@@ -52,9 +53,13 @@ class BatchCreate(msgspec.Struct, forbid_unknown_fields=True):
     batch: Batch
 
 
-def request_lines(body: BatchCreate, path: str, max_lines: int) -> list[BatchLine]:
-    """Each inline request as a call of `path` (the model's :generateContent); a 400 for what
-    fails the whole batch (no requests, too many, an uploaded file as the source)."""
+def parse_batch(
+    raw: bytes, path: str, max_lines: int
+) -> tuple[list[BatchLine], dict[str, Any], int]:
+    """A create body's requests as calls of `path` (the model's :generateContent), the job's
+    info (display name, each request's metadata) and what that info holds in bytes; a 400
+    for what fails the whole batch (no requests, too many, an uploaded file as the source)."""
+    body = decode_body(raw, BatchCreate)
     source = body.batch.input_config
     if source.file_name is not None:
         raise BadRequestError("batch.inputConfig.fileName: uploaded files are not served; "
@@ -64,7 +69,10 @@ def request_lines(body: BatchCreate, path: str, max_lines: int) -> list[BatchLin
     requests = source.requests.requests
     if len(requests) > max_lines:
         raise BadRequestError(f"{len(requests)} requests, over {max_lines} (--max-batch-requests)")
-    return [BatchLine(str(i), path, _encode.encode(r.request)) for i, r in enumerate(requests)]
+    lines = [BatchLine(str(i), path, _encode.encode(r.request)) for i, r in enumerate(requests)]
+    metadata = [r.metadata for r in requests]
+    size = len(_encode.encode(metadata)) + LINE_OVERHEAD * len(metadata)
+    return lines, {"display_name": body.batch.display_name, "metadata": metadata}, size
 
 
 def batch_operation(job: BatchJob, output: bool = True) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """A batch as the runner keeps it: its lines, each line's result once known, its state and
-times. Dialect-neutral: OpenAI's and Anthropic's routes render the same job their own way.
+times. Dialect-neutral: OpenAI's, Anthropic's and Gemini's routes render the same job their
+own way.
 
 Ownership: a job lives in the HTTP process (event loop only), in the runner's store under its
 owner (tenant, "" without tenants), until deleted or pushed out past --max-stored-batches.
@@ -10,25 +11,25 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
+
+from radixrt.serve.http.api.gemini.protocol import format_time
 
 # A line's outcome, in Anthropic's words (OpenAI's output file holds the succeeded ones, its
 # error file the rest).
 SUCCEEDED, ERRORED, CANCELED, EXPIRED = "succeeded", "errored", "canceled", "expired"
 IN_PROGRESS, CANCELING, ENDED = "in_progress", "canceling", "ended"
-EXPIRY_S = 24 * 3600.0
+EXPIRY_S = 24 * 3600.0  # lines not started this long after the batch was made expire
 # What a line or a result costs beyond its bytes (its objects), counted against the bounds.
-LINE_OVERHEAD = 256  # lines not started this long after the batch was made expire
+LINE_OVERHEAD = 256
 
 
 def rfc3339(t: float | None) -> str | None:
-    """A Unix time as Anthropic's and Gemini's batches give times (None stays None)."""
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
+    """A Unix time as Anthropic's and Gemini's batches give times (format_time, Gemini's
+    caches' rule); None stays None."""
+    return None if t is None else format_time(t)
 
 
 class BatchNotFoundError(LookupError):

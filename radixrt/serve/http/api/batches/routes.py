@@ -7,9 +7,7 @@ runner and one file store serve them all; a tenant sees only its own batches and
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-import msgspec
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.datastructures import UploadFile
@@ -21,20 +19,15 @@ from radixrt.serve.http.api.batches import gemini_format as gemini
 from radixrt.serve.http.api.batches import openai_format as openai
 from radixrt.serve.http.api.batches.files import FileStore
 from radixrt.serve.http.api.batches.in_process import carried_headers
-from radixrt.serve.http.api.batches.jobs import (
-    ENDED,
-    LINE_OVERHEAD,
-    BatchJob,
-    BatchLine,
-    BatchNotFoundError,
-)
+from radixrt.serve.http.api.batches.jobs import ENDED, BatchJob, BatchNotFoundError
 from radixrt.serve.http.api.batches.runner import BatchRunner, OnEnd
 from radixrt.serve.http.api.context import ApiContext
+from radixrt.serve.http.api.gemini.protocol import model_resource
 from radixrt.serve.http.api.gemini.routes import GeminiClientRoute
 from radixrt.serve.http.api.responses.listing import page
 from radixrt.serve.http.cache_handles import owner_of
 from radixrt.serve.http.http_errors import respond
-from radixrt.serve.http.protocol import BadRequestError, decode_body
+from radixrt.serve.http.protocol import BadRequestError, check_metadata, decode_body
 from radixrt.serve.web.middleware import caller_of
 from radixrt.serve.web.responses import json_response
 
@@ -107,6 +100,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def create_batch(request: Request) -> Response:
         body: openai.BatchCreate = decode_body(await request.body(), openai.BatchCreate)
         body.check()
+        check_metadata(body.metadata)
         owner = owner_of(request)
         source = files.get(owner, body.input_file_id)
         if source.purpose != "batch":
@@ -159,7 +153,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     @app.post(path)
     async def create_message_batch(request: Request) -> Response:
         lines = await ctx.tm.run_tokenizer(  # (off the event loop, as every body is parsed)
-            _anthropic_lines, await request.body(), config.max_batch_requests,
+            anthropic.parse_batch, await request.body(), config.max_batch_requests,
             caller=caller_of(request),
         )  # fmt: skip
         job = BatchJob(anthropic.KIND + uuid_hex(), owner_of(request), lines)
@@ -201,13 +195,12 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
     async def create_gemini_batch(request: Request, model: str) -> Response:
         prefix = request.url.path.split("/models/")[0]
         path = f"{prefix}/models/{model}:generateContent"
-        lines, info = await ctx.tm.run_tokenizer(
-            _gemini_lines, await request.body(), path, config.max_batch_requests,
+        lines, info, size = await ctx.tm.run_tokenizer(
+            gemini.parse_batch, await request.body(), path, config.max_batch_requests,
             caller=caller_of(request),
         )  # fmt: skip
-        info["model"] = "models/" + model
-        extra = info.pop("metadata_bytes")
-        job = BatchJob(gemini.KIND + uuid_hex(), owner_of(request), lines, info, extra_bytes=extra)
+        info["model"] = model_resource(model)
+        job = BatchJob(gemini.KIND + uuid_hex(), owner_of(request), lines, info, extra_bytes=size)
         start(request, job)
         return json_response(gemini.batch_operation(job))
 
@@ -242,20 +235,6 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             app.router.routes.insert(0, kind(path, endpoint, methods=["GET"]))
         app.add_api_route(prefix + "/batches/{batch_id}", cancel_gemini_batch, methods=["POST"])
         app.add_api_route(prefix + "/batches/{batch_id}", delete_gemini_batch, methods=["DELETE"])
-
-
-def _gemini_lines(raw: bytes, path: str, max_lines: int) -> tuple[list[BatchLine], dict[str, Any]]:
-    """The lines of a Gemini batch, and its job's info (without the model)."""
-    body = decode_body(raw, gemini.BatchCreate)
-    lines = gemini.request_lines(body, path, max_lines)
-    metadata = [r.metadata for r in body.batch.input_config.requests.requests]  # type: ignore[union-attr]
-    size = len(msgspec.json.encode(metadata)) + LINE_OVERHEAD * len(metadata)
-    return lines, {"display_name": body.batch.display_name, "metadata": metadata,
-                   "metadata_bytes": size}  # fmt: skip
-
-
-def _anthropic_lines(raw: bytes, max_lines: int) -> list[BatchLine]:
-    return anthropic.request_lines(decode_body(raw, anthropic.BatchCreate), max_lines)
 
 
 def uuid_hex() -> str:
