@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from benchmarks.micro.roofline import Roofline, measure_roofline
+from benchmarks.micro.roofline import Roofline, arithmetic_dtype, measure_roofline
 from benchmarks.peers.hf_peer import hf_generate
 from radixrt.core import Req, SamplingParams
 from radixrt.core.other_load import OtherLoad
@@ -156,11 +156,9 @@ class Rows:
         self.sched, self.hf, self.vocab, self.args = sched, hf, vocab, args
         self.num_params, self.weight_bytes = num_params, weight_bytes
         self.arch, self.tp = sched.runner.arch, args.tp
-        # the roofline's matmul runs in the benchmark's dtype (with bfloat16 on radixrt's CPU
+        # the roofline's matmul runs in the arithmetic's dtype (with bfloat16 on radixrt's CPU
         # kernels the runner's activations stay float32; its linear weights are bfloat16)
-        import torch
-
-        self.dtype = getattr(torch, args.dtype)
+        self.dtype = arithmetic_dtype(args.dtype, args.cpu_kernels)
         # over every row, for the summary line
         self.best_probe = Roofline(0.0, 0.0, 0.0, str(self.dtype).removeprefix("torch."))
 

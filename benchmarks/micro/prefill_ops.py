@@ -23,10 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from benchmarks.micro.engine_rows import radixrt_prefill, random_prompts, warm_up
-from benchmarks.micro.roofline import measure_matmul_gflops
+from benchmarks.micro.roofline import arithmetic_dtype, measure_matmul_gflops
 from radixrt.core.config import KV_CACHE_DTYPES, CacheConfig, ModelConfig, SchedulerConfig
 
 # The kernel entry points timed, each named by a function of its arguments.
@@ -118,7 +116,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"radixrt {sched.runner.cpu_kernels.summary()}", flush=True)
         params, vocab = sched.runner.num_params, sched.runner.arch.vocab_size
         warm_up(sched, None, vocab)
-        dtype, now, rows = getattr(torch, args.dtype), clock(), []
+        dtype, now, rows = arithmetic_dtype(args.dtype), clock(), []
         for n in args.prefill_lens:
             ids = random_prompts(1, n, vocab, args.seed)[0]
             probe = measure_matmul_gflops(dtype=dtype)

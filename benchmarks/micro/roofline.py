@@ -64,6 +64,18 @@ def measure_roofline(
     return Roofline(copy_gbs, read_gbs, gflops, str(dtype).removeprefix("torch."))
 
 
+def arithmetic_dtype(dtype: str, cpu_kernels: str = "auto") -> torch.dtype:
+    """The dtype a CPU model of `dtype` multiplies in, for its matmul probe: `dtype`, except
+    that bfloat16 weights on radixrt's kernels are widened to float32 in registers where the
+    CPU has no bfloat16 dot product (torch's bfloat16 matmul is emulated there: about 1
+    GFLOP/s on an AVX2 EPYC, minutes per probe)."""
+    from radixrt.model.cpu.runtime import native_bf16
+
+    if dtype == "bfloat16" and cpu_kernels != "off" and not native_bf16():
+        return torch.float32
+    return getattr(torch, dtype)
+
+
 def measure_bandwidth(copy_mib: int = COPY_MIB, repeats: int = REPEATS) -> tuple[float, float]:
     """(copy GB/s counting read + write, read-only GB/s) on float32 buffers of `copy_mib` MiB."""
     n = copy_mib * 2**20 // 4

@@ -60,7 +60,7 @@ def _hf_prompt_logprobs(hf, ids: list[int]) -> list[float]:
     return [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
 
 
-def _generate(path: Path, cpu_kernels: str) -> tuple[list[dict], int]:
+def _generate(path: Path, cpu_kernels: str) -> tuple[list[dict], int, frozenset[str]]:
     params = {"temperature": 0, "max_new_tokens": NEW, "ignore_eos": True,
               "return_logprob": True, "logprob_start_len": 0}  # fmt: skip
     with Engine(str(path), max_total_tokens=2048, dtype="bfloat16", cpu_kernels=cpu_kernels,
@@ -78,10 +78,15 @@ def _generate(path: Path, cpu_kernels: str) -> tuple[list[dict], int]:
         linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
         assert linears and all(m.weights == "bfloat16" for m in linears)
         assert not any(type(m) is torch.nn.Linear for m in runner.model.modules())
-        for m in linears:  # what each size runs on: bfloat16 panels or a bfloat16 copy
+        # what each size runs on: bfloat16 panels, or torch on the rounded weights (a bfloat16
+        # copy where the variant multiplies bfloat16 pairs, else widened to float32)
+        copy_dtype = torch.bfloat16 if ck.bf16_dot() else torch.float32
+        for m in linears:
             panels = m.packed is not None and m.packed.dtype == torch.bfloat16
-            copy = m.weight is not None and m.weight.dtype == torch.bfloat16
+            copy = m.weight is not None and m.weight.dtype == copy_dtype
             assert panels == (m.small or m.large) and copy != (m.small and m.large)
+            if copy:
+                assert torch.equal(m.weight, m.weight.bfloat16().to(copy_dtype))
         if cpu_kernels == "on":
             assert all(type(m).__name__ == "FusedDecodeLayer" for m in runner.model.model.layers)
         outs = e.generate(input_ids=PROMPTS, sampling_params=params)
@@ -90,7 +95,7 @@ def _generate(path: Path, cpu_kernels: str) -> tuple[list[dict], int]:
         outs.append(e.generate(input_ids=THIRD, sampling_params=later))
         assert outs[-1]["meta_info"]["cached_tokens"] >= 16
         assert_pool_whole(e)
-        return outs, runner.weight_bytes
+        return outs, runner.weight_bytes, runner.cpu_kernels.kernels
 
 
 @pytest.mark.parametrize("isa", cpu_build.supported_isas())
@@ -105,7 +110,7 @@ def test_bf16_weights_on_the_kernels_equal_transformers_on_rounded_weights(
     dot = isa in ck.BF16_DOT_ISAS  # x rounded to bfloat16 too
     hf = _hf_rounded(path, round_inputs=dot)
     tol = TOL_AMX if dot else TOL
-    outs, _ = _generate(path, "on")
+    outs, _, _ = _generate(path, "on")
     for out, ids, start in zip(outs, [*PROMPTS, THIRD], [1, 1, THIRD_START]):
         got = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"]][-(len(ids) - start) :]
         assert got == pytest.approx(_hf_prompt_logprobs(hf, ids)[start - 1 :], abs=tol)
@@ -115,11 +120,41 @@ def test_bf16_weights_on_the_kernels_equal_transformers_on_rounded_weights(
         assert got == pytest.approx(logprobs, abs=tol)
 
 
+WIDENING_ISAS = [isa for isa in cpu_build.supported_isas() if isa not in ck.BF16_DOT_ISAS]
+
+
+@pytest.mark.parametrize("isa", WIDENING_ISAS)
+def test_bf16_weights_with_prefill_on_torch_equal_transformers_on_rounded_weights(
+    tiny_llama_path: Path, isa: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where the variant widens bfloat16 weights (avx512, avx2, portable), a plan that runs
+    prefill-sized linears on torch gives torch the rounded weights in float32 (x not rounded,
+    torch's float32 matmul, not its emulated bfloat16 one): the same arithmetic as the panels,
+    so the model still equals transformers on the rounded weights."""
+    from radixrt.model.cpu import guard
+
+    monkeypatch.setenv("RADIXRT_CPU_ISA", isa)
+    monkeypatch.setenv("RADIXRT_CACHE", str(tmp_path))  # no kept plan: the fake timings rule
+
+    def prefill_on_torch(shapes: object, ops: frozenset[str], decode_rows: int) -> dict:
+        return {op: (2.0, 1.0) if op == "linear_prefill" else (1.0, 2.0) for op in ops}
+
+    monkeypatch.setattr(guard, "time_ops", prefill_on_torch)
+    hf = _hf_rounded(tiny_llama_path)
+    outs, _, kernels = _generate(tiny_llama_path, "auto")
+    assert "linear_decode" in kernels and "linear_prefill" not in kernels
+    for out, ids, start in zip(outs, [*PROMPTS, THIRD], [1, 1, THIRD_START]):
+        got = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"]][-(len(ids) - start) :]
+        assert got == pytest.approx(_hf_prompt_logprobs(hf, ids)[start - 1 :], abs=TOL)
+        tokens, logprobs = hf_greedy_nocache(hf, ids, NEW)
+        assert out["output_ids"] == tokens
+
+
 def test_bf16_weights_as_the_guard_plans_stay_close(tiny_llama_path: Path) -> None:
     """auto: on an AMX machine prefill-sized linears run torch's bfloat16 matmul, which rounds
     the activations too; the logprobs move by bf16's precision, no more."""
     hf = _hf_rounded(tiny_llama_path)
-    outs, bf16_bytes = _generate(tiny_llama_path, "auto")
+    outs, bf16_bytes, _ = _generate(tiny_llama_path, "auto")
     for out, ids in zip(outs[:2], PROMPTS):
         got = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"]][1:]
         want = _hf_prompt_logprobs(hf, ids)
@@ -155,21 +190,21 @@ def test_bf16_perplexity_within_one_percent_of_float32(smollm2_path: Path) -> No
 
 
 def test_auto_dtype_on_the_cpu(tiny_llama_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto: bfloat16 weights where the CPU has a bfloat16 dot product (avx512_bf16: AMX
-    Xeons, AMD EPYC Zen 4/5), float32 elsewhere and under the pin (the test suite's); a bad
-    pin is named."""
+    """auto: bfloat16 weights on every vector variant of the kernels (bfloat16 products on
+    amx and avx512bf16, widened in registers on avx512 and avx2), float32 on the portable one
+    and under the pin (the test suite's); a bad pin is named."""
     from radixrt.core.config import ModelConfig
     from radixrt.model.cpu import build as cpu_build
     from radixrt.model.cpu.runtime import AUTO_DTYPE_ENV, bf16_on_kernels, native_bf16
 
     monkeypatch.delenv(AUTO_DTYPE_ENV)
     assert native_bf16() == ("avx512_bf16" in cpu_build.cpu_flags().split())
-    assert bf16_on_kernels(ModelConfig()) == native_bf16()
-    real_flags = cpu_build.cpu_flags
-    for flags, want in (("flags : avx2 fma", False), ("flags : avx512f avx512_bf16", True)):
-        monkeypatch.setattr(cpu_build, "cpu_flags", lambda flags=flags: flags)
+    assert bf16_on_kernels(ModelConfig()) == (ck.isa() != "portable")
+    real_isa = ck.isa
+    for isa, want in (("avx2", True), ("avx512", True), ("avx512bf16", True), ("portable", False)):
+        monkeypatch.setattr(ck, "isa", lambda isa=isa: isa)
         assert bf16_on_kernels(ModelConfig()) == want
-    monkeypatch.setattr(cpu_build, "cpu_flags", real_flags)
+    monkeypatch.setattr(ck, "isa", real_isa)
     assert not bf16_on_kernels(ModelConfig(cpu_kernels="off"))
     assert not bf16_on_kernels(ModelConfig(quantization="int8"))
     monkeypatch.setenv(AUTO_DTYPE_ENV, "bfloat16")

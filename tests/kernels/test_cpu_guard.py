@@ -15,6 +15,7 @@ from radixrt import Engine
 from radixrt.core.config import ModelConfig
 from radixrt.model.cpu import guard
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu.fused_layer import FUSED_EXTEND_ROWS
 from radixrt.model.cpu.layers import PackedLinear
 from radixrt.model.cpu.timing import Shapes
 from radixrt.model.layers.rotary import QKVRotary
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.skipif(not ck.available(), reason=f"no CPU kernels: {ck
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,"]
 PARAMS = {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True, "return_logprob": True}
+LONG = [5 + (i * 37) % 200 for i in range(FUSED_EXTEND_ROWS + 20)]  # one extend past the bound
 
 
 @pytest.fixture
@@ -124,6 +126,18 @@ def _generate(path: Path, mode: str) -> tuple[list[dict], list[str], guard.Kerne
         runner = e.scheduler.runner
         outs = e.generate(PROMPTS, PARAMS)
         outs.append(e.generate(PROMPTS[0], PARAMS))  # a decode batch of one row
+        fused = [m for m in runner.model.model.layers if type(m).__name__ == "FusedDecodeLayer"]
+        bounded = not runner.cpu_kernels.uses("linear_prefill")
+        ext = runner.cpu_kernels.uses("extend_attention")  # extends wholly on the kernels
+        if fused:  # short prompts' extends run as one call, whatever the plan for prefill
+            assert all(m.extend_calls > 0 for m in fused) == ext
+            want = FUSED_EXTEND_ROWS if bounded else 1 << 62
+            assert all(m.fuse_extend_rows == want for m in fused)
+        calls = fused[0].extend_calls if fused else 0
+        outs.append(e.generate(input_ids=LONG, sampling_params=PARAMS))
+        if fused:  # past the bound, prefill-sized linears run where the plan puts them
+            ran_fused = fused[0].extend_calls > calls
+            assert ran_fused == (not bounded and ext)
         layers = [type(m).__name__ for m in runner.model.model.layers]
         linears = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
         if runner.cpu_kernels.uses("linear_decode"):

@@ -13,8 +13,8 @@ class ModelConfig:
     """Which model, on which device, in which dtype."""
 
     model_path: str | None = None  # None: the bundled SmolLM2-135M-Instruct
-    # auto: bfloat16 on CUDA; on the CPU bfloat16 linear weights where radixrt's kernels run
-    # them on AMX tiles, else float32 (radixrt/model/cpu/runtime.py bf16_on_kernels)
+    # auto: bfloat16 on CUDA; on the CPU bfloat16 linear weights where radixrt's kernels run a
+    # vector variant, else float32 (radixrt/model/cpu/runtime.py bf16_on_kernels)
     dtype: str = "auto"
     device: str = "auto"  # auto: cuda when available
     context_length: int | None = None  # None: the model's max_position_embeddings

@@ -4,11 +4,12 @@ After `use_cpu_kernels` has swapped a layer's parts for their kernel versions, a
 spends more time dispatching eleven module calls per layer from Python than in most of the
 small kernels; `FusedDecodeLayer` runs the same kernels in the same order from one call.
 Extend batches (prefill chunks, mixed with decode rows) run one call too
-(`rt_extend_layer_f32`) where every linear runs the kernel at every size and the attention
-backend runs the pass wholly on its kernels (`CpuAttnBackend.extend_segments`), the layer
-has no window and its K/V live in the main pool; other batches run the wrapped layer's
-modules. The runner wraps the layers only when its attention backend says a fused layer may
-stand in for it (`BaseAttnBackend.fuses_cpu_decode_layers`), once, at start-up.
+(`rt_extend_layer_f32`) where the attention backend runs the pass wholly on its kernels
+(`CpuAttnBackend.extend_segments`), the layer has no window, its K/V live in the main pool,
+and either every linear runs the kernel at every size or the batch has at most
+FUSED_EXTEND_ROWS rows; other batches run the wrapped layer's modules. The runner wraps the
+layers only when its attention backend says a fused layer may stand in for it
+(`BaseAttnBackend.fuses_cpu_decode_layers`), once, at start-up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import w8a8
 from radixrt.model.cpu.guard import DECODE_ROWS
 from radixrt.model.cpu.layers import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, PackedLinear
+
+# Where the guard gives prefill-sized linears to torch (MKL's float32 GEMM beats the kernel's
+# by 7-12% at 256 rows on an AVX2 EPYC), extend batches of at most this many rows still run as
+# one call on the kernel's panels (which the decode side keeps): in a served chat's mixed
+# steps (decode rows beside a question's chunk) the module path's dispatch and extra passes
+# over the activations cost more than the GEMM rate gains. Measured in docs/benchmarks.md
+# section 19.
+FUSED_EXTEND_ROWS = 128
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -73,8 +82,11 @@ class FusedDecodeLayer(nn.Module):
         # int8 linears' W8A8 weights where the plan gives them one (owned by the linears)
         self.a8 = _a8_table(linears)
         self.a8_ptr = None if self.a8 is None else self.a8.data_ptr()
-        # Whether extend batches may run as one call: every linear on the kernel at every size.
-        self.fuse_extend = all(lin.large for lin in linears)
+        # Whether extend batches may run as one call, and up to how many rows: any number
+        # where every linear runs the kernel at every size, else FUSED_EXTEND_ROWS (the
+        # panels are there: `can_fuse` asks for the decode size on the kernel).
+        self.fuse_extend = True
+        self.fuse_extend_rows = 1 << 62 if all(lin.large for lin in linears) else FUSED_EXTEND_ROWS
         self.extend_calls = 0  # extend passes run as one call (for tests and benchmarks)
         self._bf16_attention: dict[torch.dtype, bool] = {}  # per pool dtype (bf16_attention)
 
@@ -164,7 +176,12 @@ class FusedDecodeLayer(nn.Module):
         segments_of = getattr(fb.attn_backend, "extend_segments", None)
         seg = segments_of() if self.fuse_extend and segments_of is not None else None
         pool = fb.token_to_kv_pool
-        if seg is None or self.spec.sliding_window or pool.slot_map(self.layer_id) is not None:
+        if (
+            seg is None
+            or x.shape[0] > self.fuse_extend_rows
+            or self.spec.sliding_window
+            or pool.slot_map(self.layer_id) is not None
+        ):
             return self.layer(rope, x, residual, fb)
         x = x.contiguous()
         residual = torch.zeros_like(x) if residual is None else residual.contiguous()

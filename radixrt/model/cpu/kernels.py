@@ -307,6 +307,19 @@ def bf16_dot() -> bool:
     return isa() in BF16_DOT_ISAS
 
 
+def torch_weight(w: torch.Tensor, weights: str) -> torch.Tensor:
+    """The (out, in) copy of W that PackedLinear's torch path multiplies, in the kernels'
+    arithmetic: float32 for float32 panels; for bfloat16 panels W rounded to bfloat16, kept
+    bfloat16 where the kernel variant multiplies bfloat16 pairs (ck.bf16_dot: x is rounded
+    too, and torch's matmul then runs on AMX tiles or avx512_bf16), else widened back to
+    float32 (x not rounded, as the widening kernels; torch's bfloat16 matmul is emulated on
+    such CPUs, about 1 GFLOP/s on an AVX2 EPYC, where its float32 one runs at MKL's rate)."""
+    if weights != "bfloat16":
+        return w.float()
+    rounded = w.to(torch.bfloat16)
+    return rounded if bf16_dot() else rounded.float()
+
+
 def has_extend_attention() -> bool:
     """True when the library has a vector extend-attention path (every variant but the
     portable one, which answers -2 and leaves the extends to torch)."""

@@ -39,11 +39,9 @@ class PackedLinear(nn.Module):
     the weight-only panels stay (for the other size; the fused layers read both).
 
     `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
-    the other size runs torch on an (out, in) copy of the weight, kept only then (else the
-    packed copy is the only one: loading is over when this is made). With bfloat16 weights
-    that copy is bfloat16 too and torch's matmul takes x rounded to bfloat16 (AMX tiles or
-    avx512_bf16 where the CPU has them), its float32 accumulation widened back; with neither
-    size on the kernel no panels are kept at all."""
+    the other size runs torch on an (out, in) copy of the weight (`ck.torch_weight`), kept only
+    then (else the packed copy is the only one: loading is over when this is made); with
+    neither size on the kernel no panels are kept at all."""
 
     def __init__(
         self,
@@ -74,8 +72,7 @@ class PackedLinear(nn.Module):
         self.register_buffer("bias", bias, persistent=False)
         weight = None
         if not (self.small and self.large):
-            weight = linear.weight.detach()
-            weight = weight.to(torch.bfloat16) if weights == "bfloat16" else weight.float()
+            weight = ck.torch_weight(linear.weight.detach(), weights)
         self.register_buffer("weight", weight, persistent=False)
         self.w8a8 = w8a8 if weights == "int8" and a8_sizes else ""
         self.a8_small, self.a8_large = "decode" in a8_sizes, "prefill" in a8_sizes

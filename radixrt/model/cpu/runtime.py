@@ -55,39 +55,52 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
-# `dtype auto` on the CPU: bfloat16 linear weights where the CPU multiplies bfloat16 natively
-# (`native_bf16`), float32 elsewhere. Setting this variable to "float32" pins float32 (the
-# reference; the test suite sets it).
+# `dtype auto` on the CPU: bfloat16 linear weights wherever radixrt's kernels run a vector
+# variant (`bf16_weights_pay`), float32 on the portable one. Setting this variable to
+# "float32" pins float32 (the reference; the test suite sets it).
 AUTO_DTYPE_ENV = "RADIXRT_CPU_AUTO_DTYPE"
 
 
 def native_bf16() -> bool:
     """Whether this CPU has a bfloat16 dot product (the avx512_bf16 flag: Xeons with AMX,
     where the amx kernel variant runs bfloat16 weights on tiles, Cooper Lake, AMD EPYC Zen 4
-    and Zen 5, where torch's oneDNN matmul uses it). Measured where `dtype auto` turns on
-    bfloat16 weights (docs/benchmarks.md sections 13 and 18): on an AMX Xeon prefill 2x and
-    decode batches 2-4x float32's speed; on an AMD EPYC Zen 5 (no AMX) prefill 1.5x, decode
-    steps 2.4x (batch 1) and 1.6x (batch 8). Without the flag a bfloat16 weight is widened
-    to float32 in registers (half the bytes per decode step, float32's arithmetic) and
-    torch's bfloat16 matmul is emulated: not measured faster, so float32 stays."""
+    and Zen 5, where torch's oneDNN matmul uses it). Without it torch's bfloat16 matmul is
+    emulated (about 1 GFLOP/s on an AVX2 EPYC)."""
     from radixrt.model.cpu import build as cpu_build
 
     return "avx512_bf16" in cpu_build.cpu_flags().split()
+
+
+def bf16_weights_pay() -> bool:
+    """Whether bfloat16 linear weights beat float32 on the loaded kernel variant: every vector
+    variant. With a bfloat16 dot product (amx, avx512bf16) they are multiplied as bfloat16;
+    on avx512 and avx2 each weight is widened to float32 in registers, so a decode step reads
+    half the bytes with float32 arithmetic, and prefill-sized calls may run torch's float32
+    matmul on a float32 copy of the rounded weights where the guard times it faster
+    (kernels.torch_weight). Measured (docs/benchmarks.md sections 13, 8 and 19): on an AMX
+    Xeon prefill 2x and decode batches 2-4x float32's speed; on an AMD EPYC Zen 5 prefill
+    1.5x, decode steps 2.4x (batch 1) and 1.6x (batch 8); on an AVX2-only EPYC Zen 3 prefill
+    at float32's rate (both on MKL) and decode steps in 0.56x (batch 1) to 0.67x (batch 16)
+    of float32's time. AVX-512 without avx512_bf16 is not measured (the avx2 case's reasons
+    hold there too). The portable variant (no vectors) keeps float32: not measured."""
+    from radixrt.model.cpu import kernels as ck
+
+    return ck.isa() != "portable"
 
 
 def bf16_on_kernels(config: ModelConfig) -> bool:
     """Whether the model's dtype on the CPU means bfloat16 linear weights on radixrt's kernels
     (activations, norms and attention in float32; the model loads in float32 and its
     linear layers are converted by `init_cpu_kernels`): `bfloat16` with the kernels on, or
-    `auto` on a CPU with a bfloat16 dot product (`native_bf16`; see AUTO_DTYPE_ENV). `bfloat16`
-    with the kernels off or unavailable is a whole bfloat16 model on torch ops instead."""
+    `auto` where they pay (`bf16_weights_pay`; see AUTO_DTYPE_ENV). `bfloat16` with the
+    kernels off or unavailable is a whole bfloat16 model on torch ops instead."""
     from radixrt.model.cpu import kernels as ck
 
     if config.cpu_kernels == "off" or config.quantization or not ck.available():
         return False
     if config.dtype == "auto":
         pinned = _auto_pin()
-        return pinned == "bfloat16" or (pinned in ("", "auto") and native_bf16())
+        return pinned == "bfloat16" or (pinned in ("", "auto") and bf16_weights_pay())
     return config.dtype == "bfloat16"
 
 
@@ -224,10 +237,14 @@ def fuse_cpu_decode_layers(model: nn.Module) -> int:
     fuse = getattr(model, "fuse_cpu_decode_layers", None)
     fused = fuse() if fuse is not None else 0
     layers = getattr(getattr(model, "model", None), "layers", ())
-    extend = sum(bool(getattr(m, "fuse_extend", False)) for m in layers)
+    extend = [m for m in layers if getattr(m, "fuse_extend", False)]
+    bounded = sorted({m.fuse_extend_rows for m in extend if m.fuse_extend_rows < 1 << 62})
     logger.info(
-        "CPU kernels: %d decoder layers fused for decode batches, %d for extend batches",
+        "CPU kernels: %d decoder layers fused for decode batches, %d for extend batches%s",
         fused,
-        extend,
+        len(extend),
+        f" of at most {bounded[0]} rows (larger ones: prefill-sized linears on torch)"
+        if bounded
+        else "",
     )
     return fused

@@ -115,11 +115,12 @@ def _race(pairs: list[Pair]) -> tuple[float, float]:
 
 def _linear_pair(w: torch.Tensor, m: int, count: int, bf16: bool) -> Pair:
     """The kernel on packed panels against F.linear, both in the model's weight type (with
-    bfloat16 weights torch multiplies x rounded to bfloat16, as PackedLinear's torch path)."""
+    bfloat16 weights torch multiplies PackedLinear's torch copy, `ck.torch_weight`, by x in that
+    copy's dtype, as PackedLinear's torch path)."""
     n, k = w.shape
     x = torch.randn(m, k)
     if bf16:
-        packed, wb = ck.pack_weight_bf16(w), w.to(torch.bfloat16)
+        packed, wb = ck.pack_weight_bf16(w), ck.torch_weight(w, "bfloat16")
 
         def ref() -> torch.Tensor:
             return F.linear(x.to(wb.dtype), wb).float()

@@ -67,8 +67,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
     "dtype": "weights and KV dtype (auto: bfloat16 on CUDA; on the CPU bfloat16 linear "
-    "weights where the kernels have AMX tiles, else float32; CPU bfloat16 keeps activations "
-    "and KV in float32 when the kernels run)",
+    "weights where the kernels run a vector variant (AMX, AVX-512, AVX2), else float32; CPU "
+    "bfloat16 keeps activations in float32 when the kernels run)",
     "device": "auto picks cuda when available",
     "cpu_kernels": "float32 on CPU: on = radixrt's C kernels, off = torch ops, auto = each "
     "kernel timed against torch once per machine and the faster kept",
