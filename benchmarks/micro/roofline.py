@@ -66,12 +66,13 @@ def measure_roofline(
 
 def arithmetic_dtype(dtype: str, cpu_kernels: str = "auto") -> torch.dtype:
     """The dtype a CPU model of `dtype` multiplies in, for its matmul probe: `dtype`, except
-    that bfloat16 weights on radixrt's kernels are widened to float32 in registers where the
-    CPU has no bfloat16 dot product (torch's bfloat16 matmul is emulated there: about 1
-    GFLOP/s on an AVX2 EPYC, minutes per probe)."""
-    from radixrt.model.cpu.runtime import native_bf16
+    that bfloat16 weights on a kernel variant that widens them (not `ck.bf16_dot`) are
+    multiplied in float32, by the kernels and by torch's copy alike (`ck.torch_weight`;
+    torch's bfloat16 matmul is emulated on such CPUs: about 1 GFLOP/s on an AVX2 EPYC,
+    minutes per probe)."""
+    from radixrt.model.cpu import kernels as ck
 
-    if dtype == "bfloat16" and cpu_kernels != "off" and not native_bf16():
+    if dtype == "bfloat16" and cpu_kernels != "off" and ck.available() and not ck.bf16_dot():
         return torch.float32
     return getattr(torch, dtype)
 

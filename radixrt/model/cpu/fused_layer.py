@@ -30,6 +30,7 @@ from radixrt.model.cpu.layers import CpuQKVRotary, CpuRMSNorm, CpuSiluMul, Packe
 # over the activations cost more than the GEMM rate gains. Measured in docs/benchmarks.md
 # section 19.
 FUSED_EXTEND_ROWS = 128
+ANY_ROWS = 1 << 62  # fuse_extend_rows where every linear runs the kernel at every size
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -82,11 +83,12 @@ class FusedDecodeLayer(nn.Module):
         # int8 linears' W8A8 weights where the plan gives them one (owned by the linears)
         self.a8 = _a8_table(linears)
         self.a8_ptr = None if self.a8 is None else self.a8.data_ptr()
-        # Whether extend batches may run as one call, and up to how many rows: any number
-        # where every linear runs the kernel at every size, else FUSED_EXTEND_ROWS (the
-        # panels are there: `can_fuse` asks for the decode size on the kernel).
+        # Up to how many rows extend batches run as one call: any number where every linear
+        # runs the kernel at every size, else FUSED_EXTEND_ROWS (the panels are there:
+        # `can_fuse` asks for the decode size on the kernel). `fuse_extend` is a switch that
+        # tests and benchmarks turn off to compare with the modules.
         self.fuse_extend = True
-        self.fuse_extend_rows = 1 << 62 if all(lin.large for lin in linears) else FUSED_EXTEND_ROWS
+        self.fuse_extend_rows = ANY_ROWS if all(lin.large for lin in linears) else FUSED_EXTEND_ROWS
         self.extend_calls = 0  # extend passes run as one call (for tests and benchmarks)
         self._bf16_attention: dict[torch.dtype, bool] = {}  # per pool dtype (bf16_attention)
 

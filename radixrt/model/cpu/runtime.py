@@ -237,13 +237,15 @@ def fuse_cpu_decode_layers(model: nn.Module) -> int:
     fuse = getattr(model, "fuse_cpu_decode_layers", None)
     fused = fuse() if fuse is not None else 0
     layers = getattr(getattr(model, "model", None), "layers", ())
+    from radixrt.model.cpu.fused_layer import FUSED_EXTEND_ROWS
+
     extend = [m for m in layers if getattr(m, "fuse_extend", False)]
-    bounded = sorted({m.fuse_extend_rows for m in extend if m.fuse_extend_rows < 1 << 62})
+    bounded = any(m.fuse_extend_rows == FUSED_EXTEND_ROWS for m in extend)
     logger.info(
         "CPU kernels: %d decoder layers fused for decode batches, %d for extend batches%s",
         fused,
         len(extend),
-        f" of at most {bounded[0]} rows (larger ones: prefill-sized linears on torch)"
+        f" of at most {FUSED_EXTEND_ROWS} rows (larger ones: prefill-sized linears on torch)"
         if bounded
         else "",
     )
