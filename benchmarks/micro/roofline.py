@@ -67,7 +67,7 @@ def measure_roofline(
 def arithmetic_dtype(dtype: str, cpu_kernels: str = "auto") -> torch.dtype:
     """The dtype a CPU model of `dtype` multiplies in, for its matmul probe: `dtype`, except
     that bfloat16 weights on a kernel variant that widens them (not `ck.bf16_dot`) are
-    multiplied in float32, by the kernels and by torch's copy alike (`ck.torch_weight`;
+    multiplied in float32, by the kernels and by torch's copy alike (`weight_pack.torch_weight`;
     torch's bfloat16 matmul is emulated on such CPUs: about 1 GFLOP/s on an AVX2 EPYC,
     minutes per probe)."""
     from radixrt.model.cpu import kernels as ck

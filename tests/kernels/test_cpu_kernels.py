@@ -11,6 +11,7 @@ from cpu_variants import GEMM_ONLY, variants
 
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import reference as ref
+from radixrt.model.cpu import weight_pack as wp
 from radixrt.model.layers.norm import RMSNorm
 from radixrt.model.layers.rotary import apply_rotary
 
@@ -40,7 +41,7 @@ def test_linear_matches_torch(m: int, n: int, k: int, bias: bool) -> None:
     w, b = torch.randn(n, k), torch.randn(n) if bias else None
     wide = torch.randn(m, k + 7)
     x = wide[:, 3 : 3 + k]  # rows k + 7 apart: the kernel follows the row stride
-    got = ck.linear(x, ck.pack_weight(w), n, b)
+    got = ck.linear(x, wp.pack_weight(w), n, b)
     torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=2e-5 * k**0.5)
 
 
@@ -50,9 +51,9 @@ def test_int8_linear_matches_its_dequantized_weight(m: int, n: int, k: int) -> N
     torch.manual_seed(m * 1000 + n)
     w, b = torch.randn(n, k), torch.randn(n)
     w[3] = 0.0  # an all-zero column gets scale 1, values 0
-    packed, scale = ck.pack_weight_int8(w)
+    packed, scale = wp.pack_weight_int8(w)
     assert packed.dtype == torch.int8 and packed.abs().max() <= 127
-    deq = ck.unpack_weight(packed, n, scale)
+    deq = wp.unpack_weight(packed, n, scale)
     assert scale[3] == 1.0 and torch.equal(deq[3], torch.zeros(k))
     assert ((deq - w).abs() <= scale[:n, None] / 2 + 1e-6).all()  # rounded to the nearest step
     x = torch.randn(m, k + 7)[:, 3 : 3 + k]
@@ -70,9 +71,9 @@ def test_bf16_linear_is_float32_arithmetic_on_rounded_weights(m: int, n: int, k:
     bfloat16 as well."""
     torch.manual_seed(m * 1000 + n + 7)
     w, b = torch.randn(n, k), torch.randn(n)
-    packed = ck.pack_weight_bf16(w)
+    packed = wp.pack_weight_bf16(w)
     assert packed.dtype == torch.bfloat16
-    assert torch.equal(ck.unpack_weight_bf16(packed, n, k), w.bfloat16().float())
+    assert torch.equal(wp.unpack_weight_bf16(packed, n, k), w.bfloat16().float())
     x = torch.randn(m, k + 7)[:, 3 : 3 + k]
     got = ck.linear(x, packed, n, b)
     # AMX and VDPBF16PS multiply x rounded to bfloat16 too (float32 sums); the panels widen
@@ -90,7 +91,7 @@ def test_bf16_dot_rows_do_not_depend_on_the_call(isa: str) -> None:
         pytest.skip("the VDPBF16PS GEMM's property (the avx512bf16 variant)")
     torch.manual_seed(5)
     n, k = 1536, 576
-    packed = ck.pack_weight_bf16(torch.randn(n, k))
+    packed = wp.pack_weight_bf16(torch.randn(n, k))
     x = torch.randn(389, k)
     alone = torch.cat([ck.linear(x[i : i + 1], packed, n) for i in range(0, 389, 17)])
     for m in (17, 97, 200, 389):
@@ -100,7 +101,7 @@ def test_bf16_dot_rows_do_not_depend_on_the_call(isa: str) -> None:
 
 def test_pack_weight_layout() -> None:
     w = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)
-    p = ck.pack_weight(w)
+    p = wp.pack_weight(w)
     assert p.shape == (3, 3, 32)
     assert torch.equal(p[1, 2, 5], w[37, 2])  # panel 1 holds columns 32..63
     assert torch.equal(p[2, :, 6:], torch.zeros(3, 26))  # past column 69: zeros
@@ -108,7 +109,7 @@ def test_pack_weight_layout() -> None:
 
 def test_linear_rejects_other_dtypes() -> None:
     with pytest.raises(ValueError, match="float32"):
-        ck.linear(torch.ones(2, 4, dtype=torch.float64), ck.pack_weight(torch.ones(8, 4)), 8)
+        ck.linear(torch.ones(2, 4, dtype=torch.float64), wp.pack_weight(torch.ones(8, 4)), 8)
 
 
 @pytest.mark.parametrize("with_residual", [False, True])

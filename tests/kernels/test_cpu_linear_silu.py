@@ -16,6 +16,7 @@ from torch import nn
 
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import weight_pack as wp
 from radixrt.model.cpu.layers import CpuSiluMLP, PackedLinear, use_cpu_kernels
 from radixrt.model.layers.activation import GatedActivation
 
@@ -38,7 +39,7 @@ def test_linear_silu_is_the_two_calls(isa: str, m: int, n: int, k: int, bias: bo
     torch.manual_seed(m * 7 + n + k)
     x, w = torch.randn(m, k), torch.randn(n, k) * k**-0.5
     b = torch.randn(n) if bias else None
-    packed = ck.pack_weight_bf16(w)
+    packed = wp.pack_weight_bf16(w)
     got = ck.linear_silu(x, packed, n, b)
     if isa not in ck.BF16_DOT_ISAS:
         assert got is None
@@ -51,7 +52,7 @@ def test_linear_silu_is_the_two_calls(isa: str, m: int, n: int, k: int, bias: bo
 
 def test_linear_silu_declines_a_width_off_the_panels(isa: str) -> None:
     x, w = torch.randn(20, 64), torch.randn(96, 64)  # n/2 = 48: gate and up share a panel
-    assert ck.linear_silu(x, ck.pack_weight_bf16(w), 96) is None
+    assert ck.linear_silu(x, wp.pack_weight_bf16(w), 96) is None
 
 
 class _MLP(nn.Module):

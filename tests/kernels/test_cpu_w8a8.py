@@ -18,6 +18,7 @@ from radixrt.core.config import ModelConfig
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import guard, w8a8
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import weight_pack as wp
 from radixrt.model.cpu.layers import PackedLinear
 from radixrt.model.cpu.timing import Shapes
 
@@ -49,7 +50,7 @@ def test_each_variant_reports_its_paths(isa: str, monkeypatch: pytest.MonkeyPatc
     assert w8a8.paths() == EXPECTED[isa]
     assert w8a8.best_path() == (EXPECTED[isa][0] if EXPECTED[isa] else None)
     if not EXPECTED[isa]:  # no W8A8 here: asking for a path is refused with a message
-        q8, scale = ck.pack_weight_int8(torch.randn(40, 64))
+        q8, scale = wp.pack_weight_int8(torch.randn(40, 64))
         with pytest.raises(ValueError, match="does not run here"):
             w8a8.linear(torch.randn(3, 64), w8a8.pack(q8, 40, 64), scale, 40, path="amx")
 
@@ -70,7 +71,7 @@ def test_w8a8_matches_its_definition_and_float32(
     if special:
         x[m // 2] = 0.0  # an all-zero row: its output is the bias
         x[1, 0] = 40.0  # an outlier: its row's scale alone grows
-    q8, scale = ck.pack_weight_int8(w)
+    q8, scale = wp.pack_weight_int8(w)
     got = w8a8.linear(x, w8a8.pack(q8, n, k), scale, n, b, path, planes)
     want, exact = w8a8.linear_ref(x, w, b, planes)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -46,7 +46,7 @@ DECODE_ROWS = 16  # a linear call with at most this many rows is decode-sized
 TIE = 1.05
 BUSY = 0.1  # others' share of the cores above which a timed plan is not kept
 PLAN_VERSION = 3  # 2: decode attention also timed on a batch sharing a prefix; 3: torch's
-# copy of bfloat16 weights in float32 where the variant widens them (ck.torch_weight)
+# copy of bfloat16 weights in float32 where the variant widens them (weight_pack.torch_weight)
 OPS = (
     "linear_decode",
     "linear_prefill",

@@ -19,6 +19,7 @@ from torch import nn
 
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import w8a8 as w8a8_kernel
+from radixrt.model.cpu import weight_pack as wp
 from radixrt.model.cpu.guard import DECODE_ROWS, OPS, KernelPlan
 from radixrt.model.layers.activation import GatedActivation
 from radixrt.model.layers.norm import RMSNorm
@@ -39,7 +40,7 @@ class PackedLinear(nn.Module):
     the weight-only panels stay (for the other size; the fused layers read both).
 
     `small` / `large`: whether calls of at most / more than DECODE_ROWS rows run the kernel;
-    the other size runs torch on an (out, in) copy of the weight (`ck.torch_weight`), kept only
+    the other size runs torch on an (out, in) copy of the weight (`wp.torch_weight`), kept only
     then (else the packed copy is the only one: loading is over when this is made); with
     neither size on the kernel no panels are kept at all."""
 
@@ -61,18 +62,18 @@ class PackedLinear(nn.Module):
         self.small, self.large = (True, True) if weights == "int8" else (small, large)
         packed = scale = None
         if weights == "int8":
-            packed, scale = ck.pack_weight_int8(linear.weight)
+            packed, scale = wp.pack_weight_int8(linear.weight)
         elif weights == "bfloat16" and (self.small or self.large):
-            packed = ck.pack_weight_bf16(linear.weight)
+            packed = wp.pack_weight_bf16(linear.weight)
         elif weights == "float32":
-            packed = ck.pack_weight(linear.weight)
+            packed = wp.pack_weight(linear.weight)
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scale", scale, persistent=False)
         bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.register_buffer("bias", bias, persistent=False)
         weight = None
         if not (self.small and self.large):
-            weight = ck.torch_weight(linear.weight.detach(), weights)
+            weight = wp.torch_weight(linear.weight.detach(), weights)
         self.register_buffer("weight", weight, persistent=False)
         self.w8a8 = w8a8 if weights == "int8" and a8_sizes else ""
         self.a8_small, self.a8_large = "decode" in a8_sizes, "prefill" in a8_sizes

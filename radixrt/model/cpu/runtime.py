@@ -77,7 +77,7 @@ def bf16_weights_pay() -> bool:
     on avx512 and avx2 each weight is widened to float32 in registers, so a decode step reads
     half the bytes with float32 arithmetic, and prefill-sized calls may run torch's float32
     matmul on a float32 copy of the rounded weights where the guard times it faster
-    (kernels.torch_weight). Measured (docs/benchmarks.md sections 13, 8 and 19): on an AMX
+    (weight_pack.torch_weight). Measured (docs/benchmarks.md sections 13, 8 and 19): on an AMX
     Xeon prefill 2x and decode batches 2-4x float32's speed; on an AMD EPYC Zen 5 prefill
     1.5x, decode steps 2.4x (batch 1) and 1.6x (batch 8); on an AVX2-only EPYC Zen 3 prefill
     at float32's rate (both on MKL) and decode steps in 0.56x (batch 1) to 0.67x (batch 16)

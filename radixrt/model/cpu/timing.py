@@ -19,6 +19,7 @@ from torch import nn
 from radixrt.cache.kv_layout import from_rows, to_rows, write_rows
 from radixrt.model.attention.decode_cascade import attend_decode, build_decode_plan
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import weight_pack as wp
 from radixrt.model.layers.activation import GatedActivation
 from radixrt.model.layers.norm import RMSNorm
 from radixrt.model.layers.rotary import QKVRotary
@@ -115,18 +116,18 @@ def _race(pairs: list[Pair]) -> tuple[float, float]:
 
 def _linear_pair(w: torch.Tensor, m: int, count: int, bf16: bool) -> Pair:
     """The kernel on packed panels against F.linear, both in the model's weight type (with
-    bfloat16 weights torch multiplies PackedLinear's torch copy, `ck.torch_weight`, by x in that
+    bfloat16 weights torch multiplies PackedLinear's torch copy, `wp.torch_weight`, by x in that
     copy's dtype, as PackedLinear's torch path)."""
     n, k = w.shape
     x = torch.randn(m, k)
     if bf16:
-        packed, wb = ck.pack_weight_bf16(w), ck.torch_weight(w, "bfloat16")
+        packed, wb = wp.pack_weight_bf16(w), wp.torch_weight(w, "bfloat16")
 
         def ref() -> torch.Tensor:
             return F.linear(x.to(wb.dtype), wb).float()
 
         return (lambda: ck.linear(x, packed, n), ref, count)
-    packed = ck.pack_weight(w)
+    packed = wp.pack_weight(w)
     return (lambda: ck.linear(x, packed, n), lambda: F.linear(x, w), count)
 
 

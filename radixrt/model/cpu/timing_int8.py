@@ -17,6 +17,7 @@ import torch
 
 from radixrt.model.cpu import kernels as ck
 from radixrt.model.cpu import w8a8
+from radixrt.model.cpu import weight_pack as wp
 from radixrt.model.cpu.timing import PREFILL_ROWS, Pair, Shapes
 
 INT8_OPS = ("w8a8_decode", "w8a8_prefill")
@@ -45,7 +46,7 @@ def _fastest(pairs: list[Pair]) -> tuple[float, float]:
 def _pair(w: torch.Tensor, m: int, count: int, path: str, planes: int) -> Pair:
     n, k = w.shape
     x = torch.randn(m, k)
-    q8, scale = ck.pack_weight_int8(w)
+    q8, scale = wp.pack_weight_int8(w)
     packed = w8a8.pack(q8, n, k)
     return (
         lambda: w8a8.linear(x, packed, scale, n, None, path, planes),

@@ -14,6 +14,7 @@ import os
 import torch
 
 from radixrt.model.cpu import kernels as ck
+from radixrt.model.cpu import weight_pack as wp
 
 PATHS = {"vnni": 1, "amx": 2}  # the kernel's path numbers (rt_linear_q8a8)
 PATH_ENV = "RADIXRT_Q8A8_PATH"
@@ -45,7 +46,7 @@ def best_path() -> str | None:
 
 def pack(q8: torch.Tensor, n: int, k: int) -> torch.Tensor:
     """The W8A8 layout (1-D int8) of pack_weight_int8's panels `q8` of an (n, k) weight."""
-    if q8.dtype != torch.int8 or q8.shape[1] != k or q8.shape[0] * ck.PANEL < n:
+    if q8.dtype != torch.int8 or q8.shape[1] != k or q8.shape[0] * wp.PANEL < n:
         raise ValueError(f"not int8 panels of an ({n}, {k}) weight: {tuple(q8.shape)}")
     out = torch.empty(int(ck.lib().rt_q8a8_packed_size(n, k)), dtype=torch.int8)
     ck.lib().rt_pack_q8a8(q8.contiguous().data_ptr(), n, k, out.data_ptr())
