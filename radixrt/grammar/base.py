@@ -107,6 +107,12 @@ class BaseGrammarMatcher(ABC):
         when nothing can, None when this backend cannot tell."""
         return None
 
+    def stuck(self) -> bool:
+        """Whether the grammar found no token to go on with although its output is not
+        complete: it needs a byte that no token of the vocabulary holds (llguidance then
+        allows only a stop token, which must not end the output as a complete one)."""
+        return False
+
     @abstractmethod
     def accept(self, token_id: int) -> bool:
         """Advance past `token_id`; False if the grammar does not allow it (the matcher is then

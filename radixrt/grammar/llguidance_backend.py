@@ -60,6 +60,9 @@ class LLGuidanceMatcher(BaseGrammarMatcher):
     def is_accepting(self) -> bool:
         return bool(self._matcher.is_accepting())
 
+    def stuck(self) -> bool:
+        return not self.is_accepting() and bool(self._matcher.is_error())
+
     def accept(self, token_id: int) -> bool:
         return self._matcher.consume_token(token_id)
 

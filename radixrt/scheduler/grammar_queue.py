@@ -191,17 +191,33 @@ class GrammarQueue:
         grammar is complete ends with `stop`, not `length`."""
         reason = req.finish_reason
         if reason is not None and reason.kind != FinishKind.LENGTH:
+            if state.matcher.stuck():  # a stop token its mask allowed for want of any other
+                _unspellable(req, "found no token to go on with")
             return False
         if not state.accept(req.output_ids[-1]):
-            message = f"token {req.output_ids[-1]} is not allowed by the request's grammar"
-            req.finish_reason = None
-            req.finish(FinishReason.error(message))
+            # The token was drawn under this grammar's own mask (or forced by it), so the
+            # grammar and the vocabulary disagree (llguidance allows the token it would
+            # spell a missing byte with).
+            _unspellable(req, f"refused token {req.output_ids[-1]}, which its own mask allowed")
             return False
         if reason is not None:
             if state.matcher.is_accepting():
                 req.finish_reason = FinishReason(FinishKind.STOP, message="grammar complete")
             return False
         return True
+
+
+def _unspellable(req: Req, what: str) -> None:
+    """End `req`, whose grammar `what` short of a complete output, with a 400: the grammar
+    needs a byte that no token of the vocabulary holds (a character this model cannot write,
+    such as one of Unicode planes 4-7 with SmolLM2's). The request asked for text the model
+    cannot write: the client's error, not the server's."""
+    message = (
+        f"the request's grammar cannot be followed with this model's vocabulary: it {what} "
+        "(the grammar needs a byte that no token of the vocabulary holds)"
+    )
+    req.finish_reason = None
+    req.finish(FinishReason.error(message, status_code=400))
 
 
 def _state(req: Req) -> GrammarState | None:

@@ -117,6 +117,35 @@ def test_sampling_edge_cases_are_served(tiny_server) -> None:
     tiny_server.assert_serving()
 
 
+# Characters whose UTF-8 holds a byte no token of SmolLM2's vocabulary holds (0xf1: planes 4-7;
+# 0x04: a control byte): a grammar that needs one cannot be followed.
+UNSPELLABLE = ["\U00040000", "x\U00050000", "\x04"]
+
+
+@pytest.mark.parametrize("text", UNSPELLABLE)
+def test_a_grammar_the_vocabulary_cannot_spell_gets_400(tiny_server, text: str) -> None:
+    """A regex or schema whose text needs a byte no token holds: the request ends with a 400
+    naming the vocabulary (not a 500), through each dialect, and the server goes on. (JSON
+    writes a control character as an escape, so a schema's const of one is served.)"""
+    bodies = [
+        ("/generate", {"text": "0", "sampling_params": {"regex": text, "max_new_tokens": 8}}),
+        ("/v1/completions", {"prompt": "0", "guided_regex": text, "max_tokens": 8}),
+    ]
+    if text.isprintable():
+        schema = {"name": "x", "schema": {"type": "string", "const": text}}
+        chat = {
+            "messages": [{"role": "user", "content": "0"}],
+            "max_tokens": 8,
+            "response_format": {"type": "json_schema", "json_schema": schema},
+        }
+        bodies.append(("/v1/chat/completions", chat))
+    for path, body in bodies:
+        r = tiny_server.post(path, json=body)
+        assert r.status_code == 400, (path, r.text)
+        assert "vocabulary" in r.json()["error"]["message"], r.text
+    tiny_server.assert_serving()
+
+
 def test_bounds_on_the_work_of_one_request(tiny_server) -> None:
     chat = [{"role": "user", "content": "hi"}]
     cases = [
