@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 START_TIMEOUT_S = 240.0
+PORT_TRIES = 3  # a free port is free until the server binds it: another process may first
 
 
 def free_port() -> int:
@@ -161,10 +162,15 @@ def _signal_group(pgid: int, sig: int) -> None:
 def start_server(
     model_path: Path, tmp: Path, *flags: str, env: dict[str, str] | None = None
 ) -> ServerProcess:
-    server = ServerProcess(model_path, tmp / "server.log", *flags, env=env)
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    """A ready server; started again on another port (at most PORT_TRIES times in all) when
+    another process bound the free port it was given before it did."""
+    for attempt in range(1, PORT_TRIES + 1):
+        server = ServerProcess(model_path, tmp / "server.log", *flags, env=env)
+        try:
+            server.wait_ready()
+            return server
+        except BaseException:
+            server.stop()
+            if attempt == PORT_TRIES or "address already in use" not in server.log():
+                raise
+    raise AssertionError("unreachable")
