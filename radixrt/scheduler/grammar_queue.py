@@ -208,10 +208,10 @@ class GrammarQueue:
 
 
 def _unspellable(req: Req, what: str) -> None:
-    """End `req`, whose grammar `what` short of a complete output, with a 400: the grammar
-    needs a byte that no token of the vocabulary holds (a character this model cannot write,
-    such as one of Unicode planes 4-7 with SmolLM2's). The request asked for text the model
-    cannot write: the client's error, not the server's."""
+    """End `req` with a 400: its grammar (which `what`, short of a complete output) needs a
+    byte that no token of the vocabulary holds (a character this model cannot write, such as
+    one of Unicode planes 4-11 with SmolLM2's). The request asked for text the model cannot
+    write: the client's error, not the server's."""
     message = (
         f"the request's grammar cannot be followed with this model's vocabulary: it {what} "
         "(the grammar needs a byte that no token of the vocabulary holds)"
