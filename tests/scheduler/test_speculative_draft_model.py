@@ -1,7 +1,8 @@
 """Speculative decoding with a draft model (tiny random Llamas of one vocabulary): greedy
 tokens identical to no speculation with the target as its own draft (nearly every draft
 accepted: the draft K/V is right) and with an unrelated draft, batched with shared prefixes;
-the sampled distribution unchanged; aborts mid-draft; the load-time refusals."""
+the sampled distribution unchanged; aborts mid-draft; a draft with sliding-window layers; the
+load-time refusals."""
 
 from __future__ import annotations
 
@@ -157,10 +158,17 @@ def test_refusals(tiny_llama_path, tmp_path, smollm2_path) -> None:
     other = make_tiny(tmp_path / "v16", smollm2_path, "llama", vocab_size=VOCAB)
     with pytest.raises(ValueError, match="vocabulary"):
         _build(tiny_llama_path, 4, draft=other)
+
+
+def test_a_draft_with_sliding_window_layers(reference, tiny_llama_path, tmp_path,
+                                            smollm2_path) -> None:  # fmt: skip
+    """A draft whose every layer slides (a 16-key window, outputs past it) drafts for a
+    target without windows: its window read by position from its own buffer."""
     windowed = make_tiny(tmp_path / "win", smollm2_path, "qwen2", sliding_window=16,
                          use_sliding_window=True, max_window_layers=0)  # fmt: skip
-    with pytest.raises(ValueError, match="sliding-window"):
-        _build(tiny_llama_path, 4, draft=windowed)
+    spec = _build(tiny_llama_path, 3, draft=windowed)
+    assert _run(spec, _batch()) == reference
+    assert spec.stats.spec_drafted_tokens > 0
 
 
 def test_refusals_of_setups(plain) -> None:

@@ -15,13 +15,15 @@ that begins as its earlier turns did gets those tokens with its first.
 Speculated: requests without a grammar (drafter.can_speculate) and constrained ones whose
 matcher rolls back (GrammarQueue.speculates: both backends; not seeded sampling under
 jump-forward); the rest decode one token per step in the same batch. Draft trees: lookup
-drafts only, on the CPU (tree.py, tree_rows.py). Not yet: models with sliding-window layers
-(their window pool), and CUDA graphs for batches that verify drafts.
+drafts only, on the CPU (tree.py, tree_rows.py). Models with sliding-window layers speculate
+as the others do, window pool or not: a draft's slots get window slots when allocated (the
+allocator attaches them, `available_size` counts them) and lose them when a rejected
+position is freed, `KVCacheManager.advance_window` moves the request's window after each
+verification, and every verifying row reads the window behind its own position (a tree
+node's: its depth). Not yet: CUDA graphs for batches that verify drafts.
 """
 
 from __future__ import annotations
-
-import logging
 
 from radixrt.cache.kv_manager import KVCacheManager
 from radixrt.core.config import SchedulerConfig
@@ -44,8 +46,6 @@ __all__ = [
     "decodes_rows",
 ]
 
-logger = logging.getLogger("radixrt")
-
 
 def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Sampler,
                       context_len: int, stats: SchedulerStats,
@@ -55,21 +55,15 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
                       texts: TokenTexts | None = None,
                       device_type: str = "cpu") -> Speculation:  # fmt: skip
     """The configured speculation: when speculative_num_draft_tokens > 0, `drafter` (a draft
-    model's, made where the runner is) or else lookup drafts; otherwise (and with a window
-    pool, not supported yet) none. Lookup drafts branch into trees (up to
-    speculative_tree_branches leaves) when `rows` (the pass decodes rows of one request on
-    the CPU: cpu or torch_native attention) and slots are not paged; else chains. With the
-    tokenizer's `texts`, lookup drafts also key on the prompt's words (keyed.py). Whatever
-    the drafter, a request's predicted output drafts first, speculation on or off, where
-    passes decode a request's rows (`rows`: CPU attention; on a GPU a verifying request runs
-    as an extend, not yet checked against decode steps there) and not on models with
-    sliding-window layers (prediction.py)."""
+    model's, made where the runner is) or else lookup drafts; otherwise none. Lookup drafts
+    branch into trees (up to speculative_tree_branches leaves) when `rows` (the pass decodes
+    rows of one request on the CPU: cpu or torch_native attention) and slots are not paged;
+    else chains. With the tokenizer's `texts`, lookup drafts also key on the prompt's words
+    (keyed.py). Whatever the drafter, a request's predicted output drafts first, speculation
+    on or off, where passes decode a request's rows (`rows`: CPU attention; on a GPU a
+    verifying request runs as an extend, not yet checked against decode steps there;
+    prediction.py)."""
     k = config.speculative_num_draft_tokens
-    windowed = bool(kv.window.window)
-    if k and windowed:
-        logger.warning("speculative decoding is off: models with sliding-window layers are "
-                       "not speculated yet")  # fmt: skip
-        k = 0
     branches = 1
     if not k:
         drafter = NoDrafter()
@@ -83,7 +77,7 @@ def build_speculation(config: SchedulerConfig, kv: KVCacheManager, sampler: Samp
     depths = DraftDepth(device_type, adaptive=not config.disable_adaptive_draft_depth)
     return Speculation(drafter, k, kv, sampler, context_len, stats, check_finish, grammar,
                        branches, config.speculative_tree_nodes, depths,
-                       max_rows, predictions=rows and not windowed)  # fmt: skip
+                       max_rows, predictions=rows)  # fmt: skip
 
 
 def decodes_rows(runner: object) -> bool:
