@@ -228,3 +228,16 @@ def test_a_cut_call_is_incomplete_and_an_empty_output_is_an_empty_message() -> N
     none = tool_plan(parse(input="hi", tools=TOOLS, tool_choice="none"), HERMES)
     _, plain = _events(none, [CALL_TEXT])
     assert [i["type"] for i in plain.items] == ["message"] and plain.text == CALL_TEXT
+
+
+def test_a_text_format_beside_auto_tools_is_one_grammar_of_both(tokenizer) -> None:
+    """`text.format` json_schema with tools in `auto` (an agent's structured output type): one
+    grammar whose output is a call or the answer, the schema no longer a spec of its own."""
+    fmt = {"type": "json_schema", "name": "r", "schema": WEATHER}
+    p = build_prompt(parse(input="Weather in Paris?", tools=TOOLS, text={"format": fmt}),
+                     None, tokenizer, LIMITS, HERMES)  # fmt: skip
+    assert p.params.json_schema is None and p.params.ebnf is not None
+    assert "<tool_call>" in p.params.ebnf and '"city"' in p.params.ebnf
+    none = build_prompt(parse(input="Hi", tools=TOOLS, tool_choice="none", text={"format": fmt}),
+                        None, tokenizer, LIMITS, HERMES)  # fmt: skip
+    assert none.params.json_schema is not None and none.params.ebnf is None  # the answer alone

@@ -1,7 +1,8 @@
 """Tool calls through the official openai, anthropic and google-genai clients against a real
 server with the default model: forced calls whose arguments validate against their schema
 for every seed (enums, integer bounds, nested objects, additionalProperties false), streamed
-calls equal to whole ones, the tool result turn served from cache, and bad tools refused."""
+calls equal to whole ones, `auto` beside a JSON response format (a call or the answer), the
+tool result turn served from cache, and bad tools refused."""
 
 from __future__ import annotations
 
@@ -148,6 +149,47 @@ def test_the_tool_result_turn_is_served_from_cache(client, api_server) -> None:
     cached = second.usage.prompt_tokens_details.cached_tokens
     assert cached >= first.usage.prompt_tokens, (cached, first.usage)
     assert cached > 0.8 * second.usage.prompt_tokens
+    api_server.wait_idle_and_whole()
+
+
+REPORT = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "maxLength": 60}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("first", ["{", "<"])
+def test_auto_beside_a_response_format_calls_or_answers(client, api_server, smollm2_path,
+                                                        first: str) -> None:  # fmt: skip
+    """Tools in `auto` and a JSON response format (an agent's structured output type): the
+    output is a call or the answer in the schema. A bias on the first character picks which
+    (`{` opens the answer, `<` a Hermes call), so both are seen whatever the machine samples;
+    whole and streamed alike."""
+    from radixrt.model.families.loader import load_tokenizer
+
+    (token,) = load_tokenizer(smollm2_path).encode(first, add_special_tokens=False)
+    args = dict(
+        model="m", messages=QUESTION, tools=TOOLS, max_tokens=120, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": REPORT}},
+        logit_bias={str(token): 100}, parallel_tool_calls=False,
+    )  # fmt: skip
+    out = client.chat.completions.create(**args).choices[0]
+    if first == "{":
+        assert out.finish_reason == "stop" and not out.message.tool_calls, out
+        jsonschema.validate(json.loads(out.message.content), REPORT)
+    else:
+        assert out.finish_reason == "tool_calls" and out.message.content is None, out
+        ((call,),) = [out.message.tool_calls]
+        _check(call.function.name, call.function.arguments)
+    text, calls = "", []
+    for chunk in client.chat.completions.create(**args, stream=True):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            calls += [tc.function.arguments or "" for tc in c.delta.tool_calls or ()]
+    assert text == (out.message.content or "")
+    assert "".join(calls) == "".join(c.function.arguments for c in out.message.tool_calls or ())
     api_server.wait_idle_and_whole()
 
 

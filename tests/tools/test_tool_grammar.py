@@ -149,15 +149,68 @@ def test_mistral_auto_calls_are_constrained_after_the_special_token(smollm2_path
     assert _accepts(mistral, {"ebnf": parallel["ebnf"]}, f"[TOOL_CALLS][{call}, {call}]")
 
 
-def test_plans_refuse_two_grammars_and_keep_auto_off_a_response_format(backend: Any) -> None:
+def test_plans_refuse_two_grammars_and_parse_auto_beside_another_grammar(backend: Any) -> None:
     tok, _ = backend
     forced = ToolPlan(HERMES, (ADD,), ToolChoice("required"))
     with pytest.raises(BadRequestError, match="cannot be combined"):
         forced.sampling_dict(tok, {"json_schema": "{}"})
     auto = ToolPlan(HERMES, (ADD,))
     assert "ebnf" in auto.sampling_dict(tok, {})
-    assert auto.sampling_dict(tok, {"json_schema": "{}"}) == {}  # the format wins; parsed only
+    assert auto.sampling_dict(tok, {"regex": "[a-z]+"}) == {}  # the request's grammar; parsed
+    assert auto.sampling_dict(tok, {"json_schema": "not json"}) == {}
+    assert auto.sampling_dict(tok, {"json_schema": "{}", "allowed_token_ids": [5]}) == {}
     assert ToolPlan(HERMES, (ADD,), ToolChoice("none")).sampling_dict(tok, {}) == {}
+
+
+ANSWER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "temp": {"type": "integer"}},
+    "required": ["city", "temp"],
+    "additionalProperties": False,
+}
+
+
+def test_auto_with_a_json_response_format_is_calls_or_the_answer(backend: Any) -> None:
+    """A response format beside `auto` tools (as agent frameworks send a structured output
+    type with tools): the output is the format's calls or the answer in the schema, in each
+    family's format; text around either, a call of another tool, or an answer that misses the
+    schema is refused."""
+    tok, _ = backend
+    add = ToolCall("x", "add", '{"a":3}')
+    answer = '{"city": "Paris", "temp": 21}'
+    for fmt in (HERMES, LLAMA3_JSON):
+        d = ToolPlan(fmt, (ADD,)).sampling_dict(tok, {"json_schema": ANSWER})
+        assert d["json_schema"] is None and set(d) == {"ebnf", "json_schema"}, fmt.name
+        spec = {"ebnf": d["ebnf"]}
+        assert _accepts(backend, spec, answer), fmt.name
+        assert _accepts(backend, spec, fmt.call_text([add])), fmt.name
+        assert _accepts(backend, spec, fmt.call_text([add, add])), fmt.name  # parallel calls
+        assert not _accepts(backend, spec, "Sure. " + answer), fmt.name
+        assert not _accepts(backend, spec, '{"city": "Paris"}'), fmt.name
+        assert not _accepts(backend, spec, fmt.call_text([add]) + answer), fmt.name
+        other = fmt.call_text([ToolCall("x", "sub", '{"a":3}')])
+        assert not _accepts(backend, spec, other), fmt.name
+        assert not _accepts(backend, spec, fmt.call_text([ToolCall("x", "add", '{"a":30}')]))
+    one = ToolPlan(HERMES, (ADD,), ToolChoice(parallel=False))
+    spec = {"ebnf": one.sampling_dict(tok, {"json_schema": '{"type": "object"}'})["ebnf"]}
+    assert _accepts(backend, spec, '{"any": [1, 2]}')  # json_object: any object
+    assert not _accepts(backend, spec, HERMES.call_text([add, add]))  # one call at most
+
+
+def test_mistral_auto_with_a_json_response_format(smollm2_path: Path) -> None:
+    from radixrt.grammar.auto_backend import AutoBackend
+    from radixrt.model.families.loader import load_tokenizer
+
+    tok = load_tokenizer(smollm2_path)
+    tok.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]"]})
+    mistral = (tok, AutoBackend(tok, len(tok), [tok.eos_token_id]))
+    d = ToolPlan(MISTRAL, (ADD,)).sampling_dict(tok, {"json_schema": ANSWER})
+    spec = {"ebnf": d["ebnf"]}
+    call = '{"name":"add","arguments":{"a":3}}'
+    assert _accepts(mistral, spec, f"[TOOL_CALLS][{call}]")
+    assert _accepts(mistral, spec, '{"city": "Oslo", "temp": -2}')
+    assert not _accepts(mistral, spec, f"Adding.[TOOL_CALLS][{call}]")
+    assert not _accepts(mistral, spec, f"[{call}]")  # a list of calls without the token
 
 
 # Parameters as pydantic writes nested models: local references into the tool's own $defs,

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from radixrt.grammar.base import COMPACT_JSON, GrammarError
+from radixrt.grammar.base import CANONICAL_JSON, COMPACT_JSON, GrammarError
 from radixrt.grammar.regex_size import is_small_regex
 from radixrt.grammar.schema_regex import schema_enforced, schema_regex
 from radixrt.serve.http.protocol import BadRequestError
@@ -167,6 +167,33 @@ def auto_call_spec(
             f"call: %json {schema}\n"
         }
     return {}
+
+
+def auto_call_or_json_spec(
+    fmt: CallFormat,
+    tools: list[ToolSpec],
+    choice: ToolChoice,
+    response: dict[str, Any],
+    opener_id: int | None = None,
+) -> dict[str, str]:
+    """`auto` with a JSON response format: the output is either the format's calls of
+    `tools` (written as forced calls are, Mistral's behind its [TOOL_CALLS] token
+    `opener_id`) or one JSON value of the schema `response` (in the response formats'
+    layout), nothing else, so a model asked for a structured answer may still call a tool
+    first. {} for an array format without its token id."""
+    if fmt.opener is not None and fmt.array and opener_id is None:
+        return {}
+    schema = json.dumps({**call_schema(fmt, tools), "x-guidance": _LAYOUT})
+    answer = json.dumps({**response, "x-guidance": CANONICAL_JSON.guidance()})
+    token = f"<[{opener_id}]> " if fmt.opener is not None and fmt.array else ""
+    more = f"({_lark(fmt.forced_sep)} call)*" if choice.parallel else ""
+    return {
+        "ebnf": "%llguidance {}\n"
+        "start: calls | answer\n"
+        f"calls: {token}{_lark(fmt.forced_open)} call {more} {_lark(fmt.forced_close)}\n"
+        f"call: {_lark(fmt.forced_prefix)} %json {schema} {_lark(fmt.forced_suffix)}\n"
+        f"answer: %json {answer}\n"
+    }
 
 
 def literal_regex(text: str) -> str:

@@ -4,6 +4,7 @@ A request without tools has the null plan: its output is all text."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -11,7 +12,11 @@ from typing import Any, Protocol
 from radixrt.grammar.base import SPEC_KINDS
 from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools.formats import CallFormat
-from radixrt.serve.http.tools.grammar import auto_call_spec, forced_call_spec
+from radixrt.serve.http.tools.grammar import (
+    auto_call_or_json_spec,
+    auto_call_spec,
+    forced_call_spec,
+)
 from radixrt.serve.http.tools.parser import TextPiece, ToolCallParser, ToolEvent, new_call_id
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec, check_tools
 
@@ -70,13 +75,19 @@ class ToolPlan:
             d["end_on_exit"] = True
         opener = self.fmt.opener or self.fmt.lead
         special = self.parses_calls and opener is not None and opener in _special_tokens(tokenizer)
-        # `auto` constrains an opened call by a grammar of its own unless the request has one,
-        # or restricts its tokens (which a grammar's forced tokens would not respect): then
-        # the calls are only parsed.
-        free = not has_grammar and not asked.get("allowed_token_ids")
-        if self.parses_calls and free and not self.choice.is_forced:
+        # `auto` constrains an opened call by a grammar of its own; with a JSON response
+        # format, the output is calls or the answer in that format (one grammar for both).
+        # With another grammar, or tokens restricted (which a grammar's forced tokens would
+        # not respect), the calls are only parsed.
+        if self.parses_calls and not self.choice.is_forced and not asked.get("allowed_token_ids"):
             opener_id = tokenizer.convert_tokens_to_ids(opener) if special else None
-            d.update(auto_call_spec(self.fmt, list(self.tools), self.choice, opener_id))
+            tools = list(self.tools)
+            if not has_grammar:
+                d.update(auto_call_spec(self.fmt, tools, self.choice, opener_id))
+            elif (answer := _json_answer(asked)) is not None:
+                spec = auto_call_or_json_spec(self.fmt, tools, self.choice, answer, opener_id)
+                if spec:
+                    d.update(spec, json_schema=None)  # (the schema is the grammar's answer)
         if special:
             d["skip_special_tokens"] = False
         return d
@@ -96,6 +107,20 @@ def parse_output(
     parser = plan.new_parser(new_id)
     events = parser.feed(text) + parser.finish()
     return "".join(e.text for e in events if isinstance(e, TextPiece)), parser.calls
+
+
+def _json_answer(asked: dict[str, Any]) -> dict[str, Any] | None:
+    """The request's JSON schema when that is its only constraint (a response format), else
+    None (a regex or grammar of its own, or a schema that is not a JSON object)."""
+    if any(asked.get(k) is not None for k in SPEC_KINDS if k != "json_schema"):
+        return None
+    schema = asked.get("json_schema")
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            return None
+    return schema if isinstance(schema, dict) else None
 
 
 def _special_tokens(tokenizer: Any) -> set[str]:
