@@ -275,3 +275,19 @@ def test_tools_with_local_references_keep_their_own_definitions(backend: Any) ->
     lark = forced_call_spec(HERMES, [rated, NESTED], ToolChoice("required"))
     assert list(lark) == ["ebnf"]  # multipleOf: llguidance's path
     assert _accepts(backend, lark, ship % "1") and not _accepts(backend, lark, ship % "123456")
+
+
+def test_auto_with_allowed_tools_calls_only_those(backend: Any) -> None:
+    """`allowed_tools` in mode auto (OpenAI's chat and Responses tool_choice): every tool stays
+    in the prompt, but a call may only be of an allowed one, constrained or parsed."""
+    tok, _ = backend
+    plan = ToolPlan(HERMES, (ADD, OPEN), ToolChoice("auto", allowed=("rate",)))
+    spec = {"ebnf": plan.sampling_dict(tok, {})["ebnf"]}
+    rate = HERMES.call_text([ToolCall("x", "rate", '{"s":5}')])
+    add = HERMES.call_text([ToolCall("x", "add", '{"a":3}')])
+    assert _accepts(backend, spec, "Rating: " + rate)
+    assert not _accepts(backend, spec, "Adding: " + add)
+    parser = plan.new_parser()
+    parser.feed(add + rate)
+    parser.finish()
+    assert [c.name for c in parser.calls] == ["rate"]  # (a call of another tool stays text)

@@ -18,7 +18,13 @@ from radixrt.serve.http.tools.grammar import (
     forced_call_spec,
 )
 from radixrt.serve.http.tools.parser import TextPiece, ToolCallParser, ToolEvent, new_call_id
-from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec, check_tools
+from radixrt.serve.http.tools.spec import (
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+    allowed_tools,
+    check_tools,
+)
 
 
 class OutputParser(Protocol):
@@ -81,7 +87,7 @@ class ToolPlan:
         # not respect), the calls are only parsed.
         if self.parses_calls and not self.choice.is_forced and not asked.get("allowed_token_ids"):
             opener_id = tokenizer.convert_tokens_to_ids(opener) if special else None
-            tools = list(self.tools)
+            tools = allowed_tools(list(self.tools), self.choice)  # auto's allowed_tools too
             if not has_grammar:
                 d.update(auto_call_spec(self.fmt, tools, self.choice, opener_id))
             elif (answer := _json_answer(asked)) is not None:
@@ -96,7 +102,7 @@ class ToolPlan:
         """A parser for one output (one per sample)."""
         if not self.parses_calls:
             return PlainText()
-        names = {t.name for t in self.tools}
+        names = {t.name for t in allowed_tools(list(self.tools), self.choice)}
         return ToolCallParser(self.fmt, names, self.choice.is_forced, new_id)
 
 

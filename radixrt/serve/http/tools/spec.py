@@ -102,7 +102,7 @@ def check_parameters(schema: Any, where: str) -> None:
 
 
 def allowed_tools(tools: list[ToolSpec], choice: ToolChoice) -> list[ToolSpec]:
-    """The tools a forced call may be of, in the request's order."""
+    """The tools a call may be of, in the request's order (`auto` with allowed_tools too)."""
     if choice.mode == "named":
         return [t for t in tools if t.name == choice.name]
     if choice.allowed is not None:
