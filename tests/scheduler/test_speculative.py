@@ -242,14 +242,14 @@ def test_small_pool_and_context_end(tiny_llama_path, plain) -> None:
     assert _run(small, [_req(f"r{i}", ids, 30) for i, ids in enumerate(prompts)]) == ref
 
 
-def test_abort_mid_speculation(spec) -> None:
-    _fresh(spec)
-    ids = _prompt(21, 20)
-    _run(spec, [_req("warm", ids, 30)])
-    a, b = _req("a", ids, 30), _req("b", _repetitive(22), 30)
+def abort_mid_speculation(spec, ids: list[int], other: list[int], n: int, steps: int) -> None:
+    """`ids` served once (its answer is then drafted from the tree), then again beside
+    `other`; aborted mid-draft after `steps` steps: the pool whole at once, `other` finishes."""
+    _run(spec, [_req("warm", ids, n)])
+    a, b = _req("a", ids, n), _req("b", other, n)
     spec.add_request(a)
     spec.add_request(b)
-    for _ in range(3):
+    for _ in range(steps):
         spec.step()
         _check(spec)
     assert a.spec_accepted > 0 and not a.is_finished
@@ -257,3 +257,8 @@ def test_abort_mid_speculation(spec) -> None:
     _check(spec)
     _run(spec, [])
     assert b.finish_reason.kind == FinishKind.LENGTH
+
+
+def test_abort_mid_speculation(spec) -> None:
+    _fresh(spec)
+    abort_mid_speculation(spec, _prompt(21, 20), _repetitive(22), 30, 3)

@@ -7,14 +7,15 @@ step, aborts mid-speculation."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 from hf_reference import hf_greedy_nocache, load_hf
+from test_speculative import _prompt, _repetitive, _run, abort_mid_speculation
+from test_speculative import _req as make_req
 from tiny_families import WINDOW, make_family
 
-from radixrt.core import FinishKind, Req, SamplingParams
+from radixrt.core import Req
 from radixrt.core.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixrt.scheduler.builder import build_scheduler
 from radixrt.scheduler.speculative.step_cost import PRIOR_K, StepCost
@@ -35,36 +36,7 @@ def _build(path: Path, k: int, fraction: float = FRACTION, model=None, **sched):
 
 
 def _req(rid: str, ids: list[int], n: int = NEW, **params) -> Req:
-    sp = SamplingParams(max_new_tokens=n, temperature=0, ignore_eos=True, **params)
-    return Req(rid, list(ids), sp)
-
-
-def _check(s) -> None:
-    """The full and the window pool whole, the tree sound, no draft left over."""
-    held = sum(s.kv.slots_held(r) for r in s.running)
-    s.kv.check_whole(held)  # (the window pool's own check runs inside)
-    s.kv.cache.check_integrity()
-    assert all(not r.draft_ids for r in s.running)
-
-
-def _run(s, reqs: list[Req]) -> dict[str, list[int]]:
-    for r in reqs:
-        s.add_request(r)
-    while not s.is_idle:
-        s.step()
-        _check(s)
-    s.check_pool_whole()
-    assert s.kv.cache.protected_size == 0
-    return {r.rid: r.output_ids for r in reqs}
-
-
-def _prompt(seed: int, n: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(3, 49000) for _ in range(n)]
-
-
-def _repetitive(seed: int) -> list[int]:
-    return _prompt(seed, 12) * 4  # 48 tokens, three windows' worth of a repeated line
+    return make_req(rid, ids, n, **params)
 
 
 @pytest.fixture(scope="module", params=["gemma3", "mistral"])
@@ -148,19 +120,7 @@ def test_torch_native_attention(family) -> None:
 def test_abort_mid_speculation(spec) -> None:
     """An aborted request's drafts, own window K/V and holds go; the other finishes."""
     spec.kv.cache.reset()
-    ids = _repetitive(9)
-    _run(spec, [_req("warm", ids)])
-    a, b = _req("a", ids), _req("b", _repetitive(10))
-    spec.add_request(a)
-    spec.add_request(b)
-    for _ in range(4):
-        spec.step()
-        _check(spec)
-    assert a.spec_accepted > 0 and not a.is_finished
-    assert spec.abort("a") is a
-    _check(spec)
-    _run(spec, [])
-    assert b.finish_reason.kind == FinishKind.LENGTH
+    abort_mid_speculation(spec, _repetitive(9), _repetitive(10), NEW, 4)
     spec.kv.window.check(idle=True)  # every live window slot the tree's, no request's hold
 
 
