@@ -67,10 +67,14 @@ class ToolPlan:
         d: dict[str, Any] = {}
         has_grammar = any(asked.get(k) is not None for k in SPEC_KINDS)
         if self.choice.is_forced and self.tools:
-            if has_grammar:
+            # A JSON response format shapes a text answer, which a forced turn does not have:
+            # the call is made and the format waits for a later turn (as OpenAI and vLLM do).
+            if has_grammar and _json_answer(asked) is None:
                 raise BadRequestError(
-                    "a forced tool call cannot be combined with a response format or grammar"
+                    "a forced tool call cannot be combined with a regex or grammar of the "
+                    "request's own"
                 )
+            d["json_schema"] = None
             if asked.get("allowed_token_ids"):
                 raise BadRequestError(
                     "a forced tool call cannot be combined with allowed_token_ids (its grammar's "
