@@ -100,12 +100,22 @@ def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice)
         # matches it as the union of the tools' own automata (each the regex of that tool's
         # named call), so the bound holds for any number of tools.
         return {"regex": "|".join(_one_call(fmt, t) for t in allowed)}
+    return {"ebnf": "start: calls\n" + _calls_rules(fmt, schema, parallel=False)}
+
+
+def _calls_rules(
+    fmt: CallFormat, schema: dict[str, Any], parallel: bool, token_id: int | None = None
+) -> str:
+    """Lark rules `calls` (the format's calls as forced calls are written, behind the special
+    token `token_id` where there is one: Mistral's [TOOL_CALLS]) and `call` (one call of the
+    call schema `schema`)."""
     body = json.dumps({**schema, "x-guidance": _LAYOUT})
-    lark = (
-        f"start: {_lark(fmt.forced_open)} call {_lark(fmt.forced_close)}\n"
+    token = "" if token_id is None else f"<[{token_id}]> "
+    more = f"({_lark(fmt.forced_sep)} call)*" if parallel else ""
+    return (
+        f"calls: {token}{_lark(fmt.forced_open)} call {more} {_lark(fmt.forced_close)}\n"
         f"call: {_lark(fmt.forced_prefix)} %json {body} {_lark(fmt.forced_suffix)}\n"
     )
-    return {"ebnf": lark}
 
 
 def _one_call(fmt: CallFormat, tool: ToolSpec) -> str:
@@ -136,35 +146,29 @@ def auto_call_spec(
     start with calls or with text that is not one. An opener that is a special token
     (Mistral's [TOOL_CALLS], token `opener_id`) ends the text (no text lexeme holds a special
     token) and starts the list of calls; {} for an array format without its token id."""
-    schema = json.dumps({**call_schema(fmt, tools), "x-guidance": _LAYOUT})
-    calls = "call*" if choice.parallel else "call?"
+    schema = call_schema(fmt, tools)
     if fmt.opener is not None and fmt.array:
         if opener_id is None:
             return {}
-        more = f"({_lark(fmt.forced_sep)} call)*" if choice.parallel else ""
         return {
             "ebnf": "%llguidance {}\n"
             "start: TEXT calls?\n"
-            "TEXT: /(.|\\n)*/\n"
-            f"calls: <[{opener_id}]> {_lark(fmt.forced_open)} call {more} "
-            f"{_lark(fmt.forced_close)}\n"
-            f"call: %json {schema}\n"
+            "TEXT: /(.|\\n)*/\n" + _calls_rules(fmt, schema, choice.parallel, opener_id)
         }
     if fmt.opener is not None and not fmt.array and fmt.forced_prefix.startswith(fmt.opener):
         rest = fmt.forced_prefix[len(fmt.opener) :]
+        body = json.dumps({**schema, "x-guidance": _LAYOUT})
         return {
             "ebnf": "%llguidance {}\n"
-            f"start: {calls} TEXT\n"
+            f"start: {'call*' if choice.parallel else 'call?'} TEXT\n"
             "TEXT: /(.|\\n)*/\n"
             f"opener[lazy]: TEXT {_lark(fmt.opener)}\n"
-            f"call: opener {_lark(rest)} %json {schema} {_lark(fmt.forced_suffix)}\n"
+            f"call: opener {_lark(rest)} %json {body} {_lark(fmt.forced_suffix)}\n"
         }
     if fmt.opener is None:
-        more = f"({_lark(fmt.forced_sep)} call)*" if choice.parallel else ""
         return {
-            "ebnf": f"start: TEXT | call {more}\n"
-            "TEXT: /(\\s*[^{\\s](.|\\n)*)?/\n"
-            f"call: %json {schema}\n"
+            "ebnf": "start: TEXT | calls\n"
+            "TEXT: /(\\s*[^{\\s](.|\\n)*)?/\n" + _calls_rules(fmt, schema, choice.parallel)
         }
     return {}
 
@@ -181,19 +185,14 @@ def auto_call_or_json_spec(
     `opener_id`) or one JSON value of the schema `response` (in the response formats'
     layout), nothing else, so a model asked for a structured answer may still call a tool
     first. {} for an array format without its token id."""
-    if fmt.opener is not None and fmt.array and opener_id is None:
+    array = fmt.opener is not None and fmt.array  # calls behind the special token
+    if array and opener_id is None:
         return {}
-    schema = json.dumps({**call_schema(fmt, tools), "x-guidance": _LAYOUT})
     answer = json.dumps({**response, "x-guidance": CANONICAL_JSON.guidance()})
-    token = f"<[{opener_id}]> " if fmt.opener is not None and fmt.array else ""
-    more = f"({_lark(fmt.forced_sep)} call)*" if choice.parallel else ""
-    return {
-        "ebnf": "%llguidance {}\n"
-        "start: calls | answer\n"
-        f"calls: {token}{_lark(fmt.forced_open)} call {more} {_lark(fmt.forced_close)}\n"
-        f"call: {_lark(fmt.forced_prefix)} %json {schema} {_lark(fmt.forced_suffix)}\n"
-        f"answer: %json {answer}\n"
-    }
+    calls = _calls_rules(
+        fmt, call_schema(fmt, tools), choice.parallel, opener_id if array else None
+    )
+    return {"ebnf": f"%llguidance {{}}\nstart: calls | answer\n{calls}answer: %json {answer}\n"}
 
 
 def literal_regex(text: str) -> str:

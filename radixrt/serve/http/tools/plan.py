@@ -66,15 +66,17 @@ class ToolPlan:
         special tokens kept in the text when the format opens calls with one."""
         d: dict[str, Any] = {}
         has_grammar = any(asked.get(k) is not None for k in SPEC_KINDS)
+        answer = _json_answer(asked) if has_grammar else None  # a JSON response format
         if self.choice.is_forced and self.tools:
             # A JSON response format shapes a text answer, which a forced turn does not have:
             # the call is made and the format waits for a later turn (as OpenAI and vLLM do).
-            if has_grammar and _json_answer(asked) is None:
+            if has_grammar and answer is None:
                 raise BadRequestError(
                     "a forced tool call cannot be combined with a regex or grammar of the "
                     "request's own"
                 )
-            d["json_schema"] = None
+            if answer is not None:
+                d["json_schema"] = None
             if asked.get("allowed_token_ids"):
                 raise BadRequestError(
                     "a forced tool call cannot be combined with allowed_token_ids (its grammar's "
@@ -94,7 +96,7 @@ class ToolPlan:
             tools = allowed_tools(list(self.tools), self.choice)  # auto's allowed_tools too
             if not has_grammar:
                 d.update(auto_call_spec(self.fmt, tools, self.choice, opener_id))
-            elif (answer := _json_answer(asked)) is not None:
+            elif answer is not None:
                 spec = auto_call_or_json_spec(self.fmt, tools, self.choice, answer, opener_id)
                 if spec:
                     d.update(spec, json_schema=None)  # (the schema is the grammar's answer)
