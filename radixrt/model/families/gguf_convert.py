@@ -20,18 +20,12 @@ from typing import Any
 
 import torch
 
+from radixrt.model.families.cache_dir import cache_root
 from radixrt.model.families.hf_folder import ModelLoadError, merge_token_ids
 
 logger = logging.getLogger("radixrt")
 
-CACHE_ENV = "RADIXRT_CACHE"
-DEFAULT_CACHE = "~/.cache/radixrt"
 _QUANTIZER_ATTRS = ("hf_quantizer", "quantization_method")
-
-
-def cache_root() -> Path:
-    """Return the radixrt cache folder ($RADIXRT_CACHE, default ~/.cache/radixrt)."""
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
 
 
 def converted_folder(gguf: Path) -> Path:

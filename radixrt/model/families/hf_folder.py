@@ -63,14 +63,15 @@ def load_generation_config(folder: Path) -> dict[str, Any]:
 
 
 def load_tokenizer(folder: Path) -> Any:
-    """Return the folder's fast tokenizer (transformers AutoTokenizer); where the checkpoint
-    has no chat template, its family's standard one (chat_defaults.py)."""
-    from transformers import AutoTokenizer
+    """Return the folder's fast tokenizer (transformers AutoTokenizer's choice, remembered per
+    folder: tokenizer_memo.py); where the checkpoint has no chat template, its family's
+    standard one (chat_defaults.py)."""
+    from radixrt.model.families.tokenizer_memo import load_auto_tokenizer
 
     folder = Path(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {folder}")
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
+    tokenizer = load_auto_tokenizer(folder)
     default = _chat_default(folder)
     if default is not None and not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = default[0]
