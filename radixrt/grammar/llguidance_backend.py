@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.gbnf_to_lark
-import llguidance.hf
 
 from radixrt.grammar.base import (
     CANONICAL_JSON,
@@ -21,6 +20,7 @@ from radixrt.grammar.base import (
     GrammarError,
     GrammarSpec,
 )
+from radixrt.grammar.llguidance_vocab import llguidance_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -76,9 +76,7 @@ class LLGuidanceBackend(BaseGrammarBackend):
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: list[int]) -> None:
         # ~0.5 s for a 50k vocabulary: done once per process.
-        self._tokenizer = llguidance.hf.from_tokenizer(
-            tokenizer, n_vocab=vocab_size, eos_token=list(eos_token_ids)
-        )
+        self._tokenizer = llguidance_tokenizer(tokenizer, vocab_size, list(eos_token_ids))
 
     def compile(self, spec: GrammarSpec) -> llguidance.LLMatcher:
         try:
