@@ -196,9 +196,13 @@ class GrammarQueue:
             return False
         if not state.accept(req.output_ids[-1]):
             # The token was drawn under this grammar's own mask (or forced by it), so the
-            # grammar and the vocabulary disagree (llguidance allows the token it would
-            # spell a missing byte with).
-            _unspellable(req, f"refused token {req.output_ids[-1]}, which its own mask allowed")
+            # grammar and the vocabulary disagree: llguidance allows the token it would spell
+            # a missing byte with, and a special token whose text the grammar writes.
+            _unspellable(
+                req,
+                f"refused token {req.output_ids[-1]}, which its own mask allowed",
+                "or text the tokenizer writes only with a special token",
+            )
             return False
         if reason is not None:
             if state.matcher.is_accepting():
@@ -207,14 +211,15 @@ class GrammarQueue:
         return True
 
 
-def _unspellable(req: Req, what: str) -> None:
+def _unspellable(req: Req, what: str, other: str = "") -> None:
     """End `req` with a 400: its grammar (which `what`, short of a complete output) needs a
     byte that no token of the vocabulary holds (a character this model cannot write, such as
-    one of Unicode planes 4-11 with SmolLM2's). The request asked for text the model cannot
-    write: the client's error, not the server's."""
+    one of Unicode planes 4-11 with SmolLM2's), or `other`. The request asked for text the
+    model cannot write: the client's error, not the server's."""
+    needs = "a byte that no token of the vocabulary holds" + (f", {other}" if other else "")
     message = (
         f"the request's grammar cannot be followed with this model's vocabulary: it {what} "
-        "(the grammar needs a byte that no token of the vocabulary holds)"
+        f"(the grammar needs {needs})"
     )
     req.finish_reason = None
     req.finish(FinishReason.error(message, status_code=400))
