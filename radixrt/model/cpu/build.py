@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch  # loads torch's libgomp.so.1 before the library is opened
 
+from radixrt.core.cache_dir import cache_root
+
 logger = logging.getLogger("radixrt")
 
 CPU_SRC_DIR = Path(__file__).resolve().parents[3] / "csrc" / "cpu"
@@ -259,7 +261,7 @@ def library_path(cc: str, isa: str) -> Path:
     for name in (*CPU_SOURCES, *CPU_HEADERS):
         h.update((CPU_SRC_DIR / name).read_bytes())
     h.update(" ".join((cc, *cflags(isa), cpu_flags())).encode())
-    cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
+    cache = cache_root()
     return cache / "kernels" / f"radixrt_cpu-{isa}-{h.hexdigest()[:16]}.so"
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from radixrt.core.cache_dir import cache_root
 from radixrt.core.other_load import OtherLoad
 from radixrt.model.cpu import build as cpu_build
 from radixrt.model.cpu import kernels as ck
@@ -220,7 +221,7 @@ def plan_path(
     if w8a8:
         key["w8a8"], key["a8_planes"] = w8a8, a8_planes
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("RADIXRT_CACHE", Path.home() / ".cache" / "radixrt"))
+    cache = cache_root()
     return cache / "kernels" / "plans" / f"{isa}-{digest}.json"
 
 

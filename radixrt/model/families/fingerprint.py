@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from radixrt.model.families.cache_dir import cache_root
+from radixrt.core.cache_dir import cache_root
 from radixrt.model.families.hf_folder import TOKENIZER_FILES, safetensors_files
 
 FORMAT_VERSION = "radixrt-kv-1"

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from radixrt.model.families.cache_dir import cache_root
+from radixrt.core.cache_dir import cache_root
 from radixrt.model.families.hf_folder import ModelLoadError, merge_token_ids
 
 logger = logging.getLogger("radixrt")

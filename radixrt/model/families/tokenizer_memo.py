@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from radixrt.model.families.cache_dir import cache_root
+from radixrt.core.cache_dir import cache_root
 
 logger = logging.getLogger("radixrt")
 

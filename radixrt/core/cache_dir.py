@@ -1,5 +1,6 @@
 """The radixrt cache folder: $RADIXRT_CACHE, by default ~/.cache/radixrt. Converted models,
-file hashes and the tokenizer classes chosen for model folders live under it."""
+file hashes, the tokenizer classes chosen for model folders, and the CPU kernels and their
+plans live under it."""
 
 from __future__ import annotations
 
