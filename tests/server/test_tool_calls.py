@@ -1,8 +1,9 @@
 """Tool calls through the official openai, anthropic and google-genai clients against a real
 server with the default model: forced calls whose arguments validate against their schema
 for every seed (enums, integer bounds, nested objects, additionalProperties false), streamed
-calls equal to whole ones, `auto` beside a JSON response format (a call or the answer), the
-tool result turn served from cache, and bad tools refused."""
+calls equal to whole ones, `auto` beside a JSON response format (a call or the answer, within
+max_tokens where a regex enforces both), the tool result turn served from cache, and bad tools
+refused."""
 
 from __future__ import annotations
 
@@ -192,6 +193,30 @@ def test_auto_beside_a_response_format_calls_or_answers(client, api_server, smol
             calls += [tc.function.arguments or "" for tc in c.delta.tool_calls or ()]
     assert text == (out.message.content or "")
     assert "".join(calls) == "".join(c.function.arguments for c in out.message.tool_calls or ())
+    api_server.wait_idle_and_whole()
+
+
+def test_auto_beside_a_response_format_ends_within_max_tokens(client, api_server) -> None:
+    """Where a regex enforces every tool's schema and the answer's, calls-or-answer is
+    length-bounded, as a forced call or a response format alone is: sampled, every budget
+    ends with whole calls or a whole answer, never cut by max_tokens (at 12 tokens no call
+    fits, so the answer is short)."""
+    bounded = [t for t in TOOLS if t["function"]["name"] != "rate"]
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "r", "schema": REPORT}}
+    for max_tokens in (12, 24, 48):
+        for seed in range(3):
+            r = client.chat.completions.create(
+                model="m", messages=QUESTION, tools=bounded, response_format=fmt,
+                max_tokens=max_tokens, temperature=1, seed=seed,
+            )  # fmt: skip
+            out = r.choices[0]
+            assert r.usage.completion_tokens <= max_tokens
+            if out.finish_reason == "tool_calls":
+                for call in out.message.tool_calls:
+                    _check(call.function.name, call.function.arguments)
+            else:
+                assert out.finish_reason == "stop", (max_tokens, seed, out)
+                jsonschema.validate(json.loads(out.message.content), REPORT)
     api_server.wait_idle_and_whole()
 
 

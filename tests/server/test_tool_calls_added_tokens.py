@@ -1,8 +1,9 @@
-"""Tool calls on a model whose tokenizer has `<tool_call>` and `</tool_call>` as added tokens
-that are not special (as Qwen2.5's and Qwen3's have): on the llguidance backend a forced call
-is written with those tokens and parsed, and in `auto` the model may open a call with its
-`<tool_call>` token (a tiny random Qwen2 with SmolLM2's tokenizer plus the two tokens; a
-logit bias makes the random model pick them)."""
+"""Tool calls on a model whose tokenizer has `<tool_call>` and `</tool_call>` as added tokens,
+not special (as Qwen2.5's and Qwen3's are) or special (as some Hermes-format models mark
+them): a forced call is written with those tokens and parsed, and in `auto` the model may open
+a call with its `<tool_call>` token (a tiny random Qwen2 with SmolLM2's tokenizer plus the two
+tokens; a logit bias makes the random model pick them). Text tokens on the llguidance backend,
+special ones on the default backend (their grammars are Lark: llguidance's in both)."""
 
 from __future__ import annotations
 
@@ -34,18 +35,23 @@ TOOL = {
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def server_and_ids(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path):
+@pytest.fixture(scope="module", params=[False, True], ids=["text", "special"])
+def server_and_ids(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
+):
+    special = request.param
     folder = make_tiny(tmp_path_factory.mktemp("tool_tokens"), smollm2_path, "qwen2",
                        vocab_size=49216)  # fmt: skip
     tok = load_tokenizer(smollm2_path)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                    for t in ("<tool_call>", "</tool_call>")])  # fmt: skip
+    tok.add_tokens([AddedToken(t, special=special, normalized=False)
+                    for t in ("<tool_call>", "</tool_call>")], special_tokens=special)  # fmt: skip
     tok.save_pretrained(folder)
     ids = tok.convert_tokens_to_ids(["<tool_call>", "</tool_call>"])
     assert ids == [49152, 49153] and tok("<tool_call>\n").input_ids[0] == ids[0]
+    assert tok.added_tokens_decoder[ids[0]].special is special
+    backend = "auto" if special else "llguidance"
     server = start_server(folder, tmp_path_factory.mktemp("tool_tokens_server"),
-                          "--grammar-backend", "llguidance")  # fmt: skip
+                          "--grammar-backend", backend)  # fmt: skip
     try:
         yield server, ids
         server.wait_idle_and_whole()

@@ -106,6 +106,12 @@ def test_a_choice_too_large_for_one_regex_is_one_call_per_tool_branch(backend: A
     one = '<tool_call>\n{"name":"t3","arguments":{"s":"ab"}}\n</tool_call>'
     assert _accepts(backend, spec, one)
     assert not _accepts(backend, spec, one + "\n" + one)
+    # `auto` beside a response format: one call of a tool, or the answer, as branches.
+    d = ToolPlan(HERMES, tuple(tools)).sampling_dict(backend[0], {"json_schema": ANSWER})
+    assert set(d) == {"regex", "json_schema"} and len(split_alternatives(d["regex"])) == 17
+    answer = {"regex": d["regex"]}
+    assert _accepts(backend, answer, one) and _accepts(backend, answer, '{"city": "A", "temp": 1}')
+    assert not _accepts(backend, answer, one + "\n" + one)
 
 
 def test_auto_is_free_text_until_a_call_opens(backend: Any) -> None:
@@ -149,6 +155,58 @@ def test_mistral_auto_calls_are_constrained_after_the_special_token(smollm2_path
     assert _accepts(mistral, {"ebnf": parallel["ebnf"]}, f"[TOOL_CALLS][{call}, {call}]")
 
 
+def _accepts_ids(backend: Any, spec: dict[str, str], ids: list[int]) -> bool:
+    _, b = backend
+    ((kind, body),) = spec.items()
+    m = b.new_matcher(b.compile(GrammarSpec(kind, body)))
+    return all(m.accept(t) for t in ids) and m.is_accepting()
+
+
+def test_hermes_calls_are_written_with_its_special_tokens(smollm2_path: Path) -> None:
+    """A tokenizer whose <tool_call> and </tool_call> are special tokens (as some Hermes-format
+    models mark them): a forced call and an opened `auto` call are written with the two
+    tokens, not spelled out of text tokens; text is free around `auto`'s calls, and what
+    follows the opener is constrained."""
+    from radixrt.grammar.auto_backend import AutoBackend
+    from radixrt.model.families.loader import load_tokenizer
+    from radixrt.serve.http.tools.plan import special_markers
+
+    tok = load_tokenizer(smollm2_path)
+    tok.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    hermes = (tok, AutoBackend(tok, len(tok), [tok.eos_token_id]))
+    ids = tok.convert_tokens_to_ids(["<tool_call>", "</tool_call>"])
+    assert special_markers(tok, HERMES) == dict(zip(["<tool_call>", "</tool_call>"], ids))
+    call = HERMES.call_text([ToolCall("x", "add", '{"a":3}')])
+    written = tok.encode(call)
+    assert written[0] == ids[0] and written[-1] == ids[1]
+    spelled = tok.encode(call, split_special_tokens=True)
+    assert ids[0] not in spelled
+    bad = HERMES.call_text([ToolCall("x", "add", '{"a":30}')])
+
+    forced = ToolPlan(HERMES, (ADD,), ToolChoice("required")).sampling_dict(tok, {})
+    assert set(forced) == {"ebnf", "end_on_exit", "skip_special_tokens"}
+    assert forced["skip_special_tokens"] is False
+    spec = {"ebnf": forced["ebnf"]}
+    assert _accepts(hermes, spec, call) and not _accepts_ids(hermes, spec, spelled)
+    assert not _accepts(hermes, spec, bad) and not _accepts(hermes, spec, call + "\n" + call)
+
+    auto = ToolPlan(HERMES, (ADD,)).sampling_dict(tok, {})
+    assert set(auto) == {"ebnf", "skip_special_tokens"}
+    spec = {"ebnf": auto["ebnf"]}
+    assert _accepts(hermes, spec, "Plain text, <b>tags</b> and {braces}.")
+    assert _accepts(hermes, spec, "Let me add.\n" + call + "\nDone.")
+    assert _accepts(hermes, spec, call + "\n" + call)  # parallel calls
+    assert not _accepts(hermes, spec, "Adding: " + bad)
+    assert not _accepts(hermes, spec, "<tool_call>Sure, I will.")
+    one = ToolPlan(HERMES, (ADD,), ToolChoice(parallel=False)).sampling_dict(tok, {})
+    assert not _accepts(hermes, {"ebnf": one["ebnf"]}, call + "\n" + call)
+
+    answer = ToolPlan(HERMES, (ADD,)).sampling_dict(tok, {"json_schema": ANSWER})
+    spec = {"ebnf": answer["ebnf"]}
+    assert _accepts(hermes, spec, call) and _accepts(hermes, spec, '{"city": "Oslo", "temp": 2}')
+    assert not _accepts_ids(hermes, spec, spelled)
+
+
 def test_plans_refuse_two_grammars_and_parse_auto_beside_another_grammar(backend: Any) -> None:
     tok, _ = backend
     forced = ToolPlan(HERMES, (ADD,), ToolChoice("required"))
@@ -177,14 +235,19 @@ def test_auto_with_a_json_response_format_is_calls_or_the_answer(backend: Any) -
     """A response format beside `auto` tools (as agent frameworks send a structured output
     type with tools): the output is the format's calls or the answer in the schema, in each
     family's format; text around either, a call of another tool, or an answer that misses the
-    schema is refused."""
-    tok, _ = backend
+    schema is refused. Schemas a regex enforces make a regex (length-bounded, as a forced call
+    is), others Lark."""
+    tok, b = backend
     add = ToolCall("x", "add", '{"a":3}')
     answer = '{"city": "Paris", "temp": 21}'
-    for fmt in (HERMES, LLAMA3_JSON):
-        d = ToolPlan(fmt, (ADD,)).sampling_dict(tok, {"json_schema": ANSWER})
-        assert d["json_schema"] is None and set(d) == {"ebnf", "json_schema"}, fmt.name
-        spec = {"ebnf": d["ebnf"]}
+    cases = [(fmt, tools, kind) for fmt in (HERMES, LLAMA3_JSON)
+             for tools, kind in (((ADD,), "regex"), ((ADD, OPEN), "ebnf"))]  # fmt: skip
+    for fmt, tools, kind in cases:
+        d = ToolPlan(fmt, tools).sampling_dict(tok, {"json_schema": ANSWER})
+        assert d["json_schema"] is None and set(d) == {kind, "json_schema"}, fmt.name
+        spec = {kind: d[kind]}
+        if kind == "regex":
+            assert isinstance(b.compile(GrammarSpec("regex", d["regex"])), TokenAutomaton)
         assert _accepts(backend, spec, answer), fmt.name
         assert _accepts(backend, spec, fmt.call_text([add])), fmt.name
         assert _accepts(backend, spec, fmt.call_text([add, add])), fmt.name  # parallel calls
@@ -195,7 +258,8 @@ def test_auto_with_a_json_response_format_is_calls_or_the_answer(backend: Any) -
         assert not _accepts(backend, spec, other), fmt.name
         assert not _accepts(backend, spec, fmt.call_text([ToolCall("x", "add", '{"a":30}')]))
     one = ToolPlan(HERMES, (ADD,), ToolChoice(parallel=False))
-    spec = {"ebnf": one.sampling_dict(tok, {"json_schema": '{"type": "object"}'})["ebnf"]}
+    d = one.sampling_dict(tok, {"json_schema": '{"type": "object"}'})
+    spec = {k: d[k] for k in ("regex", "ebnf") if k in d}
     assert _accepts(backend, spec, '{"any": [1, 2]}')  # json_object: any object
     assert not _accepts(backend, spec, HERMES.call_text([add, add]))  # one call at most
 

@@ -7,12 +7,15 @@ it fits. A choice too big for one regex is exactly one call, written as a top-le
 one regex per tool, which the grammar layer matches per tool (grammar/union.py), still bounded.
 Schemas with a keyword no regex enforces take a Lark grammar (llguidance, every keyword
 enforced, no length bound), also of exactly one call: without a bound a model that repeats
-calls would run out of tokens inside one."""
+calls would run out of tokens inside one; so do calls wrapped in special tokens, which only
+Lark can name. `auto`'s grammars (free text, calls opened by the model) are Lark; `auto` beside
+a JSON response format is a regex of calls or the answer where one enforces both."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from radixrt.grammar.base import CANONICAL_JSON, COMPACT_JSON, GrammarError
@@ -82,39 +85,61 @@ def _moved_refs(node: Any, root: str) -> Any:
     return out
 
 
-def forced_call_spec(fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, str]:
-    """The sampling fields (`regex` or `ebnf`) that force `choice`'s call(s)."""
+def forced_call_spec(
+    fmt: CallFormat,
+    tools: list[ToolSpec],
+    choice: ToolChoice,
+    tokens: Mapping[str, int] | None = None,
+) -> dict[str, str]:
+    """The sampling fields (`regex` or `ebnf`) that force `choice`'s call(s). `tokens`: the
+    format's markers that are special tokens of the model's tokenizer (text never holds
+    one), with their ids; a call wrapped in one (Hermes' <tool_call> where the tokenizer marks
+    it special) is written with the token, which only a Lark grammar can name."""
     allowed = allowed_tools(tools, choice)
     schema = call_schema(fmt, allowed)
-    if schema_enforced(schema):
-        one = (
-            literal_regex(fmt.forced_prefix)
-            + f"(?:{_call_regex(schema)})"
-            + literal_regex(fmt.forced_suffix)
-        )
-        calls = f"{one}(?:{literal_regex(fmt.forced_sep)}{one})*" if choice.parallel else one
-        regex = literal_regex(fmt.forced_open) + calls + literal_regex(fmt.forced_close)
+    tokens = tokens or {}
+    if schema_enforced(schema) and not _wraps_in_tokens(fmt, tokens):
+        regex = _calls_regex(fmt, schema, choice.parallel)
         if is_small_regex(regex):
             return {"regex": regex}
         # One call, as a choice of one branch per tool at the top level: the grammar layer
         # matches it as the union of the tools' own automata (each the regex of that tool's
         # named call), so the bound holds for any number of tools.
         return {"regex": "|".join(_one_call(fmt, t) for t in allowed)}
-    return {"ebnf": "start: calls\n" + _calls_rules(fmt, schema, parallel=False)}
+    return {"ebnf": "start: calls\n" + _calls_rules(fmt, schema, False, tokens)}
+
+
+def _calls_regex(fmt: CallFormat, schema: dict[str, Any], parallel: bool) -> str:
+    """The regex of the format's calls (one, or with `parallel` several) of the call schema
+    `schema`, as forced calls are written."""
+    one = (
+        literal_regex(fmt.forced_prefix)
+        + f"(?:{_call_regex(schema)})"
+        + literal_regex(fmt.forced_suffix)
+    )
+    calls = f"{one}(?:{literal_regex(fmt.forced_sep)}{one})*" if parallel else one
+    return literal_regex(fmt.forced_open) + calls + literal_regex(fmt.forced_close)
+
+
+def _wraps_in_tokens(fmt: CallFormat, tokens: Mapping[str, int]) -> bool:
+    """Whether a forced call's own text holds one of the special tokens `tokens`."""
+    return any(m in tokens for m in (fmt.opener, fmt.closer) if m and not fmt.array)
 
 
 def _calls_rules(
-    fmt: CallFormat, schema: dict[str, Any], parallel: bool, token_id: int | None = None
+    fmt: CallFormat, schema: dict[str, Any], parallel: bool, tokens: Mapping[str, int]
 ) -> str:
-    """Lark rules `calls` (the format's calls as forced calls are written, behind the special
-    token `token_id` where there is one: Mistral's [TOOL_CALLS]) and `call` (one call of the
-    call schema `schema`)."""
+    """Lark rules `calls` (the format's calls as forced calls are written, behind the opener
+    of an array format where it is a special token: Mistral's [TOOL_CALLS]) and `call` (one
+    call of the call schema `schema`), each special token of `tokens` written as itself."""
     body = json.dumps({**schema, "x-guidance": _LAYOUT})
-    token = "" if token_id is None else f"<[{token_id}]> "
+    opener = fmt.opener if fmt.array and fmt.opener in tokens else ""
     more = f"({_lark(fmt.forced_sep)} call)*" if parallel else ""
     return (
-        f"calls: {token}{_lark(fmt.forced_open)} call {more} {_lark(fmt.forced_close)}\n"
-        f"call: {_lark(fmt.forced_prefix)} %json {body} {_lark(fmt.forced_suffix)}\n"
+        f"calls: {_lark(opener, tokens)} {_lark(fmt.forced_open)} call {more} "
+        f"{_lark(fmt.forced_close)}\n"
+        f"call: {_lark(fmt.forced_prefix, tokens)} %json {body} "
+        f"{_lark(fmt.forced_suffix, tokens)}\n"
     )
 
 
@@ -138,37 +163,51 @@ def compact_json(value: Any) -> str:
 
 
 def auto_call_spec(
-    fmt: CallFormat, tools: list[ToolSpec], choice: ToolChoice, opener_id: int | None = None
+    fmt: CallFormat,
+    tools: list[ToolSpec],
+    choice: ToolChoice,
+    tokens: Mapping[str, int] | None = None,
 ) -> dict[str, str]:
     """`auto`: free text, but once the model writes the format's opener, the rest of that
     call is constrained to a call of one of `tools` (llguidance's lazy lexeme: the text ends
     where the opener is written). Formats whose calls open the output (Llama 3 JSON) may
-    start with calls or with text that is not one. An opener that is a special token
-    (Mistral's [TOOL_CALLS], token `opener_id`) ends the text (no text lexeme holds a special
-    token) and starts the list of calls; {} for an array format without its token id."""
+    start with calls or with text that is not one. An opener that is a special token of
+    `tokens` (Mistral's [TOOL_CALLS]; Hermes' <tool_call> where the tokenizer marks it
+    special) ends the text, no text lexeme holding a special token, and starts the calls;
+    {} for an array format whose opener is not a special token."""
     schema = call_schema(fmt, tools)
+    tokens = tokens or {}
     if fmt.opener is not None and fmt.array:
-        if opener_id is None:
+        if fmt.opener not in tokens:
             return {}
         return {
             "ebnf": "%llguidance {}\n"
             "start: TEXT calls?\n"
-            "TEXT: /(.|\\n)*/\n" + _calls_rules(fmt, schema, choice.parallel, opener_id)
+            "TEXT: /(.|\\n)*/\n" + _calls_rules(fmt, schema, choice.parallel, tokens)
+        }
+    body = json.dumps({**schema, "x-guidance": _LAYOUT})
+    if fmt.opener in tokens:  # (a wrapped call: its opener a special token)
+        calls = "(call TEXT)*" if choice.parallel else "(call TEXT)?"
+        return {
+            "ebnf": "%llguidance {}\n"
+            f"start: TEXT {calls}\n"
+            "TEXT: /(.|\\n)*/\n"
+            f"call: {_lark(fmt.forced_prefix, tokens)} %json {body} "
+            f"{_lark(fmt.forced_suffix, tokens)}\n"
         }
     if fmt.opener is not None and not fmt.array and fmt.forced_prefix.startswith(fmt.opener):
         rest = fmt.forced_prefix[len(fmt.opener) :]
-        body = json.dumps({**schema, "x-guidance": _LAYOUT})
         return {
             "ebnf": "%llguidance {}\n"
             f"start: {'call*' if choice.parallel else 'call?'} TEXT\n"
             "TEXT: /(.|\\n)*/\n"
             f"opener[lazy]: TEXT {_lark(fmt.opener)}\n"
-            f"call: opener {_lark(rest)} %json {body} {_lark(fmt.forced_suffix)}\n"
+            f"call: opener {_lark(rest)} %json {body} {_lark(fmt.forced_suffix, tokens)}\n"
         }
     if fmt.opener is None:
         return {
             "ebnf": "start: TEXT | calls\n"
-            "TEXT: /(\\s*[^{\\s](.|\\n)*)?/\n" + _calls_rules(fmt, schema, choice.parallel)
+            "TEXT: /(\\s*[^{\\s](.|\\n)*)?/\n" + _calls_rules(fmt, schema, choice.parallel, tokens)
         }
     return {}
 
@@ -178,20 +217,34 @@ def auto_call_or_json_spec(
     tools: list[ToolSpec],
     choice: ToolChoice,
     response: dict[str, Any],
-    opener_id: int | None = None,
+    tokens: Mapping[str, int] | None = None,
 ) -> dict[str, str]:
     """`auto` with a JSON response format: the output is either the format's calls of
-    `tools` (written as forced calls are, Mistral's behind its [TOOL_CALLS] token
-    `opener_id`) or one JSON value of the schema `response` (in the response formats'
-    layout), nothing else, so a model asked for a structured answer may still call a tool
-    first. {} for an array format without its token id."""
-    array = fmt.opener is not None and fmt.array  # calls behind the special token
-    if array and opener_id is None:
+    `tools` (written as forced calls are, with the special tokens of `tokens` as themselves:
+    Mistral's behind its [TOOL_CALLS]) or one JSON value of the schema `response` (in the
+    response formats' layout), nothing else, so a model asked for a structured answer may
+    still call a tool first. A regex (length-bounded, as a forced call or a response format
+    alone is) where one enforces both schemas and names no special token, else Lark
+    (llguidance, no length bound); a choice too big for one regex is, as a forced one, a
+    top-level choice of one call of each tool or the answer. {} for an array format whose
+    opener is not a special token."""
+    tokens = tokens or {}
+    if fmt.opener is not None and fmt.array and fmt.opener not in tokens:
         return {}
+    schema = call_schema(fmt, tools)
+    plain = not fmt.array and not _wraps_in_tokens(fmt, tokens)  # (calls without a token)
+    if plain and schema_enforced(schema) and schema_enforced(response):
+        try:
+            answer_regex = schema_regex(json.dumps(response), layout=CANONICAL_JSON)
+        except GrammarError:
+            answer_regex = ""  # (llguidance says what is wrong with it)
+        regex = f"(?:{_calls_regex(fmt, schema, choice.parallel)})|(?:{answer_regex})"
+        if answer_regex and is_small_regex(regex):
+            return {"regex": regex}
+        if answer_regex and is_small_regex(answer_regex):  # as forced calls: one call
+            return {"regex": "|".join([*(_one_call(fmt, t) for t in tools), answer_regex])}
     answer = json.dumps({**response, "x-guidance": CANONICAL_JSON.guidance()})
-    calls = _calls_rules(
-        fmt, call_schema(fmt, tools), choice.parallel, opener_id if array else None
-    )
+    calls = _calls_rules(fmt, schema, choice.parallel, tokens)
     return {"ebnf": f"%llguidance {{}}\nstart: calls | answer\n{calls}answer: %json {answer}\n"}
 
 
@@ -200,6 +253,11 @@ def literal_regex(text: str) -> str:
     return re.escape(text).replace("\\\n", "\\n")
 
 
-def _lark(text: str) -> str:
-    """A Lark string literal of `text`; nothing for the empty string."""
-    return json.dumps(text) if text else ""
+def _lark(text: str, tokens: Mapping[str, int] | None = None) -> str:
+    """A Lark sequence matching `text`: string literals, and each special token of `tokens`
+    in it as that token (`<[id]>`); nothing for the empty string."""
+    if not tokens:
+        return json.dumps(text) if text else ""
+    marks = "|".join(map(re.escape, sorted(tokens, key=len, reverse=True)))
+    parts = re.split(f"({marks})", text)
+    return " ".join(f"<[{tokens[p]}]>" if p in tokens else json.dumps(p) for p in parts if p)

@@ -82,7 +82,8 @@ class ToolPlan:
                     "a forced tool call cannot be combined with allowed_token_ids (its grammar's "
                     "forced tokens are not sampled)"
                 )
-            d.update(forced_call_spec(self.fmt, list(self.tools), self.choice))
+            tokens = special_markers(tokenizer, self.fmt)
+            d.update(forced_call_spec(self.fmt, list(self.tools), self.choice, tokens))
             # After a complete call, end where the model would write anything but another.
             d["end_on_exit"] = True
         opener = self.fmt.opener or self.fmt.lead
@@ -92,12 +93,12 @@ class ToolPlan:
         # With another grammar, or tokens restricted (which a grammar's forced tokens would
         # not respect), the calls are only parsed.
         if self.parses_calls and not self.choice.is_forced and not asked.get("allowed_token_ids"):
-            opener_id = tokenizer.convert_tokens_to_ids(opener) if special else None
+            tokens = special_markers(tokenizer, self.fmt)
             tools = allowed_tools(list(self.tools), self.choice)  # auto's allowed_tools too
             if not has_grammar:
-                d.update(auto_call_spec(self.fmt, tools, self.choice, opener_id))
+                d.update(auto_call_spec(self.fmt, tools, self.choice, tokens))
             elif answer is not None:
-                spec = auto_call_or_json_spec(self.fmt, tools, self.choice, answer, opener_id)
+                spec = auto_call_or_json_spec(self.fmt, tools, self.choice, answer, tokens)
                 if spec:
                     d.update(spec, json_schema=None)  # (the schema is the grammar's answer)
         if special:
@@ -133,6 +134,18 @@ def _json_answer(asked: dict[str, Any]) -> dict[str, Any] | None:
         except ValueError:
             return None
     return schema if isinstance(schema, dict) else None
+
+
+def special_markers(tokenizer: Any, fmt: CallFormat) -> dict[str, int]:
+    """The format's opener and closer that are special tokens of `tokenizer`, with their ids.
+    A grammar writes those as the token (text never holds one); an added token that is not
+    special (Qwen's <tool_call>) is text, as the grammar backends read it."""
+    marked = set(getattr(tokenizer, "all_special_tokens", ()) or ()) | {
+        t.content for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
+        if t.special
+    }  # fmt: skip
+    found = [m for m in (fmt.opener, fmt.closer) if m is not None and m in marked]
+    return {m: int(tokenizer.convert_tokens_to_ids(m)) for m in found}
 
 
 def _special_tokens(tokenizer: Any) -> set[str]:
