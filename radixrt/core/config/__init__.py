@@ -18,6 +18,7 @@ from radixrt.core.config.choices import (
     KV_CACHE_DTYPES,
     LOG_LEVELS,
     QUANTIZATIONS,
+    REASONING_PARSERS,
     SCHEDULE_POLICIES,
     TOOL_CALL_FORMATS,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "ENGINE_CONFIGS",
     "GRAMMAR_BACKEND_NAMES",
     "TOOL_CALL_FORMATS",
+    "REASONING_PARSERS",
     "LOG_LEVELS",
     "QUANTIZATIONS",
     "SCHEDULE_POLICIES",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from radixrt.core.config.browser import BrowserConfig
-from radixrt.core.config.choices import LOG_LEVELS, TOOL_CALL_FORMATS
+from radixrt.core.config.choices import LOG_LEVELS, REASONING_PARSERS, TOOL_CALL_FORMATS
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class ServerConfig(BrowserConfig):
     # tenant's slow schemas leave the rest of the slots to the others.
     max_pending_grammars_per_tenant: int = 16
     tool_call_format: str = "auto"  # TOOL_CALL_FORMATS
+    reasoning_parser: str = "none"  # REASONING_PARSERS
     # Logprob entries one request may ask for: tokens x (1 + top_logprobs_num), input (from
     # logprob_start_len) and output (max_new_tokens), summed over prompts x n; more get 400.
     max_logprob_entries: int = 2**20
@@ -97,6 +98,11 @@ class ServerConfig(BrowserConfig):
             raise ValueError(
                 f"tool_call_format must be one of {TOOL_CALL_FORMATS}, "
                 f"got {self.tool_call_format!r}"
+            )
+        if self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"reasoning_parser must be one of {REASONING_PARSERS}, "
+                f"got {self.reasoning_parser!r}"
             )
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")

@@ -19,6 +19,7 @@ from radixrt.core.config import (
     KV_CACHE_DTYPES,
     LOG_LEVELS,
     QUANTIZATIONS,
+    REASONING_PARSERS,
     SCHEDULE_POLICIES,
     TOOL_CALL_FORMATS,
     CacheConfig,
@@ -63,6 +64,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "router_policy": tuple(ROUTING_POLICIES),
     "grammar_backend": tuple(GRAMMAR_BACKENDS),
     "tool_call_format": TOOL_CALL_FORMATS,
+    "reasoning_parser": REASONING_PARSERS,
 }
 _HELP = {
     "model_path": "local HF folder or .gguf file; None: the bundled SmolLM2-135M-Instruct",
@@ -175,6 +177,10 @@ _HELP = {
     "tool_call_format": "how the model writes tool calls (the prompt's tool list, the parser "
     "of calls, the grammar of forced calls); auto: the format its chat template shows, "
     "hermes when it shows none",
+    "reasoning_parser": "read a reasoning model's thinking (<think>...</think>) out of its "
+    "output, as vLLM's and SGLang's --reasoning-parser: qwen3 (where the output or the prompt "
+    "opens it), deepseek_r1 (the output starts in it); chat completions give it as "
+    "reasoning_content, the Responses API as a reasoning item; none: it stays in the text",
     "max_logprob_entries": "logprob entries one request may ask for: tokens x (1 + top "
     "logprobs), prompt (from logprob_start_len) and output (max_new_tokens), over prompts x n; "
     "more are refused with 400",

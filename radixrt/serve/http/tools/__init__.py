@@ -1,11 +1,19 @@
 """Tool calls, once for every dialect: the internal form of tools and choices (spec), each
 family's call syntax (formats), forced calls as grammars (grammar), the streaming parser of
-calls (parser), the prompt with tools (prompt) and a request's plan (plan)."""
+calls (parser), the model's reasoning apart from its answer (reasoning), the prompt with
+tools (prompt) and a request's plan (plan)."""
 
 from radixrt.serve.http.tools.formats import CALL_FORMATS, CallFormat, format_for
-from radixrt.serve.http.tools.parser import ArgsPiece, CallStart, TextPiece, ToolEvent
-from radixrt.serve.http.tools.plan import OutputParser, ToolPlan, parse_output
+from radixrt.serve.http.tools.parser import (
+    ArgsPiece,
+    CallStart,
+    ReasoningPiece,
+    TextPiece,
+    ToolEvent,
+)
+from radixrt.serve.http.tools.plan import OutputParser, ToolPlan, parse_output, read_output
 from radixrt.serve.http.tools.prompt import MESSAGE_ROLES, render_tool_chat
+from radixrt.serve.http.tools.reasoning import REASONING_PARSERS
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
 
 __all__ = [
@@ -15,6 +23,8 @@ __all__ = [
     "CallFormat",
     "CallStart",
     "OutputParser",
+    "REASONING_PARSERS",
+    "ReasoningPiece",
     "TextPiece",
     "ToolCall",
     "ToolChoice",
@@ -23,5 +33,6 @@ __all__ = [
     "ToolSpec",
     "format_for",
     "parse_output",
+    "read_output",
     "render_tool_chat",
 ]

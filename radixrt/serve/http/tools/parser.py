@@ -44,7 +44,14 @@ class ArgsPiece:
     text: str
 
 
-ToolEvent = TextPiece | CallStart | ArgsPiece
+@dataclass(frozen=True, slots=True)
+class ReasoningPiece:
+    """Text of the model's reasoning (tools/reasoning.py), apart from its answer."""
+
+    text: str
+
+
+ToolEvent = TextPiece | CallStart | ArgsPiece | ReasoningPiece
 
 
 def new_call_id() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from radixrt.grammar.base import SPEC_KINDS
@@ -17,7 +17,14 @@ from radixrt.serve.http.tools.grammar import (
     auto_call_spec,
     forced_call_spec,
 )
-from radixrt.serve.http.tools.parser import TextPiece, ToolCallParser, ToolEvent, new_call_id
+from radixrt.serve.http.tools.parser import (
+    ReasoningPiece,
+    TextPiece,
+    ToolCallParser,
+    ToolEvent,
+    new_call_id,
+)
+from radixrt.serve.http.tools.reasoning import Reasoning, ReasoningSplit
 from radixrt.serve.http.tools.spec import (
     ToolCall,
     ToolChoice,
@@ -50,9 +57,13 @@ class PlainText:
 
 @dataclass(frozen=True, slots=True)
 class ToolPlan:
+    """`reasoning`: how the output's reasoning is read out of it (None: it is not; see
+    with_reasoning)."""
+
     fmt: CallFormat
     tools: tuple[ToolSpec, ...] = ()
     choice: ToolChoice = field(default_factory=ToolChoice)
+    reasoning: Reasoning | None = None
 
     def __post_init__(self) -> None:
         check_tools(list(self.tools), self.choice)
@@ -60,6 +71,24 @@ class ToolPlan:
     @property
     def parses_calls(self) -> bool:
         return bool(self.tools) and self.choice.mode != "none"
+
+    @property
+    def parses_output(self) -> bool:
+        """Whether the output is read (calls, reasoning), not taken as text."""
+        return self.parses_calls or self.reasoning is not None
+
+    def with_reasoning(self, parser: str, prompt_tail: str, asked: dict[str, Any]) -> ToolPlan:
+        """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for a
+        prompt whose text ends with `prompt_tail` and the request's sampling dict `asked`
+        (before the tools' fields). Not where a grammar holds the output from its first
+        token (a forced call, a response format, a regex or grammar): that output has no
+        reasoning. `auto` tools alone start with free text, so theirs may."""
+        if self.choice.is_forced and self.tools:
+            return self
+        if any(asked.get(k) is not None for k in SPEC_KINDS):
+            return self
+        reasoning = Reasoning.of(parser, prompt_tail)
+        return self if reasoning is None else replace(self, reasoning=reasoning)
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
         """Fields to add to the request's sampling dict `asked`: a forced call's grammar;
@@ -105,21 +134,37 @@ class ToolPlan:
             d["skip_special_tokens"] = False
         return d
 
-    def new_parser(self, new_id: Callable[[], str] = new_call_id) -> OutputParser:
-        """A parser for one output (one per sample)."""
-        if not self.parses_calls:
-            return PlainText()
-        names = {t.name for t in allowed_tools(list(self.tools), self.choice)}
-        return ToolCallParser(self.fmt, names, self.choice.is_forced, new_id)
+    def new_parser(
+        self, new_id: Callable[[], str] = new_call_id, keep_reasoning: bool = False
+    ) -> OutputParser:
+        """A parser for one output (one per sample); its reasoning, where the plan reads it,
+        given as ReasoningPiece events with `keep_reasoning` (dialects that show it), else
+        dropped."""
+        inner: OutputParser = PlainText()
+        if self.parses_calls:
+            names = {t.name for t in allowed_tools(list(self.tools), self.choice)}
+            inner = ToolCallParser(self.fmt, names, self.choice.is_forced, new_id)
+        if self.reasoning is None:
+            return inner
+        return ReasoningSplit(inner, self.reasoning, keep_reasoning)
 
 
 def parse_output(
     plan: ToolPlan, text: str, new_id: Callable[[], str] = new_call_id
 ) -> tuple[str, list[ToolCall]]:
-    """A whole output's text (calls taken out) and its calls."""
-    parser = plan.new_parser(new_id)
+    """A whole output's text (calls and reasoning taken out) and its calls."""
+    _, answer, calls = read_output(plan, text, new_id)
+    return answer, calls
+
+
+def read_output(
+    plan: ToolPlan, text: str, new_id: Callable[[], str] = new_call_id
+) -> tuple[str, str, list[ToolCall]]:
+    """A whole output's reasoning, its text (calls and reasoning taken out) and its calls."""
+    parser = plan.new_parser(new_id, keep_reasoning=True)
     events = parser.feed(text) + parser.finish()
-    return "".join(e.text for e in events if isinstance(e, TextPiece)), parser.calls
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningPiece))
+    return reasoning, "".join(e.text for e in events if isinstance(e, TextPiece)), parser.calls
 
 
 def _json_answer(asked: dict[str, Any]) -> dict[str, Any] | None:

@@ -60,9 +60,11 @@ def prepare_messages(
     generate: bool,
     fmt: CallFormat,
     head: Head | None = None,
+    reasoning: str = "none",
 ) -> RenderedPrompt:
     """Check, render and tokenize a body (the start `head` knows with its ids); with
-    `generate`, its sampling parameters too."""
+    `generate`, its sampling parameters too, and the plan that reads its output: reasoning,
+    read as the parser `reasoning` does, is left out of it (thinking is not served here)."""
     most = limits.server.max_chat_messages
     if len(req.messages) > most:
         raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")
@@ -72,6 +74,7 @@ def prepare_messages(
     if not generate:
         return prompt
     d = sampling_dict(req)
+    plan = plan.with_reasoning(reasoning, prompt.text[-64:], d)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)

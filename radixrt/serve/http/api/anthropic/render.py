@@ -62,7 +62,7 @@ class MessagesRender(BaseRender):
         self.model = model
         self.planned = planned
         self._started = False
-        self.plan = plan if plan is not None and plan.parses_calls else None
+        self.plan = plan if plan is not None and plan.parses_output else None
         self._blocks: ToolBlocks | None = None  # a stream with tools: its content blocks
 
     def response(self, done: Finished) -> dict[str, Any]:

@@ -82,7 +82,8 @@ def _parse(
     def head(text: str) -> tuple[int, list[int]]:
         return ctx.pipeline.continuations.head(owner, text)
 
-    prompt = prepare_messages(body, ctx.tokenizer, ctx.limits, generate, ctx.tool_format, head)
+    prompt = prepare_messages(body, ctx.tokenizer, ctx.limits, generate, ctx.tool_format, head,
+                              ctx.args.server.reasoning_parser)  # fmt: skip
     return body, prompt
 
 

@@ -82,7 +82,7 @@ def explain_ids(body: ExplainRequest, tokenizer: Any, limits: Limits) -> list[in
     if body.messages is not None:
         chat = ChatCompletionRequest(model="", messages=body.messages)
         plan = ToolPlan(format_for("auto", tokenizer))  # no tools: the chat route's prompt
-        return prepare_chat(chat, tokenizer, limits, plan).prompts[0]
+        return prepare_chat(chat, tokenizer, limits, plan)[0].prompts[0]
     gen = GenerateRequest(text=body.text, input_ids=body.input_ids)
     prepared = prepare_generate(gen, tokenizer, limits)
     if len(prepared.prompts) != 1:

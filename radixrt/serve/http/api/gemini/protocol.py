@@ -269,16 +269,20 @@ def prepare_content(
     limits: Limits,
     fmt: CallFormat,
     encode: Encode | None = None,
+    reasoning: str = "none",
 ) -> PreparedContent:
     """The prompt of a generateContent request: with a cache, the whole conversation (the
     cache's, then the request's) rendered with a generation prompt; when that text starts with
-    the cache's own, the handle's ids plus the rest's tokens, so the cached tokens match."""
+    the cache's own, the handle's ids plus the rest's tokens, so the cached tokens match.
+    Reasoning, read as the parser `reasoning` does, is left out of the answer (thoughts are
+    not served here)."""
     ids, starts, text = _prompt(body, handle, tokenizer, limits, fmt, encode)
     tools = declarations(body.tools) if handle is None else handle.meta.get("tools", [])
     plan = tool_plan(fmt, tools, body.tool_config)
     config = body.generation_config or GenerationConfig()
     explicit_max = config.max_output_tokens is not None
     d = sampling_dict(config)
+    plan = plan.with_reasoning(reasoning, text[-64:], d)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     if not explicit_max:

@@ -112,6 +112,7 @@ def _add_model_routes(app: FastAPI, ctx: ApiContext, prefix: str) -> None:
             limits,
             ctx.tool_format,
             encoder(request),
+            ctx.args.server.reasoning_parser,
             caller=caller_of(request),
         )
         is_stream = action == "streamGenerateContent"

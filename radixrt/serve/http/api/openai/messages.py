@@ -26,6 +26,11 @@ class ChatMessage(msgspec.Struct):
     name: str | None = None
     tool_calls: list[ToolCallItem] | None = None  # assistant
     tool_call_id: str | None = None  # tool
+    # An assistant's reasoning as a reasoning parser gave it (vLLM's and SGLang's field, and
+    # its newer name): passed to the template, which may show it (Qwen3's, within a turn's
+    # tool calls), so the next turn's prompt holds the tokens the model wrote.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class TemplateOptions(msgspec.Struct, kw_only=True):
@@ -80,6 +85,9 @@ def chat_turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         turn: dict[str, Any] = {"role": _role(m, i), "content": _content_text(m)}
         if m.tool_calls:
             turn["tool_calls"] = calls_of(m.tool_calls)
+        thought = m.reasoning_content or m.reasoning
+        if thought and m.role == "assistant":
+            turn["reasoning_content"] = thought
         if m.role == "tool":
             turn["tool_call_id"] = m.tool_call_id or ""
             if m.name is not None:

@@ -303,9 +303,11 @@ def prepare_chat(
     limits: Limits,
     plan: ToolPlan,
     encode: Callable[[str], list[int]] | None = None,
-) -> PreparedRequest:
+    reasoning: str = "none",
+) -> tuple[PreparedRequest, ToolPlan]:
     """Render the messages (and `plan`'s tools) with the tokenizer's chat template; one
-    prompt, tokenized by `encode` (the tokenizer's own by default)."""
+    prompt, tokenized by `encode` (the tokenizer's own by default). The plan that reads the
+    output: `plan`, reading reasoning as the parser `reasoning` does where it may."""
     req.check_fields()
     text = render_messages(req, plan, tokenizer, limits)
     if encode is None:
@@ -315,6 +317,7 @@ def prepare_chat(
     d = req.sampling_dict()
     if req.response_format is not None:
         add_spec(d, req.response_format.sampling_dict(), "response_format")
+    plan = plan.with_reasoning(reasoning, text[-64:], d)  # (d: the request's own grammar)
     d.update(plan.sampling_dict(tokenizer, d))
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")
@@ -332,7 +335,7 @@ def prepare_chat(
     d = resolve_prediction(d, tokenizer, limits)
     cut = truncated(prompts, req.truncate_prompt_tokens, limits)
     kept = text if len(cut[0]) == len(prompts[0]) else None  # a cut prompt is not its text's
-    return replace(_prepare(cut, d, max_tokens, limits, req.rid), text=kept)
+    return replace(_prepare(cut, d, max_tokens, limits, req.rid), text=kept), plan
 
 
 def _prepare(

@@ -20,10 +20,11 @@ from radixrt.serve.http.tools import (
     ArgsPiece,
     CallStart,
     OutputParser,
+    ReasoningPiece,
     TextPiece,
     ToolEvent,
     ToolPlan,
-    parse_output,
+    read_output,
 )
 from radixrt.serve.results.delta import OutputDelta
 from radixrt.serve.web.responses import SSE_DONE, error_body, sse_event
@@ -57,7 +58,7 @@ class CompletionRender(BaseRender):
         self.strings = strings
         self.ask = ask or LogprobAsk()  # which logprobs the call shows
         self.echo = echo  # completions' echo: each prompt's text, before its choices' text
-        self.plan = plan if plan is not None and plan.parses_calls else None
+        self.plan = plan if plan is not None and plan.parses_output else None
         self._parsers: dict[int, OutputParser] = {}  # chat choice -> its calls so far
         self.is_chat = is_chat
         self.n = n  # samples per prompt
@@ -80,8 +81,11 @@ class CompletionRender(BaseRender):
             choice = self._choice(i, done.states[i], delta)
             text = choice.pop("delta")
             if self.is_chat and self.plan is not None:
-                content, calls = parse_output(self.plan, text)
+                reasoning, content, calls = read_output(self.plan, text)
                 choice["message"] = {"role": "assistant", "content": content or None}
+                if self.plan.reasoning is not None:  # vLLM's and SGLang's field, and its new name
+                    choice["message"].update(reasoning_content=reasoning or None,
+                                             reasoning=reasoning or None)  # fmt: skip
                 if calls:
                     choice["message"]["tool_calls"] = call_items(calls)
                     choice["finish_reason"] = _with_calls(choice["finish_reason"])
@@ -120,7 +124,7 @@ class CompletionRender(BaseRender):
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
         choice = self._choice(index, state, delta)
         if self.is_chat and self.plan is not None:
-            parser = self._parsers.setdefault(index, self.plan.new_parser())
+            parser = self._parsers.setdefault(index, self.plan.new_parser(keep_reasoning=True))
             events = parser.feed(choice["delta"])
             if delta.is_last:
                 events += parser.finish()
@@ -242,9 +246,13 @@ class CompletionRender(BaseRender):
 
 
 def chunk_delta(events: list[ToolEvent]) -> dict[str, Any]:
-    """A chat chunk's `delta` from the parser's events: the text as content, each call's
-    start (id, name) and its argument pieces in `tool_calls` (one entry per piece)."""
+    """A chat chunk's `delta` from the parser's events: reasoning as `reasoning_content` (and
+    `reasoning`), the text as content, each call's start (id, name) and its argument pieces
+    in `tool_calls` (one entry per piece)."""
     out: dict[str, Any] = {}
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningPiece))
+    if reasoning:
+        out.update(reasoning_content=reasoning, reasoning=reasoning)
     text = "".join(e.text for e in events if isinstance(e, TextPiece))
     if text or not events:
         out["content"] = text

@@ -80,6 +80,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             tm.tokenizer,
             ctx.limits,
             ctx.tool_format,
+            ctx.args.server.reasoning_parser,
             lambda text: ctx.pipeline.continuations.encode(owner, text, tm.tokenizer),
             caller=caller_of(request),
         )
@@ -118,6 +119,7 @@ def _parse(
     tokenizer: Any,
     limits: Limits,
     fmt: CallFormat,
+    reasoning: str,
     encode: Callable[[str], list[int]],
 ) -> tuple[Any, PreparedRequest, ToolPlan | None, Fingerprint | None, list[str] | None]:
     """Decode, template and tokenize a body (on the tokenizer thread); a chat's prompt
@@ -126,7 +128,7 @@ def _parse(
     if is_chat:
         chat = decode_body(raw, ChatCompletionRequest)
         plan = tool_plan(fmt, chat.tools, chat.tool_choice, chat.parallel_tool_calls)
-        prepared = prepare_chat(chat, tokenizer, limits, plan, encode)
+        prepared, plan = prepare_chat(chat, tokenizer, limits, plan, encode, reasoning)
         return chat, prepared, plan, chat_fingerprint(chat, prepared.prompts[0]), None
     body = decode_body(raw, CompletionRequest)
     whole = completion_prompts(body, tokenizer, limits)

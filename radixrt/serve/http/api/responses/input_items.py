@@ -48,6 +48,8 @@ class InputItem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     arguments: str | None = None
     output: str | list[ContentPart] | None = None
     namespace: str | None = None
+    summary: list[ContentPart] | None = None  # reasoning: its summary (not shown to the model)
+    encrypted_content: str | None = None  # reasoning: never given by this server; ignored
     caller: dict[str, Any] | None = None  # who made a call: ignored (every call is direct)
     is_async: bool | None = msgspec.field(default=None, name="async")  # ignored, as async_
     async_: bool | None = None  # the name pydantic's model_dump() gives it
@@ -61,18 +63,33 @@ def input_messages(items: str | list[InputItem]) -> list[dict[str, Any]]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}] if items else []
     turns: list[dict[str, Any]] = []
+    thought: list[str] = []  # reasoning items' text, for the assistant turn they precede
     for item in items:
+        if item.type == "reasoning":
+            thought.append(_text(item.content if isinstance(item.content, list) else []))
+            continue
         if item.type == "function_call":
             call = ToolCall(item.call_id or "", item.name or "", item.arguments or "")
             if not turns or turns[-1]["role"] != "assistant":
                 turns.append({"role": "assistant", "content": ""})
             turns[-1]["tool_calls"] = [*turns[-1].get("tool_calls", ()), call]
+            _think(turns[-1], thought)
         elif item.type == "function_call_output":
             output = item.output if isinstance(item.output, str) else _text(item.output or [])
             turns.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
         else:
             turns.append({"role": ROLES[item.role or ""], "content": _item_text(item)})
+            if turns[-1]["role"] == "assistant":
+                _think(turns[-1], thought)
     return turns
+
+
+def _think(turn: dict[str, Any], thought: list[str]) -> None:
+    """The reasoning read before an assistant turn, as its `reasoning_content` (templates
+    that show an assistant's reasoning take it there)."""
+    if thought:
+        turn["reasoning_content"] = "".join(thought)
+        thought.clear()
 
 
 def check_input(items: str | list[InputItem]) -> None:
@@ -84,6 +101,11 @@ def check_input(items: str | list[InputItem]) -> None:
                 if getattr(item, name) is None:
                     raise BadRequestError(f"{where}.{name}: required for {item.type} items")
             _check_output(item, where)
+            continue
+        if item.type == "reasoning":  # (a reasoning parser's item, given back)
+            for j, part in enumerate(item.content if isinstance(item.content, list) else ()):
+                if part.type != "reasoning_text" or part.text is None:
+                    raise BadRequestError(f"{where}.content[{j}].type: reasoning_text only")
             continue
         if item.type == "item_reference":
             raise BadRequestError(f"{where}: item_reference is not supported; use "

@@ -1,6 +1,7 @@
-"""A response's output items as its text is read: a message item while the model writes
-text, a function_call item per call (arguments streamed as pieces that concatenate to the
-call's arguments), each done before the next is added. The same reading makes the items of a
+"""A response's output items as its text is read: a reasoning item while the model reasons
+(where the server reads reasoning: --reasoning-parser), a message item while it writes text, a
+function_call item per call (arguments streamed as pieces that concatenate to the call's
+arguments), each done before the next is added. The same reading makes the items of a
 whole response and the events of a stream, so the two agree."""
 
 from __future__ import annotations
@@ -8,7 +9,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from radixrt.serve.http.tools import ArgsPiece, CallStart, OutputParser, TextPiece, ToolEvent
+from radixrt.serve.http.tools import (
+    ArgsPiece,
+    CallStart,
+    OutputParser,
+    ReasoningPiece,
+    TextPiece,
+    ToolEvent,
+)
 
 Event = dict[str, Any]  # a stream event without its sequence_number
 
@@ -23,7 +31,7 @@ class OutputItems:
         self.has_item = has_item
         self.items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the last item, while it is written
-        self._text: list[str] = []  # the open message's text so far
+        self._text: list[str] = []  # the open message's (or reasoning's) text so far
 
     @property
     def text(self) -> str:
@@ -42,8 +50,8 @@ class OutputItems:
         """The rest, once the output is complete; `cut`: it ended at max_output_tokens (the
         last item is incomplete)."""
         events = self._read(self.parser.finish())
-        if not self.items and self.has_item:
-            events += self._add_message()
+        if not any(i["type"] != "reasoning" for i in self.items) and self.has_item:
+            events += self._add_message()  # (an answer of reasoning alone: an empty message)
         if self._open is not None:
             events += self._done("incomplete" if cut else "completed")
         return events
@@ -51,7 +59,15 @@ class OutputItems:
     def _read(self, found: list[ToolEvent]) -> list[Event]:
         events: list[Event] = []
         for e in found:
-            if isinstance(e, TextPiece):
+            if isinstance(e, ReasoningPiece):
+                if self._open is None or self._open["type"] != "reasoning":
+                    events += self._add({"id": "rs_" + uuid.uuid4().hex, "type": "reasoning",
+                                         "summary": [], "content": [],
+                                         "status": "in_progress"})  # fmt: skip
+                self._text.append(e.text)
+                events.append({"type": "response.reasoning_text.delta", **self._where(),
+                               "content_index": 0, "delta": e.text})  # fmt: skip
+            elif isinstance(e, TextPiece):
                 if self._open is None or self._open["type"] != "message":
                     events += self._add_message()
                 self._text.append(e.text)
@@ -99,6 +115,11 @@ class OutputItems:
                 {"type": "response.content_part.done", **where, "content_index": 0,
                  "part": _part(text)},
             ]  # fmt: skip
+        elif item["type"] == "reasoning":
+            text, self._text = "".join(self._text), []
+            item["content"] = [{"type": "reasoning_text", "text": text}]
+            events = [{"type": "response.reasoning_text.done", **where, "content_index": 0,
+                       "text": text}]  # fmt: skip
         else:
             events = [{"type": "response.function_call_arguments.done", **where,
                        "name": item["name"], "arguments": item["arguments"]}]  # fmt: skip

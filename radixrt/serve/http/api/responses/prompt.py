@@ -96,9 +96,11 @@ def build_prompt(
     tokenizer: Any,
     limits: Limits,
     fmt: CallFormat,
+    reasoning: str = "none",
 ) -> Prompt:
-    """Render and tokenize a turn with its tools in `fmt` (on the tokenizer thread); 400 for
-    bad tools, a tool output of no call, or a prompt that does not fit."""
+    """Render and tokenize a turn with its tools in `fmt` (on the tokenizer thread), its
+    output's reasoning read as the parser `reasoning` does where it may; 400 for bad tools, a
+    tool output of no call, or a prompt that does not fit."""
     plan = tool_plan(req, fmt)
     messages = name_results([*(previous.messages if previous else ()), *input_messages(req.input)])
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
@@ -114,6 +116,7 @@ def build_prompt(
     if ids is None:
         ids = tokenizer.encode(text, add_special_tokens=False)
     d = sampling_dict(req)
+    plan = plan.with_reasoning(reasoning, text[-64:], d)  # (d: the request's own grammar)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     explicit = "max_new_tokens" in d

@@ -65,6 +65,7 @@ def add_routes(app: FastAPI, ctx: ApiContext) -> None:
             tm.tokenizer,
             ctx.limits,
             ctx.tool_format,
+            config.reasoning_parser,
             caller=caller_of(request),
         )
         resp_id = "resp_" + uuid.uuid4().hex

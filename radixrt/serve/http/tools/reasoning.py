@@ -1,0 +1,127 @@
+"""A reasoning model's thinking, read out of its output as it streams: the text between
+`<think>` and `</think>` (Qwen3, DeepSeek-R1 and their kind) is reasoning, the rest is the
+answer, which the calls parser reads as before. `--reasoning-parser` names the family:
+
+- `qwen3`: reasoning where the output opens with `<think>` (after blanks), or where the prompt
+  already ends with it (templates that open the thinking themselves, as Qwen3's thinking-only
+  checkpoints do); an output without it is all answer;
+- `deepseek_r1`: the output is reasoning from its start (its template opens the thinking),
+  a `<think>` it writes first is dropped;
+- `none`: no reasoning is read out (the default; the tags stay in the text).
+
+Reasoning ends at `</think>`; blank lines right after it are the template's, not the answer's.
+An output that ends inside its reasoning has no answer. A tag split over deltas is held back
+until it is whole, so splitting the output differently gives the same pieces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from radixrt.core.config import REASONING_PARSERS
+from radixrt.serve.http.tools.parser import ReasoningPiece, ToolEvent
+from radixrt.serve.http.tools.spec import ToolCall
+
+START, END = "<think>", "</think>"
+
+
+class _Parser(Protocol):
+    calls: list[ToolCall]
+
+    def feed(self, text: str) -> list[ToolEvent]: ...
+
+    def finish(self) -> list[ToolEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """How one output's reasoning is read: `inside`, whether the output starts in it (the
+    prompt opened it)."""
+
+    inside: bool
+
+    @staticmethod
+    def of(parser: str, prompt_tail: str) -> Reasoning | None:
+        """For `parser` (REASONING_PARSERS) and the end of the prompt's text; None: none."""
+        if parser == "none":
+            return None
+        if parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"unknown reasoning parser {parser!r}; choose from {REASONING_PARSERS}"
+            )
+        return Reasoning(parser == "deepseek_r1" or prompt_tail.rstrip().endswith(START))
+
+
+class ReasoningSplit:
+    """An output parser that gives its reasoning as ReasoningPiece events (or drops it, with
+    `keep` False: dialects that show no thinking) and feeds the rest to `inner`."""
+
+    def __init__(self, inner: _Parser, reasoning: Reasoning, keep: bool = True) -> None:
+        self.inner = inner
+        self.keep = keep
+        # "open": before the output's first non-blank text (a <think> may open it);
+        # "inside": reasoning; "after": just past </think> (blank lines dropped); "answer".
+        self._state = "inside" if reasoning.inside else "open"
+        self._held = ""  # text not yet given: a tag's possible start, or leading blanks
+        self._opened = False  # whether the output's start was read: a <think> there is dropped
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return self.inner.calls
+
+    def feed(self, text: str) -> list[ToolEvent]:
+        out: list[ToolEvent] = []
+        text = self._held + text
+        self._held = ""
+        while text:
+            if self._state == "answer":
+                out += self.inner.feed(text)
+                break
+            if self._state == "open" or (self._state == "inside" and not self._opened):
+                body = text.lstrip()
+                if body.startswith(START):
+                    self._state, self._opened, text = "inside", True, body[len(START) :]
+                    continue
+                if START.startswith(body):  # blanks, or a <think> not yet whole
+                    self._held = text
+                    break
+                if self._state == "open":
+                    self._state = "answer"
+                    continue
+                self._opened = True  # (inside from the prompt: this is reasoning)
+            if self._state == "after":
+                body = text.lstrip("\n")
+                if not body:
+                    break
+                self._state, text = "answer", body
+                continue
+            end = text.find(END)
+            if end >= 0:
+                out += self._reason(text[:end])
+                self._state, text = "after", text[end + len(END) :]
+                continue
+            keep = _partial_tail(text, END)
+            out += self._reason(text[: len(text) - keep])
+            self._held = text[len(text) - keep :]
+            break
+        return out
+
+    def finish(self) -> list[ToolEvent]:
+        held, self._held = self._held, ""
+        out: list[ToolEvent] = []
+        if self._state == "inside":
+            out += self._reason(held)
+        elif held and self._state in ("open", "answer"):
+            out += self.inner.feed(held)
+        return out + self.inner.finish()
+
+    def _reason(self, text: str) -> list[ToolEvent]:
+        return [ReasoningPiece(text)] if text and self.keep else []
+
+
+def _partial_tail(text: str, tag: str) -> int:
+    """The length of the longest end of `text` that is a proper start of `tag`."""
+    for n in range(min(len(text), len(tag) - 1), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
