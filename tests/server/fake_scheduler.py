@@ -63,6 +63,9 @@ class FakeScheduler:
         self.received: list[GenerateReqMsg] = []  # every request sent to it
         self.most_running = 0  # requests and explanations at once, at most so far
         self._explaining = 0
+        # Requests whose prompt starts with "~" wait for this before their first token (a
+        # request that is still running, however fast the machine).
+        self.release = asyncio.Event()
         self._decoder = msgspec.msgpack.Decoder(GenerateReqMsg | AbortReqMsg | ExplainReqMsg)
 
     def encode(self, msg: Any) -> bytes:
@@ -109,6 +112,8 @@ class FakeScheduler:
         num = sp.max_new_tokens
         if sp.return_logprob and sp.logprob_start_len >= 0:
             await asyncio.sleep(0.01)  # the prompt's logprobs: samples without them end first
+        if msg.input_ids[:1] == [ord("~")]:
+            await self.release.wait()
         for k in range(num):
             await asyncio.sleep(0)
             finish = FinishMsg("length") if k == num - 1 else None

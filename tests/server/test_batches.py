@@ -290,7 +290,7 @@ def ctx_runner(client: httpx.AsyncClient) -> Any:
 
 def test_a_line_waiting_to_retry_leaves_its_slot_to_others(tmp_path) -> None:
     async def test(client: httpx.AsyncClient, ctx: ApiContext, sched: FakeScheduler) -> None:
-        slow = [_line(f"a{i}", {"prompt": "abc", "max_tokens": 1000}) for i in range(4)]
+        slow = [_line(f"a{i}", {"prompt": "~abc", "max_tokens": 100}) for i in range(4)]
         a = await _create(client, await _upload(client, slow))  # A: one request at a time
         while len(sched.received) < 1:
             await asyncio.sleep(0.001)
@@ -300,6 +300,7 @@ def test_a_line_waiting_to_retry_leaves_its_slot_to_others(tmp_path) -> None:
         await asyncio.wait_for(runner.get("b", b["id"], "batch_").ended.wait(), 30)
         # B ran while A's first line did: A's refused line waited without holding a slot.
         assert runner.get("a", a["id"], "batch_").counts()["succeeded"] == 0
+        sched.release.set()  # (A's lines, held until now, finish)
         await asyncio.wait_for(runner.get("a", a["id"], "batch_").ended.wait(), 60)
 
     _run(tmp_path, test, {"max_requests_per_tenant": 1}, batch_in_flight=2)
