@@ -1,12 +1,15 @@
 """`--reasoning-parser`: a reasoning model's thinking apart from its answer, through the
-openai client, on chat completions (`reasoning_content`, whole and streamed) and the Responses
-API (a reasoning item, whole and streamed). A tiny random Llama with SmolLM2's tokenizer plus
-`<think>` and `</think>` as added tokens (as Qwen3's and DeepSeek-R1's are), read as
-DeepSeek-R1's (the output starts in its reasoning); a logit bias on `</think>` makes the random
-model close it somewhere, so each sample's split is checked against its own tokens."""
+openai and anthropic clients: chat completions' `reasoning_content`, the Responses API's
+reasoning item, Anthropic's thinking blocks and Gemini's thought parts when asked for (whole
+and streamed). A tiny random
+Llama with SmolLM2's tokenizer plus `<think>` and `</think>` as added tokens (as Qwen3's and
+DeepSeek-R1's are), read as DeepSeek-R1's (the output starts in its reasoning); a logit bias on
+`</think>` makes the random model close it somewhere, so each sample's split is checked
+against its own tokens."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -112,25 +115,53 @@ def test_responses_give_a_reasoning_item(server_and_end) -> None:
     assert again.status in ("completed", "incomplete")
 
 
-def test_anthropic_and_gemini_leave_the_reasoning_out(server_and_end) -> None:
-    """Dialects that serve no thinking answer without the reasoning (as their APIs do when
-    thinking is not asked for): greedy, the random model never closes it, so no text."""
+def test_anthropic_thinking_blocks_when_asked_and_none_otherwise(server_and_end) -> None:
+    """Thinking enabled: a thinking block holding the reasoning (greedy, the random model
+    never closes it, so no text after it), streamed as thinking_delta pieces; given back in
+    the next turn, the block is taken. Not asked for, the answer leaves the reasoning out (as
+    Anthropic's API does)."""
     server, _ = server_and_end
     chat = _client(server).chat.completions.create(model="m", messages=ASK, max_tokens=12,
                                                    temperature=0)  # fmt: skip
-    assert (chat.choices[0].message.model_extra or {})["reasoning_content"]
+    thought = (chat.choices[0].message.model_extra or {})["reasoning_content"]
+    assert thought
     client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
-    msg = client.messages.create(
-        model="m", max_tokens=12, messages=ASK, extra_body={"temperature": 0}
-    )
-    assert "".join(b.text for b in msg.content if b.type == "text") == ""
-    with client.messages.stream(
-        model="m", max_tokens=12, messages=ASK, extra_body={"temperature": 0}
-    ) as s:
+    greedy: dict[str, Any] = dict(model="m", max_tokens=12, messages=ASK,
+                                  extra_body={"temperature": 0})  # fmt: skip
+    thinks = {"type": "enabled", "budget_tokens": 1024}
+    msg = client.messages.create(**greedy, thinking=thinks)
+    assert [(b.type, getattr(b, "thinking", None)) for b in msg.content] == [("thinking", thought)]
+    with client.messages.stream(**greedy, thinking=thinks) as s:
+        pieces = [e.thinking for e in s if e.type == "thinking"]
+        final = s.get_final_message()
+    assert "".join(pieces) == thought and final.content[0].thinking == thought
+    turn = [ASK[0], {"role": "assistant", "content": [b.model_dump() for b in msg.content]},
+            {"role": "user", "content": "And at sunset?"}]  # fmt: skip
+    assert client.messages.create(model="m", max_tokens=4, messages=turn).stop_reason
+    plain = client.messages.create(**greedy)
+    assert "".join(b.text for b in plain.content if b.type == "text") == ""
+    assert all(b.type != "thinking" for b in plain.content)
+    with client.messages.stream(**greedy) as s:
         assert "".join(s.text_stream) == ""
-    r = server.post("/v1beta/models/m:generateContent", json={
-        "contents": [{"role": "user", "parts": [{"text": ASK[0]["content"]}]}],
-        "generationConfig": {"maxOutputTokens": 12, "temperature": 0}})  # fmt: skip
+
+
+def test_gemini_thoughts_when_asked_and_none_otherwise(server_and_end) -> None:
+    server, _ = server_and_end
+    chat = _client(server).chat.completions.create(model="m", messages=ASK, max_tokens=12,
+                                                   temperature=0)  # fmt: skip
+    thought = (chat.choices[0].message.model_extra or {})["reasoning_content"]
+    contents = [{"role": "user", "parts": [{"text": ASK[0]["content"]}]}]
+    config = {"maxOutputTokens": 12, "temperature": 0}
+    body: dict[str, Any] = {"contents": contents, "generationConfig": config}
+    r = server.post("/v1beta/models/m:generateContent", json=body)
     assert r.status_code == 200, r.text
     parts = r.json()["candidates"][0]["content"].get("parts") or []
-    assert "".join(p.get("text", "") for p in parts) == "", parts
+    assert all(not p.get("thought") for p in parts) and "".join(p["text"] for p in parts) == ""
+    body["generationConfig"]["thinkingConfig"] = {"includeThoughts": True, "thinkingBudget": 64}
+    r = server.post("/v1beta/models/m:generateContent", json=body)
+    assert r.json()["candidates"][0]["content"]["parts"] == [{"text": thought, "thought": True}]
+    r = server.post("/v1beta/models/m:streamGenerateContent?alt=sse", json=body)
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    streamed = [p for c in chunks for p in c["candidates"][0]["content"].get("parts", [])]
+    assert "".join(p["text"] for p in streamed if p.get("thought")) == thought
+    assert "".join(p["text"] for p in streamed if not p.get("thought")) == ""

@@ -70,8 +70,9 @@ def test_calls_are_read_from_the_answer_only() -> None:
     reasoning, text, calls = read_output(plan, f"<think>I could write {CALL}.</think>\n{CALL}")
     assert reasoning == f"I could write {CALL}." and text == ""
     assert [(c.name, c.arguments) for c in calls] == [("add", '{"a":1}')]
-    # Dialects that show no reasoning drop it.
-    parser = plan.new_parser()
+    # A request that does not show it (Anthropic's without thinking) leaves it out.
+    hidden = ToolPlan(HERMES, (ADD,)).with_reasoning("qwen3", "assistant\n", {}, shown=False)
+    parser = hidden.new_parser()
     events = parser.feed("<think>hmm</think>Hi") + parser.finish()
     assert events == [TextPiece("Hi")]
 

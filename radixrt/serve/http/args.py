@@ -180,7 +180,8 @@ _HELP = {
     "reasoning_parser": "read a reasoning model's thinking (<think>...</think>) out of its "
     "output, as vLLM's and SGLang's --reasoning-parser: qwen3 (where the output or the prompt "
     "opens it), deepseek_r1 (the output starts in it); chat completions give it as "
-    "reasoning_content, the Responses API as a reasoning item; none: it stays in the text",
+    "reasoning_content, the Responses API as a reasoning item, Anthropic's and Gemini's "
+    "routes as thinking blocks or thought parts when asked for; none: it stays in the text",
     "max_logprob_entries": "logprob entries one request may ask for: tokens x (1 + top "
     "logprobs), prompt (from logprob_start_len) and output (max_new_tokens), over prompts x n; "
     "more are refused with 400",

@@ -77,17 +77,20 @@ class ToolPlan:
         """Whether the output is read (calls, reasoning), not taken as text."""
         return self.parses_calls or self.reasoning is not None
 
-    def with_reasoning(self, parser: str, prompt_tail: str, asked: dict[str, Any]) -> ToolPlan:
+    def with_reasoning(
+        self, parser: str, prompt_tail: str, asked: dict[str, Any], shown: bool = True
+    ) -> ToolPlan:
         """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for a
         prompt whose text ends with `prompt_tail` and the request's sampling dict `asked`
-        (before the tools' fields). Not where a grammar holds the output from its first
-        token (a forced call, a response format, a regex or grammar): that output has no
-        reasoning. `auto` tools alone start with free text, so theirs may."""
+        (before the tools' fields); `shown`: the answer shows it (else it is left out: a
+        dialect's request that did not ask for thinking). Not where a grammar holds the
+        output from its first token (a forced call, a response format, a regex or grammar):
+        that output has no reasoning. `auto` tools alone start with free text, so theirs may."""
         if self.choice.is_forced and self.tools:
             return self
         if any(asked.get(k) is not None for k in SPEC_KINDS):
             return self
-        reasoning = Reasoning.of(parser, prompt_tail)
+        reasoning = Reasoning.of(parser, prompt_tail, shown)
         return self if reasoning is None else replace(self, reasoning=reasoning)
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
@@ -134,19 +137,16 @@ class ToolPlan:
             d["skip_special_tokens"] = False
         return d
 
-    def new_parser(
-        self, new_id: Callable[[], str] = new_call_id, keep_reasoning: bool = False
-    ) -> OutputParser:
-        """A parser for one output (one per sample); its reasoning, where the plan reads it,
-        given as ReasoningPiece events with `keep_reasoning` (dialects that show it), else
-        dropped."""
+    def new_parser(self, new_id: Callable[[], str] = new_call_id) -> OutputParser:
+        """A parser for one output (one per sample); its reasoning, where the plan reads and
+        shows it, given as ReasoningPiece events."""
         inner: OutputParser = PlainText()
         if self.parses_calls:
             names = {t.name for t in allowed_tools(list(self.tools), self.choice)}
             inner = ToolCallParser(self.fmt, names, self.choice.is_forced, new_id)
         if self.reasoning is None:
             return inner
-        return ReasoningSplit(inner, self.reasoning, keep_reasoning)
+        return ReasoningSplit(inner, self.reasoning)
 
 
 def parse_output(
@@ -161,7 +161,7 @@ def read_output(
     plan: ToolPlan, text: str, new_id: Callable[[], str] = new_call_id
 ) -> tuple[str, str, list[ToolCall]]:
     """A whole output's reasoning, its text (calls and reasoning taken out) and its calls."""
-    parser = plan.new_parser(new_id, keep_reasoning=True)
+    parser = plan.new_parser(new_id)
     events = parser.feed(text) + parser.finish()
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningPiece))
     return reasoning, "".join(e.text for e in events if isinstance(e, TextPiece)), parser.calls

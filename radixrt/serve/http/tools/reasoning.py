@@ -36,12 +36,13 @@ class _Parser(Protocol):
 @dataclass(frozen=True, slots=True)
 class Reasoning:
     """How one output's reasoning is read: `inside`, whether the output starts in it (the
-    prompt opened it)."""
+    prompt opened it); `shown`, whether the answer shows it (else it is left out)."""
 
     inside: bool
+    shown: bool = True
 
     @staticmethod
-    def of(parser: str, prompt_tail: str) -> Reasoning | None:
+    def of(parser: str, prompt_tail: str, shown: bool = True) -> Reasoning | None:
         """For `parser` (REASONING_PARSERS) and the end of the prompt's text; None: none."""
         if parser == "none":
             return None
@@ -49,16 +50,16 @@ class Reasoning:
             raise ValueError(
                 f"unknown reasoning parser {parser!r}; choose from {REASONING_PARSERS}"
             )
-        return Reasoning(parser == "deepseek_r1" or prompt_tail.rstrip().endswith(START))
+        return Reasoning(parser == "deepseek_r1" or prompt_tail.rstrip().endswith(START), shown)
 
 
 class ReasoningSplit:
-    """An output parser that gives its reasoning as ReasoningPiece events (or drops it, with
-    `keep` False: dialects that show no thinking) and feeds the rest to `inner`."""
+    """An output parser that gives its reasoning as ReasoningPiece events (or drops it, where
+    it is not shown) and feeds the rest to `inner`."""
 
-    def __init__(self, inner: _Parser, reasoning: Reasoning, keep: bool = True) -> None:
+    def __init__(self, inner: _Parser, reasoning: Reasoning) -> None:
         self.inner = inner
-        self.keep = keep
+        self.keep = reasoning.shown
         # "open": before the output's first non-blank text (a <think> may open it);
         # "inside": reasoning; "after": just past </think> (blank lines dropped); "answer".
         self._state = "inside" if reasoning.inside else "open"

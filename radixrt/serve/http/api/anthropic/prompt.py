@@ -74,7 +74,12 @@ def prepare_messages(
     if not generate:
         return prompt
     d = sampling_dict(req)
-    plan = plan.with_reasoning(reasoning, prompt.text[-64:], d)
+    thinks = req.thinking is not None and req.thinking.type == "enabled"
+    if thinks and reasoning == "none":
+        raise BadRequestError(
+            "thinking: this server reads no reasoning (start it with --reasoning-parser)"
+        )
+    plan = plan.with_reasoning(reasoning, prompt.text[-64:], d, shown=thinks)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)
@@ -108,6 +113,7 @@ def render_prompt(
         text = SEP.join(
             marks.after(_block_text(b, f"{where}.content.{j}", fmt), b.cache_control)
             for j, b in enumerate(content_blocks(m.content))
+            if b.type not in THINKING_BLOCKS  # (earlier thinking given back: not shown)
         )
         if turns and turns[-1]["role"] == m.role:  # consecutive turns of a role are one
             turns[-1]["content"] += SEP + text
@@ -195,6 +201,9 @@ class _Marks:
             )
         parts.append(rendered[last:])
         return "".join(parts), ends
+
+
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
 def _block_text(block: ContentBlock, where: str, fmt: CallFormat) -> str:

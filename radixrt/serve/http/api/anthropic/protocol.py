@@ -55,12 +55,13 @@ class Tool(msgspec.Struct, kw_only=True):
 
 
 class Choice(msgspec.Struct, kw_only=True):
-    """tool_choice (auto, any, tool with `name`, none), and thinking (only disabled)."""
+    """tool_choice (auto, any, tool with `name`, none), and thinking (enabled, with its
+    budget_tokens, where the server reads reasoning; or disabled)."""
 
     type: str
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
-    budget_tokens: int | None = None  # thinking: refused unless disabled
+    budget_tokens: int | None = None  # thinking: required when enabled, not enforced
 
 
 class OutputConfig(msgspec.Struct, kw_only=True):
@@ -114,8 +115,12 @@ def check_request(req: MessagesRequest) -> MessagesRequest:
     for name in ("container", "mcp_servers", "context_management"):
         if getattr(req, name) is not None:
             raise BadRequestError(f"{name}: not supported by this server")
-    if req.thinking is not None and req.thinking.type != "disabled":
+    if req.thinking is not None and req.thinking.type not in ("enabled", "disabled"):
         raise BadRequestError(f"thinking: type {req.thinking.type!r} is not supported")
+    if req.thinking is not None and req.thinking.type == "enabled":
+        budget = req.thinking.budget_tokens
+        if budget is None or budget < 1:
+            raise BadRequestError("thinking.budget_tokens: a positive number is required")
     if req.tool_choice is not None and req.tool_choice.type not in CHOICE_MODES:
         raise BadRequestError(
             f"tool_choice.type: {req.tool_choice.type!r} is not one of {sorted(CHOICE_MODES)}"

@@ -16,11 +16,12 @@ from radixrt.serve.http.api.anthropic.tool_blocks import (
     ToolBlocks,
     named_event,
     new_tool_use_id,
+    thinking_block,
     tool_use_block,
 )
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState
-from radixrt.serve.http.tools import ToolPlan, parse_output
+from radixrt.serve.http.tools import ToolPlan, read_output
 from radixrt.serve.results.delta import OutputDelta
 from radixrt.serve.web.responses import json_response
 
@@ -71,8 +72,9 @@ class MessagesRender(BaseRender):
         text = done.outputs[0].text
         content: list[dict[str, Any]] = []
         if self.plan is not None and _has_block(state):
-            text, calls = parse_output(self.plan, text, new_tool_use_id)
-            content = [{"type": "text", "text": text}] if text else []
+            thought, text, calls = read_output(self.plan, text, new_tool_use_id)
+            content = [thinking_block(thought)] if thought else []
+            content += [{"type": "text", "text": text}] if text else []
             content += [tool_use_block(c.id, c.name, c.arguments_value()) for c in calls]
             reason = "tool_use" if calls and reason == "end_turn" else reason
         elif _has_block(state):

@@ -1,6 +1,7 @@
-"""A streamed message's content blocks when it has tools: a text block while the model
-writes text, a tool_use block per call (its input streamed as input_json_delta pieces that
-concatenate to the call's JSON), each stopped before the next starts."""
+"""A streamed message's content blocks when its output is read (tools, reasoning): a thinking
+block while the model reasons (thinking asked for), a text block while it writes text, a
+tool_use block per call (its input streamed as input_json_delta pieces that concatenate to the
+call's JSON), each stopped before the next starts."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 
 import msgspec
 
-from radixrt.serve.http.tools import ArgsPiece, CallStart, OutputParser, TextPiece, ToolEvent
+from radixrt.serve.http.tools import (
+    ArgsPiece,
+    CallStart,
+    OutputParser,
+    ReasoningPiece,
+    TextPiece,
+    ToolEvent,
+)
 
 _encoder = msgspec.json.Encoder()
 
@@ -28,13 +36,19 @@ def tool_use_block(call_id: str, name: str, value: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": call_id, "name": name, "input": value}
 
 
+def thinking_block(thinking: str) -> dict[str, Any]:
+    """A thinking block: the model's reasoning as its reasoning parser read it, unsigned (the
+    signature is Anthropic's own; given back, the block is taken and not shown)."""
+    return {"type": "thinking", "thinking": thinking, "signature": ""}
+
+
 class ToolBlocks:
     """The blocks of one stream; `index` counts the blocks started."""
 
     def __init__(self, parser: OutputParser) -> None:
         self.parser = parser
         self.index = -1
-        self.open_kind: str | None = None  # "text" or "tool_use" while a block is open
+        self.open_kind: str | None = None  # "thinking", "text" or "tool_use" while one is open
 
     def feed(self, text: str, is_last: bool) -> Iterator[bytes]:
         events = self.parser.feed(text)
@@ -49,7 +63,11 @@ class ToolBlocks:
             self.open_kind = None
 
     def _event(self, e: ToolEvent) -> Iterator[bytes]:
-        if isinstance(e, TextPiece):
+        if isinstance(e, ReasoningPiece):
+            if self.open_kind != "thinking":
+                yield from self._start(thinking_block(""), "thinking")
+            piece = {"type": "thinking_delta", "thinking": e.text}
+        elif isinstance(e, TextPiece):
             if self.open_kind != "text":
                 yield from self._start({"type": "text", "text": ""}, "text")
             piece = {"type": "text_delta", "text": e.text}

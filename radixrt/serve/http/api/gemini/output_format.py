@@ -1,7 +1,8 @@
 """generationConfig's output format and thinking: `responseMimeType` text/plain, application/json
 (any JSON value, or `responseSchema`'s, an OpenAPI schema made JSON schema, or
 `responseJsonSchema`'s as given) or text/x.enum (one of a string schema's enum values, as
-plain text); `thinkingConfig` only as "no thinking" (no thinking mode is served)."""
+plain text); `thinkingConfig` as "no thinking", or, where the server reads reasoning
+(--reasoning-parser), includeThoughts: the reasoning as thought parts."""
 
 from __future__ import annotations
 
@@ -60,14 +61,20 @@ def format_fields(
     )
 
 
-def check_thinking(config: ThinkingConfig | None) -> None:
-    """A thinkingConfig asks for no thinking (budget 0, no thoughts), else 400."""
+def check_thinking(config: ThinkingConfig | None, reads_reasoning: bool = False) -> bool:
+    """Whether a thinkingConfig asks for the thoughts (includeThoughts). Where the server
+    reads no reasoning it may only ask for no thinking (budget 0, no thoughts), else 400;
+    where it does, a budget or level is taken and not enforced."""
     if config is None:
-        return
+        return False
     budgets = (config.thinking_budget, config.thinking_budget_snake)
-    thoughts = config.include_thoughts or config.include_thoughts_snake
+    thoughts = bool(config.include_thoughts or config.include_thoughts_snake)
     level = config.thinking_level or config.thinking_level_snake
+    if reads_reasoning:
+        return thoughts
     if any(b not in (None, 0) for b in budgets) or thoughts or level:
         raise BadRequestError(
-            "thinkingConfig: no thinking mode is served (thinkingBudget 0, or leave it out)"
+            "thinkingConfig: no thinking mode is served (thinkingBudget 0, or leave it out; "
+            "thoughts need a server started with --reasoning-parser)"
         )
+    return False

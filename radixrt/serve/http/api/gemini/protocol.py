@@ -274,15 +274,16 @@ def prepare_content(
     """The prompt of a generateContent request: with a cache, the whole conversation (the
     cache's, then the request's) rendered with a generation prompt; when that text starts with
     the cache's own, the handle's ids plus the rest's tokens, so the cached tokens match.
-    Reasoning, read as the parser `reasoning` does, is left out of the answer (thoughts are
-    not served here)."""
+    Reasoning, read as the parser `reasoning` does, is given as thought parts where the
+    request asks for them (includeThoughts), else left out."""
     ids, starts, text = _prompt(body, handle, tokenizer, limits, fmt, encode)
     tools = declarations(body.tools) if handle is None else handle.meta.get("tools", [])
     plan = tool_plan(fmt, tools, body.tool_config)
     config = body.generation_config or GenerationConfig()
     explicit_max = config.max_output_tokens is not None
-    d = sampling_dict(config)
-    plan = plan.with_reasoning(reasoning, text[-64:], d)
+    d = sampling_dict(config, reasoning != "none")
+    thoughts = check_thinking(config.thinking_config, reasoning != "none")
+    plan = plan.with_reasoning(reasoning, text[-64:], d, shown=thoughts)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     if not explicit_max:
@@ -343,13 +344,14 @@ def count_request(body: CountTokensRequest) -> GenerateContentRequest:
     return GenerateContentRequest(contents=body.contents)
 
 
-def sampling_dict(config: GenerationConfig) -> dict[str, Any]:
-    """generationConfig as radixrt's sampling parameters."""
+def sampling_dict(config: GenerationConfig, reads_reasoning: bool = False) -> dict[str, Any]:
+    """generationConfig as radixrt's sampling parameters (`reads_reasoning`: the server reads
+    reasoning, so a thinkingConfig may ask for thoughts)."""
     if config.candidate_count is not None and not 1 <= config.candidate_count <= MAX_N:
         raise BadRequestError(f"candidateCount must be in [1, {MAX_N}]")
     if config.response_modalities not in (None, [], ["TEXT"]):
         raise BadRequestError("responseModalities: only TEXT is served")
-    check_thinking(config.thinking_config)
+    check_thinking(config.thinking_config, reads_reasoning)
     d = format_fields(config.response_mime_type, config.response_schema,
                       config.response_json_schema)  # fmt: skip
     if (config.candidate_count or 1) > 1:

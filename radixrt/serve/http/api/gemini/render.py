@@ -15,7 +15,7 @@ from radixrt.serve.http.api.gemini.protocol import model_resource
 from radixrt.serve.http.api.gemini.tools import call_part
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState
-from radixrt.serve.http.tools import OutputParser, TextPiece, ToolPlan
+from radixrt.serve.http.tools import OutputParser, ReasoningPiece, TextPiece, ToolPlan
 from radixrt.serve.http.tools.plan import PlainText
 from radixrt.serve.results.delta import OutputDelta
 from radixrt.serve.web.responses import json_response
@@ -92,8 +92,8 @@ class ContentRender(BaseRender):
         yield self._frame(self._response([state], [self._candidate(index, state, parts)]))
 
     def _parts(self, index: int, text: str, is_last: bool) -> list[dict[str, Any]]:
-        """The parts of what is new in candidate `index`: its text, then the calls completed
-        in it."""
+        """The parts of what is new in candidate `index`: its thoughts (asked for), its text,
+        then the calls completed in it."""
         if index not in self._parsers:
             plan = self._plan
             self._parsers[index] = plan.new_parser() if plan is not None else PlainText()
@@ -102,10 +102,12 @@ class ContentRender(BaseRender):
         events = parser.feed(text)
         if is_last:
             events += parser.finish()
+        thought = "".join(e.text for e in events if isinstance(e, ReasoningPiece))
         new_text = "".join(e.text for e in events if isinstance(e, TextPiece))
         calls = parser.calls[self._num_calls[index] :]
         self._num_calls[index] += len(calls)
-        parts = [{"text": new_text}] if new_text or not calls else []
+        parts = [{"text": thought, "thought": True}] if thought else []
+        parts += [{"text": new_text}] if new_text or not (calls or thought) else []
         return parts + [call_part(c) for c in calls]
 
     def error(self, message: str, status: int) -> bytes:

@@ -124,7 +124,7 @@ class CompletionRender(BaseRender):
     def delta(self, index: int, state: ReqState, delta: OutputDelta) -> Iterator[bytes]:
         choice = self._choice(index, state, delta)
         if self.is_chat and self.plan is not None:
-            parser = self._parsers.setdefault(index, self.plan.new_parser(keep_reasoning=True))
+            parser = self._parsers.setdefault(index, self.plan.new_parser())
             events = parser.feed(choice["delta"])
             if delta.is_last:
                 events += parser.finish()

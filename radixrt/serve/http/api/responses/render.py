@@ -147,7 +147,7 @@ class ResponsesRender(BaseRender):
         return self._event({"type": "error", "code": code, "message": message, "param": None})
 
     def _new_items(self) -> OutputItems:
-        return OutputItems(self.prompt.plan.new_parser(keep_reasoning=True), self.has_item)
+        return OutputItems(self.prompt.plan.new_parser(), self.has_item)
 
     def _final(self, state: ReqState, items: OutputItems) -> dict[str, Any]:
         """The finished response object (`items` finished); kept in the store when asked."""
