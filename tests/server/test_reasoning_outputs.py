@@ -165,3 +165,8 @@ def test_gemini_thoughts_when_asked_and_none_otherwise(server_and_end) -> None:
     streamed = [p for c in chunks for p in c["candidates"][0]["content"].get("parts", [])]
     assert "".join(p["text"] for p in streamed if p.get("thought")) == thought
     assert "".join(p["text"] for p in streamed if not p.get("thought")) == ""
+    # Thoughts given back in the history are taken (and not shown to the model).
+    model = {"role": "model", "parts": [{"text": thought, "thought": True}]}
+    user = {"role": "user", "parts": [{"text": "And at sunset?"}]}
+    again = {"contents": [*contents, model, user], "generationConfig": {"maxOutputTokens": 4}}
+    assert server.post("/v1beta/models/m:generateContent", json=again).status_code == 200

@@ -64,7 +64,8 @@ def prepare_messages(
 ) -> RenderedPrompt:
     """Check, render and tokenize a body (the start `head` knows with its ids); with
     `generate`, its sampling parameters too, and the plan that reads its output: reasoning,
-    read as the parser `reasoning` does, is left out of it (thinking is not served here)."""
+    read as the parser `reasoning` does, shown as thinking blocks where the request enables
+    thinking, else left out."""
     most = limits.server.max_chat_messages
     if len(req.messages) > most:
         raise BadRequestError(f"{len(req.messages)} messages; at most {most} (--max-chat-messages)")

@@ -67,11 +67,14 @@ class FunctionResponse(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Part(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    """A text, functionCall or functionResponse part (images and files are refused)."""
+    """A text, functionCall or functionResponse part (images and files are refused); a text
+    part with `thought` is the model's reasoning given back (taken, not shown to it)."""
 
     text: str | None = None
     function_call: FunctionCall | None = None
     function_response: FunctionResponse | None = None
+    thought: bool | None = None
+    thought_signature: str | None = None  # never given by this server; ignored
 
 
 class Content(msgspec.Struct, forbid_unknown_fields=True):
@@ -80,7 +83,7 @@ class Content(msgspec.Struct, forbid_unknown_fields=True):
 
     @property
     def text(self) -> str:
-        return "".join(p.text or "" for p in self.parts)
+        return "".join(p.text or "" for p in self.parts if not p.thought)
 
 
 class FunctionDeclaration(
@@ -282,7 +285,7 @@ def prepare_content(
     config = body.generation_config or GenerationConfig()
     explicit_max = config.max_output_tokens is not None
     d = sampling_dict(config, reasoning != "none")
-    thoughts = check_thinking(config.thinking_config, reasoning != "none")
+    thoughts = check_thinking(config.thinking_config, reasoning != "none")  # (checked above)
     plan = plan.with_reasoning(reasoning, text[-64:], d, shown=thoughts)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
@@ -345,8 +348,8 @@ def count_request(body: CountTokensRequest) -> GenerateContentRequest:
 
 
 def sampling_dict(config: GenerationConfig, reads_reasoning: bool = False) -> dict[str, Any]:
-    """generationConfig as radixrt's sampling parameters (`reads_reasoning`: the server reads
-    reasoning, so a thinkingConfig may ask for thoughts)."""
+    """generationConfig as radixrt's sampling parameters, its thinkingConfig checked
+    (`reads_reasoning`: the server reads reasoning, so it may ask for thoughts)."""
     if config.candidate_count is not None and not 1 <= config.candidate_count <= MAX_N:
         raise BadRequestError(f"candidateCount must be in [1, {MAX_N}]")
     if config.response_modalities not in (None, [], ["TEXT"]):
