@@ -88,7 +88,12 @@ class OutlinesBackend(BaseGrammarBackend):
     def regex_of(spec: GrammarSpec) -> str:
         """The regex `spec` is compiled from (a JSON schema's is built here, cheaply)."""
         if spec.kind == "ebnf":
-            raise GrammarError("the outlines grammar backend does not support ebnf grammars")
+            raise GrammarError(
+                "the outlines grammar backend does not support ebnf grammars (a request's own, "
+                "or the Lark grammar of its tools: tool_choice auto, and forced calls a regex "
+                "cannot write, opened by a special token or with a schema keyword no regex "
+                "enforces); start the server with --grammar-backend auto or llguidance"
+            )
         if spec.kind == "regex":
             return spec.text
         return schema_regex(spec.text)
