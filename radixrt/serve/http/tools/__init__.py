@@ -7,11 +7,12 @@ from radixrt.serve.http.tools.formats import CALL_FORMATS, CallFormat, format_fo
 from radixrt.serve.http.tools.parser import (
     ArgsPiece,
     CallStart,
+    OutputParser,
     ReasoningPiece,
     TextPiece,
     ToolEvent,
 )
-from radixrt.serve.http.tools.plan import OutputParser, ToolPlan, parse_output, read_output
+from radixrt.serve.http.tools.plan import ToolPlan, read_output
 from radixrt.serve.http.tools.prompt import MESSAGE_ROLES, render_tool_chat
 from radixrt.serve.http.tools.reasoning import REASONING_PARSERS
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
@@ -32,7 +33,6 @@ __all__ = [
     "ToolPlan",
     "ToolSpec",
     "format_for",
-    "parse_output",
     "read_output",
     "render_tool_chat",
 ]

@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from radixrt.serve.http.tools.formats import CallFormat
 from radixrt.serve.http.tools.scan import JsonScan
@@ -52,6 +53,16 @@ class ReasoningPiece:
 
 
 ToolEvent = TextPiece | CallStart | ArgsPiece | ReasoningPiece
+
+
+class OutputParser(Protocol):
+    """Reads one output as it streams: the events of each piece, and the calls found."""
+
+    calls: list[ToolCall]
+
+    def feed(self, text: str) -> list[ToolEvent]: ...
+
+    def finish(self) -> list[ToolEvent]: ...
 
 
 def new_call_id() -> str:

@@ -4,10 +4,11 @@ A request without tools has the null plan: its output is all text."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from radixrt.grammar.base import SPEC_KINDS
 from radixrt.serve.http.protocol import BadRequestError
@@ -18,6 +19,7 @@ from radixrt.serve.http.tools.grammar import (
     forced_call_spec,
 )
 from radixrt.serve.http.tools.parser import (
+    OutputParser,
     ReasoningPiece,
     TextPiece,
     ToolCallParser,
@@ -32,14 +34,6 @@ from radixrt.serve.http.tools.spec import (
     allowed_tools,
     check_tools,
 )
-
-
-class OutputParser(Protocol):
-    calls: list[ToolCall]
-
-    def feed(self, text: str) -> list[ToolEvent]: ...
-
-    def finish(self) -> list[ToolEvent]: ...
 
 
 class PlainText:
@@ -78,10 +72,11 @@ class ToolPlan:
         return self.parses_calls or self.reasoning is not None
 
     def with_reasoning(
-        self, parser: str, prompt_tail: str, asked: dict[str, Any], shown: bool = True
+        self, parser: str, prompt_text: str, asked: dict[str, Any], shown: bool = True
     ) -> ToolPlan:
-        """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for a
-        prompt whose text ends with `prompt_tail` and the request's sampling dict `asked`
+        """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for the
+        prompt `prompt_text` (its end: whether it opens the reasoning) and the request's
+        sampling dict `asked`
         (before the tools' fields); `shown`: the answer shows it (else it is left out: a
         dialect's request that did not ask for thinking). Not where a grammar holds the
         output from its first token (a forced call, a response format, a regex or grammar):
@@ -90,7 +85,7 @@ class ToolPlan:
             return self
         if any(asked.get(k) is not None for k in SPEC_KINDS):
             return self
-        reasoning = Reasoning.of(parser, prompt_tail, shown)
+        reasoning = Reasoning.of(parser, prompt_text[-64:], shown)
         return self if reasoning is None else replace(self, reasoning=reasoning)
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
@@ -114,18 +109,17 @@ class ToolPlan:
                     "a forced tool call cannot be combined with allowed_token_ids (its grammar's "
                     "forced tokens are not sampled)"
                 )
-            tokens = special_markers(tokenizer, self.fmt)
+            tokens = _markers(tokenizer, self.fmt).special
             d.update(forced_call_spec(self.fmt, list(self.tools), self.choice, tokens))
             # After a complete call, end where the model would write anything but another.
             d["end_on_exit"] = True
-        opener = self.fmt.opener or self.fmt.lead
-        special = self.parses_calls and opener is not None and opener in _special_tokens(tokenizer)
+        special = self.parses_calls and _markers(tokenizer, self.fmt).opener_is_token
         # `auto` constrains an opened call by a grammar of its own; with a JSON response
         # format, the output is calls or the answer in that format (one grammar for both).
         # With another grammar, or tokens restricted (which a grammar's forced tokens would
         # not respect), the calls are only parsed.
         if self.parses_calls and not self.choice.is_forced and not asked.get("allowed_token_ids"):
-            tokens = special_markers(tokenizer, self.fmt)
+            tokens = _markers(tokenizer, self.fmt).special
             tools = allowed_tools(list(self.tools), self.choice)  # auto's allowed_tools too
             if not has_grammar:
                 d.update(auto_call_spec(self.fmt, tools, self.choice, tokens))
@@ -147,14 +141,6 @@ class ToolPlan:
         if self.reasoning is None:
             return inner
         return ReasoningSplit(inner, self.reasoning)
-
-
-def parse_output(
-    plan: ToolPlan, text: str, new_id: Callable[[], str] = new_call_id
-) -> tuple[str, list[ToolCall]]:
-    """A whole output's text (calls and reasoning taken out) and its calls."""
-    _, answer, calls = read_output(plan, text, new_id)
-    return answer, calls
 
 
 def read_output(
@@ -185,15 +171,25 @@ def special_markers(tokenizer: Any, fmt: CallFormat) -> dict[str, int]:
     """The format's opener and closer that are special tokens of `tokenizer`, with their ids.
     A grammar writes those as the token (text never holds one); an added token that is not
     special (Qwen's <tool_call>) is text, as the grammar backends read it."""
-    marked = set(getattr(tokenizer, "all_special_tokens", ()) or ()) | {
-        t.content for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
-        if t.special
-    }  # fmt: skip
-    found = [m for m in (fmt.opener, fmt.closer) if m is not None and m in marked]
-    return {m: int(tokenizer.convert_tokens_to_ids(m)) for m in found}
+    return dict(_markers(tokenizer, fmt).special)
 
 
-def _special_tokens(tokenizer: Any) -> set[str]:
-    return set(getattr(tokenizer, "all_special_tokens", ()) or ()) | set(
-        getattr(tokenizer, "added_tokens_encoder", {}) or {}
-    )
+@dataclass(frozen=True, slots=True)
+class _Markers:
+    special: dict[str, int]  # special_markers'
+    opener_is_token: bool  # the opener (or lead) is an added or special token: keep it in text
+
+
+@functools.lru_cache(maxsize=8)
+def _markers(tokenizer: Any, fmt: CallFormat) -> _Markers:
+    """What `tokenizer` makes of `fmt`'s markers, read once per tokenizer (a served one does
+    not change; Gemma 3 has 6,384 added tokens: listing them took 18 ms a request)."""
+    added = {t.content: t.special for t in (getattr(tokenizer, "added_tokens_decoder", None)
+                                            or {}).values()}  # fmt: skip
+    specials = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    found = [
+        m for m in (fmt.opener, fmt.closer) if m is not None and (m in specials or added.get(m))
+    ]
+    opener = fmt.opener or fmt.lead
+    return _Markers({m: int(tokenizer.convert_tokens_to_ids(m)) for m in found},
+                    opener is not None and (opener in specials or opener in added))  # fmt: skip

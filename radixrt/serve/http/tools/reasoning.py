@@ -16,21 +16,12 @@ until it is whole, so splitting the output differently gives the same pieces."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from radixrt.core.config import REASONING_PARSERS
-from radixrt.serve.http.tools.parser import ReasoningPiece, ToolEvent
+from radixrt.serve.http.tools.parser import OutputParser, ReasoningPiece, ToolEvent
 from radixrt.serve.http.tools.spec import ToolCall
 
 START, END = "<think>", "</think>"
-
-
-class _Parser(Protocol):
-    calls: list[ToolCall]
-
-    def feed(self, text: str) -> list[ToolEvent]: ...
-
-    def finish(self) -> list[ToolEvent]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +48,7 @@ class ReasoningSplit:
     """An output parser that gives its reasoning as ReasoningPiece events (or drops it, where
     it is not shown) and feeds the rest to `inner`."""
 
-    def __init__(self, inner: _Parser, reasoning: Reasoning) -> None:
+    def __init__(self, inner: OutputParser, reasoning: Reasoning) -> None:
         self.inner = inner
         self.keep = reasoning.shown
         # "open": before the output's first non-blank text (a <think> may open it);

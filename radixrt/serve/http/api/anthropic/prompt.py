@@ -80,7 +80,7 @@ def prepare_messages(
         raise BadRequestError(
             "thinking: this server reads no reasoning (start it with --reasoning-parser)"
         )
-    plan = plan.with_reasoning(reasoning, prompt.text[-64:], d, shown=thinks)
+    plan = plan.with_reasoning(reasoning, prompt.text, d, shown=thinks)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)

@@ -61,20 +61,21 @@ def format_fields(
     )
 
 
-def check_thinking(config: ThinkingConfig | None, reads_reasoning: bool = False) -> bool:
-    """Whether a thinkingConfig asks for the thoughts (includeThoughts). Where the server
-    reads no reasoning it may only ask for no thinking (budget 0, no thoughts), else 400;
-    where it does, a budget or level is taken and not enforced."""
-    if config is None:
-        return False
+def wants_thoughts(config: ThinkingConfig | None) -> bool:
+    """Whether a thinkingConfig asks for the thoughts (includeThoughts)."""
+    return config is not None and bool(config.include_thoughts or config.include_thoughts_snake)
+
+
+def check_thinking(config: ThinkingConfig | None, reads_reasoning: bool = False) -> None:
+    """Where the server reads no reasoning, a thinkingConfig may only ask for no thinking
+    (budget 0, no thoughts), else 400; where it does, a budget or level is taken and not
+    enforced."""
+    if config is None or reads_reasoning:
+        return
     budgets = (config.thinking_budget, config.thinking_budget_snake)
-    thoughts = bool(config.include_thoughts or config.include_thoughts_snake)
     level = config.thinking_level or config.thinking_level_snake
-    if reads_reasoning:
-        return thoughts
-    if any(b not in (None, 0) for b in budgets) or thoughts or level:
+    if any(b not in (None, 0) for b in budgets) or wants_thoughts(config) or level:
         raise BadRequestError(
             "thinkingConfig: no thinking mode is served (thinkingBudget 0, or leave it out; "
             "thoughts need a server started with --reasoning-parser)"
         )
-    return False

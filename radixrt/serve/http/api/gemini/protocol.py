@@ -17,6 +17,7 @@ from radixrt.serve.http.api.gemini.output_format import (
     ThinkingConfig,
     check_thinking,
     format_fields,
+    wants_thoughts,
 )
 from radixrt.serve.http.api.gemini.tools import (
     ToolConfig,
@@ -285,8 +286,8 @@ def prepare_content(
     config = body.generation_config or GenerationConfig()
     explicit_max = config.max_output_tokens is not None
     d = sampling_dict(config, reasoning != "none")
-    thoughts = check_thinking(config.thinking_config, reasoning != "none")  # (checked above)
-    plan = plan.with_reasoning(reasoning, text[-64:], d, shown=thoughts)
+    thoughts = wants_thoughts(config.thinking_config)  # (checked by sampling_dict)
+    plan = plan.with_reasoning(reasoning, text, d, shown=thoughts)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     if not explicit_max:

@@ -317,7 +317,7 @@ def prepare_chat(
     d = req.sampling_dict()
     if req.response_format is not None:
         add_spec(d, req.response_format.sampling_dict(), "response_format")
-    plan = plan.with_reasoning(reasoning, text[-64:], d)  # (d: the request's own grammar)
+    plan = plan.with_reasoning(reasoning, text, d)  # (d: the request's own grammar)
     d.update(plan.sampling_dict(tokenizer, d))
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")
