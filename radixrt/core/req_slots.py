@@ -32,6 +32,11 @@ class ConstrainedState(Protocol):
         """The one token the grammar allows next, if exactly one."""
         ...
 
+    @property
+    def constrains(self) -> bool:
+        """Whether a grammar shapes the output (else only a thinking budget bounds it)."""
+        ...
+
 
 class StopScan(Protocol):
     """`Req.stop_state`: a request's stop-string scan (scheduler/stop_check.py: StopState),

@@ -109,6 +109,15 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # before logit_bias and the penalties); empty: every token. Not with a grammar, whose
     # forced tokens are not sampled. Logprobs still come from the model's own logits.
     allowed_token_ids: list[int] = []
+    # A reasoning model's thinking (grammar/reasoning_gate.py): the output is reasoning until
+    # the token reasoning_end_id, which a grammar (regex, json_schema, ebnf) then follows;
+    # with reasoning_start_id, the reasoning is there only if the output opens with that
+    # token (else the grammar applies from the first token); without it the output starts
+    # inside the reasoning (the prompt opened it). thinking_token_budget: the most tokens
+    # the reasoning may take, after which the end token is forced (vLLM's name).
+    reasoning_end_id: int | None = None
+    reasoning_start_id: int | None = None
+    thinking_token_budget: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
@@ -160,6 +169,13 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 "allowed_token_ids cannot be combined with regex, json_schema or ebnf (a "
                 "grammar's forced tokens are not sampled)"
             )
+        if self.reasoning_end_id is None and (
+            self.reasoning_start_id is not None or self.thinking_token_budget is not None
+        ):
+            raise ValueError(
+                "reasoning_start_id and thinking_token_budget need reasoning_end_id (the token "
+                "that ends the reasoning)"
+            )
         for name in ("regex", "json_schema", "ebnf"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -187,6 +203,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         bad = next((t for t in self.allowed_token_ids if t >= vocab_size), None)
         if bad is not None:
             return f"allowed_token_ids: token id {bad} is outside the vocabulary [0, {vocab_size})"
+        for name in ("reasoning_end_id", "reasoning_start_id"):
+            token = getattr(self, name)
+            if token is not None and token >= vocab_size:
+                return f"{name} {token} is outside the vocabulary [0, {vocab_size})"
         if self.logprob_start_len >= prompt_len > 0:
             return (
                 f"invalid sampling parameter logprob_start_len={self.logprob_start_len}: "

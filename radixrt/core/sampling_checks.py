@@ -199,6 +199,21 @@ def value_checks(sp: Any) -> list[tuple[str, bool, str]]:
             f"must be an integer in [0, {INT64_MAX}]",
         ),
         (
+            "reasoning_end_id",
+            sp.reasoning_end_id is None or _is_int(sp.reasoning_end_id, 0),
+            f"must be a token id (an integer in [0, {INT64_MAX}])",
+        ),
+        (
+            "reasoning_start_id",
+            sp.reasoning_start_id is None or _is_int(sp.reasoning_start_id, 0),
+            f"must be a token id (an integer in [0, {INT64_MAX}])",
+        ),
+        (
+            "thinking_token_budget",
+            sp.thinking_token_budget is None or _is_int(sp.thinking_token_budget, 0),
+            f"must be an integer in [0, {INT64_MAX}]",
+        ),
+        (
             "logprob_start_len",
             _is_int(sp.logprob_start_len, -1),
             f"must be an integer in [-1, {INT64_MAX}]",

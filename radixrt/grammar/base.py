@@ -87,6 +87,9 @@ class BaseGrammarMatcher(ABC):
     """
 
     bounds_length: bool = False
+    # Whether a grammar shapes the output (a reasoning gate over free text only caps its
+    # reasoning: a stop token there ends the output as it would without a matcher).
+    constrains: bool = True
     # Whether `rollback` works (every matcher here; a backend that cannot would say False):
     # speculative decoding walks a draft through the matcher to find the masks along it,
     # then steps back.

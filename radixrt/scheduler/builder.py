@@ -95,6 +95,7 @@ def assemble_scheduler(
         runner.arch.vocab_size,
         jump_forward=not scheduler_config.disable_jump_forward,
         budget=not scheduler_config.disable_grammar_budget,
+        stop_ids=tuple(eos),
     )
     # Token texts for lookup drafts keyed on the prompt's words (speculative/keyed.py).
     texts = TokenTexts(tokenizer.decode, lambda s: tokenizer.encode(s, add_special_tokens=False))

@@ -29,6 +29,7 @@ import torch
 from radixrt.core import FinishKind, FinishReason, Req
 from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, GrammarSpec
 from radixrt.grammar.compiler import GrammarCompiler
+from radixrt.grammar.reasoning_gate import ReasoningGate
 from radixrt.scheduler.grammar_state import GrammarState, GrammarStats
 
 logger = logging.getLogger("radixrt")
@@ -38,9 +39,15 @@ class GrammarQueue:
     """Holds constrained requests until their grammar compiles; then serves their masks."""
 
     def __init__(
-        self, compiler: GrammarCompiler, vocab_size: int, jump_forward: bool, budget: bool = True
+        self,
+        compiler: GrammarCompiler,
+        vocab_size: int,
+        jump_forward: bool,
+        budget: bool = True,
+        stop_ids: tuple[int, ...] = (),
     ) -> None:
         self.compiler = compiler
+        self.stop_ids = stop_ids  # the model's stop tokens: none within a gated reasoning
         self.num_words = (vocab_size + 31) // 32
         self.jump_forward = jump_forward
         self.budget = budget  # cut masks to what can finish within max_new_tokens
@@ -48,10 +55,16 @@ class GrammarQueue:
         self._held: list[tuple[Req, Future[Any], float]] = []  # (req, compile, since)
 
     def hold(self, req: Req) -> bool:
-        """Take `req` if it is constrained (True); it goes to the waiting list once compiled."""
+        """Take `req` if it is constrained (True): a grammar, or a reasoning model's output
+        with a thinking budget; it goes to the waiting list once compiled."""
         spec = GrammarSpec.from_params(req.sampling_params)
         if spec is None:
-            return False
+            if not _thinking_bounded(req.sampling_params):
+                return False
+            done: Future[Any] = Future()
+            done.set_result(None)  # (no grammar to compile: the gate over free text)
+            self._held.append((req, done, time.monotonic()))
+            return True
         self._held.append((req, self.compiler.submit(spec), time.monotonic()))
         return True
 
@@ -64,7 +77,7 @@ class GrammarQueue:
         for req, fut, since in self._held:
             error = fut.exception() if fut.done() else None
             if fut.done() and error is None:
-                matcher = self.compiler.new_matcher(fut.result())
+                matcher = self._matcher(req, fut.result())
                 if (why := self._too_long(req, matcher)) is not None:
                     req.finish(FinishReason.error(why, 400))
                     failed.append(req)
@@ -79,6 +92,19 @@ class GrammarQueue:
                 still.append((req, fut, since))
         self._held = still
         return failed
+
+    def _matcher(self, req: Req, compiled: Any) -> BaseGrammarMatcher:
+        """`req`'s matcher: its grammar's (`compiled`; None: none), behind a reasoning gate
+        where its reasoning comes first (the grammar then applies after it)."""
+        p = req.sampling_params
+        inner = None if compiled is None else self.compiler.new_matcher(compiled)
+        if p.reasoning_end_id is None:
+            assert inner is not None  # (hold: a spec, or a reasoning end)
+            return inner
+        return ReasoningGate(
+            inner, p.reasoning_end_id, p.reasoning_start_id, p.thinking_token_budget,
+            self.stop_ids,
+        )  # fmt: skip
 
     def _too_long(self, req: Req, matcher: BaseGrammarMatcher) -> str | None:
         """Why no output of the grammar fits `req`'s max_new_tokens, or None if one does (or
@@ -211,6 +237,12 @@ class GrammarQueue:
         return True
 
 
+def _thinking_bounded(p: Any) -> bool:
+    """Whether a request without a grammar still needs a matcher: its reasoning's tokens are
+    capped (a thinking budget)."""
+    return p.reasoning_end_id is not None and p.thinking_token_budget is not None
+
+
 def _unspellable(req: Req, what: str, other: str = "") -> None:
     """End `req` with a 400: its grammar (which `what`, short of a complete output) needs a
     byte that no token of the vocabulary holds (a character this model cannot write, such as
@@ -241,7 +273,8 @@ class NoGrammarQueue(GrammarQueue):
         self._held = []
 
     def hold(self, req: Req) -> bool:
-        if GrammarSpec.from_params(req.sampling_params) is None:
+        p = req.sampling_params
+        if GrammarSpec.from_params(p) is None and not _thinking_bounded(p):
             return False
         message = "constrained decoding is not available in this scheduler"
         req.finish(FinishReason.error(message, 400))

@@ -30,6 +30,12 @@ class GrammarState:
         self._stats = stats
         self._mask: torch.Tensor | None = None  # (1, num_words) int32 CPU; None: stale
 
+    @property
+    def constrains(self) -> bool:
+        """Whether a grammar shapes the output (not only a reasoning gate's thinking budget
+        over free text)."""
+        return self.matcher.constrains
+
     def mask(self, budget: int | None = None) -> torch.Tensor:
         """(num_words,) int32 bitmask of the tokens allowed next, with `budget` tokens left
         for the output (this one included; None: no limit). The budget must be the same for

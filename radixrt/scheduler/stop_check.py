@@ -48,8 +48,8 @@ class FinishChecker:
         tok = req.output_ids[-1]
         # A constrained request only samples a stop token when its grammar is complete and,
         # before min_new_tokens, when nothing else is allowed: it ends there whatever
-        # ignore_eos and min_new_tokens say.
-        is_constrained = req.grammar is not None
+        # ignore_eos and min_new_tokens say. (A thinking budget alone does not constrain.)
+        is_constrained = req.grammar is not None and req.grammar.constrains
         if tok in p.stop_token_ids or (tok in self._eos and (not p.ignore_eos or is_constrained)):
             if len(req.output_ids) >= p.min_new_tokens or is_constrained:
                 req.finish(FinishReason(FinishKind.STOP, matched=tok))

@@ -98,6 +98,8 @@ def test_responses_give_a_reasoning_item(server_and_end) -> None:
     r = client.responses.create(**args)
     assert [i.type for i in r.output] == ["reasoning", "message"], r.output
     assert r.output[0].content[0].text == thought and r.output_text == ""
+    usage = r.usage
+    assert usage is not None and usage.output_tokens_details.reasoning_tokens == usage.output_tokens
     deltas = {"response.reasoning_text.delta": "", "response.output_text.delta": ""}
     done = None
     for event in client.responses.create(**args, stream=True):
@@ -170,3 +172,91 @@ def test_gemini_thoughts_when_asked_and_none_otherwise(server_and_end) -> None:
     user = {"role": "user", "parts": [{"text": "And at sunset?"}]}
     again = {"contents": [*contents, model, user], "generationConfig": {"maxOutputTokens": 4}}
     assert server.post("/v1beta/models/m:generateContent", json=again).status_code == 200
+
+
+def _tokens(r: Any) -> list[str]:
+    return [bytes(t.bytes or []).decode() for t in r.choices[0].logprobs.content]
+
+
+def test_a_response_format_holds_the_answer_after_the_reasoning(server_and_end) -> None:
+    """`</think>` is a token: the reasoning comes first, free, and the JSON schema holds the
+    answer after it. Unbiased, the random model never closes its reasoning: the output's
+    token budget forces `</think>` where only the shortest answer still fits, so every
+    sample ends with a whole answer in the schema."""
+    server, _ = server_and_end
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    client = _client(server)
+    for seed in SEEDS:
+        r = client.chat.completions.create(model="m", messages=ASK, max_tokens=24, seed=seed,
+                                           temperature=1, response_format=fmt, logprobs=True)  # type: ignore[arg-type]  # fmt: skip
+        choice = r.choices[0]
+        tokens = _tokens(r)
+        assert "</think>" in tokens, tokens
+        cut = tokens.index("</think>")
+        assert (choice.message.model_extra or {})["reasoning_content"] == "".join(tokens[:cut])
+        assert json.loads(choice.message.content or "") in ({"ok": True}, {"ok": False})
+        assert choice.finish_reason == "stop" and len(tokens) <= 24
+
+
+def test_a_thinking_token_budget_closes_the_reasoning(server_and_end) -> None:
+    """vLLM's thinking_token_budget: `</think>` forced after that many reasoning tokens, the
+    answer free after it, usage counting the reasoning's tokens (the tags included);
+    Anthropic's budget_tokens and Gemini's thinkingBudget likewise (0: no thinking at all)."""
+    server, _ = server_and_end
+    client = _client(server)
+    greedy: dict[str, Any] = dict(model="m", messages=ASK, max_tokens=12, temperature=0)
+    for budget in (0, 1, 5):
+        extra = {"thinking_token_budget": budget}
+        r = client.chat.completions.create(**greedy, logprobs=True, extra_body=extra)
+        tokens = _tokens(r)
+        assert tokens.index("</think>") == budget, tokens
+        thought = (r.choices[0].message.model_extra or {}).get("reasoning_content") or ""
+        assert thought == "".join(tokens[:budget])
+        assert r.choices[0].message.content and r.choices[0].finish_reason == "length"
+        details = r.usage.completion_tokens_details  # type: ignore[union-attr]
+        assert details is not None and details.reasoning_tokens == budget + 1
+    body = {"model": "m", "messages": ASK, "thinking_token_budget": -1}
+    bad = server.post("/v1/chat/completions", json=body)
+    assert bad.status_code == 400 and "thinking_token_budget" in bad.text
+    anth = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+    thinks = {"type": "enabled", "budget_tokens": 3}
+    msg = anth.messages.create(model="m", max_tokens=12, messages=ASK,  # type: ignore[call-overload]
+                               extra_body={"temperature": 0}, thinking=thinks)  # fmt: skip
+    three = client.chat.completions.create(**greedy, extra_body={"thinking_token_budget": 3})
+    assert [b.type for b in msg.content] == ["thinking", "text"]
+    assert msg.content[0].thinking == (three.choices[0].message.model_extra or {}).get(
+        "reasoning_content"
+    )
+    assert msg.content[1].text == three.choices[0].message.content
+    contents = [{"role": "user", "parts": [{"text": ASK[0]["content"]}]}]
+    thinking = {"includeThoughts": True, "thinkingBudget": 0}
+    config = {"maxOutputTokens": 12, "temperature": 0, "thinkingConfig": thinking}
+    g = server.post("/v1beta/models/m:generateContent",
+                    json={"contents": contents, "generationConfig": config})  # fmt: skip
+    parts = g.json()["candidates"][0]["content"]["parts"]
+    assert all(not p.get("thought") for p in parts) and "".join(p["text"] for p in parts)
+    assert g.json()["usageMetadata"]["thoughtsTokenCount"] == 1  # (the forced </think>)
+
+
+def test_a_forced_call_follows_the_reasoning(server_and_end) -> None:
+    """tool_choice naming a function: the reasoning first (a budget closes it), then the call
+    its grammar forces; the call's arguments parse, and the reasoning is reported apart."""
+    server, _ = server_and_end
+    params = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    tool: Any = {"type": "function", "function": {"name": "add", "parameters": params}}
+    r = _client(server).chat.completions.create(
+        model="m",
+        messages=ASK,
+        max_tokens=48,
+        temperature=0,
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        extra_body={"thinking_token_budget": 4},
+    )
+    msg = r.choices[0].message
+    assert (msg.model_extra or {}).get("reasoning_content")
+    calls = msg.tool_calls or []
+    assert [c.function.name for c in calls] == ["add"]  # type: ignore[union-attr]
+    assert isinstance(json.loads(calls[0].function.arguments)["a"], int)  # type: ignore[union-attr]

@@ -1,12 +1,14 @@
 """Reasoning read out of an output (tools/reasoning.py): what is reasoning and what is the
 answer for each parser, the same pieces however the output is split into deltas, calls read
-from the answer only, and which requests read it at all (none where a grammar holds the
-output from its first token)."""
+from the answer only, and which requests read it at all: where `<think>` and `</think>` are
+text only, none where a grammar holds the output from its first token; where they are tokens,
+every request, the scheduler's gate letting the grammar start after the reasoning."""
 
 from __future__ import annotations
 
 import pytest
 
+from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools import ReasoningPiece, TextPiece, ToolChoice, ToolPlan, ToolSpec
 from radixrt.serve.http.tools.formats import HERMES
 from radixrt.serve.http.tools.plan import PlainText, read_output
@@ -14,6 +16,23 @@ from radixrt.serve.http.tools.reasoning import Reasoning, ReasoningSplit
 
 ADD = ToolSpec("add", "", {"type": "object", "properties": {"a": {"type": "integer"}}})
 CALL = '<tool_call>\n{"name":"add","arguments":{"a":1}}\n</tool_call>'
+
+
+class Tokenizer:
+    """Characters as tokens; with `tags`, `<think>` and `</think>` one token each (7, 8)."""
+
+    def __init__(self, tags: bool) -> None:
+        self.tags = {"<think>": 7, "</think>": 8} if tags else {}
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [self.tags[text]] if text in self.tags else [ord(c) for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        names = {v: k for k, v in self.tags.items()}
+        return "".join(names.get(i, chr(i)) for i in ids)
+
+
+TEXT_TAGS, TOKEN_TAGS = Tokenizer(False), Tokenizer(True)
 
 # (parser, prompt tail, output) -> (reasoning, answer)
 CASES = [
@@ -65,26 +84,62 @@ def test_none_reads_nothing_and_an_unknown_parser_is_refused() -> None:
 
 
 def test_calls_are_read_from_the_answer_only() -> None:
-    plan = ToolPlan(HERMES, (ADD,)).with_reasoning("qwen3", "assistant\n", {})
+    plan = ToolPlan(HERMES, (ADD,)).with_reasoning("qwen3", "assistant\n", {}, TEXT_TAGS)
     assert plan.reasoning == Reasoning(inside=False) and plan.parses_output
     reasoning, text, calls = read_output(plan, f"<think>I could write {CALL}.</think>\n{CALL}")
     assert reasoning == f"I could write {CALL}." and text == ""
     assert [(c.name, c.arguments) for c in calls] == [("add", '{"a":1}')]
     # A request that does not show it (Anthropic's without thinking) leaves it out.
-    hidden = ToolPlan(HERMES, (ADD,)).with_reasoning("qwen3", "assistant\n", {}, shown=False)
+    hidden = ToolPlan(HERMES, (ADD,)).with_reasoning(
+        "qwen3", "assistant\n", {}, TEXT_TAGS, shown=False
+    )
     parser = hidden.new_parser()
     events = parser.feed("<think>hmm</think>Hi") + parser.finish()
     assert events == [TextPiece("Hi")]
 
 
 def test_reasoning_is_read_only_where_the_output_starts_free() -> None:
-    """A forced call, a response format, or a grammar of the request's own holds the output
-    from its first token: no reasoning there. `auto` tools alone start with free text."""
+    """With the tags as text, a forced call, a response format, or a grammar of the request's
+    own holds the output from its first token: no reasoning there. `auto` tools alone start
+    with free text."""
     plain = ToolPlan(HERMES)
-    assert plain.with_reasoning("deepseek_r1", "", {}).reasoning == Reasoning(inside=True)
-    assert plain.with_reasoning("qwen3", "x", {"json_schema": "{}"}).reasoning is None
-    assert plain.with_reasoning("qwen3", "x", {"regex": "a+"}).reasoning is None
-    assert plain.with_reasoning("none", "<think>", {}).reasoning is None
+    assert plain.with_reasoning("deepseek_r1", "", {}, TEXT_TAGS).reasoning == Reasoning(
+        inside=True
+    )
+    assert plain.with_reasoning("qwen3", "x", {"json_schema": "{}"}, TEXT_TAGS).reasoning is None
+    assert plain.with_reasoning("qwen3", "x", {"regex": "a+"}, TEXT_TAGS).reasoning is None
+    assert plain.with_reasoning("none", "<think>", {}, TEXT_TAGS).reasoning is None
     forced = ToolPlan(HERMES, (ADD,), ToolChoice("required"))
-    assert forced.with_reasoning("qwen3", "x", {}).reasoning is None
-    assert ToolPlan(HERMES, (ADD,)).with_reasoning("qwen3", "x", {}).reasoning is not None
+    assert forced.with_reasoning("qwen3", "x", {}, TEXT_TAGS).reasoning is None
+    assert (
+        ToolPlan(HERMES, (ADD,)).with_reasoning("qwen3", "x", {}, TEXT_TAGS).reasoning is not None
+    )
+
+
+def test_with_tag_tokens_a_grammar_follows_the_reasoning() -> None:
+    """Where the tags are tokens, every request reads reasoning, and its sampling fields
+    name the gate's tokens: the end always, the start where the output may open it, the
+    budget where one is asked; the tools' grammar stays (the gate holds it back)."""
+    plain = ToolPlan(HERMES)
+    r1 = plain.with_reasoning("deepseek_r1", "", {"json_schema": "{}"}, TOKEN_TAGS)
+    assert r1.reasoning == Reasoning(inside=True, tokens=(7, 8))
+    assert r1.sampling_dict(TOKEN_TAGS, {"json_schema": "{}"}) == {"reasoning_end_id": 8}
+    qwen = plain.with_reasoning("qwen3", "x", {"regex": "a+"}, TOKEN_TAGS, budget=16)
+    assert qwen.sampling_dict(TOKEN_TAGS, {"regex": "a+"}) == {
+        "reasoning_end_id": 8, "reasoning_start_id": 7, "thinking_token_budget": 16,
+    }  # fmt: skip
+    forced = ToolPlan(HERMES, (ADD,), ToolChoice("required"))
+    d = forced.with_reasoning("qwen3", "<think>\n", {}, TOKEN_TAGS).sampling_dict(TOKEN_TAGS, {})
+    assert d["reasoning_end_id"] == 8 and "reasoning_start_id" not in d
+    assert any(d.get(k) for k in ("regex", "ebnf"))  # the call's grammar, after the reasoning
+    # A prompt that closed the reasoning (thinking turned off by the template): none.
+    closed = plain.with_reasoning("qwen3", "<think>\n\n</think>\n\n", {}, TOKEN_TAGS)
+    assert closed.reasoning is None
+
+
+def test_a_budget_the_server_cannot_keep_is_refused() -> None:
+    plain = ToolPlan(HERMES)
+    with pytest.raises(BadRequestError, match="--reasoning-parser"):
+        plain.with_reasoning("none", "", {}, TOKEN_TAGS, budget=8)
+    with pytest.raises(BadRequestError, match="writes them as text"):
+        plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8)

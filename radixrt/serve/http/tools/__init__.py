@@ -14,7 +14,7 @@ from radixrt.serve.http.tools.parser import (
 )
 from radixrt.serve.http.tools.plan import ToolPlan, read_output
 from radixrt.serve.http.tools.prompt import MESSAGE_ROLES, render_tool_chat
-from radixrt.serve.http.tools.reasoning import REASONING_PARSERS
+from radixrt.serve.http.tools.reasoning import REASONING_PARSERS, count_reasoning_tokens
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "ToolEvent",
     "ToolPlan",
     "ToolSpec",
+    "count_reasoning_tokens",
     "format_for",
     "read_output",
     "render_tool_chat",

@@ -26,7 +26,7 @@ from radixrt.serve.http.tools.parser import (
     ToolEvent,
     new_call_id,
 )
-from radixrt.serve.http.tools.reasoning import Reasoning, ReasoningSplit
+from radixrt.serve.http.tools.reasoning import Reasoning, ReasoningSplit, reasoning_tokens
 from radixrt.serve.http.tools.spec import (
     ToolCall,
     ToolChoice,
@@ -72,25 +72,51 @@ class ToolPlan:
         return self.parses_calls or self.reasoning is not None
 
     def with_reasoning(
-        self, parser: str, prompt_text: str, asked: dict[str, Any], shown: bool = True
+        self,
+        parser: str,
+        prompt_text: str,
+        asked: dict[str, Any],
+        tokenizer: Any,
+        shown: bool = True,
+        budget: int | None = None,
     ) -> ToolPlan:
         """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for the
         prompt `prompt_text` (its end: whether it opens the reasoning) and the request's
-        sampling dict `asked`
-        (before the tools' fields); `shown`: the answer shows it (else it is left out: a
-        dialect's request that did not ask for thinking). Not where a grammar holds the
-        output from its first token (a forced call, a response format, a regex or grammar):
-        that output has no reasoning. `auto` tools alone start with free text, so theirs may."""
-        if self.choice.is_forced and self.tools:
+        sampling dict `asked` (before the tools' fields); `shown`: the answer shows it (else
+        it is left out: a dialect's request that did not ask for thinking); `budget`: the most
+        tokens the reasoning may take (None: no cap).
+
+        Where `<think>` and `</think>` are tokens of the model's, the scheduler's reasoning
+        gate lets the reasoning come first and a grammar (a forced call, a response format, a
+        regex) hold the answer after it. Where they are text only, an output a grammar holds
+        from its first token has no reasoning, and a budget cannot be kept (400)."""
+        if parser == "none":
+            if budget is not None:
+                raise BadRequestError(
+                    "a thinking budget needs a server that reads reasoning (start it with "
+                    "--reasoning-parser)"
+                )
             return self
-        if any(asked.get(k) is not None for k in SPEC_KINDS):
+        tokens = reasoning_tokens(tokenizer)
+        if tokens is None:
+            if budget is not None:
+                raise BadRequestError(
+                    "a thinking budget needs a model whose <think> and </think> are tokens "
+                    "of its own; this model writes them as text"
+                )
+            if self.choice.is_forced and self.tools:
+                return self
+            if any(asked.get(k) is not None for k in SPEC_KINDS):
+                return self
+        reasoning = Reasoning.of(parser, prompt_text[-64:], shown, tokens)
+        if reasoning is None:
             return self
-        reasoning = Reasoning.of(parser, prompt_text[-64:], shown)
-        return self if reasoning is None else replace(self, reasoning=reasoning)
+        return replace(self, reasoning=replace(reasoning, budget=budget))
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
         """Fields to add to the request's sampling dict `asked`: a forced call's grammar;
-        special tokens kept in the text when the format opens calls with one."""
+        special tokens kept in the text when the format opens calls with one; the reasoning
+        gate's tokens and budget (Reasoning.sampling)."""
         d: dict[str, Any] = {}
         has_grammar = any(asked.get(k) is not None for k in SPEC_KINDS)
         answer = _json_answer(asked) if has_grammar else None  # a JSON response format
@@ -129,6 +155,8 @@ class ToolPlan:
                     d.update(spec, json_schema=None)  # (the schema is the grammar's answer)
         if special:
             d["skip_special_tokens"] = False
+        if self.reasoning is not None:
+            d.update(self.reasoning.sampling())
         return d
 
     def new_parser(self, new_id: Callable[[], str] = new_call_id) -> OutputParser:

@@ -15,7 +15,9 @@ until it is whole, so splitting the output differently gives the same pieces."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 from radixrt.core.config import REASONING_PARSERS
 from radixrt.serve.http.tools.parser import OutputParser, ReasoningPiece, ToolEvent
@@ -27,21 +29,71 @@ START, END = "<think>", "</think>"
 @dataclass(frozen=True, slots=True)
 class Reasoning:
     """How one output's reasoning is read: `inside`, whether the output starts in it (the
-    prompt opened it); `shown`, whether the answer shows it (else it is left out)."""
+    prompt opened it); `shown`, whether the answer shows it (else it is left out); `tokens`,
+    the ids of `<think>` and `</think>` where each is one token of the model's (None: text
+    only), which the scheduler's reasoning gate needs: a grammar then holds the answer after
+    the reasoning, and `budget` caps the reasoning's tokens."""
 
     inside: bool
     shown: bool = True
+    tokens: tuple[int, int] | None = None
+    budget: int | None = None
 
     @staticmethod
-    def of(parser: str, prompt_tail: str, shown: bool = True) -> Reasoning | None:
-        """For `parser` (REASONING_PARSERS) and the end of the prompt's text; None: none."""
+    def of(
+        parser: str, prompt_tail: str, shown: bool = True, tokens: tuple[int, int] | None = None
+    ) -> Reasoning | None:
+        """For `parser` (REASONING_PARSERS) and the end of the prompt's text; None: none (no
+        parser, or a prompt that closed the reasoning itself: thinking turned off)."""
         if parser == "none":
             return None
         if parser not in REASONING_PARSERS:
             raise ValueError(
                 f"unknown reasoning parser {parser!r}; choose from {REASONING_PARSERS}"
             )
-        return Reasoning(parser == "deepseek_r1" or prompt_tail.rstrip().endswith(START), shown)
+        tail = prompt_tail.rstrip()
+        if tail.endswith(END):
+            return None
+        return Reasoning(parser == "deepseek_r1" or tail.endswith(START), shown, tokens)
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling fields of the scheduler's gate (none where the tags are not tokens)."""
+        if self.tokens is None:
+            return {}
+        start, end = self.tokens
+        d: dict[str, Any] = {"reasoning_end_id": end}
+        if not self.inside:
+            d["reasoning_start_id"] = start
+        if self.budget is not None:
+            d["thinking_token_budget"] = self.budget
+        return d
+
+
+@functools.lru_cache(maxsize=8)
+def reasoning_tokens(tokenizer: Any) -> tuple[int, int] | None:
+    """The ids of `<think>` and `</think>` where each is one token that decodes to itself
+    with special tokens skipped (Qwen3's and DeepSeek-R1's added tokens), else None."""
+    ids = []
+    for tag in (START, END):
+        found = tokenizer.encode(tag, add_special_tokens=False)
+        if len(found) != 1 or tokenizer.decode(found, skip_special_tokens=True) != tag:
+            return None
+        ids.append(int(found[0]))
+    return ids[0], ids[1]
+
+
+def count_reasoning_tokens(params: Any, output_ids: list[int]) -> int | None:
+    """How many of an output's tokens are its reasoning, the tags included: up to its
+    `</think>`, or all of it where it ends inside the reasoning. None where the request's
+    sampling parameters (a SamplingParams) name no reasoning tokens (no parser, or tags that
+    are text only: the count is not known)."""
+    end = params.reasoning_end_id
+    if end is None:
+        return None
+    start = params.reasoning_start_id
+    if start is not None and (not output_ids or output_ids[0] != start):
+        return 0  # the output did not open a reasoning
+    return output_ids.index(end) + 1 if end in output_ids else len(output_ids)
 
 
 class ReasoningSplit:

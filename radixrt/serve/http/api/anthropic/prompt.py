@@ -80,7 +80,8 @@ def prepare_messages(
         raise BadRequestError(
             "thinking: this server reads no reasoning (start it with --reasoning-parser)"
         )
-    plan = plan.with_reasoning(reasoning, prompt.text, d, shown=thinks)
+    budget = req.thinking.budget_tokens if thinks and req.thinking is not None else None
+    plan = plan.with_reasoning(reasoning, prompt.text, d, tokenizer, thinks, budget)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)

@@ -66,10 +66,28 @@ def wants_thoughts(config: ThinkingConfig | None) -> bool:
     return config is not None and bool(config.include_thoughts or config.include_thoughts_snake)
 
 
+def thinking_budget(config: ThinkingConfig | None) -> int | None:
+    """The most tokens a thinkingConfig lets the model think: its thinkingBudget (0: no
+    thinking), None where it sets none or -1 (the model's own choice); 400 for another
+    negative budget."""
+    if config is None:
+        return None
+    budget = config.thinking_budget
+    if budget is None:
+        budget = config.thinking_budget_snake
+    if budget is None or budget == -1:
+        return None
+    if budget < 0:
+        raise BadRequestError(
+            f"thinkingConfig.thinkingBudget: {budget} is neither -1 (dynamic) nor >= 0"
+        )
+    return budget
+
+
 def check_thinking(config: ThinkingConfig | None, reads_reasoning: bool = False) -> None:
     """Where the server reads no reasoning, a thinkingConfig may only ask for no thinking
-    (budget 0, no thoughts), else 400; where it does, a budget or level is taken and not
-    enforced."""
+    (budget 0, no thoughts), else 400; where it does, a budget caps the thinking (a level is
+    taken and not enforced)."""
     if config is None or reads_reasoning:
         return
     budgets = (config.thinking_budget, config.thinking_budget_snake)

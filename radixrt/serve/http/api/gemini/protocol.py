@@ -17,6 +17,7 @@ from radixrt.serve.http.api.gemini.output_format import (
     ThinkingConfig,
     check_thinking,
     format_fields,
+    thinking_budget,
     wants_thoughts,
 )
 from radixrt.serve.http.api.gemini.tools import (
@@ -287,7 +288,8 @@ def prepare_content(
     explicit_max = config.max_output_tokens is not None
     d = sampling_dict(config, reasoning != "none")
     thoughts = wants_thoughts(config.thinking_config)  # (checked by sampling_dict)
-    plan = plan.with_reasoning(reasoning, text, d, shown=thoughts)
+    budget = thinking_budget(config.thinking_config) if reasoning != "none" else None
+    plan = plan.with_reasoning(reasoning, text, d, tokenizer, thoughts, budget)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     if not explicit_max:

@@ -15,7 +15,13 @@ from radixrt.serve.http.api.gemini.protocol import model_resource
 from radixrt.serve.http.api.gemini.tools import call_part
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState
-from radixrt.serve.http.tools import OutputParser, ReasoningPiece, TextPiece, ToolPlan
+from radixrt.serve.http.tools import (
+    OutputParser,
+    ReasoningPiece,
+    TextPiece,
+    ToolPlan,
+    count_reasoning_tokens,
+)
 from radixrt.serve.http.tools.plan import PlainText
 from radixrt.serve.results.delta import OutputDelta
 from radixrt.serve.web.responses import json_response
@@ -146,6 +152,10 @@ class ContentRender(BaseRender):
             "candidatesTokenCount": num_out,
             "totalTokenCount": out.prompt_len + num_out,
         }
+        thought = sum(count_reasoning_tokens(s.out.sampling_params, s.out.output_ids) or 0
+                      for s in states)  # fmt: skip
+        if thought:  # (Gemini's thoughts are in candidatesTokenCount too here)
+            usage["thoughtsTokenCount"] = thought
         return {
             "candidates": candidates,
             "usageMetadata": usage,

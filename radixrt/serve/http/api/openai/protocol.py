@@ -219,6 +219,9 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's: the most tokens a reasoning model may think (--reasoning-parser; then
+    # </think> is forced and the answer follows).
+    thinking_token_budget: int | None = None
     # OpenAI's bookkeeping fields: metadata checked and kept on nothing (no completion is
     # stored: store true is refused), safety_identifier like user, service_tier ignored (as
     # on /v1/responses), modalities text only, verbosity medium only (no other is trained).
@@ -317,7 +320,8 @@ def prepare_chat(
     d = req.sampling_dict()
     if req.response_format is not None:
         add_spec(d, req.response_format.sampling_dict(), "response_format")
-    plan = plan.with_reasoning(reasoning, text, d)  # (d: the request's own grammar)
+    budget = req.thinking_token_budget  # (d: the request's own grammar)
+    plan = plan.with_reasoning(reasoning, text, d, tokenizer, budget=budget)
     d.update(plan.sampling_dict(tokenizer, d))
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")

@@ -24,6 +24,7 @@ from radixrt.serve.http.tools import (
     TextPiece,
     ToolEvent,
     ToolPlan,
+    count_reasoning_tokens,
     read_output,
 )
 from radixrt.serve.results.delta import OutputDelta
@@ -287,13 +288,16 @@ def usage_of(states: list[ReqState], n: int) -> dict[str, Any]:
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": sum(s.out.cached_tokens for s in firsts)},
     }
+    details: dict[str, int] = {}
     if states and states[0].out.sampling_params.prediction_ids:
         # Predicted output: its drafted tokens the model kept, and those it did not (each
         # computed once in a verifying pass; neither is billed apart here).
         accepted = sum(s.out.prediction_accepted for s in states)
         rejected = sum(s.out.prediction_drafted - s.out.prediction_accepted for s in states)
-        usage["completion_tokens_details"] = {
-            "accepted_prediction_tokens": accepted,
-            "rejected_prediction_tokens": rejected,
-        }
+        details.update(accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected)
+    thought = [count_reasoning_tokens(s.out.sampling_params, s.out.output_ids) for s in states]
+    if states and None not in thought:  # (a reasoning model's whose tags are tokens)
+        details["reasoning_tokens"] = sum(t or 0 for t in thought)
+    if details:
+        usage["completion_tokens_details"] = details
     return usage

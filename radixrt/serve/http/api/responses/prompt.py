@@ -116,7 +116,7 @@ def build_prompt(
     if ids is None:
         ids = tokenizer.encode(text, add_special_tokens=False)
     d = sampling_dict(req)
-    plan = plan.with_reasoning(reasoning, text, d)  # (d: the request's own grammar)
+    plan = plan.with_reasoning(reasoning, text, d, tokenizer)  # (d: the request's grammar)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     explicit = "max_new_tokens" in d

@@ -20,6 +20,7 @@ from radixrt.serve.http.api.responses.store import ResponseStore, StoredResponse
 from radixrt.serve.http.api.responses.tools import tools_echo
 from radixrt.serve.http.render import BaseRender, Finished
 from radixrt.serve.http.req_state import ReqState
+from radixrt.serve.http.tools import count_reasoning_tokens
 from radixrt.serve.results.delta import OutputDelta
 from radixrt.serve.web.responses import json_response
 
@@ -85,6 +86,7 @@ def usage_of(state: ReqState, planned: Planned) -> dict[str, Any]:
     if writes["12h"] >= writes["30m"]:
         writes["30m"] = 0
     out = len(req.output_ids)
+    thought = count_reasoning_tokens(req.sampling_params, req.output_ids) or 0
     details = {
         "cached_tokens": req.cached_tokens,
         "cache_write_tokens": sum(writes.values()),
@@ -92,7 +94,7 @@ def usage_of(state: ReqState, planned: Planned) -> dict[str, Any]:
                                        "ttl_12h_tokens": writes["12h"]},
     }  # fmt: skip
     return {"input_tokens": req.prompt_len, "input_tokens_details": details,
-            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": thought},
             "total_tokens": req.prompt_len + out}  # fmt: skip
 
 
