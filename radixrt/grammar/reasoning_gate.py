@@ -56,42 +56,38 @@ class ReasoningGate(BaseGrammarMatcher):
         self._history: StateHistory[tuple[str, int, bool]] = StateHistory()
 
     def fill_mask(self, bitmask: torch.Tensor, row: int, budget: int | None = None) -> None:
-        if self.phase == ANSWER or (self.phase == OPEN and self.inner is not None):
-            if self.inner is None:
-                bitmask[row].fill_(-1)
+        if self.phase == REASONING:
+            if not self._may_reason(budget):
+                bitmask[row].zero_()
+                _set_bit(bitmask, row, self.end_id)
                 return
-            self.inner.fill_mask(bitmask, row, budget)
-            if self.phase == OPEN and self._may_reason(budget, opened=False):
-                _set_bit(bitmask, row, self.start_id)
-            return
-        if self.phase == OPEN:  # free text: anything, the start token if it may reason
             bitmask[row].fill_(-1)
-            if not self._may_reason(budget, opened=False):
+            if self.inner is not None:  # the grammar's answer must come
+                for t in self.stop_ids:
+                    _clear_bit(bitmask, row, t)
+            return
+        if self.inner is None:
+            bitmask[row].fill_(-1)
+        else:
+            self.inner.fill_mask(bitmask, row, budget)
+        if self.phase == OPEN:  # the answer's first token, or the start if it may reason
+            if self._may_reason(budget):
+                _set_bit(bitmask, row, self.start_id)
+            else:
                 _clear_bit(bitmask, row, self.start_id)
-            return
-        if not self._may_reason(budget, opened=True):
-            bitmask[row].zero_()
-            _set_bit(bitmask, row, self.end_id)
-            return
-        bitmask[row].fill_(-1)
-        if self.inner is not None:
-            for t in self.stop_ids:
-                _clear_bit(bitmask, row, t)
 
-    def _may_reason(self, budget: int | None, opened: bool) -> bool:
-        """Whether one more reasoning token may be written (`opened`: in the reasoning; else
-        whether the start token may open it) with `budget` tokens left, this one included."""
-        if self.thinking_budget is not None:
-            if self.thought >= self.thinking_budget:
-                return False
+    def _may_reason(self, budget: int | None) -> bool:
+        """Whether one more reasoning token (or the start token) may be written with `budget`
+        tokens left, this one included: the thinking budget is not spent, and the end token
+        and the answer's shortest output still fit after it."""
+        if self.thinking_budget is not None and self.thought >= self.thinking_budget:
+            return False
         if budget is None or not self.bounds_length:
             return True
         assert self.inner is not None  # bounds_length
         need = self.inner.min_tokens()
         if need is None or need >= UNREACHABLE:
             return True
-        # After this token (a reasoning token, or the start), the end and the answer's
-        # shortest output must still fit.
         return budget - 1 >= 1 + need
 
     def is_accepting(self) -> bool:
