@@ -230,6 +230,13 @@ def test_a_thinking_token_budget_closes_the_reasoning(server_and_end) -> None:
         "reasoning_content"
     )
     assert msg.content[1].text == three.choices[0].message.content
+    # Thinking disabled: none at all (a budget of 0), the answer as after an empty reasoning.
+    off = anth.messages.create(model="m", max_tokens=12, messages=ASK,  # type: ignore[call-overload]
+                               extra_body={"temperature": 0},
+                               thinking={"type": "disabled"})  # fmt: skip
+    zero = client.chat.completions.create(**greedy, extra_body={"thinking_token_budget": 0})
+    assert [b.type for b in off.content] == ["text"]
+    assert off.content[0].text == zero.choices[0].message.content
     contents = [{"role": "user", "parts": [{"text": ASK[0]["content"]}]}]
     thinking = {"includeThoughts": True, "thinkingBudget": 0}
     config = {"maxOutputTokens": 12, "temperature": 0, "thinkingConfig": thinking}

@@ -143,3 +143,8 @@ def test_a_budget_the_server_cannot_keep_is_refused() -> None:
         plain.with_reasoning("none", "", {}, TOKEN_TAGS, budget=8)
     with pytest.raises(BadRequestError, match="writes them as text"):
         plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8)
+    # A dialect whose every thinking request carries a budget (Anthropic's, Gemini's): taken,
+    # not kept, where it cannot be.
+    soft = plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8, must_cap=False)
+    assert soft.reasoning == Reasoning(inside=False) and soft.sampling_dict(TEXT_TAGS, {}) == {}
+    assert plain.with_reasoning("none", "", {}, TEXT_TAGS, budget=0, must_cap=False) == plain

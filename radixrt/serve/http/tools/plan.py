@@ -79,6 +79,7 @@ class ToolPlan:
         tokenizer: Any,
         shown: bool = True,
         budget: int | None = None,
+        must_cap: bool = True,
     ) -> ToolPlan:
         """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for the
         prompt `prompt_text` (its end: whether it opens the reasoning) and the request's
@@ -88,10 +89,13 @@ class ToolPlan:
 
         Where `<think>` and `</think>` are tokens of the model's, the scheduler's reasoning
         gate lets the reasoning come first and a grammar (a forced call, a response format, a
-        regex) hold the answer after it. Where they are text only, an output a grammar holds
-        from its first token has no reasoning, and a budget cannot be kept (400)."""
+        regex) hold the answer after it, and caps the reasoning at `budget`. Where they are
+        text only, an output a grammar holds from its first token has no reasoning, and a
+        budget cannot be kept: a 400 where the request asked for the cap itself (`must_cap`,
+        vLLM's thinking_token_budget), taken and not kept where the dialect makes every
+        thinking request carry one (Anthropic's budget_tokens, Gemini's thinkingBudget)."""
         if parser == "none":
-            if budget is not None:
+            if budget is not None and must_cap:
                 raise BadRequestError(
                     "a thinking budget needs a server that reads reasoning (start it with "
                     "--reasoning-parser)"
@@ -99,7 +103,7 @@ class ToolPlan:
             return self
         tokens = reasoning_tokens(tokenizer)
         if tokens is None:
-            if budget is not None:
+            if budget is not None and must_cap:
                 raise BadRequestError(
                     "a thinking budget needs a model whose <think> and </think> are tokens "
                     "of its own; this model writes them as text"
@@ -111,7 +115,7 @@ class ToolPlan:
         reasoning = Reasoning.of(parser, prompt_text[-64:], shown, tokens)
         if reasoning is None:
             return self
-        return replace(self, reasoning=replace(reasoning, budget=budget))
+        return replace(self, reasoning=replace(reasoning, budget=budget if tokens else None))
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
         """Fields to add to the request's sampling dict `asked`: a forced call's grammar;

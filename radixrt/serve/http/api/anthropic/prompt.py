@@ -80,8 +80,9 @@ def prepare_messages(
         raise BadRequestError(
             "thinking: this server reads no reasoning (start it with --reasoning-parser)"
         )
-    budget = req.thinking.budget_tokens if thinks and req.thinking is not None else None
-    plan = plan.with_reasoning(reasoning, prompt.text, d, tokenizer, thinks, budget)
+    # Thinking disabled: none at all, where the gate can keep it so (a budget of 0).
+    budget = None if req.thinking is None else req.thinking.budget_tokens if thinks else 0
+    plan = plan.with_reasoning(reasoning, prompt.text, d, tokenizer, thinks, budget, False)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)

@@ -288,8 +288,8 @@ def prepare_content(
     explicit_max = config.max_output_tokens is not None
     d = sampling_dict(config, reasoning != "none")
     thoughts = wants_thoughts(config.thinking_config)  # (checked by sampling_dict)
-    budget = thinking_budget(config.thinking_config) if reasoning != "none" else None
-    plan = plan.with_reasoning(reasoning, text, d, tokenizer, thoughts, budget)
+    budget = thinking_budget(config.thinking_config)
+    plan = plan.with_reasoning(reasoning, text, d, tokenizer, thoughts, budget, False)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     if not explicit_max:
