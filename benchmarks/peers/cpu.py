@@ -85,7 +85,7 @@ def cpu_description() -> dict[str, Any]:
         "machine": platform.machine(),
         "cores": os.cpu_count(),
         "isa_flags": isa,
-        "radixrt_isa": cpu_build.supported_isas()[0],
+        "radixrt_isa": cpu_build.requested_isa(),  # $RADIXRT_CPU_ISA where set
     }
 
 

@@ -44,7 +44,8 @@ PROMPT_CACHE_RETENTION = {"in_memory": (600.0, True), "24h": (86400.0, False)}
 _RETENTION_SPELLINGS = {"in-memory": "in_memory"}
 # Chat fields of OpenAI's own platform or of models with other modalities: null or absent only.
 REFUSED_CHAT_FIELDS = {
-    "reasoning_effort": "no reasoning mode is served",
+    "reasoning_effort": "no effort levels are served; thinking_token_budget caps a reasoning "
+    "model's thinking where the server reads it (--reasoning-parser)",
     "audio": "text output only",
     "web_search_options": "no web search",
     "functions": "use tools",

@@ -106,7 +106,11 @@ def check_request(req: ResponsesRequest) -> ResponsesRequest:
     if req.background:
         raise BadRequestError("background: background responses are not supported")
     if req.reasoning is not None and any(v is not None for v in req.reasoning.values()):
-        raise BadRequestError("reasoning: not supported (no reasoning mode is served)")
+        raise BadRequestError(
+            "reasoning: not supported (no effort levels or summaries are served; a reasoning "
+            "model's thinking comes as a reasoning item where the server reads it, "
+            "--reasoning-parser)"
+        )
     for value in req.include or ():
         raise BadRequestError(f"include: {value!r} is not produced by this server")
     if req.top_logprobs:
