@@ -148,3 +148,20 @@ def test_a_budget_the_server_cannot_keep_is_refused() -> None:
     soft = plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8, must_cap=False)
     assert soft.reasoning == Reasoning(inside=False) and soft.sampling_dict(TEXT_TAGS, {}) == {}
     assert plain.with_reasoning("none", "", {}, TEXT_TAGS, budget=0, must_cap=False) == plain
+
+
+def test_reasoning_tokens_counted_from_the_output_ids() -> None:
+    """Usage's reasoning tokens: up to and with `</think>` (8), all of an output that ends
+    inside its reasoning, none of one that did not open it (`<think>`, 7, first); unknown
+    where the tags are not tokens."""
+    from radixrt.core import SamplingParams
+    from radixrt.serve.http.tools import count_reasoning_tokens
+
+    inside = SamplingParams(reasoning_end_id=8)
+    opened = SamplingParams(reasoning_end_id=8, reasoning_start_id=7)
+    assert count_reasoning_tokens(inside, [1, 2, 8, 3]) == 3
+    assert count_reasoning_tokens(inside, [1, 2]) == 2
+    assert count_reasoning_tokens(opened, [7, 1, 8, 3, 4]) == 3
+    assert count_reasoning_tokens(opened, [3, 4]) == 0
+    assert count_reasoning_tokens(opened, []) == 0
+    assert count_reasoning_tokens(SamplingParams(), [1, 2]) is None
