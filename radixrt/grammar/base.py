@@ -47,6 +47,12 @@ CANONICAL_JSON = JsonLayout()  # `{"a": 1, "b": [2, 3]}`: response formats
 COMPACT_JSON = JsonLayout(",", ":")  # `{"a":1,"b":[2,3]}`: forced tool calls
 
 
+def mask_bit(i: int) -> int:
+    """Bit i (0-31) of an int32 mask word as a Python int in int32 range (bit t of a mask row
+    is token t: `row[t // 32] |= mask_bit(t % 32)` allows it, `&= ~mask_bit(...)` refuses)."""
+    return (1 << i) - (1 << 32) if i == 31 else 1 << i
+
+
 class GrammarError(ValueError):
     """A spec the backend cannot compile (or that took too long); the message says why."""
 

@@ -23,6 +23,7 @@ from radixrt.grammar.base import (
     GrammarError,
     GrammarSpec,
     StateHistory,
+    mask_bit,
 )
 from radixrt.grammar.schema_regex import schema_regex
 from radixrt.grammar.token_automaton import TokenAutomaton
@@ -50,7 +51,7 @@ class OutlinesMatcher(BaseGrammarMatcher):
         dst.copy_(torch.from_numpy(self._automaton.mask(self._state, budget)))
         if self._automaton.accepting[self._state]:
             for t in self._eos:
-                dst[t // 32] |= _bit(t % 32)
+                dst[t // 32] |= mask_bit(t % 32)
 
     def accept(self, token_id: int) -> bool:
         state = self._state
@@ -107,11 +108,6 @@ class OutlinesBackend(BaseGrammarBackend):
 
     def new_matcher(self, compiled: TokenAutomaton) -> OutlinesMatcher:
         return OutlinesMatcher(compiled, self._eos)
-
-
-def _bit(i: int) -> int:
-    """Bit i of an int32 word as a Python int in int32 range."""
-    return (1 << i) - (1 << 32) if i == 31 else 1 << i
 
 
 def _token_bytes(tokenizer: Any, vocab_size: int) -> dict[bytes, list[int]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, StateHistory
+from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, StateHistory, mask_bit
 
 if TYPE_CHECKING:
     import torch
@@ -59,22 +59,19 @@ class ReasoningGate(BaseGrammarMatcher):
         if self.phase == REASONING:
             if not self._may_reason(budget):
                 bitmask[row].zero_()
-                _set_bit(bitmask, row, self.end_id)
+                _set(bitmask, row, self.end_id, True)
                 return
             bitmask[row].fill_(-1)
             if self.inner is not None:  # the grammar's answer must come
                 for t in self.stop_ids:
-                    _clear_bit(bitmask, row, t)
+                    _set(bitmask, row, t, False)
             return
         if self.inner is None:
             bitmask[row].fill_(-1)
         else:
             self.inner.fill_mask(bitmask, row, budget)
         if self.phase == OPEN:  # the answer's first token, or the start if it may reason
-            if self._may_reason(budget):
-                _set_bit(bitmask, row, self.start_id)
-            else:
-                _clear_bit(bitmask, row, self.start_id)
+            _set(bitmask, row, self.start_id, self._may_reason(budget))
 
     def _may_reason(self, budget: int | None) -> bool:
         """Whether one more reasoning token (or the start token) may be written with `budget`
@@ -134,17 +131,11 @@ class ReasoningGate(BaseGrammarMatcher):
             self.inner.rollback(took)
 
 
-def _set_bit(bitmask: torch.Tensor, row: int, token: int | None) -> None:
-    if token is None:
-        return
-    word, bit = divmod(token, 32)
-    value = int(bitmask[row, word]) | (1 << bit)
-    bitmask[row, word] = value - (1 << 32) if value >= 1 << 31 else value
-
-
-def _clear_bit(bitmask: torch.Tensor, row: int, token: int | None) -> None:
-    if token is None:
-        return
-    word, bit = divmod(token, 32)
-    value = (int(bitmask[row, word]) & 0xFFFFFFFF) & ~(1 << bit)
-    bitmask[row, word] = value - (1 << 32) if value >= 1 << 31 else value
+def _set(bitmask: torch.Tensor, row: int, token: int | None, allowed: bool) -> None:
+    """Allow (or refuse) `token` in `bitmask[row]`; None: no token, nothing changes."""
+    if token is not None:
+        word, bit = divmod(token, 32)
+        if allowed:
+            bitmask[row, word] |= mask_bit(bit)
+        else:
+            bitmask[row, word] &= ~mask_bit(bit)

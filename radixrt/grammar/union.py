@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, StateHistory
+from radixrt.grammar.base import UNREACHABLE, BaseGrammarMatcher, StateHistory, mask_bit
 from radixrt.grammar.token_automaton import TokenAutomaton
 
 
@@ -94,8 +94,7 @@ class UnionMatcher(BaseGrammarMatcher):
         dst.copy_(torch.from_numpy(words))
         if self.is_accepting():
             for t in self._eos:
-                word = int(dst[t // 32]) | (1 << (t % 32))
-                dst[t // 32] = word - (1 << 32) if word >= 1 << 31 else word
+                dst[t // 32] |= mask_bit(t % 32)
 
     def accept(self, token_id: int) -> bool:
         live = []

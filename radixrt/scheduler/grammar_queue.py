@@ -58,14 +58,14 @@ class GrammarQueue:
         """Take `req` if it is constrained (True): a grammar, or a reasoning model's output
         with a thinking budget; it goes to the waiting list once compiled."""
         spec = GrammarSpec.from_params(req.sampling_params)
-        if spec is None:
-            if not _thinking_bounded(req.sampling_params):
-                return False
-            done: Future[Any] = Future()
-            done.set_result(None)  # (no grammar to compile: the gate over free text)
-            self._held.append((req, done, time.monotonic()))
-            return True
-        self._held.append((req, self.compiler.submit(spec), time.monotonic()))
+        if spec is None and not _thinking_bounded(req.sampling_params):
+            return False
+        if spec is not None:
+            compiled = self.compiler.submit(spec)
+        else:  # no grammar to compile: the gate over free text
+            compiled = Future()
+            compiled.set_result(None)
+        self._held.append((req, compiled, time.monotonic()))
         return True
 
     def release_ready(self, waiting: list[Req]) -> list[Req]:

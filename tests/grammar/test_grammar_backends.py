@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,18 +26,6 @@ PERSON = {
     "required": ["name"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.model.families.loader import load_tokenizer
-
-    return load_tokenizer(smollm2_path)
-
-
-@pytest.fixture(scope="module", params=sorted(GRAMMAR_BACKENDS))
-def backend(request: pytest.FixtureRequest, tokenizer: Any) -> BaseGrammarBackend:
-    return create_grammar_backend(request.param, tokenizer, VOCAB, [EOS])
 
 
 def _allowed(matcher: BaseGrammarMatcher) -> set[int]:

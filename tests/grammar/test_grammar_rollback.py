@@ -4,13 +4,9 @@ would use along a draft, cut where the grammar refuses it, leaving the matcher w
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
-import pytest
 import torch
 
-from radixrt.grammar import GRAMMAR_BACKENDS, create_grammar_backend
 from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarSpec
 from radixrt.scheduler.grammar_queue import GrammarState, GrammarStats
 
@@ -23,18 +19,6 @@ SCHEMA = {
     "required": ["city", "n"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.model.families.loader import load_tokenizer
-
-    return load_tokenizer(smollm2_path)
-
-
-@pytest.fixture(scope="module", params=sorted(GRAMMAR_BACKENDS))
-def backend(request: pytest.FixtureRequest, tokenizer: Any) -> BaseGrammarBackend:
-    return create_grammar_backend(request.param, tokenizer, VOCAB, [EOS])
 
 
 def _matcher(backend: BaseGrammarBackend) -> BaseGrammarMatcher:

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from radixrt.grammar import GRAMMAR_BACKENDS, create_grammar_backend
 from radixrt.grammar.base import BaseGrammarBackend, BaseGrammarMatcher, GrammarSpec
 from radixrt.grammar.reasoning_gate import ReasoningGate
 
@@ -26,18 +23,6 @@ SCHEMA = {
     "required": ["city"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.model.families.loader import load_tokenizer
-
-    return load_tokenizer(smollm2_path)
-
-
-@pytest.fixture(scope="module", params=sorted(GRAMMAR_BACKENDS))
-def backend(request: pytest.FixtureRequest, tokenizer: Any) -> BaseGrammarBackend:
-    return create_grammar_backend(request.param, tokenizer, VOCAB, [EOS])
 
 
 def _inner(backend: BaseGrammarBackend) -> BaseGrammarMatcher:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,13 +32,6 @@ SPECS = [
     GrammarSpec("regex", r"[a-z]+@[a-z]+\.(com|org)"),
     GrammarSpec("json_schema", json.dumps(TOWN)),
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_path: Path) -> Any:
-    from radixrt.model.families.loader import load_tokenizer
-
-    return load_tokenizer(smollm2_path)
 
 
 @pytest.fixture(scope="module")

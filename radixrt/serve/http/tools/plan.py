@@ -112,10 +112,12 @@ class ToolPlan:
                 return self
             if any(asked.get(k) is not None for k in SPEC_KINDS):
                 return self
-        reasoning = Reasoning.of(parser, prompt_text[-64:], shown, tokens)
+        reasoning = Reasoning.of(parser, prompt_text[-64:], shown)
         if reasoning is None:
             return self
-        return replace(self, reasoning=replace(reasoning, budget=budget if tokens else None))
+        if tokens is not None:  # the gate's: a budget is kept only by it
+            reasoning = replace(reasoning, tokens=tokens, budget=budget)
+        return replace(self, reasoning=reasoning)
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:
         """Fields to add to the request's sampling dict `asked`: a forced call's grammar;

@@ -40,9 +40,7 @@ class Reasoning:
     budget: int | None = None
 
     @staticmethod
-    def of(
-        parser: str, prompt_tail: str, shown: bool = True, tokens: tuple[int, int] | None = None
-    ) -> Reasoning | None:
+    def of(parser: str, prompt_tail: str, shown: bool = True) -> Reasoning | None:
         """For `parser` (REASONING_PARSERS) and the end of the prompt's text; None: none (no
         parser, or a prompt that closed the reasoning itself: thinking turned off)."""
         if parser == "none":
@@ -54,7 +52,7 @@ class Reasoning:
         tail = prompt_tail.rstrip()
         if tail.endswith(END):
             return None
-        return Reasoning(parser == "deepseek_r1" or tail.endswith(START), shown, tokens)
+        return Reasoning(parser == "deepseek_r1" or tail.endswith(START), shown)
 
     def sampling(self) -> dict[str, Any]:
         """The sampling fields of the scheduler's gate (none where the tags are not tokens)."""
