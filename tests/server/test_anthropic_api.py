@@ -130,6 +130,13 @@ def test_breakpoint_errors_have_anthropics_wording(client, server) -> None:
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     with pytest.raises(anthropic.BadRequestError, match="thinking"):
         create(client, thinking={"type": "enabled", "budget_tokens": 1024})
+    # Adaptive thinking lets the model think as it will: this one does not think at all.
+    adaptive = create(client, thinking={"type": "adaptive"}, output_config={"effort": "low"})
+    assert [b.type for b in adaptive.content] == ["text"]
+    with pytest.raises(anthropic.BadRequestError, match="output_config.effort: 'huge'"):
+        create(client, thinking={"type": "adaptive"}, output_config={"effort": "huge"})
+    with pytest.raises(anthropic.BadRequestError, match="thinking.display"):
+        create(client, thinking={"type": "adaptive", "display": "hidden"})
 
 
 def test_stream_equals_the_message(client, server) -> None:

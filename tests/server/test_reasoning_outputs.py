@@ -267,3 +267,60 @@ def test_a_forced_call_follows_the_reasoning(server_and_end) -> None:
     calls = msg.tool_calls or []
     assert [c.function.name for c in calls] == ["add"]  # type: ignore[union-attr]
     assert isinstance(json.loads(calls[0].function.arguments)["a"], int)  # type: ignore[union-attr]
+
+
+def test_effort_levels_cap_the_reasoning_in_every_dialect(server_and_end) -> None:
+    """Effort levels are thinking budgets (tools/reasoning.py: EFFORT_BUDGETS). Greedy and
+    unbiased, the random model never closes its reasoning, so a level's budget above the
+    output's 12 tokens leaves the output as without one, and "none" is a budget of 0:
+    OpenAI's reasoning_effort and the Responses API's reasoning.effort (echoed); Anthropic's
+    adaptive thinking under output_config.effort (display omitted: the thinking left out),
+    between_tools (no thinking before a first answer); Gemini's thinkingLevel."""
+    server, _ = server_and_end
+    client = _client(server)
+    greedy: dict[str, Any] = dict(model="m", messages=ASK, max_tokens=12, temperature=0)
+    free = client.chat.completions.create(**greedy).choices[0].message
+    zero = client.chat.completions.create(**greedy, extra_body={"thinking_token_budget": 0})
+    answer = zero.choices[0].message.content
+    thought = (free.model_extra or {})["reasoning_content"]
+    assert thought and free.content is None and answer
+    none = client.chat.completions.create(**greedy, reasoning_effort="none")  # type: ignore[arg-type]
+    assert none.choices[0].message.content == answer
+    assert none.usage.completion_tokens_details.reasoning_tokens == 1  # type: ignore[union-attr]
+    high = client.chat.completions.create(**greedy, reasoning_effort="high")
+    assert (high.choices[0].message.model_extra or {})["reasoning_content"] == thought
+    r = client.responses.create(model="m", input=ASK[0]["content"], max_output_tokens=12,
+                                temperature=0, reasoning={"effort": "none"})  # type: ignore[typeddict-item]  # fmt: skip
+    assert r.output_text == answer and r.reasoning and r.reasoning.effort == "none"
+    assert r.usage and r.usage.output_tokens_details.reasoning_tokens == 1
+    asked: Any = {"effort": "low", "summary": "auto"}
+    low = client.responses.create(model="m", input=ASK[0]["content"], max_output_tokens=12,
+                                  temperature=0, reasoning=asked)  # fmt: skip
+    assert [i.type for i in low.output] == ["reasoning", "message"]
+    assert low.output[0].content[0].text == thought  # type: ignore[union-attr]
+    anth = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+    args: dict[str, Any] = dict(model="m", max_tokens=12, messages=ASK,
+                                extra_body={"temperature": 0})  # fmt: skip
+    adaptive = anth.messages.create(**args, thinking={"type": "adaptive"},
+                                    output_config={"effort": "low"})  # fmt: skip
+    assert [(b.type, getattr(b, "thinking", None)) for b in adaptive.content] == [
+        ("thinking", thought)
+    ]
+    omitted = anth.messages.create(**args, thinking={"type": "adaptive", "display": "omitted"})
+    assert all(b.type != "thinking" for b in omitted.content)
+    between = anth.messages.create(**args, thinking={"type": "between_tools"})
+    assert [(b.type, getattr(b, "text", None)) for b in between.content] == [("text", answer)]
+    contents = [{"role": "user", "parts": [{"text": ASK[0]["content"]}]}]
+    for level, want in (("LOW", [{"text": thought, "thought": True}]), ("minimal", None)):
+        thinking = {"includeThoughts": True, "thinkingLevel": level}
+        config = {"maxOutputTokens": 12, "temperature": 0, "thinkingConfig": thinking}
+        g = server.post("/v1beta/models/m:generateContent",
+                        json={"contents": contents, "generationConfig": config})  # fmt: skip
+        assert g.status_code == 200, g.text
+        if want is not None:
+            assert g.json()["candidates"][0]["content"]["parts"] == want
+    thinking = {"thinkingLevel": "high", "thinkingBudget": 4}
+    config = {"maxOutputTokens": 12, "thinkingConfig": thinking}
+    g = server.post("/v1beta/models/m:generateContent",
+                    json={"contents": contents, "generationConfig": config})  # fmt: skip
+    assert g.status_code == 400 and "not both" in g.text

@@ -234,7 +234,7 @@ def test_prewarm_computes_and_pins_the_prompt_without_output(clients, server) ->
     ("extra", "named"),
     [
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
+        ({"reasoning": {"effort": "low"}}, "reasoning.effort: a thinking budget needs"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         (
             {"tools": [{"type": "function", "name": "f", "parameters": {}, "defer_loading": True}]},

@@ -42,7 +42,9 @@ LIMITS = Limits(context_length=2048, max_total_tokens=4096, vocab_size=49152)
     ("body", "named"),
     [
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
+        ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
+        ({"reasoning": {"summary": "detailed"}}, "reasoning.summary"),
+        ({"reasoning": {"effort": "low", "budget": 5}}, "budget"),
         ({"include": ["reasoning.encrypted_content"]}, "include"),
         ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools[0].type"),
         ({"truncation": "auto"}, "truncation"),

@@ -165,3 +165,51 @@ def test_reasoning_tokens_counted_from_the_output_ids() -> None:
     assert count_reasoning_tokens(opened, [3, 4]) == 0
     assert count_reasoning_tokens(opened, []) == 0
     assert count_reasoning_tokens(SamplingParams(), [1, 2]) is None
+
+
+def test_effort_levels_are_thinking_budgets_in_every_dialect() -> None:
+    """OpenAI's reasoning_effort and the Responses API's reasoning.effort, Anthropic's
+    output_config.effort (under adaptive thinking) and Gemini's thinkingLevel name levels; each
+    is one budget of EFFORT_BUDGETS (none: no thinking; max: no cap), read in any case; a
+    level outside the dialect's own is a 400 naming the field."""
+    import msgspec
+
+    from radixrt.serve.http.api.anthropic.protocol import OutputConfig
+    from radixrt.serve.http.api.gemini.output_format import ThinkingConfig, thinking_budget
+    from radixrt.serve.http.api.openai.protocol import ChatCompletionRequest
+    from radixrt.serve.http.api.openai.protocol import thinking_budget as chat_budget
+    from radixrt.serve.http.api.responses.protocol import ReasoningOptions
+
+    def chat(**fields: object) -> ChatCompletionRequest:
+        return msgspec.convert({"messages": [], **fields}, ChatCompletionRequest)
+
+    assert chat_budget(chat(reasoning_effort="none")) == (0, "reasoning_effort")
+    assert chat_budget(chat(reasoning_effort="low")) == (1024, "reasoning_effort")
+    assert chat_budget(chat(reasoning_effort="HIGH")) == (24576, "reasoning_effort")
+    # vLLM's own budget, where both are given, is the more precise of the two.
+    both = chat(reasoning_effort="high", thinking_token_budget=7)
+    assert chat_budget(both) == (7, "thinking_token_budget")
+    assert chat_budget(chat()) == (None, "thinking_token_budget")
+    with pytest.raises(BadRequestError, match="reasoning_effort: 'max' is not one of none"):
+        chat_budget(chat(reasoning_effort="max"))
+    assert ReasoningOptions(effort="medium").budget == 8192
+    assert ReasoningOptions(summary="auto").budget is None
+    with pytest.raises(BadRequestError, match="reasoning.effort"):
+        ReasoningOptions(effort="extreme").budget  # noqa: B018
+    assert OutputConfig().thinking_budget() == 24576  # Anthropic's default level: high
+    assert OutputConfig(effort="max").thinking_budget() is None
+    assert OutputConfig(effort="low").thinking_budget() == 1024
+    with pytest.raises(BadRequestError, match="output_config.effort: 'none'"):
+        OutputConfig(effort="none").thinking_budget()
+    assert thinking_budget(ThinkingConfig(thinking_level="LOW")) == 1024
+    assert thinking_budget(ThinkingConfig(thinking_level_snake="minimal")) == 512
+    assert thinking_budget(ThinkingConfig(thinking_level="THINKING_LEVEL_UNSPECIFIED")) is None
+    with pytest.raises(BadRequestError, match="not both"):
+        thinking_budget(ThinkingConfig(thinking_level="high", thinking_budget=5))
+    with pytest.raises(BadRequestError, match="thinkingLevel: 'xhigh'"):
+        thinking_budget(ThinkingConfig(thinking_level="xhigh"))
+    # The field named in the 400 where the budget cannot be kept.
+    with pytest.raises(BadRequestError, match="^reasoning_effort: a thinking budget needs"):
+        ToolPlan(HERMES).with_reasoning(
+            "none", "", {}, TOKEN_TAGS, budget=0, asked_by="reasoning_effort"
+        )

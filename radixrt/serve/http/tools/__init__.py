@@ -14,11 +14,21 @@ from radixrt.serve.http.tools.parser import (
 )
 from radixrt.serve.http.tools.plan import ToolPlan, read_output
 from radixrt.serve.http.tools.prompt import MESSAGE_ROLES, render_tool_chat
-from radixrt.serve.http.tools.reasoning import REASONING_PARSERS, count_reasoning_tokens
+from radixrt.serve.http.tools.reasoning import (
+    EFFORTS_ANTHROPIC,
+    EFFORTS_GEMINI,
+    EFFORTS_OPENAI,
+    REASONING_PARSERS,
+    count_reasoning_tokens,
+    effort_budget,
+)
 from radixrt.serve.http.tools.spec import ToolCall, ToolChoice, ToolSpec
 
 __all__ = [
     "CALL_FORMATS",
+    "EFFORTS_ANTHROPIC",
+    "EFFORTS_GEMINI",
+    "EFFORTS_OPENAI",
     "MESSAGE_ROLES",
     "ArgsPiece",
     "CallFormat",
@@ -33,6 +43,7 @@ __all__ = [
     "ToolPlan",
     "ToolSpec",
     "count_reasoning_tokens",
+    "effort_budget",
     "format_for",
     "read_output",
     "render_tool_chat",

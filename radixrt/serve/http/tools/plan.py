@@ -80,6 +80,7 @@ class ToolPlan:
         shown: bool = True,
         budget: int | None = None,
         must_cap: bool = True,
+        asked_by: str = "thinking_token_budget",
     ) -> ToolPlan:
         """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for the
         prompt `prompt_text` (its end: whether it opens the reasoning) and the request's
@@ -92,21 +93,22 @@ class ToolPlan:
         regex) hold the answer after it, and caps the reasoning at `budget`. Where they are
         text only, an output a grammar holds from its first token has no reasoning, and a
         budget cannot be kept: a 400 where the request asked for the cap itself (`must_cap`,
-        vLLM's thinking_token_budget), taken and not kept where the dialect makes every
-        thinking request carry one (Anthropic's budget_tokens, Gemini's thinkingBudget)."""
+        vLLM's thinking_token_budget, or an effort level: the 400 names the field `asked_by`),
+        taken and not kept where the dialect makes every thinking request carry one
+        (Anthropic's budget_tokens, Gemini's thinkingBudget)."""
         if parser == "none":
             if budget is not None and must_cap:
                 raise BadRequestError(
-                    "a thinking budget needs a server that reads reasoning (start it with "
-                    "--reasoning-parser)"
+                    f"{asked_by}: a thinking budget needs a server that reads reasoning "
+                    "(start it with --reasoning-parser)"
                 )
             return self
         tokens = reasoning_tokens(tokenizer)
         if tokens is None:
             if budget is not None and must_cap:
                 raise BadRequestError(
-                    "a thinking budget needs a model whose <think> and </think> are tokens "
-                    "of its own; this model writes them as text"
+                    f"{asked_by}: a thinking budget needs a model whose <think> and </think> "
+                    "are tokens of its own; this model writes them as text"
                 )
             if self.choice.is_forced and self.tools:
                 return self

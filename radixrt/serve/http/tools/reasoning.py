@@ -20,10 +20,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixrt.core.config import REASONING_PARSERS
+from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools.parser import OutputParser, ReasoningPiece, ToolEvent
 from radixrt.serve.http.tools.spec import ToolCall
 
 START, END = "<think>", "</think>"
+
+# An effort level's thinking budget in tokens, for the dialects that name levels rather than
+# budgets (OpenAI's reasoning_effort and the Responses API's reasoning.effort, Anthropic's
+# output_config.effort with adaptive thinking, Gemini's thinkingLevel): "none" is no
+# thinking, low/medium/high are the budgets Gemini's OpenAI-compatible API gives those levels,
+# "max" is no cap. Each dialect takes its own levels (EFFORTS_*), read through effort_budget.
+EFFORT_BUDGETS: dict[str, int | None] = {
+    "none": 0,
+    "minimal": 512,
+    "low": 1024,
+    "medium": 8192,
+    "high": 24576,
+    "xhigh": 32768,
+    "max": None,
+}
+EFFORTS_OPENAI = ("none", "minimal", "low", "medium", "high", "xhigh")
+EFFORTS_ANTHROPIC = ("low", "medium", "high", "xhigh", "max")
+EFFORTS_GEMINI = ("minimal", "low", "medium", "high")
+
+
+def effort_budget(level: str, field: str, levels: tuple[str, ...]) -> int | None:
+    """The thinking budget of effort `level` (one of the dialect's `levels`, any case), None
+    for no cap; 400 naming `field` for another level."""
+    key = level.lower() if isinstance(level, str) else level
+    if key not in levels:
+        raise BadRequestError(f"{field}: {level!r} is not one of {', '.join(levels)}")
+    return EFFORT_BUDGETS[key]
 
 
 @dataclass(frozen=True, slots=True)

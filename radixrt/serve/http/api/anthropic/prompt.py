@@ -21,6 +21,7 @@ from radixrt.serve.http.api.anthropic.protocol import (
     CacheControl,
     ContentBlock,
     MessagesRequest,
+    OutputConfig,
     check_request,
     content_blocks,
     sampling_dict,
@@ -75,17 +76,40 @@ def prepare_messages(
     if not generate:
         return prompt
     d = sampling_dict(req)
-    thinks = req.thinking is not None and req.thinking.type == "enabled"
-    if thinks and reasoning == "none":
-        raise BadRequestError(
-            "thinking: this server reads no reasoning (start it with --reasoning-parser)"
-        )
-    # Thinking disabled: none at all, where the gate can keep it so (a budget of 0).
-    budget = None if req.thinking is None else req.thinking.budget_tokens if thinks else 0
+    thinks, budget = _thinking(req, reasoning)
     plan = plan.with_reasoning(reasoning, prompt.text, d, tokenizer, thinks, budget, False)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)
+
+
+def _thinking(req: MessagesRequest, reasoning: str) -> tuple[bool, int | None]:
+    """Whether the answer shows the thinking, and the thinking's budget (None: no cap):
+    enabled, its budget_tokens (400 where the server reads no reasoning); adaptive,
+    output_config.effort's budget (where the server reads no reasoning the model thinks not
+    at all, which adaptive thinking allows); between_tools, adaptive on a turn answering tool
+    results and none before a first answer; disabled, none at all where the gate can keep it
+    so (a budget of 0); no thinking field, no cap and nothing shown."""
+    thinking = req.thinking
+    if thinking is None:
+        return False, None
+    shown = thinking.display != "omitted"
+    if thinking.type == "enabled":
+        if reasoning == "none":
+            raise BadRequestError(
+                "thinking: this server reads no reasoning (start it with --reasoning-parser)"
+            )
+        return shown, thinking.budget_tokens
+    if thinking.type == "adaptive" or (thinking.type == "between_tools" and _answers_tools(req)):
+        return shown, (req.output_config or OutputConfig()).thinking_budget()
+    return False, 0
+
+
+def _answers_tools(req: MessagesRequest) -> bool:
+    """Whether the last message is a user turn giving tool results."""
+    last = req.messages[-1]
+    blocks = last.content if isinstance(last.content, list) else []
+    return last.role == "user" and any(b.type == "tool_result" for b in blocks)
 
 
 def render_prompt(

@@ -12,11 +12,20 @@ import msgspec
 
 from radixrt.core import PinSpec
 from radixrt.serve.http.protocol import BadRequestError
-from radixrt.serve.http.tools import CallFormat, ToolChoice, ToolPlan, ToolSpec
+from radixrt.serve.http.tools import (
+    EFFORTS_ANTHROPIC,
+    CallFormat,
+    ToolChoice,
+    ToolPlan,
+    ToolSpec,
+    effort_budget,
+)
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 CHOICE_MODES = {"auto": "auto", "any": "required", "tool": "named", "none": "none"}
 MAX_CACHE_BREAKPOINTS = 4
+THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
+THINKING_DISPLAYS = ("summarized", "omitted")
 
 
 class CacheControl(msgspec.Struct, forbid_unknown_fields=True):
@@ -55,18 +64,27 @@ class Tool(msgspec.Struct, kw_only=True):
 
 
 class Choice(msgspec.Struct, kw_only=True):
-    """tool_choice (auto, any, tool with `name`, none), and thinking (enabled, with its
-    budget_tokens, where the server reads reasoning; or disabled)."""
+    """tool_choice (auto, any, tool with `name`, none), and thinking: enabled with its
+    budget_tokens (where the server reads reasoning), adaptive (the model thinks as it will,
+    capped by output_config.effort's budget; none where the server reads no reasoning),
+    between_tools (adaptive on a turn that answers tool results, else none), or disabled;
+    `display` "omitted" leaves the thinking out of the answer."""
 
     type: str
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
-    budget_tokens: int | None = None  # thinking: required when enabled, not enforced
+    budget_tokens: int | None = None  # thinking enabled: required, the thinking's cap
+    display: str | None = None  # thinking: "summarized" (the thinking whole) or "omitted"
 
 
 class OutputConfig(msgspec.Struct, kw_only=True):
-    effort: str | None = None  # accepted, ignored
+    effort: str | None = None  # a thinking budget under adaptive thinking; else ignored
     format: Any = None  # structured output: refused
+
+    def thinking_budget(self) -> int | None:
+        """The effort's thinking budget (high where unset, Anthropic's default; max: no
+        cap); 400 for another level."""
+        return effort_budget(self.effort or "high", "output_config.effort", EFFORTS_ANTHROPIC)
 
 
 class DiagnosticsAsk(msgspec.Struct, forbid_unknown_fields=True):
@@ -115,8 +133,17 @@ def check_request(req: MessagesRequest) -> MessagesRequest:
     for name in ("container", "mcp_servers", "context_management"):
         if getattr(req, name) is not None:
             raise BadRequestError(f"{name}: not supported by this server")
-    if req.thinking is not None and req.thinking.type not in ("enabled", "disabled"):
-        raise BadRequestError(f"thinking: type {req.thinking.type!r} is not supported")
+    if req.thinking is not None and req.thinking.type not in THINKING_TYPES:
+        raise BadRequestError(
+            f"thinking: type {req.thinking.type!r} is not one of {', '.join(THINKING_TYPES)}"
+        )
+    if req.thinking is not None and req.thinking.display not in (None, *THINKING_DISPLAYS):
+        raise BadRequestError(
+            f"thinking.display: {req.thinking.display!r} is not one of "
+            f"{', '.join(THINKING_DISPLAYS)}"
+        )
+    if req.output_config is not None and req.output_config.effort is not None:
+        req.output_config.thinking_budget()  # (checks the level)
     if req.thinking is not None and req.thinking.type == "enabled":
         budget = req.thinking.budget_tokens
         if budget is None or budget < 1:

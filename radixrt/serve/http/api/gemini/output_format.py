@@ -12,6 +12,7 @@ import msgspec
 
 from radixrt.serve.http.api.gemini.tools import json_schema
 from radixrt.serve.http.protocol import BadRequestError
+from radixrt.serve.http.tools import EFFORTS_GEMINI, effort_budget
 from radixrt.serve.http.tools.grammar import literal_regex
 
 MIME_TYPES = ("text/plain", "application/json", "text/x.enum")
@@ -66,15 +67,27 @@ def wants_thoughts(config: ThinkingConfig | None) -> bool:
     return config is not None and bool(config.include_thoughts or config.include_thoughts_snake)
 
 
+def thinking_level(config: ThinkingConfig) -> str | None:
+    """A thinkingConfig's thinkingLevel in either spelling (None where unset or unspecified)."""
+    level = config.thinking_level or config.thinking_level_snake
+    return None if level in (None, "THINKING_LEVEL_UNSPECIFIED") else level
+
+
 def thinking_budget(config: ThinkingConfig | None) -> int | None:
     """The most tokens a thinkingConfig lets the model think: its thinkingBudget (0: no
-    thinking), None where it sets none or -1 (the model's own choice); 400 for another
-    negative budget."""
+    thinking), or its thinkingLevel's budget (tools/reasoning.py: EFFORT_BUDGETS); None where
+    it sets neither or a budget of -1 (the model's own choice); 400 for another negative
+    budget, an unknown level, or both a budget and a level (as Gemini answers)."""
     if config is None:
         return None
     budget = config.thinking_budget
     if budget is None:
         budget = config.thinking_budget_snake
+    level = thinking_level(config)
+    if level is not None:
+        if budget is not None:
+            raise BadRequestError("thinkingConfig: set thinkingBudget or thinkingLevel, not both")
+        return effort_budget(level, "thinkingConfig.thinkingLevel", EFFORTS_GEMINI)
     if budget is None or budget == -1:
         return None
     if budget < 0:
@@ -86,12 +99,12 @@ def thinking_budget(config: ThinkingConfig | None) -> int | None:
 
 def check_thinking(config: ThinkingConfig | None, reads_reasoning: bool = False) -> None:
     """Where the server reads no reasoning, a thinkingConfig may only ask for no thinking
-    (budget 0, no thoughts), else 400; where it does, a budget caps the thinking (a level is
-    taken and not enforced)."""
+    (budget 0, no thoughts), else 400; where it does, a budget or a level caps the thinking
+    (thinking_budget)."""
     if config is None or reads_reasoning:
         return
     budgets = (config.thinking_budget, config.thinking_budget_snake)
-    level = config.thinking_level or config.thinking_level_snake
+    level = thinking_level(config)
     if any(b not in (None, 0) for b in budgets) or wants_thoughts(config) or level:
         raise BadRequestError(
             "thinkingConfig: no thinking mode is served (thinkingBudget 0, or leave it out; "

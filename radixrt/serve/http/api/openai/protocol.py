@@ -35,7 +35,7 @@ from radixrt.serve.http.protocol import (
     resolve_prediction,
     to_sampling_params,
 )
-from radixrt.serve.http.tools import ToolPlan
+from radixrt.serve.http.tools import EFFORTS_OPENAI, ToolPlan, effort_budget
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 # prompt_cache_retention -> (TTL in seconds, sliding): "in_memory" lives while it is used (a hit
@@ -44,8 +44,6 @@ PROMPT_CACHE_RETENTION = {"in_memory": (600.0, True), "24h": (86400.0, False)}
 _RETENTION_SPELLINGS = {"in-memory": "in_memory"}
 # Chat fields of OpenAI's own platform or of models with other modalities: null or absent only.
 REFUSED_CHAT_FIELDS = {
-    "reasoning_effort": "no effort levels are served; thinking_token_budget caps a reasoning "
-    "model's thinking where the server reads it (--reasoning-parser)",
     "audio": "text output only",
     "web_search_options": "no web search",
     "functions": "use tools",
@@ -221,8 +219,10 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's: the most tokens a reasoning model may think (--reasoning-parser; then
-    # </think> is forced and the answer follows).
+    # </think> is forced and the answer follows). OpenAI's reasoning_effort is a level whose
+    # budget (tools/reasoning.py: EFFORT_BUDGETS) applies where thinking_token_budget is unset.
     thinking_token_budget: int | None = None
+    reasoning_effort: str | None = None
     # OpenAI's bookkeeping fields: metadata checked and kept on nothing (no completion is
     # stored: store true is refused), safety_identifier like user, service_tier ignored (as
     # on /v1/responses), modalities text only, verbosity medium only (no other is trained).
@@ -232,7 +232,6 @@ class ChatCompletionRequest(_SamplingFields, forbid_unknown_fields=True, kw_only
     service_tier: str | None = None
     modalities: list[str] | None = None
     verbosity: str | None = None
-    reasoning_effort: str | None = None
     audio: Any = None
     web_search_options: Any = None
     functions: Any = None
@@ -301,6 +300,16 @@ def prepare_completion(
     return _prepare(prompts, {**d, "max_new_tokens": max_tokens}, req.max_tokens, limits, req.rid)
 
 
+def thinking_budget(req: ChatCompletionRequest) -> tuple[int | None, str]:
+    """The request's thinking budget and the field that set it: thinking_token_budget, else
+    reasoning_effort's level (None: no cap)."""
+    if req.thinking_token_budget is not None or req.reasoning_effort is None:
+        return req.thinking_token_budget, "thinking_token_budget"
+    return effort_budget(req.reasoning_effort, "reasoning_effort", EFFORTS_OPENAI), (
+        "reasoning_effort"
+    )
+
+
 def prepare_chat(
     req: ChatCompletionRequest,
     tokenizer: Any,
@@ -321,8 +330,8 @@ def prepare_chat(
     d = req.sampling_dict()
     if req.response_format is not None:
         add_spec(d, req.response_format.sampling_dict(), "response_format")
-    budget = req.thinking_token_budget  # (d: the request's own grammar)
-    plan = plan.with_reasoning(reasoning, text, d, tokenizer, budget=budget)
+    budget, asked_by = thinking_budget(req)  # (d: the request's own grammar)
+    plan = plan.with_reasoning(reasoning, text, d, tokenizer, budget=budget, asked_by=asked_by)
     d.update(plan.sampling_dict(tokenizer, d))
     if req.top_logprobs is not None and not req.logprobs:
         raise BadRequestError("top_logprobs needs logprobs: true")

@@ -116,7 +116,11 @@ def build_prompt(
     if ids is None:
         ids = tokenizer.encode(text, add_special_tokens=False)
     d = sampling_dict(req)
-    plan = plan.with_reasoning(reasoning, text, d, tokenizer)  # (d: the request's grammar)
+    budget = None if req.reasoning is None else req.reasoning.budget
+    # (d: the request's grammar, which the reasoning gate holds back until </think>)
+    plan = plan.with_reasoning(
+        reasoning, text, d, tokenizer, budget=budget, asked_by="reasoning.effort"
+    )
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     explicit = "max_new_tokens" in d

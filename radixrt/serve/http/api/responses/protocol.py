@@ -10,6 +10,7 @@ import msgspec
 
 from radixrt.serve.http.api.responses.input_items import InputItem, check_input
 from radixrt.serve.http.protocol import BadRequestError, check_id, check_metadata
+from radixrt.serve.http.tools import EFFORTS_OPENAI, effort_budget
 
 TTL_S = {"30m": 1800.0, "12h": 43200.0}  # prompt_cache_options.ttl
 DEFAULT_TTL = "30m"  # OpenAI's default, and a stored response's pin when none is asked
@@ -44,6 +45,22 @@ class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_obfuscation: bool | None = None  # accepted; no obfuscation is added
 
 
+class ReasoningOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`reasoning`: `effort`, a level whose thinking budget (tools/reasoning.py) caps a
+    reasoning model's thinking where the server reads it; `summary` "auto" only (no summarizer
+    runs: the reasoning comes whole, as the reasoning item's reasoning_text)."""
+
+    effort: str | None = None
+    summary: str | None = None
+    generate_summary: str | None = None  # summary's earlier name
+
+    @property
+    def budget(self) -> int | None:
+        if self.effort is None:
+            return None
+        return effort_budget(self.effort, "reasoning.effort", EFFORTS_OPENAI)
+
+
 class ResponsesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
     input: str | list[InputItem] = ""
@@ -73,7 +90,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     top_logprobs: int | None = None
     include: list[str] | None = None
     background: bool | None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: ReasoningOptions | None = None
     conversation: Any = None
     prompt: Any = None
     context_management: Any = None
@@ -98,6 +115,19 @@ class ResponsesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
         return None if self.prompt_cache_options is None else self.prompt_cache_options.ttl
 
 
+def _check_reasoning(options: ReasoningOptions) -> None:
+    """400 for a summary other than auto (none is written) or an unknown effort level."""
+    for name in ("summary", "generate_summary"):
+        value = getattr(options, name)
+        if value not in (None, "auto"):
+            raise BadRequestError(
+                f"reasoning.{name}: {value!r} is not served (no summarizer runs; a reasoning "
+                "model's thinking comes whole as a reasoning item where the server reads it, "
+                "--reasoning-parser); use 'auto' or leave it out"
+            )
+    options.budget  # noqa: B018 (checks the level)
+
+
 def check_request(req: ResponsesRequest) -> ResponsesRequest:
     """Refuse, with a 400 naming the field, what radixrt cannot do; returns `req`."""
     for name in REFUSED:
@@ -105,12 +135,8 @@ def check_request(req: ResponsesRequest) -> ResponsesRequest:
             raise BadRequestError(f"{name}: not supported by this server")
     if req.background:
         raise BadRequestError("background: background responses are not supported")
-    if req.reasoning is not None and any(v is not None for v in req.reasoning.values()):
-        raise BadRequestError(
-            "reasoning: not supported (no effort levels or summaries are served; a reasoning "
-            "model's thinking comes as a reasoning item where the server reads it, "
-            "--reasoning-parser)"
-        )
+    if req.reasoning is not None:
+        _check_reasoning(req.reasoning)
     for value in req.include or ():
         raise BadRequestError(f"include: {value!r} is not produced by this server")
     if req.top_logprobs:

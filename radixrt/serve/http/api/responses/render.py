@@ -54,7 +54,10 @@ def echo_of(req: ResponsesRequest, model: str) -> dict[str, Any]:
         "previous_response_id": req.previous_response_id,
         "prompt_cache_key": req.prompt_cache_key,
         "prompt_cache_retention": req.prompt_cache_retention,
-        "reasoning": {"effort": None, "summary": None},
+        "reasoning": {
+            "effort": None if req.reasoning is None else req.reasoning.effort,
+            "summary": None if req.reasoning is None else req.reasoning.summary,
+        },
         "safety_identifier": req.safety_identifier,
         "service_tier": "default",
         "store": req.is_stored,
