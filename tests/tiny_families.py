@@ -59,6 +59,11 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo2": ("Olmo2Config", {"attention_bias": True}),
     "granite": ("GraniteConfig", {"embedding_multiplier": 3.0, "residual_multiplier": 0.5,
                                   "attention_multiplier": 0.2, "logits_scaling": 2.0}),
+    # NoPE on layers 1 and 3 (every 2nd): layer 1 slides, layer 3 sees every key, as do the
+    # rotating layers 0 and 2 (SmolLM3-3B itself: NoPE every 4th layer, no window).
+    "smollm3": ("SmolLM3Config", {"num_hidden_layers": 4, "no_rope_layer_interval": 2,
+                                  "use_sliding_window": True, "sliding_window": WINDOW,
+                                  "layer_types": [_F, _S, _F, _F], "tie_word_embeddings": True}),
     "llama-yarn": ("LlamaConfig", {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 128}}),
@@ -73,6 +78,7 @@ _STD: dict[str, tuple[float, float]] = {
     "gemma2": (0.02, 0.12),
     "gemma3": (0.02, 0.12),
     "olmo2": (0.3, 0.3),
+    "smollm3": (0.03, 0.12),
 }
 
 

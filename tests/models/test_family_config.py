@@ -70,7 +70,32 @@ def test_every_tiny_family_parses_what_transformers_saved(name: str, tmp_path: P
                                                           smollm2_path: Path) -> None:  # fmt: skip
     folder = make_family(tmp_path, name, smollm2_path)
     arch = ArchConfig.from_hf(json.loads((folder / "config.json").read_text()))
-    assert arch.num_hidden_layers == 3 and arch.head_dim == 16
+    assert arch.num_hidden_layers == FAMILIES[name][1].get("num_hidden_layers", 3)
+    assert arch.head_dim == 16
+
+
+def test_smollm3_nope_layers_follow_transformers() -> None:
+    """SmolLM3-3B's config.json shape: NoPE every 4th layer as its no_rope_layers says (or
+    its interval, where the list is left out), no window without use_sliding_window, and the
+    Qwen2 leftover max_window_layers read past as transformers does; a list that does not
+    name every layer is refused."""
+    real = {**BASE, "architectures": ["SmolLM3ForCausalLM"], "num_hidden_layers": 8,
+            "no_rope_layers": [1, 1, 1, 0] * 2, "no_rope_layer_interval": 4,
+            "max_window_layers": 28, "pretraining_tp": 2, "use_sliding_window": False,
+            "sliding_window": None, "rope_theta": 5000000.0}  # fmt: skip
+    arch = ArchConfig.from_hf(real)
+    assert arch.rope_layers == (True, True, True, False) * 2
+    assert [arch.rotates(i) for i in (0, 3, 7)] == [True, False, False]
+    assert arch.layer_windows == (0,) * 8 and arch.tie_word_embeddings
+    assert arch.rope_theta == 5000000.0
+    derived = {k: v for k, v in real.items() if k != "no_rope_layers"}
+    derived["no_rope_layer_interval"] = 2
+    assert ArchConfig.from_hf(derived).rope_layers == (True, False) * 4
+    windowed = {**real, "use_sliding_window": True, "sliding_window": 64}
+    assert ArchConfig.from_hf(windowed).layer_windows == (0, 0, 0, 64) * 2
+    with pytest.raises(ValueError, match="no_rope_layers needs a 0 or 1"):
+        ArchConfig.from_hf({**real, "no_rope_layers": [1, 0]})
+    assert ArchConfig.from_hf(BASE).rope_layers == () and ArchConfig.from_hf(BASE).rotates(1)
 
 
 def test_the_engine_refuses_at_load(tmp_path: Path, smollm2_path: Path) -> None:

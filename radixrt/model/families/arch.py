@@ -36,6 +36,8 @@ class ArchConfig:
     rotary_dim: int = 0  # dims of each head that rotate; 0: all (head_dim)
     sliding_window: int = 0  # keys a sliding layer's query sees, itself included; 0: none
     layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
+    # Per layer: whether it rotates q and k; (): every layer does (SmolLM3's NoPE layers not).
+    rope_layers: tuple[bool, ...] = ()
     moe: MoEConfig | None = None
     options: FamilyOptions = field(default_factory=FamilyOptions)
 
@@ -50,6 +52,10 @@ class ArchConfig:
         """Per layer: its sliding window in keys, 0 for a layer that sees every key."""
         types = self.layer_types or ("full_attention",) * self.num_hidden_layers
         return tuple(self.sliding_window if t == SLIDING_ATTENTION else 0 for t in types)
+
+    def rotates(self, layer: int) -> bool:
+        """Whether layer `layer` rotates its q and k (a NoPE layer does not)."""
+        return not self.rope_layers or self.rope_layers[layer]
 
     @property
     def rotary_width(self) -> int:

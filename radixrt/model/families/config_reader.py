@@ -193,6 +193,23 @@ def window_by_types(
     return {"sliding_window": int(window or 0), "layer_types": tuple(str(t) for t in types)}
 
 
+def nope_layers(r: ConfigReader, fields: dict[str, Any], interval: int) -> dict[str, Any]:
+    """`rope_layers` from `no_rope_layers` (per layer 1: rotates, 0: NoPE; at least one entry
+    per layer), else a NoPE layer every `no_rope_layer_interval` layers (the last of each)."""
+    n = fields["num_hidden_layers"]
+    given = r.get("no_rope_layers")
+    every = int(r.value("no_rope_layer_interval", interval))
+    if not given:
+        if every < 1:
+            raise ValueError(f"{r.architecture}: no_rope_layer_interval must be >= 1")
+        given = [int((i + 1) % every != 0) for i in range(n)]
+    if len(given) < n or any(x not in (0, 1) for x in given):
+        raise ValueError(
+            f"{r.architecture}: no_rope_layers needs a 0 or 1 for each of the {n} layers"
+        )
+    return {"rope_layers": tuple(bool(x) for x in given[:n])}
+
+
 def check_layer_types(arch: str, fields: dict[str, Any]) -> None:
     types = fields["layer_types"]
     unknown = sorted(set(types) - {FULL_ATTENTION, SLIDING_ATTENTION})

@@ -143,13 +143,17 @@ class DecoderModel(nn.Module):
             cfg.vocab_size, part.vocab_start, part.vocab_shard, cfg.hidden_size, comm
         )
         self.embed_scale = embed_scale
-        # One rope per kind of layer (Gemma 3: its own for the sliding layers).
+        # One rope per kind of layer (Gemma 3: its own for the sliding layers); a NoPE layer
+        # (SmolLM3's) turns q and k by nothing: cos 1, sin 0.
         self.rotary = ropes["full_attention"]
         self.local_rotary = ropes.get(SLIDING_ATTENTION)
+        types = cfg.layer_types or ("full_attention",) * cfg.num_hidden_layers
         self.layer_ropes = [
-            "local" if t == SLIDING_ATTENTION and self.local_rotary is not None else "global"
-            for t in (cfg.layer_types or ("full_attention",) * cfg.num_hidden_layers)
-        ]
+            "none" if not cfg.rotates(i)
+            else "local" if t == SLIDING_ATTENTION and self.local_rotary is not None
+            else "global"
+            for i, t in enumerate(types)
+        ]  # fmt: skip
         self.layers = nn.ModuleList(layers)
         self.norm = norm_cls(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -161,6 +165,9 @@ class DecoderModel(nn.Module):
         ropes = {"global": self.rotary(fb.positions)}
         if self.local_rotary is not None:
             ropes["local"] = self.local_rotary(fb.positions)
+        if "none" in self.layer_ropes:
+            cos, _ = ropes["global"]  # (T, rotary_dim) float32
+            ropes["none"] = (torch.ones_like(cos), torch.zeros_like(cos))
         residual = None
         for layer, rope in zip(self.layers, self.layer_ropes):
             x, residual = layer(ropes[rope], x, residual, fb)

@@ -24,6 +24,7 @@ from radixrt.model.families.config_reader import (
     MoEConfig,
     biases,
     check_layer_types,
+    nope_layers,
     norm_and_tail,
     read_common,
     refuse_if,
@@ -252,6 +253,27 @@ def _granite(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _smollm3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    rotates = nope_layers(r, f, 4)
+    window = _qwen_window_size(r)  # (with use_sliding_window only, on the NoPE layers)
+    r.get("max_window_layers")  # a Qwen2 field SmolLM3's checkpoints carry; transformers ignores it
+    return {
+        **rope_fields(r, f, 2000000.0),
+        **norm_and_tail(r, 1e-6, True, 32768),
+        **biases(bias, bias, bool(r.value("mlp_bias", False))),
+        **window_by_types(
+            r,
+            f,
+            window,
+            lambda i: (
+                SLIDING_ATTENTION if window and not rotates["rope_layers"][i] else FULL_ATTENTION
+            ),
+        ),  # fmt: skip
+        **rotates,
+    }
+
+
 FAMILIES: dict[str, Family] = {
     "LlamaForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _llama),
     "MistralForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _mistral),
@@ -266,4 +288,5 @@ FAMILIES: dict[str, Family] = {
     "Phi3ForCausalLM": Family("radixrt.model.families.phi3:Phi3ForCausalLM", _phi3),
     "Olmo2ForCausalLM": Family("radixrt.model.families.olmo2:Olmo2ForCausalLM", _olmo2),
     "GraniteForCausalLM": Family("radixrt.model.families.granite:GraniteForCausalLM", _granite),
+    "SmolLM3ForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _smollm3),
 }
