@@ -64,6 +64,8 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "smollm3": ("SmolLM3Config", {"num_hidden_layers": 4, "no_rope_layer_interval": 2,
                                   "use_sliding_window": True, "sliding_window": WINDOW,
                                   "layer_types": [_F, _S, _F, _F], "tie_word_embeddings": True}),
+    # Rotary pairs of adjacent dims over half of each head, q/k/v biases, four norms a layer.
+    "glm4": ("Glm4Config", {"attention_bias": True}),
     "llama-yarn": ("LlamaConfig", {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 128}}),

@@ -74,6 +74,18 @@ def test_every_tiny_family_parses_what_transformers_saved(name: str, tmp_path: P
     assert arch.head_dim == 16
 
 
+def test_glm4_rotates_adjacent_pairs_over_half_of_each_head() -> None:
+    """GLM-4: interleaved rotary pairs; half of each head rotates where config.json names no
+    partial_rotary_factor (Glm4Config's default), as much as it names otherwise; q/k/v
+    biases by default, none on o_proj."""
+    glm = {**BASE, "architectures": ["Glm4ForCausalLM"], "head_dim": 16}
+    arch = ArchConfig.from_hf(glm)
+    assert arch.rope_interleaved and arch.rotary_width == 8
+    assert arch.attention_bias and not arch.o_proj_bias
+    assert ArchConfig.from_hf({**glm, "partial_rotary_factor": 1.0}).rotary_width == 16
+    assert not ArchConfig.from_hf(BASE).rope_interleaved
+
+
 def test_smollm3_nope_layers_follow_transformers() -> None:
     """SmolLM3-3B's config.json shape: NoPE every 4th layer as its no_rope_layers says (or
     its interval, where the list is left out), no window without use_sliding_window, and the

@@ -38,6 +38,10 @@ class ArchConfig:
     layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
     # Per layer: whether it rotates q and k; (): every layer does (SmolLM3's NoPE layers not).
     rope_layers: tuple[bool, ...] = ()
+    # The checkpoint's rotary pairs are adjacent dims (2i, 2i+1) of each head (GLM-4) rather
+    # than its two halves; run as halves once q and k's rows are permuted at load
+    # (decoder.py: SelfAttention.pair_rope_halves).
+    rope_interleaved: bool = False
     moe: MoEConfig | None = None
     options: FamilyOptions = field(default_factory=FamilyOptions)
 

@@ -24,7 +24,12 @@ from radixrt.model.layers.activation import GatedActivation
 from radixrt.model.layers.attention import RadixAttention
 from radixrt.model.layers.linear import lm_head, row_parallel_linear, vocab_embedding
 from radixrt.model.layers.norm import RMSNorm
-from radixrt.model.layers.rotary import QKVRotary, RotaryEmbedding, apply_rotary
+from radixrt.model.layers.rotary import (
+    QKVRotary,
+    RotaryEmbedding,
+    apply_rotary,
+    interleaved_to_halves,
+)
 from radixrt.model.parallel.comm import BaseComm, NullComm
 
 if TYPE_CHECKING:
@@ -102,6 +107,24 @@ class SelfAttention(nn.Module):
             q = apply_rotary(q, *rope, self.head_dim)
             k = apply_rotary(k, *rope, self.head_dim)
         return self.o_proj(self.attn(q, k, v, fb))
+
+    @torch.no_grad()
+    def pair_rope_halves(self) -> None:
+        """After loading a checkpoint whose rotary pairs are adjacent dims (rope_interleaved):
+        permute each q and k head's rotary rows (weight, bias, per-head norm) into halves
+        (rotary.interleaved_to_halves), so the rope runs as everywhere else. Once, at load."""
+        d, rot = self.head_dim, self.rotary.rotary_dim
+        order = interleaved_to_halves(rot)
+        q_rows, k_rows, _ = self.rotary.sizes
+        for param in (self.qkv_proj.weight, self.qkv_proj.bias):
+            if param is not None:
+                for start, rows in ((0, q_rows), (q_rows, k_rows)):
+                    heads = param[start : start + rows].view(rows // d, d, -1)
+                    heads[:, :rot] = heads[:, order.to(param.device)]
+        if self.qk_norm is not None:
+            for norm in (self.q_norm, self.k_norm):
+                w = norm.weight.view(-1, d)
+                w[:, :rot] = w[:, order.to(w.device)]
 
     def _norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q (T, H*D), k (T, Hkv*D) normalised per head or over the whole projection."""
@@ -241,6 +264,10 @@ class CausalLM(nn.Module):
         if self.checkpoint_aliases:
             weights = ((self._alias(name), t) for name, t in weights)
         load_model_weights(self, weights)
+        if self.config.rope_interleaved:
+            for module in self.modules():
+                if isinstance(module, SelfAttention):
+                    module.pair_rope_halves()
 
     def _alias(self, name: str) -> str:
         for theirs, ours in self.checkpoint_aliases:

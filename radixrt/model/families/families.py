@@ -274,6 +274,23 @@ def _smollm3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _glm4(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", True))
+    rope = rope_fields(r, f, 10000.0)
+    given = r.get("partial_rotary_factor") or (r.get("rope_parameters") or {}).get(
+        "partial_rotary_factor"
+    )
+    if not given:  # Glm4Config's default: half of each head rotates
+        rope["rotary_dim"] = f["head_dim"] // 2
+    return {
+        **rope,
+        **norm_and_tail(r, 1.5625e-07, False, 131072),
+        **biases(bias, False),
+        **window_all(r, f, None),
+        "rope_interleaved": True,
+    }
+
+
 FAMILIES: dict[str, Family] = {
     "LlamaForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _llama),
     "MistralForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _mistral),
@@ -289,4 +306,5 @@ FAMILIES: dict[str, Family] = {
     "Olmo2ForCausalLM": Family("radixrt.model.families.olmo2:Olmo2ForCausalLM", _olmo2),
     "GraniteForCausalLM": Family("radixrt.model.families.granite:GraniteForCausalLM", _granite),
     "SmolLM3ForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _smollm3),
+    "Glm4ForCausalLM": Family("radixrt.model.families.glm4:Glm4ForCausalLM", _glm4),
 }

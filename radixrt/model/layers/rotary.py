@@ -87,3 +87,12 @@ class QKVRotary(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = qkv.split(self.sizes, dim=-1)
         return apply_rotary(q, cos, sin, self.head_dim), apply_rotary(k, cos, sin, self.head_dim), v
+
+
+def interleaved_to_halves(rotary_dim: int) -> torch.Tensor:
+    """The order of a head's first `rotary_dim` dims that turns adjacent rotary pairs (2i,
+    2i+1) into halves (i, i + rotary_dim/2): even dims first, then odd. Rows of q and k (and
+    their biases and per-head norms) taken in this order rotate as halves exactly as the
+    originals rotate in pairs, at the same frequency per pair; q . k is unchanged, since both
+    are permuted alike."""
+    return torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)])
