@@ -66,6 +66,11 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
                                   "layer_types": [_F, _S, _F, _F], "tie_word_embeddings": True}),
     # Rotary pairs of adjacent dims over half of each head, q/k/v biases, four norms a layer.
     "glm4": ("Glm4Config", {"attention_bias": True}),
+    # Attention and MLP in parallel off a LayerNorm, interleaved rotary pairs, a logit scale;
+    # Cohere 2 rotates only its sliding layers.
+    "cohere": ("CohereConfig", {"logit_scale": 0.5, "tie_word_embeddings": True}),
+    "cohere2": ("Cohere2Config", {"logit_scale": 0.5, "sliding_window": WINDOW,
+                                  "layer_types": [_S, _F, _S], "tie_word_embeddings": True}),
     "llama-yarn": ("LlamaConfig", {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 128}}),
@@ -80,6 +85,8 @@ _STD: dict[str, tuple[float, float]] = {
     "gemma2": (0.02, 0.12),
     "gemma3": (0.02, 0.12),
     "olmo2": (0.3, 0.3),
+    "cohere": (0.03, 0.12),
+    "cohere2": (0.03, 0.12),
     "smollm3": (0.03, 0.12),
 }
 

@@ -18,7 +18,13 @@ from radixrt.model.families.arch import ArchConfig
 # its norms of hidden size (Llama's two: before attention and before the MLP), and its q/k
 # norms: "head" (head_dim weights each, shared by the heads) or "full" (over the whole q and k
 # projections). A test counts every family's parameters against transformers'.
-_HIDDEN_NORMS = {"Gemma2ForCausalLM": 4, "Gemma3ForCausalLM": 4, "Glm4ForCausalLM": 4}
+_HIDDEN_NORMS = {
+    "Gemma2ForCausalLM": 4,
+    "Gemma3ForCausalLM": 4,
+    "Glm4ForCausalLM": 4,
+    "CohereForCausalLM": 1,
+    "Cohere2ForCausalLM": 1,
+}
 _QK_NORMS = {
     "Qwen3ForCausalLM": "head",
     "Qwen3MoeForCausalLM": "head",

@@ -32,6 +32,7 @@ def test_unknown_architecture_is_refused_by_name() -> None:
         ("Gemma3ForCausalLM", "use_bidirectional_attention", True),
         ("Gemma3ForCausalLM", "attn_logit_softcapping", 50.0),
         ("MistralForCausalLM", "num_local_experts", 8),
+        ("CohereForCausalLM", "use_qk_norm", True),
     ],
 )
 def test_an_unimplemented_math_field_is_refused_by_name(arch: str, field: str, value) -> None:
@@ -84,6 +85,19 @@ def test_glm4_rotates_adjacent_pairs_over_half_of_each_head() -> None:
     assert arch.attention_bias and not arch.o_proj_bias
     assert ArchConfig.from_hf({**glm, "partial_rotary_factor": 1.0}).rotary_width == 16
     assert not ArchConfig.from_hf(BASE).rope_interleaved
+
+
+def test_cohere2_rotates_its_sliding_layers_only() -> None:
+    """Cohere 2: a window on 3 of every 4 layers, which alone rotate (in adjacent pairs);
+    without a window no layer rotates, as in transformers; LayerNorm eps and logit scale
+    read from their own fields."""
+    cohere2 = {**BASE, "architectures": ["Cohere2ForCausalLM"], "num_hidden_layers": 8,
+               "sliding_window": 32, "layer_norm_eps": 1e-3, "logit_scale": 0.25}  # fmt: skip
+    arch = ArchConfig.from_hf(cohere2)
+    assert arch.layer_windows == (32, 32, 32, 0) * 2 and arch.rope_interleaved
+    assert arch.rope_layers == (True, True, True, False) * 2
+    assert arch.rms_norm_eps == 1e-3 and arch.options.logit_scale == 0.25  # type: ignore[attr-defined]
+    assert not any(ArchConfig.from_hf({**cohere2, "sliding_window": None}).rope_layers)
 
 
 def test_smollm3_nope_layers_follow_transformers() -> None:

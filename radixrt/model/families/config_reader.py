@@ -79,6 +79,11 @@ class GraniteOptions(FamilyOptions):
     logits_scaling: float  # logits are divided by it
 
 
+@dataclass(frozen=True, slots=True)
+class CohereOptions(FamilyOptions):
+    logit_scale: float  # logits are multiplied by it
+
+
 class ConfigReader:
     """config.json of one checkpoint; remembers which fields were read."""
 

@@ -18,6 +18,7 @@ from typing import Any
 from radixrt.model.families.config_reader import (
     FULL_ATTENTION,
     SLIDING_ATTENTION,
+    CohereOptions,
     ConfigReader,
     GemmaOptions,
     GraniteOptions,
@@ -291,6 +292,43 @@ def _glm4(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _cohere_common(r: ConfigReader, f: dict[str, Any], max_pos: int) -> dict[str, Any]:
+    """What Cohere and Cohere 2 share: interleaved rotary pairs, a LayerNorm's eps, tied
+    embeddings, the logit scale, biases on every attention projection or none."""
+    bias = bool(r.value("attention_bias", False))
+    tail = norm_and_tail(r, 1e-5, True, max_pos)
+    tail["rms_norm_eps"] = float(r.value("layer_norm_eps", 1e-5))
+    return {
+        **rope_fields(r, f, 10000.0),
+        **tail,
+        **biases(bias, bias),
+        "rope_interleaved": True,
+        "options": CohereOptions(logit_scale=float(r.value("logit_scale", 0.0625))),
+    }
+
+
+def _cohere(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    refuse_if(r, "use_qk_norm", bool(r.get("use_qk_norm")),
+              "per-head q/k LayerNorms (Command R+) are not implemented")  # fmt: skip
+    return {**_cohere_common(r, f, 8192), **window_all(r, f, None)}
+
+
+def _cohere2(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    pattern = int(r.value("sliding_window_pattern", 4))
+    window = r.get("sliding_window", 4096)
+    types = window_by_types(
+        r, f, window, lambda i: SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION
+    )
+    # Only the sliding layers rotate (none where no window is set, as transformers does).
+    rotates = tuple(bool(window) and t == SLIDING_ATTENTION for t in types["layer_types"])
+    return {
+        **_cohere_common(r, f, 8192),
+        **types,
+        "rope_layers": rotates,
+        "head_dim": f["hidden_size"] // f["num_attention_heads"],  # (Cohere2Config sets it so)
+    }
+
+
 FAMILIES: dict[str, Family] = {
     "LlamaForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _llama),
     "MistralForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _mistral),
@@ -307,4 +345,6 @@ FAMILIES: dict[str, Family] = {
     "GraniteForCausalLM": Family("radixrt.model.families.granite:GraniteForCausalLM", _granite),
     "SmolLM3ForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _smollm3),
     "Glm4ForCausalLM": Family("radixrt.model.families.glm4:Glm4ForCausalLM", _glm4),
+    "CohereForCausalLM": Family("radixrt.model.families.cohere:CohereForCausalLM", _cohere),
+    "Cohere2ForCausalLM": Family("radixrt.model.families.cohere:CohereForCausalLM", _cohere2),
 }
