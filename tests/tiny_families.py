@@ -71,6 +71,18 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "cohere": ("CohereConfig", {"logit_scale": 0.5, "tie_word_embeddings": True}),
     "cohere2": ("Cohere2Config", {"logit_scale": 0.5, "sliding_window": WINDOW,
                                   "layer_types": [_S, _F, _S], "tie_word_embeddings": True}),
+    # OLMo 2's layer, a window on layers 0 and 1 with a rope of their own.
+    "olmo3": ("Olmo3Config", {"sliding_window": WINDOW, "layer_types": [_S, _S, _F],
+                              "rope_parameters": {
+                                  _S: {"rope_type": "default", "rope_theta": 10000.0},
+                                  _F: {"rope_type": "linear", "factor": 2.0,
+                                       "rope_theta": 500000.0}}}),
+    # Post-norms, per-head q/k norms, a window on layers 0 and 2; layer 1 is NoPE.
+    "exaone4": ("Exaone4Config", {"sliding_window": WINDOW, "layer_types": [_S, _F, _S]}),
+    # Interleaved rotary pairs over the whole head, a bias on every projection.
+    "ernie4_5": ("Ernie4_5Config", {"use_bias": True, "tie_word_embeddings": True}),
+    # q/k/v and o biases set apart.
+    "seed-oss": ("SeedOssConfig", {"attention_bias": True, "attention_out_bias": True}),
     "llama-yarn": ("LlamaConfig", {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 128}}),
@@ -86,6 +98,7 @@ _STD: dict[str, tuple[float, float]] = {
     "gemma3": (0.02, 0.12),
     "olmo2": (0.3, 0.3),
     "cohere": (0.03, 0.12),
+    "ernie4_5": (0.03, 0.12),
     "cohere2": (0.03, 0.12),
     "smollm3": (0.03, 0.12),
 }

@@ -30,6 +30,8 @@ _QK_NORMS = {
     "Qwen3MoeForCausalLM": "head",
     "Gemma3ForCausalLM": "head",
     "Olmo2ForCausalLM": "full",
+    "Olmo3ForCausalLM": "full",
+    "Exaone4ForCausalLM": "head",
 }
 
 # GGUF general.architecture -> the HF architecture whose config.json fields it maps onto.

@@ -100,6 +100,34 @@ def test_cohere2_rotates_its_sliding_layers_only() -> None:
     assert not any(ArchConfig.from_hf({**cohere2, "sliding_window": None}).rope_layers)
 
 
+def test_olmo3_exaone4_ernie_and_seed_oss_follow_their_config_classes() -> None:
+    """OLMo 3: a window on 3 of every 4 layers, a rope per layer kind (rope_parameters by
+    kind, or one set for both; rope_scaling for the full layers only). EXAONE 4: its pattern
+    as a number or as letters (L local, G global), the global layers NoPE where a window is
+    set. ERNIE 4.5 and Seed-OSS: head_dim 128 where config.json leaves it out."""
+    olmo3 = {**BASE, "architectures": ["Olmo3ForCausalLM"], "num_hidden_layers": 4,
+             "sliding_window": 32, "rope_theta": 10000.0,
+             "rope_scaling": {"rope_type": "linear", "factor": 2.0}}  # fmt: skip
+    arch = ArchConfig.from_hf(olmo3)
+    assert arch.layer_windows == (32, 32, 32, 0)
+    assert arch.rope_scaling == {"rope_type": "linear", "factor": 2.0}
+    assert (arch.local_rope_theta, arch.local_rope_scaling) == (10000.0, None)
+    same = {k: v for k, v in olmo3.items() if k != "rope_scaling"}
+    assert ArchConfig.from_hf(same).local_rope_theta == 0.0  # one rope for both kinds
+    exaone = {**BASE, "architectures": ["Exaone4ForCausalLM"], "num_hidden_layers": 4,
+              "sliding_window": 32, "sliding_window_pattern": "LLLG"}  # fmt: skip
+    arch = ArchConfig.from_hf(exaone)
+    assert arch.layer_windows == (32, 32, 32, 0)
+    assert arch.rope_layers == (True, True, True, False)
+    plain = ArchConfig.from_hf({**exaone, "sliding_window": None})
+    assert plain.layer_windows == (0,) * 4 and all(plain.rope_layers)
+    ernie = ArchConfig.from_hf({**BASE, "architectures": ["Ernie4_5ForCausalLM"]})
+    assert ernie.head_dim == 128 and ernie.rotary_width == 128 and ernie.rope_interleaved
+    seed = ArchConfig.from_hf({**BASE, "architectures": ["SeedOssForCausalLM"],
+                               "attention_out_bias": True})  # fmt: skip
+    assert seed.head_dim == 128 and seed.attention_bias and seed.o_proj_bias
+
+
 def test_smollm3_nope_layers_follow_transformers() -> None:
     """SmolLM3-3B's config.json shape: NoPE every 4th layer as its no_rope_layers says (or
     its interval, where the list is left out), no window without use_sliding_window, and the

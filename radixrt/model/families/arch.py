@@ -42,6 +42,9 @@ class ArchConfig:
     # than its two halves; run as halves once q and k's rows are permuted at load
     # (decoder.py: SelfAttention.pair_rope_halves).
     rope_interleaved: bool = False
+    # The sliding layers' own rope (Gemma 3, OLMo 3); theta 0: the full layers' rope.
+    local_rope_theta: float = 0.0
+    local_rope_scaling: dict[str, Any] | None = None
     moe: MoEConfig | None = None
     options: FamilyOptions = field(default_factory=FamilyOptions)
 

@@ -66,9 +66,6 @@ class GemmaOptions(FamilyOptions):
     query_pre_attn_scalar: float  # attention scaling is its -0.5 power
     attn_logit_softcapping: float  # 0: off
     final_logit_softcapping: float  # 0: off
-    # The sliding layers' rope (Gemma 3); theta 0: the same rope as the full layers.
-    local_rope_theta: float = 0.0
-    local_rope_scaling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

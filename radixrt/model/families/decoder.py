@@ -236,8 +236,14 @@ class CausalLM(nn.Module):
         return None
 
     def make_ropes(self, cfg: ArchConfig, served: int) -> dict[str, RotaryEmbedding]:
-        """Rope per layer kind: "full_attention" always, "sliding_attention" where it differs."""
-        return {"full_attention": make_rope(cfg, cfg.rope_theta, cfg.rope_scaling, served)}
+        """Rope per layer kind: "full_attention" always, "sliding_attention" where the sliding
+        layers have their own (local_rope_theta)."""
+        ropes = {"full_attention": make_rope(cfg, cfg.rope_theta, cfg.rope_scaling, served)}
+        if cfg.local_rope_theta:
+            ropes[SLIDING_ATTENTION] = make_rope(
+                cfg, cfg.local_rope_theta, cfg.local_rope_scaling, served
+            )
+        return ropes
 
     def final_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """(N, vocab) float32 logits after the LM head -> what sampling sees."""

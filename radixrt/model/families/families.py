@@ -213,9 +213,9 @@ def _gemma3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
             query_pre_attn_scalar=float(r.value("query_pre_attn_scalar", 256)),
             attn_logit_softcapping=0.0,
             final_logit_softcapping=float(r.get("final_logit_softcapping") or 0.0),
-            local_rope_theta=float(local["rope_theta"]),
-            local_rope_scaling=scaling_of(local),
         ),
+        "local_rope_theta": float(local["rope_theta"]),
+        "local_rope_scaling": scaling_of(local),
     }
 
 
@@ -329,6 +329,101 @@ def _cohere2(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _olmo3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    full, local = _ropes_by_kind(r, 500000.0)
+    return {
+        **rope_from(full, f),
+        **norm_and_tail(r, 1e-5, False, 2048),
+        **biases(bias, bias),
+        **window_by_types(
+            r,
+            f,
+            r.get("sliding_window", 4096),
+            lambda i: SLIDING_ATTENTION if (i + 1) % 4 else FULL_ATTENTION,
+        ),  # fmt: skip
+        **_local_rope(full, local),
+    }
+
+
+def _ropes_by_kind(r: ConfigReader, theta: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full and the sliding layers' rope parameters: `rope_parameters` per layer kind
+    (or one set for both), the v4 rope_scaling applying to the full layers only."""
+    params = dict(r.get("rope_parameters") or {})
+    if FULL_ATTENTION in params or SLIDING_ATTENTION in params:
+        full = dict(params.get(FULL_ATTENTION) or {"rope_type": "default"})
+        local = dict(params.get(SLIDING_ATTENTION) or {"rope_type": "default"})
+    else:
+        full, local = (
+            dict(params or {"rope_type": "default"}),
+            dict(params or {"rope_type": "default"}),
+        )
+    if r.get("rope_scaling"):
+        full.update(r.get("rope_scaling"))
+    full.setdefault("rope_theta", r.value("rope_theta", theta))
+    local.setdefault("rope_theta", r.value("rope_theta", theta))
+    return full, local
+
+
+def _local_rope(full: dict[str, Any], local: dict[str, Any]) -> dict[str, Any]:
+    """The sliding layers' own rope, where it differs from the full layers'."""
+    if scaling_of(local) == scaling_of(full) and local["rope_theta"] == full["rope_theta"]:
+        return {}
+    return {"local_rope_theta": float(local["rope_theta"]), "local_rope_scaling": scaling_of(local)}
+
+
+def _exaone4(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    window = r.get("sliding_window", 4096)
+    pattern = r.value("sliding_window_pattern", 4)
+    r.get("sliding_window_pattern")
+
+    def kind(i: int) -> str:
+        if not window:
+            return FULL_ATTENTION
+        if isinstance(pattern, str):  # e.g. "LLLG": local (sliding) or global, repeating
+            return SLIDING_ATTENTION if pattern[i % len(pattern)] == "L" else FULL_ATTENTION
+        return SLIDING_ATTENTION if (i + 1) % int(pattern) else FULL_ATTENTION
+
+    types = window_by_types(r, f, window, kind)
+    # With a window, the full-attention layers are NoPE (transformers: "global NoPE").
+    rotates = tuple(not window or t == SLIDING_ATTENTION for t in types["layer_types"])
+    return {
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-5, False, 2048),
+        **biases(False, False),
+        **types,
+        "rope_layers": rotates,
+    }
+
+
+def _ernie4_5(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("use_bias", False))
+    f = {**f, "head_dim": int(r.value("head_dim", 128))}  # Ernie4_5Config's default
+    return {
+        "head_dim": f["head_dim"],
+        **rope_fields(r, f, 500000.0),
+        **norm_and_tail(r, 1e-5, True, 131072),
+        **biases(bias, bias, bias),
+        **window_all(r, f, None),
+        "rope_interleaved": True,
+    }
+
+
+def _seed_oss(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    f = {**f, "head_dim": int(r.value("head_dim", 128))}  # SeedOssConfig's default
+    return {
+        "head_dim": f["head_dim"],
+        **rope_fields(r, f, 10000.0),
+        **norm_and_tail(r, 1e-6, False, 524288),
+        **biases(
+            bool(r.value("attention_bias", True)),
+            bool(r.value("attention_out_bias", False)),
+            bool(r.value("mlp_bias", False)),
+        ),
+        **window_all(r, f, None),
+    }
+
+
 FAMILIES: dict[str, Family] = {
     "LlamaForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _llama),
     "MistralForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _mistral),
@@ -347,4 +442,8 @@ FAMILIES: dict[str, Family] = {
     "Glm4ForCausalLM": Family("radixrt.model.families.glm4:Glm4ForCausalLM", _glm4),
     "CohereForCausalLM": Family("radixrt.model.families.cohere:CohereForCausalLM", _cohere),
     "Cohere2ForCausalLM": Family("radixrt.model.families.cohere:CohereForCausalLM", _cohere2),
+    "Olmo3ForCausalLM": Family("radixrt.model.families.olmo2:Olmo2ForCausalLM", _olmo3),
+    "Exaone4ForCausalLM": Family("radixrt.model.families.olmo2:Exaone4ForCausalLM", _exaone4),
+    "Ernie4_5ForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _ernie4_5),
+    "SeedOssForCausalLM": Family("radixrt.model.families.llama:LlamaForCausalLM", _seed_oss),
 }

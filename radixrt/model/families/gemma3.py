@@ -1,28 +1,17 @@
 """Gemma 3 (text): Gemma 2's layer with per-head q/k norms and no attention soft cap; the
-sliding layers (5 of every 6 by default) rotate with a rope of their own (local base)."""
+sliding layers (5 of every 6 by default) rotate with a rope of their own (local base:
+ArchConfig.local_rope_theta)."""
 
 from __future__ import annotations
 
 from torch import nn
 
 from radixrt.model.families.arch import ArchConfig
-from radixrt.model.families.config_reader import SLIDING_ATTENTION
-from radixrt.model.families.decoder import make_rope
-from radixrt.model.families.gemma2 import Gemma2ForCausalLM, GemmaDecoderLayer, gemma_options
+from radixrt.model.families.gemma2 import Gemma2ForCausalLM, GemmaDecoderLayer
 from radixrt.model.families.tp_partition import TPPartition
-from radixrt.model.layers.rotary import RotaryEmbedding
 from radixrt.model.parallel.comm import BaseComm
 
 
 class Gemma3ForCausalLM(Gemma2ForCausalLM):
     def make_layer(self, cfg: ArchConfig, i: int, part: TPPartition, comm: BaseComm) -> nn.Module:
         return GemmaDecoderLayer(cfg, i, part, comm, qk_norm="head")
-
-    def make_ropes(self, cfg: ArchConfig, served: int) -> dict[str, RotaryEmbedding]:
-        opts = gemma_options(cfg)
-        return {
-            "full_attention": make_rope(cfg, cfg.rope_theta, cfg.rope_scaling, served),
-            SLIDING_ATTENTION: make_rope(
-                cfg, opts.local_rope_theta, opts.local_rope_scaling, served
-            ),
-        }
