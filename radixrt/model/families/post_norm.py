@@ -1,7 +1,8 @@
-"""OLMo 2: norms after attention and after the MLP (none before), q/k norms over the whole
-projections, every norm multiplying by w in float32 before the cast. OLMo 3 adds a window on 3
-of every 4 layers, with a rope of their own (ArchConfig.local_rope_theta); EXAONE 4 is this
-layer with Llama's norms, q/k norms per head, and (with a window) NoPE full-attention layers."""
+"""Decoder layers with norms after attention and after the MLP, none before. OLMo 2: q/k
+norms over the whole projections, every norm multiplying by w in float32 before the cast;
+OLMo 3 adds a window on 3 of every 4 layers, with a rope of their own
+(ArchConfig.local_rope_theta). EXAONE 4: Llama's norms, q/k norms per head, and (with a
+window) NoPE full-attention layers."""
 
 from __future__ import annotations
 
