@@ -206,6 +206,8 @@ def test_effort_levels_are_thinking_budgets_in_every_dialect() -> None:
     assert thinking_budget(ThinkingConfig(thinking_level="THINKING_LEVEL_UNSPECIFIED")) is None
     with pytest.raises(BadRequestError, match="not both"):
         thinking_budget(ThinkingConfig(thinking_level="high", thinking_budget=5))
+    with pytest.raises(BadRequestError, match="thinkingLevel: ''"):
+        thinking_budget(ThinkingConfig(thinking_level=""))
     with pytest.raises(BadRequestError, match="thinkingLevel: 'xhigh'"):
         thinking_budget(ThinkingConfig(thinking_level="xhigh"))
     # The field named in the 400 where the budget cannot be kept.

@@ -69,7 +69,9 @@ def wants_thoughts(config: ThinkingConfig | None) -> bool:
 
 def thinking_level(config: ThinkingConfig) -> str | None:
     """A thinkingConfig's thinkingLevel in either spelling (None where unset or unspecified)."""
-    level = config.thinking_level or config.thinking_level_snake
+    level = (
+        config.thinking_level if config.thinking_level is not None else config.thinking_level_snake
+    )
     return None if level in (None, "THINKING_LEVEL_UNSPECIFIED") else level
 
 
