@@ -41,6 +41,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
                                      "mlp_only_layers": [1]}),
     "mixtral": ("MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2,
                                   "sliding_window": WINDOW}),
+    "gemma": ("GemmaConfig", {"tie_word_embeddings": True}),
     "gemma2": ("Gemma2Config", {"sliding_window": WINDOW, "query_pre_attn_scalar": 24,
                                 "attn_logit_softcapping": 3.0, "final_logit_softcapping": 8.0,
                                 "tie_word_embeddings": True}),
@@ -94,6 +95,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
 # OLMo 2's post-norms.
 _STD: dict[str, tuple[float, float]] = {
     "qwen3": (0.03, 0.12),
+    "gemma": (0.02, 0.12),
     "gemma2": (0.02, 0.12),
     "gemma3": (0.02, 0.12),
     "olmo2": (0.3, 0.3),

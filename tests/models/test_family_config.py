@@ -104,7 +104,8 @@ def test_olmo3_exaone4_ernie_and_seed_oss_follow_their_config_classes() -> None:
     """OLMo 3: a window on 3 of every 4 layers, a rope per layer kind (rope_parameters by
     kind, or one set for both; rope_scaling for the full layers only). EXAONE 4: its pattern
     as a number or as letters (L local, G global), the global layers NoPE where a window is
-    set. ERNIE 4.5 and Seed-OSS: head_dim 128 where config.json leaves it out."""
+    set. Gemma (1): the first releases' hidden_act "gelu" meant as tanh's, head_dim 256 by
+    default. ERNIE 4.5 and Seed-OSS: head_dim 128 where config.json leaves it out."""
     olmo3 = {**BASE, "architectures": ["Olmo3ForCausalLM"], "num_hidden_layers": 4,
              "sliding_window": 32, "rope_theta": 10000.0,
              "rope_scaling": {"rope_type": "linear", "factor": 2.0}}  # fmt: skip
@@ -121,6 +122,9 @@ def test_olmo3_exaone4_ernie_and_seed_oss_follow_their_config_classes() -> None:
     assert arch.rope_layers == (True, True, True, False)
     plain = ArchConfig.from_hf({**exaone, "sliding_window": None})
     assert plain.layer_windows == (0,) * 4 and all(plain.rope_layers)
+    gemma = ArchConfig.from_hf({**BASE, "architectures": ["GemmaForCausalLM"],
+                                "hidden_act": "gelu", "hidden_activation": None})  # fmt: skip
+    assert gemma.hidden_act == "gelu_pytorch_tanh" and gemma.head_dim == 256  # (as transformers)
     ernie = ArchConfig.from_hf({**BASE, "architectures": ["Ernie4_5ForCausalLM"]})
     assert ernie.head_dim == 128 and ernie.rotary_width == 128 and ernie.rope_interleaved
     seed = ArchConfig.from_hf({**BASE, "architectures": ["SeedOssForCausalLM"],

@@ -1,7 +1,8 @@
 """Gemma 2: Gemma's RMSNorm (1 + w), a norm before and after both attention and the MLP,
 the embedding scaled by sqrt(hidden), attention scaled by query_pre_attn_scalar**-0.5, soft
 caps on the attention scores and the final logits, sliding windows on alternate layers.
-Gemma 3 (gemma3.py) is this layer with q/k norms and a rope of its own for local layers."""
+Gemma 3 (gemma3.py) is this layer with q/k norms and a rope of its own for local layers;
+Gemma (1) is the Llama layer with Gemma's norms and scaled embedding."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import nn
 from radixrt.model.families.arch import ArchConfig
 from radixrt.model.families.config_reader import GemmaOptions
 from radixrt.model.families.decoder import CausalLM, GatedMLP, Rope, SelfAttention
+from radixrt.model.families.llama import LlamaDecoderLayer
 from radixrt.model.families.tp_partition import TPPartition
 from radixrt.model.layers.norm import GemmaRMSNorm
 from radixrt.model.parallel.comm import BaseComm
@@ -76,3 +78,15 @@ class Gemma2ForCausalLM(CausalLM):
     def final_logits(self, logits: torch.Tensor) -> torch.Tensor:
         cap = gemma_options(self.config).final_logit_softcapping
         return torch.tanh(logits / cap) * cap if cap else logits
+
+
+class GemmaForCausalLM(CausalLM):
+    """Gemma (1): the Llama layer with Gemma's norms, the embedding scaled by sqrt(hidden)."""
+
+    norm_cls = GemmaRMSNorm
+
+    def make_layer(self, cfg: ArchConfig, i: int, part: TPPartition, comm: BaseComm) -> nn.Module:
+        return LlamaDecoderLayer(cfg, i, part, comm, norm_cls=GemmaRMSNorm)
+
+    def embed_scale(self, cfg: ArchConfig) -> float | None:
+        return float(cfg.hidden_size**0.5)

@@ -30,15 +30,21 @@ class LlamaDecoderLayer(nn.Module):
         comm: BaseComm,
         self_attn: nn.Module | None = None,
         mlp: nn.Module | None = None,
+        norm_cls: type[RMSNorm] = RMSNorm,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn or SelfAttention(cfg, layer_id, part, comm)
         self.mlp = mlp or GatedMLP(cfg, part, comm)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_layernorm = norm_cls(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = norm_cls(cfg.hidden_size, cfg.rms_norm_eps)
         # Whether csrc/cpu/layer_f32.c computes exactly this layer (cpu/fused_layer.py): the
         # plain Llama layer (a window is the backend's key view).
-        self.cpu_fusable = type(self) is LlamaDecoderLayer and self_attn is None and mlp is None
+        self.cpu_fusable = (
+            type(self) is LlamaDecoderLayer
+            and self_attn is None
+            and mlp is None
+            and norm_cls is RMSNorm
+        )
 
     def forward(
         self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, fb: ForwardBatch

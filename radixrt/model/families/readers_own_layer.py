@@ -1,4 +1,4 @@
-"""config.json readers of the families with decoder layers of their own: Gemma 2 and 3,
+"""config.json readers of the families with decoder layers of their own: Gemma 1, 2 and 3,
 OLMo 2 and 3, EXAONE 4, GLM-4, Cohere and Cohere 2. Each returns ArchConfig's fields beyond
 read_common's, its defaults those of the family's transformers config class (families.py
 registers them)."""
@@ -22,6 +22,23 @@ from radixrt.model.families.config_reader import (
     window_all,
     window_by_types,
 )
+
+
+def read_gemma(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    bias = bool(r.value("attention_bias", False))
+    refuse_if(r, "use_bidirectional_attention", bool(r.get("use_bidirectional_attention")),
+               "bidirectional attention is not implemented")  # fmt: skip
+    tail = norm_and_tail(r, 1e-6, True, 8192, "gelu_pytorch_tanh")
+    if tail["hidden_act"] == "gelu":  # the first releases' legacy value, meant as tanh's
+        tail["hidden_act"] = "gelu_pytorch_tanh"
+    r.get("hidden_activation")  # a leftover of those releases; transformers reads hidden_act
+    return {
+        "head_dim": int(r.value("head_dim", 256)),  # GemmaConfig's default
+        **rope_fields(r, {**f, "head_dim": int(r.value("head_dim", 256))}, 10000.0),
+        **tail,
+        **biases(bias, bias),
+        **window_all(r, f, None),
+    }
 
 
 def read_gemma2(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
