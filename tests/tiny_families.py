@@ -84,6 +84,12 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "ernie4_5": ("Ernie4_5Config", {"use_bias": True, "tie_word_embeddings": True}),
     # q/k/v and o biases set apart.
     "seed-oss": ("SeedOssConfig", {"attention_bias": True, "attention_out_bias": True}),
+    # Granite's multipliers with every MLP a mixture of experts (router.layer, input_linear,
+    # output_linear in the checkpoint).
+    "granite-moe": ("GraniteMoeConfig", {"num_local_experts": 4, "num_experts_per_tok": 2,
+                                         "intermediate_size": 32, "embedding_multiplier": 3.0,
+                                         "residual_multiplier": 0.5,
+                                         "attention_multiplier": 0.2, "logits_scaling": 2.0}),
     "llama-yarn": ("LlamaConfig", {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 128}}),

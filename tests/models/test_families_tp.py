@@ -1,7 +1,8 @@
 """tp 2 equals transformers for the families whose sharding differs from Llama's: experts
 (Qwen3-MoE, Mixtral), q/k norms per head (Gemma 3) and over the whole projection (OLMo 2),
 a checkpoint with fused qkv/gate_up (Phi-3), soft caps (Gemma 2), rotary pairs permuted at
-load within each rank's heads (GLM-4), attention and MLP side by side (Cohere 2)."""
+load within each rank's heads (GLM-4), attention and MLP side by side (Cohere 2), experts
+under Granite's multipliers (Granite MoE)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ PARAMS = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True, "return_log
 
 
 @pytest.mark.parametrize(
-    "name", ["qwen3-moe", "mixtral", "gemma3", "olmo2", "phi3", "gemma2", "glm4", "cohere2"]
+    "name",
+    ["qwen3-moe", "mixtral", "gemma3", "olmo2", "phi3", "gemma2", "glm4", "cohere2", "granite-moe"],
 )
 def test_tp2_equals_transformers(name: str, tmp_path: Path, smollm2_path: Path) -> None:
     path = make_family(tmp_path, name, smollm2_path)

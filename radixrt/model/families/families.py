@@ -65,6 +65,9 @@ FAMILIES: dict[str, Family] = {
     "GraniteForCausalLM": Family(
         "radixrt.model.families.granite:GraniteForCausalLM", llama.read_granite
     ),
+    "GraniteMoeForCausalLM": Family(
+        "radixrt.model.families.granite:GraniteMoeForCausalLM", llama.read_granite_moe
+    ),
     "SmolLM3ForCausalLM": Family(_LLAMA, llama.read_smollm3),
     "Ernie4_5ForCausalLM": Family(_LLAMA, llama.read_ernie4_5),
     "SeedOssForCausalLM": Family(_LLAMA, llama.read_seed_oss),

@@ -1,7 +1,7 @@
 """config.json readers of the families that run on the Llama layer (llama.py): Llama,
-Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3, Granite, SmolLM3, ERNIE 4.5 and Seed-OSS.
-Each returns ArchConfig's fields beyond read_common's, its defaults those of the family's
-transformers config class (families.py registers them)."""
+Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3, Granite and Granite MoE, SmolLM3, ERNIE 4.5
+and Seed-OSS. Each returns ArchConfig's fields beyond read_common's, its defaults those of
+the family's transformers config class (families.py registers them)."""
 
 from __future__ import annotations
 
@@ -141,6 +141,18 @@ def read_granite(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
             logits_scaling=float(r.value("logits_scaling", 1.0)),
         ),
     }
+
+
+def read_granite_moe(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    n = f["num_hidden_layers"]
+    moe = MoEConfig(
+        num_experts=int(r.value("num_local_experts", 8)),
+        top_k=int(r.value("num_experts_per_tok", 2)),
+        intermediate_size=f["intermediate_size"],
+        norm_topk_prob=True,  # a softmax over the top k's logits
+        sparse_layers=(True,) * n,
+    )
+    return {**read_granite(r, f), "moe": moe}
 
 
 def read_smollm3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
