@@ -14,7 +14,14 @@ from radixrt.grammar.token_automaton import TokenAutomaton
 from radixrt.grammar.union import split_alternatives
 from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools import ToolCall, ToolChoice, ToolPlan, ToolSpec
-from radixrt.serve.http.tools.formats import CALL_FORMATS, HERMES, LLAMA3_JSON, MISTRAL
+from radixrt.serve.http.tools.formats import (
+    CALL_FORMATS,
+    GRANITE,
+    HERMES,
+    LLAMA3_JSON,
+    MISTRAL,
+    CallFormat,
+)
 from radixrt.serve.http.tools.grammar import auto_call_spec, forced_call_spec
 
 ADD = ToolSpec(
@@ -70,7 +77,7 @@ def test_forced_calls_take_the_bounded_path_where_they_can(backend: Any) -> None
         assert list(spec) == ["regex"]
         assert isinstance(b.compile(GrammarSpec("regex", spec["regex"])), TokenAutomaton)
         text = fmt.call_text([ToolCall("x", "add", '{"a":7}')])
-        text = text.removeprefix(MISTRAL.opener or "") if fmt is MISTRAL else text
+        text = text.removeprefix(fmt.opener or "") if fmt.array else text
         assert _accepts(backend, spec, text), fmt.name
         assert not _accepts(backend, spec, text.replace("7", "12")), fmt.name  # out of range
     wide = forced_call_spec(HERMES, [WIDE], ToolChoice("named", name="span"))
@@ -130,29 +137,34 @@ def test_auto_is_free_text_until_a_call_opens(backend: Any) -> None:
     assert auto_call_spec(MISTRAL, [ADD], ToolChoice()) == {}  # no id of its special token
 
 
-def test_mistral_auto_calls_are_constrained_after_the_special_token(smollm2_path: Path) -> None:
-    """A tokenizer with Mistral's [TOOL_CALLS] as a special token: text is free, and the list
-    of calls the token opens is constrained (a name not in the list, an argument out of range
-    or a second call without parallel calls are refused)."""
+@pytest.mark.parametrize("fmt", [MISTRAL, GRANITE], ids=lambda f: f.name)
+def test_list_calls_are_constrained_after_the_special_token(
+    smollm2_path: Path, fmt: CallFormat
+) -> None:
+    """A tokenizer with the format's opener (Mistral's [TOOL_CALLS], Granite's <|tool_call|>)
+    as a special token: text is free, and the list of calls the token opens is constrained (a
+    name not in the list, an argument out of range or a second call without parallel calls
+    are refused)."""
     from radixrt.grammar.auto_backend import AutoBackend
     from radixrt.model.families.loader import load_tokenizer
 
     tok = load_tokenizer(smollm2_path)
-    tok.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]"]})
-    mistral = (tok, AutoBackend(tok, len(tok), [tok.eos_token_id]))
-    d = ToolPlan(MISTRAL, (ADD,), ToolChoice(parallel=False)).sampling_dict(tok, {})
+    opener = fmt.opener or ""
+    tok.add_special_tokens({"additional_special_tokens": [opener]})
+    listed = (tok, AutoBackend(tok, len(tok), [tok.eos_token_id]))
+    d = ToolPlan(fmt, (ADD,), ToolChoice(parallel=False)).sampling_dict(tok, {})
     assert list(d) == ["ebnf", "skip_special_tokens"] and d["skip_special_tokens"] is False
     spec = {"ebnf": d["ebnf"]}
     call = '{"name":"add","arguments":{"a":3}}'
-    assert _accepts(mistral, spec, "No call: [brackets] and {braces}.")
-    assert _accepts(mistral, spec, f"[TOOL_CALLS][{call}]")
-    assert _accepts(mistral, spec, f"Adding.[TOOL_CALLS][{call}]")
-    assert not _accepts(mistral, spec, '[TOOL_CALLS][{"name":"sub","arguments":{}}]')
-    assert not _accepts(mistral, spec, '[TOOL_CALLS][{"name":"add","arguments":{"a":30}}]')
-    assert not _accepts(mistral, spec, f"[TOOL_CALLS][{call}, {call}]")
-    assert not _accepts(mistral, spec, f"[TOOL_CALLS]Sure, {call}")
-    parallel = ToolPlan(MISTRAL, (ADD,), ToolChoice()).sampling_dict(tok, {})
-    assert _accepts(mistral, {"ebnf": parallel["ebnf"]}, f"[TOOL_CALLS][{call}, {call}]")
+    assert _accepts(listed, spec, "No call: [brackets] and {braces}.")
+    assert _accepts(listed, spec, f"{opener}[{call}]")
+    assert _accepts(listed, spec, f"Adding.{opener}[{call}]")
+    assert not _accepts(listed, spec, opener + '[{"name":"sub","arguments":{}}]')
+    assert not _accepts(listed, spec, opener + '[{"name":"add","arguments":{"a":30}}]')
+    assert not _accepts(listed, spec, f"{opener}[{call}, {call}]")
+    assert not _accepts(listed, spec, f"{opener}Sure, {call}")
+    parallel = ToolPlan(fmt, (ADD,), ToolChoice()).sampling_dict(tok, {})
+    assert _accepts(listed, {"ebnf": parallel["ebnf"]}, f"{opener}[{call}, {call}]")
 
 
 def _accepts_ids(backend: Any, spec: dict[str, str], ids: list[int]) -> bool:

@@ -12,6 +12,7 @@ import pytest
 from radixrt.serve.http.tools import ArgsPiece, CallStart, TextPiece, ToolCall, ToolChoice, ToolPlan
 from radixrt.serve.http.tools.formats import (
     CALL_FORMATS,
+    GRANITE,
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
@@ -94,6 +95,15 @@ RECORDED = [
         [("add", '{"a": 1}'), ("get_weather", '{"city": "Lyon"}')],
     ),
     ("mistral", '[{"name": "add", "arguments": {"a": 5}}]', True, "", [("add", '{"a": 5}')]),
+    # Granite 3.x: <|tool_call|> and a JSON list, keys in its own order.
+    (
+        "granite",
+        '<|tool_call|>[{"arguments": {"city": "Bern"}, "name": "get_weather"}]',
+        False,
+        "",
+        [("get_weather", '{"city": "Bern"}')],
+    ),
+    ("granite", '[{"name": "add", "arguments": {"a": 2}}]', True, "", [("add", '{"a": 2}')]),
     # Arguments as a JSON string (some fine-tunes write them so).
     (
         "mistral",
@@ -162,6 +172,7 @@ def test_formats_are_detected_from_the_template() -> None:
     assert detect_format("{% if tools %}<tool_call>{% endif %}") is HERMES
     assert detect_format("[AVAILABLE_TOOLS]{{ tools }}[/AVAILABLE_TOOLS][TOOL_CALLS]") is MISTRAL
     assert detect_format('<|python_tag|>{"name": ..., "parameters": ...}') is LLAMA3_JSON
+    assert detect_format("{{ '<|tool_call|>' + message.tool_calls | tojson }}") is GRANITE
     assert detect_format(None) is HERMES and detect_format("{{ messages }}") is HERMES
 
 

@@ -22,7 +22,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKEND_NAMES = ("auto", "llguidance", "outlines")
 # How the model writes tool calls (radixrt/serve/http/tools/formats.py; a test keeps the two
 # equal); auto: the format the chat template shows, Hermes when it shows none.
-TOOL_CALL_FORMATS = ("auto", "hermes", "llama3_json", "mistral")
+TOOL_CALL_FORMATS = ("auto", "hermes", "llama3_json", "mistral", "granite")
 # How a reasoning model's thinking is read out of its output (radixrt/serve/http/tools/
 # reasoning.py); none: it stays in the text.
 REASONING_PARSERS = ("none", "qwen3", "deepseek_r1")

@@ -126,7 +126,27 @@ MISTRAL = CallFormat(
     ),
 )
 
-CALL_FORMATS: dict[str, CallFormat] = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL)}
+# Granite 3.x: <|tool_call|> and a JSON list, like Mistral's.
+GRANITE = CallFormat(
+    name="granite",
+    args_key="arguments",
+    opener="<|tool_call|>",
+    closer=None,
+    array=True,
+    lead=None,
+    forced_prefix="",
+    forced_suffix="",
+    forced_sep=", ",
+    forced_open="[",
+    forced_close="]",
+    tools_head="You may call functions. Their signatures, one JSON object per line:",
+    tools_tail=(
+        "To call functions, answer with <|tool_call|> and a JSON list of "
+        '{"name": <function name>, "arguments": <arguments as a JSON object>}.'
+    ),
+)
+
+CALL_FORMATS: dict[str, CallFormat] = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, GRANITE)}
 AUTO_FORMAT = "auto"
 
 
@@ -136,6 +156,8 @@ def detect_format(template: str | None) -> CallFormat:
     text = template or ""
     if "[TOOL_CALLS]" in text:
         return MISTRAL
+    if "<|tool_call|>" in text:
+        return GRANITE
     if "<tool_call>" in text:
         return HERMES
     if "<|python_tag|>" in text or ("ipython" in text and '"parameters"' in text):
