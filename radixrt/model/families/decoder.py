@@ -39,6 +39,16 @@ Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: each (T, rotary_dim) float
 Residual = tuple[torch.Tensor, torch.Tensor]  # (x, residual): their sum is the hidden state
 
 
+def norm_in(
+    norm: nn.Module, x: torch.Tensor, residual: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A pre-norm layer's entry: the hidden state (x + residual; x alone before the first
+    layer) normalised, and that hidden state as the new residual."""
+    if residual is None:
+        return norm(x), x
+    return norm(x, residual)
+
+
 class GatedMLP(nn.Module):
     """down(act(gate(x)) * up(x)), gate and up as one projection; this rank's I/tp rows."""
 

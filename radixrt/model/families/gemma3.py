@@ -7,11 +7,11 @@ from __future__ import annotations
 from torch import nn
 
 from radixrt.model.families.arch import ArchConfig
-from radixrt.model.families.gemma2 import Gemma2ForCausalLM, GemmaDecoderLayer
+from radixrt.model.families.gemma2 import Gemma2ForCausalLM, gemma_layer
 from radixrt.model.families.tp_partition import TPPartition
 from radixrt.model.parallel.comm import BaseComm
 
 
 class Gemma3ForCausalLM(Gemma2ForCausalLM):
     def make_layer(self, cfg: ArchConfig, i: int, part: TPPartition, comm: BaseComm) -> nn.Module:
-        return GemmaDecoderLayer(cfg, i, part, comm, qk_norm="head")
+        return gemma_layer(cfg, i, part, comm, qk_norm="head")

@@ -12,7 +12,7 @@ from torch import nn
 
 from radixrt.model.families.arch import ArchConfig
 from radixrt.model.families.config_reader import GraniteOptions
-from radixrt.model.families.decoder import CausalLM, Rope, SelfAttention
+from radixrt.model.families.decoder import CausalLM, Rope, SelfAttention, norm_in
 from radixrt.model.families.llama import LlamaDecoderLayer
 from radixrt.model.families.qwen3_moe import moe_block
 from radixrt.model.families.tp_partition import TPPartition
@@ -44,11 +44,7 @@ class GraniteDecoderLayer(LlamaDecoderLayer):
     def forward(
         self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, fb: ForwardBatch
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = x
-            x = self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm(x, residual)
+        x, residual = norm_in(self.input_layernorm, x, residual)
         x = self.self_attn(rope, x, fb) * self.residual_multiplier
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x) * self.residual_multiplier, residual

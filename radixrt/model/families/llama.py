@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from radixrt.model.families.arch import ArchConfig
-from radixrt.model.families.decoder import CausalLM, GatedMLP, Rope, SelfAttention
+from radixrt.model.families.decoder import CausalLM, GatedMLP, Rope, SelfAttention, norm_in
 from radixrt.model.families.tp_partition import TPPartition
 from radixrt.model.layers.norm import RMSNorm
 from radixrt.model.parallel.comm import BaseComm
@@ -49,11 +49,7 @@ class LlamaDecoderLayer(nn.Module):
     def forward(
         self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, fb: ForwardBatch
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = x
-            x = self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm(x, residual)
+        x, residual = norm_in(self.input_layernorm, x, residual)
         x = self.self_attn(rope, x, fb)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual

@@ -100,15 +100,20 @@ def read_qwen3_moe(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_mixtral(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
-    n = f["num_hidden_layers"]
-    moe = MoEConfig(
+def _experts_everywhere(r: ConfigReader, f: dict[str, Any]) -> MoEConfig:
+    """Mixtral's and Granite MoE's experts: every layer's MLP, each expert as wide as
+    intermediate_size, the top k's weights summing to 1."""
+    return MoEConfig(
         num_experts=int(r.value("num_local_experts", 8)),
         top_k=int(r.value("num_experts_per_tok", 2)),
         intermediate_size=f["intermediate_size"],
         norm_topk_prob=True,
-        sparse_layers=(True,) * n,
+        sparse_layers=(True,) * f["num_hidden_layers"],
     )
+
+
+def read_mixtral(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    moe = _experts_everywhere(r, f)
     return {
         **rope_fields(r, f, 1000000.0),
         **norm_and_tail(r, 1e-5, False, 131072),
@@ -144,15 +149,8 @@ def read_granite(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_granite_moe(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
-    n = f["num_hidden_layers"]
-    moe = MoEConfig(
-        num_experts=int(r.value("num_local_experts", 8)),
-        top_k=int(r.value("num_experts_per_tok", 2)),
-        intermediate_size=f["intermediate_size"],
-        norm_topk_prob=True,  # a softmax over the top k's logits
-        sparse_layers=(True,) * n,
-    )
-    return {**read_granite(r, f), "moe": moe}
+    # (its router softmaxes the top k's logits: the same weights)
+    return {**read_granite(r, f), "moe": _experts_everywhere(r, f)}
 
 
 def read_smollm3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
