@@ -324,3 +324,50 @@ def test_effort_levels_cap_the_reasoning_in_every_dialect(server_and_end) -> Non
     g = server.post("/v1beta/models/m:generateContent",
                     json={"contents": contents, "generationConfig": config})  # fmt: skip
     assert g.status_code == 400 and "not both" in g.text
+
+
+@pytest.fixture(scope="module")
+def special_server(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path):
+    """The same tiny model with `<think>` and `</think>` added as special tokens (some
+    checkpoints mark them so), read as DeepSeek-R1's."""
+    folder = make_tiny(tmp_path_factory.mktemp("special_reasoning"), smollm2_path, "llama",
+                       vocab_size=49216)  # fmt: skip
+    tok = load_tokenizer(smollm2_path)
+    tok.add_tokens([AddedToken(t, special=True, normalized=False)
+                    for t in ("<think>", "</think>")])  # fmt: skip
+    tok.save_pretrained(folder)
+    server = start_server(folder, tmp_path_factory.mktemp("special_reasoning_server"),
+                          "--reasoning-parser", "deepseek_r1")  # fmt: skip
+    try:
+        yield server
+        server.wait_idle_and_whole()
+    finally:
+        server.stop()
+
+
+def test_special_tags_split_the_reasoning_from_the_answer(special_server) -> None:
+    """Where the tags are special tokens the text keeps them, so the parser splits the
+    output at `</think>` (a decode that skipped them ran reasoning and answer together),
+    and the gate's budget holds: a budget of 2 closes the reasoning, the answer follows;
+    streamed alike; usage counts the reasoning's tokens."""
+    server = special_server
+    client = _client(server)
+    args: dict[str, Any] = dict(model="m", messages=ASK, max_tokens=10, temperature=0,
+                                extra_body={"thinking_token_budget": 2})  # fmt: skip
+    r = client.chat.completions.create(**args, logprobs=True)
+    tokens = _tokens(r)
+    assert tokens[2] == "</think>" and "<think>" not in tokens, tokens
+    msg = r.choices[0].message
+    assert (msg.model_extra or {})["reasoning_content"] == "".join(tokens[:2])
+    assert msg.content == "".join(tokens[3:]).lstrip("\n") and msg.content
+    assert "</think>" not in msg.content
+    details = r.usage.completion_tokens_details  # type: ignore[union-attr]
+    assert details is not None and details.reasoning_tokens == 3
+    streamed = {"reasoning_content": "", "content": ""}
+    for chunk in client.chat.completions.create(**args, stream=True):
+        for c in chunk.choices:
+            for key in streamed:
+                streamed[key] += (
+                    (c.delta.model_extra or {}).get(key) or getattr(c.delta, key, None) or ""
+                )
+    assert streamed == {"reasoning_content": "".join(tokens[:2]), "content": msg.content}

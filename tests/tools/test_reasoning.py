@@ -12,23 +12,25 @@ from radixrt.serve.http.protocol import BadRequestError
 from radixrt.serve.http.tools import ReasoningPiece, TextPiece, ToolChoice, ToolPlan, ToolSpec
 from radixrt.serve.http.tools.formats import HERMES
 from radixrt.serve.http.tools.plan import PlainText, read_output
-from radixrt.serve.http.tools.reasoning import Reasoning, ReasoningSplit
+from radixrt.serve.http.tools.reasoning import Reasoning, ReasoningSplit, ThinkTags
 
 ADD = ToolSpec("add", "", {"type": "object", "properties": {"a": {"type": "integer"}}})
 CALL = '<tool_call>\n{"name":"add","arguments":{"a":1}}\n</tool_call>'
 
 
 class Tokenizer:
-    """Characters as tokens; with `tags`, `<think>` and `</think>` one token each (7, 8)."""
+    """Characters as tokens; with `tags`, `<think>` and `</think>` one token each (7, 8),
+    special tokens (dropped by a decode that skips them) with `special`."""
 
-    def __init__(self, tags: bool) -> None:
+    def __init__(self, tags: bool, special: bool = False) -> None:
         self.tags = {"<think>": 7, "</think>": 8} if tags else {}
+        self.special = special
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [self.tags[text]] if text in self.tags else [ord(c) for c in text]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        names = {v: k for k, v in self.tags.items()}
+        names = {v: "" if self.special and skip_special_tokens else k for k, v in self.tags.items()}
         return "".join(names.get(i, chr(i)) for i in ids)
 
 
@@ -122,7 +124,7 @@ def test_with_tag_tokens_a_grammar_follows_the_reasoning() -> None:
     budget where one is asked; the tools' grammar stays (the gate holds it back)."""
     plain = ToolPlan(HERMES)
     r1 = plain.with_reasoning("deepseek_r1", "", {"json_schema": "{}"}, TOKEN_TAGS)
-    assert r1.reasoning == Reasoning(inside=True, tokens=(7, 8))
+    assert r1.reasoning == Reasoning(inside=True, tags=ThinkTags(7, 8))
     assert r1.sampling_dict(TOKEN_TAGS, {"json_schema": "{}"}) == {"reasoning_end_id": 8}
     qwen = plain.with_reasoning("qwen3", "x", {"regex": "a+"}, TOKEN_TAGS, budget=16)
     assert qwen.sampling_dict(TOKEN_TAGS, {"regex": "a+"}) == {
@@ -135,6 +137,21 @@ def test_with_tag_tokens_a_grammar_follows_the_reasoning() -> None:
     # A prompt that closed the reasoning (thinking turned off by the template): none.
     closed = plain.with_reasoning("qwen3", "<think>\n\n</think>\n\n", {}, TOKEN_TAGS)
     assert closed.reasoning is None
+
+
+def test_special_tags_are_tokens_kept_in_the_text() -> None:
+    """`<think>` and `</think>` as special tokens (some checkpoints mark them so): still the
+    gate's tokens, and the output's text keeps special tokens, so the parser sees the tags
+    (a decode skipping them would hand it reasoning and answer run together)."""
+    special = Tokenizer(True, special=True)
+    plan = ToolPlan(HERMES).with_reasoning("qwen3", "x", {}, special, budget=3)
+    assert plan.reasoning is not None and plan.reasoning.tags == ThinkTags(7, 8, special=True)
+    assert plan.sampling_dict(special, {}) == {
+        "reasoning_end_id": 8, "reasoning_start_id": 7, "thinking_token_budget": 3,
+        "skip_special_tokens": False,
+    }  # fmt: skip
+    plain = ToolPlan(HERMES).with_reasoning("qwen3", "x", {}, TOKEN_TAGS)
+    assert "skip_special_tokens" not in plain.sampling_dict(TOKEN_TAGS, {})
 
 
 def test_a_budget_the_server_cannot_keep_is_refused() -> None:

@@ -118,7 +118,7 @@ class ToolPlan:
         if reasoning is None:
             return self
         if tokens is not None:  # the gate's: a budget is kept only by it
-            reasoning = replace(reasoning, tokens=tokens, budget=budget)
+            reasoning = replace(reasoning, tags=tokens, budget=budget)
         return replace(self, reasoning=reasoning)
 
     def sampling_dict(self, tokenizer: Any, asked: dict[str, Any]) -> dict[str, Any]:

@@ -55,16 +55,27 @@ def effort_budget(level: str, field: str, levels: tuple[str, ...]) -> int | None
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkTags:
+    """`<think>` and `</think>` as one token each; `special`: special tokens, which a decode
+    skipping special tokens drops, so the output's text must keep special tokens for the
+    parser to see them."""
+
+    start: int
+    end: int
+    special: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Reasoning:
     """How one output's reasoning is read: `inside`, whether the output starts in it (the
-    prompt opened it); `shown`, whether the answer shows it (else it is left out); `tokens`,
-    the ids of `<think>` and `</think>` where each is one token of the model's (None: text
-    only), which the scheduler's reasoning gate needs: a grammar then holds the answer after
-    the reasoning, and `budget` caps the reasoning's tokens."""
+    prompt opened it); `shown`, whether the answer shows it (else it is left out); `tags`,
+    `<think>` and `</think>` where each is one token of the model's (None: text only), which
+    the scheduler's reasoning gate needs: a grammar then holds the answer after the
+    reasoning, and `budget` caps the reasoning's tokens."""
 
     inside: bool
     shown: bool = True
-    tokens: tuple[int, int] | None = None
+    tags: ThinkTags | None = None
     budget: int | None = None
 
     @staticmethod
@@ -83,29 +94,32 @@ class Reasoning:
         return Reasoning(parser == "deepseek_r1" or tail.endswith(START), shown)
 
     def sampling(self) -> dict[str, Any]:
-        """The sampling fields of the scheduler's gate (none where the tags are not tokens)."""
-        if self.tokens is None:
+        """The sampling fields of the scheduler's gate (none where the tags are not tokens),
+        and special tokens kept in the text where the tags are special tokens."""
+        if self.tags is None:
             return {}
-        start, end = self.tokens
-        d: dict[str, Any] = {"reasoning_end_id": end}
+        d: dict[str, Any] = {"reasoning_end_id": self.tags.end}
         if not self.inside:
-            d["reasoning_start_id"] = start
+            d["reasoning_start_id"] = self.tags.start
         if self.budget is not None:
             d["thinking_token_budget"] = self.budget
+        if self.tags.special:
+            d["skip_special_tokens"] = False
         return d
 
 
 @functools.lru_cache(maxsize=8)
-def reasoning_tokens(tokenizer: Any) -> tuple[int, int] | None:
-    """The ids of `<think>` and `</think>` where each is one token that decodes to itself
-    with special tokens skipped (Qwen3's and DeepSeek-R1's added tokens), else None."""
-    ids = []
+def reasoning_tokens(tokenizer: Any) -> ThinkTags | None:
+    """`<think>` and `</think>` where each is one token that decodes to itself (Qwen3's and
+    DeepSeek-R1's added tokens; some checkpoints mark them special), else None."""
+    ids, special = [], False
     for tag in (START, END):
         found = tokenizer.encode(tag, add_special_tokens=False)
-        if len(found) != 1 or tokenizer.decode(found, skip_special_tokens=True) != tag:
+        if len(found) != 1 or tokenizer.decode(found, skip_special_tokens=False) != tag:
             return None
+        special |= tokenizer.decode(found, skip_special_tokens=True) != tag
         ids.append(int(found[0]))
-    return ids[0], ids[1]
+    return ThinkTags(ids[0], ids[1], special)
 
 
 def count_reasoning_tokens(params: Any, output_ids: list[int]) -> int | None:
