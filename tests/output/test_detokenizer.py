@@ -39,6 +39,22 @@ def test_stop_string_is_held_back_then_cut(tokenizer) -> None:
     assert detok.finish(ids, "###") == "Answer: yes. "
 
 
+def test_a_stop_token_that_ended_the_output_is_left_out(tokenizer) -> None:
+    """A stop token (EOS, or one of stop_token_ids) is not in the text, even where special
+    tokens are kept in it or it is an ordinary token (as vLLM and SGLang leave it out);
+    no_stop_trim keeps it; a stop token that did not end the output stays."""
+    eos = tokenizer.eos_token_id
+    ids = [*tokenizer.encode("Hello there"), eos]
+    shown = IncrementalDetokenizer(tokenizer, skip_special_tokens=False)
+    assert shown.finish(ids, eos) == "Hello there"
+    kept = IncrementalDetokenizer(tokenizer, skip_special_tokens=False, no_stop_trim=True)
+    assert kept.finish(ids, eos) == "Hello there" + tokenizer.decode([eos])
+    comma = tokenizer.encode(",")[-1]
+    plain = IncrementalDetokenizer(tokenizer)
+    assert plain.finish([*tokenizer.encode("a"), comma], comma) == "a"
+    assert plain.finish([*tokenizer.encode("a"), comma], comma + 1) == "a,"
+
+
 class PieceTokenizer:
     """Each id is a piece of text; special tokens do not exist here."""
 

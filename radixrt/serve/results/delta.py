@@ -68,8 +68,7 @@ class DeltaCursor:
         num = len(req.output_ids)
         reason = req.finish_reason
         if reason is not None:
-            matched = reason.matched if isinstance(reason.matched, str) else None
-            text = self.detok.finish(req.output_ids[:num], matched)[self.num_chars :]
+            text = self.detok.finish(req.output_ids[:num], reason.matched)[self.num_chars :]
         else:
             end = self.detok.visible_len(req.output_ids)
             text = self.detok.text[self.num_chars : end]

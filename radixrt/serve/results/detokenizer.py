@@ -71,11 +71,18 @@ class IncrementalDetokenizer:
             return match.start
         return len(self.text) - self._matcher.hold_len
 
-    def finish(self, ids: list[int], matched_stop: str | None) -> str:
+    def finish(self, ids: list[int], matched_stop: str | int | None) -> str:
         """The final text: all of ids decoded, cut before `matched_stop` if that ended it
-        (after it with no_stop_trim). The stop was completed by the last token, so its
-        match ends in that token's text and is looked for there: with special tokens shown,
-        an earlier occurrence (inside a special token's name) is not the one that stopped."""
+        (after it with no_stop_trim): a stop string, or a stop token (EOS or one of
+        stop_token_ids: the last id), whose text is left out as vLLM and SGLang leave it
+        out (it shows only where special tokens are kept in the text, or the token is not
+        special). A stop string was completed by the last token, so its match ends in that
+        token's text and is looked for there: with special tokens shown, an earlier
+        occurrence (inside a special token's name) is not the one that stopped."""
+        if isinstance(matched_stop, int):
+            if ids and ids[-1] == matched_stop and not self.no_stop_trim:
+                ids = ids[:-1]
+            matched_stop = None
         text = self.decode(ids)
         if matched_stop:
             last = len(self.decode(ids[-1:]))  # about the last token's characters

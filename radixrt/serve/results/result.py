@@ -18,8 +18,7 @@ def build_result(req: ReqOutput, detok: IncrementalDetokenizer) -> dict[str, Any
     reason = req.finish_reason
     ids = list(req.output_ids)
     if reason is not None:
-        matched = reason.matched if isinstance(reason.matched, str) else None
-        text = detok.finish(ids, matched)
+        text = detok.finish(ids, reason.matched)
     else:
         text = detok.update(ids)
     meta = result_meta(req, len(ids))
