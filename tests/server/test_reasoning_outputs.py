@@ -27,22 +27,28 @@ ASK = [{"role": "user", "content": "Why is the sky blue?"}]
 SEEDS = range(6)
 
 
-@pytest.fixture(scope="module")
-def server_and_end(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path):
-    folder = make_tiny(tmp_path_factory.mktemp("reasoning"), smollm2_path, "llama",
-                       vocab_size=49216)  # fmt: skip
+def _tiny_reasoner(tmp: pytest.TempPathFactory, smollm2_path: Path, special: bool):
+    """A server of the tiny model with `<think>` and `</think>` added (as special tokens
+    where `special`), read as DeepSeek-R1's; yields (server, the id of `</think>`), then
+    checks the pool whole."""
+    folder = make_tiny(tmp.mktemp("reasoning"), smollm2_path, "llama", vocab_size=49216)
     tok = load_tokenizer(smollm2_path)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+    tok.add_tokens([AddedToken(t, special=special, normalized=False)
                     for t in ("<think>", "</think>")])  # fmt: skip
     tok.save_pretrained(folder)
     (end,) = tok.convert_tokens_to_ids(["</think>"])
-    server = start_server(folder, tmp_path_factory.mktemp("reasoning_server"),
+    server = start_server(folder, tmp.mktemp("reasoning_server"),
                           "--reasoning-parser", "deepseek_r1")  # fmt: skip
     try:
         yield server, end
         server.wait_idle_and_whole()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def server_and_end(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path):
+    yield from _tiny_reasoner(tmp_path_factory, smollm2_path, special=False)
 
 
 def _client(server: Any) -> openai.OpenAI:
@@ -328,21 +334,8 @@ def test_effort_levels_cap_the_reasoning_in_every_dialect(server_and_end) -> Non
 
 @pytest.fixture(scope="module")
 def special_server(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path):
-    """The same tiny model with `<think>` and `</think>` added as special tokens (some
-    checkpoints mark them so), read as DeepSeek-R1's."""
-    folder = make_tiny(tmp_path_factory.mktemp("special_reasoning"), smollm2_path, "llama",
-                       vocab_size=49216)  # fmt: skip
-    tok = load_tokenizer(smollm2_path)
-    tok.add_tokens([AddedToken(t, special=True, normalized=False)
-                    for t in ("<think>", "</think>")])  # fmt: skip
-    tok.save_pretrained(folder)
-    server = start_server(folder, tmp_path_factory.mktemp("special_reasoning_server"),
-                          "--reasoning-parser", "deepseek_r1")  # fmt: skip
-    try:
-        yield server
-        server.wait_idle_and_whole()
-    finally:
-        server.stop()
+    """The same tiny model with the tags as special tokens (some checkpoints mark them so)."""
+    yield from _tiny_reasoner(tmp_path_factory, smollm2_path, special=True)
 
 
 def test_special_tags_split_the_reasoning_from_the_answer(special_server) -> None:
@@ -350,7 +343,7 @@ def test_special_tags_split_the_reasoning_from_the_answer(special_server) -> Non
     output at `</think>` (a decode that skipped them ran reasoning and answer together),
     and the gate's budget holds: a budget of 2 closes the reasoning, the answer follows;
     streamed alike; usage counts the reasoning's tokens."""
-    server = special_server
+    server, _ = special_server
     client = _client(server)
     args: dict[str, Any] = dict(model="m", messages=ASK, max_tokens=10, temperature=0,
                                 extra_body={"thinking_token_budget": 2})  # fmt: skip
