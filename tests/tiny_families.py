@@ -90,6 +90,8 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
                                          "intermediate_size": 32, "embedding_multiplier": 3.0,
                                          "residual_multiplier": 0.5,
                                          "attention_multiplier": 0.2, "logits_scaling": 2.0}),
+    # OLMo 2's norms on the Llama layer, interleaved rotary pairs, q/k/v biases.
+    "helium": ("HeliumConfig", {"attention_bias": True}),
     "llama-yarn": ("LlamaConfig", {"rope_parameters": {
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 128}}),

@@ -71,6 +71,9 @@ FAMILIES: dict[str, Family] = {
     "SmolLM3ForCausalLM": Family(_LLAMA, llama.read_smollm3),
     "Ernie4_5ForCausalLM": Family(_LLAMA, llama.read_ernie4_5),
     "SeedOssForCausalLM": Family(_LLAMA, llama.read_seed_oss),
+    "HeliumForCausalLM": Family(
+        "radixrt.model.families.llama:HeliumForCausalLM", llama.read_helium
+    ),
     "GemmaForCausalLM": Family("radixrt.model.families.gemma2:GemmaForCausalLM", own.read_gemma),
     "Gemma2ForCausalLM": Family("radixrt.model.families.gemma2:Gemma2ForCausalLM", own.read_gemma2),
     "Gemma3ForCausalLM": Family("radixrt.model.families.gemma3:Gemma3ForCausalLM", own.read_gemma3),

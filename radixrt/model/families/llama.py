@@ -1,6 +1,6 @@
 """Llama-family decoder (Llama 2/3, SmolLM2, Mistral with its sliding window, Qwen2): pre-norm
 layers of attention and a gated MLP. Phi-3 and Granite are this layer with another weight
-layout or multipliers (phi3.py, granite.py)."""
+layout or multipliers (phi3.py, granite.py); Helium is it with OLMo 2's norms."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 from radixrt.model.families.arch import ArchConfig
 from radixrt.model.families.decoder import CausalLM, GatedMLP, Rope, SelfAttention, norm_in
 from radixrt.model.families.tp_partition import TPPartition
-from radixrt.model.layers.norm import RMSNorm
+from radixrt.model.layers.norm import RMSNorm, WeightFirstRMSNorm
 from radixrt.model.parallel.comm import BaseComm
 
 if TYPE_CHECKING:
@@ -58,3 +58,13 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaForCausalLM(CausalLM):
     def make_layer(self, cfg: ArchConfig, i: int, part: TPPartition, comm: BaseComm) -> nn.Module:
         return LlamaDecoderLayer(cfg, i, part, comm)
+
+
+class HeliumForCausalLM(CausalLM):
+    """Helium: the Llama layer with norms that multiply by w in float32 before the cast, and
+    rotary pairs of adjacent dims (ArchConfig.rope_interleaved)."""
+
+    norm_cls = WeightFirstRMSNorm
+
+    def make_layer(self, cfg: ArchConfig, i: int, part: TPPartition, comm: BaseComm) -> nn.Module:
+        return LlamaDecoderLayer(cfg, i, part, comm, norm_cls=WeightFirstRMSNorm)

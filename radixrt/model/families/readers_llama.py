@@ -1,6 +1,6 @@
 """config.json readers of the families that run on the Llama layer (llama.py): Llama,
-Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3, Granite and Granite MoE, SmolLM3, ERNIE 4.5
-and Seed-OSS. Each returns ArchConfig's fields beyond read_common's, its defaults those of
+Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3, Granite and Granite MoE, SmolLM3, ERNIE 4.5,
+Helium and Seed-OSS. Each returns ArchConfig's fields beyond read_common's, its defaults those of
 the family's transformers config class (families.py registers them)."""
 
 from __future__ import annotations
@@ -182,6 +182,18 @@ def read_ernie4_5(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
         **rope_fields(r, f, 500000.0),
         **norm_and_tail(r, 1e-5, True, 131072),
         **biases(bias, bias, bias),
+        **window_all(r, f, None),
+        "rope_interleaved": True,
+    }
+
+
+def read_helium(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
+    f = {**f, "head_dim": int(r.value("head_dim", 128))}  # HeliumConfig's default
+    return {
+        "head_dim": f["head_dim"],
+        **rope_fields(r, f, 100000.0),
+        **norm_and_tail(r, 1e-8, False, 4096),
+        **biases(bool(r.value("attention_bias", False)), False, bool(r.value("mlp_bias", False))),
         **window_all(r, f, None),
         "rope_interleaved": True,
     }
