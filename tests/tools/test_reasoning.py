@@ -162,9 +162,9 @@ def test_a_budget_the_server_cannot_keep_is_refused() -> None:
         plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8)
     # A dialect whose every thinking request carries a budget (Anthropic's, Gemini's): taken,
     # not kept, where it cannot be.
-    soft = plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8, must_cap=False)
+    soft = plain.with_reasoning("qwen3", "", {}, TEXT_TAGS, budget=8, asked_by=None)
     assert soft.reasoning == Reasoning(inside=False) and soft.sampling_dict(TEXT_TAGS, {}) == {}
-    assert plain.with_reasoning("none", "", {}, TEXT_TAGS, budget=0, must_cap=False) == plain
+    assert plain.with_reasoning("none", "", {}, TEXT_TAGS, budget=0, asked_by=None) == plain
 
 
 def test_reasoning_tokens_counted_from_the_output_ids() -> None:

@@ -118,8 +118,9 @@ class ConfigReader:
             )
 
 
-def read_common(r: ConfigReader) -> dict[str, Any]:
-    """The shape every family has; rope and windows are read by the family."""
+def read_common(r: ConfigReader, head_dim: int | None = None) -> dict[str, Any]:
+    """The shape every family has; rope and windows are read by the family. `head_dim`: the
+    family's default where config.json leaves it out (None: hidden_size / heads)."""
     heads = int(r.need("num_attention_heads"))
     hidden = int(r.need("hidden_size"))
     return {
@@ -130,7 +131,7 @@ def read_common(r: ConfigReader) -> dict[str, Any]:
         "num_hidden_layers": int(r.need("num_hidden_layers")),
         "num_attention_heads": heads,
         "num_key_value_heads": int(r.value("num_key_value_heads", heads)),
-        "head_dim": int(r.value("head_dim", hidden // heads)),
+        "head_dim": int(r.value("head_dim", head_dim or hidden // heads)),
     }
 
 

@@ -187,6 +187,7 @@ class DecoderModel(nn.Module):
             else "global"
             for i, t in enumerate(types)
         ]  # fmt: skip
+        self.has_nope_layers = "none" in self.layer_ropes
         self.layers = nn.ModuleList(layers)
         self.norm = norm_cls(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -198,7 +199,7 @@ class DecoderModel(nn.Module):
         ropes = {"global": self.rotary(fb.positions)}
         if self.local_rotary is not None:
             ropes["local"] = self.local_rotary(fb.positions)
-        if "none" in self.layer_ropes:
+        if self.has_nope_layers:
             cos, _ = ropes["global"]  # (T, rotary_dim) float32
             ropes["none"] = (torch.ones_like(cos), torch.zeros_like(cos))
         residual = None

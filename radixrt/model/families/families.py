@@ -27,6 +27,7 @@ class Family:
 
     model: str
     read: Callable[[ConfigReader, dict[str, Any]], dict[str, Any]]
+    head_dim: int | None = None  # its config class's default (None: hidden_size / heads)
 
 
 def parse_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def parse_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if family is None:
         raise ValueError(f"unsupported model architecture {arch!r}; supported: {sorted(FAMILIES)}")
     r = ConfigReader(cfg, arch)
-    fields = read_common(r)
+    fields = read_common(r, family.head_dim)
     fields.update(family.read(r, fields))
     check_layer_types(arch, fields)
     r.refuse_unread()
@@ -69,12 +70,14 @@ FAMILIES: dict[str, Family] = {
         "radixrt.model.families.granite:GraniteMoeForCausalLM", llama.read_granite_moe
     ),
     "SmolLM3ForCausalLM": Family(_LLAMA, llama.read_smollm3),
-    "Ernie4_5ForCausalLM": Family(_LLAMA, llama.read_ernie4_5),
-    "SeedOssForCausalLM": Family(_LLAMA, llama.read_seed_oss),
+    "Ernie4_5ForCausalLM": Family(_LLAMA, llama.read_ernie4_5, head_dim=128),
+    "SeedOssForCausalLM": Family(_LLAMA, llama.read_seed_oss, head_dim=128),
     "HeliumForCausalLM": Family(
-        "radixrt.model.families.llama:HeliumForCausalLM", llama.read_helium
+        "radixrt.model.families.llama:HeliumForCausalLM", llama.read_helium, head_dim=128
     ),
-    "GemmaForCausalLM": Family("radixrt.model.families.gemma2:GemmaForCausalLM", own.read_gemma),
+    "GemmaForCausalLM": Family(
+        "radixrt.model.families.gemma2:GemmaForCausalLM", own.read_gemma, head_dim=256
+    ),
     "Gemma2ForCausalLM": Family("radixrt.model.families.gemma2:Gemma2ForCausalLM", own.read_gemma2),
     "Gemma3ForCausalLM": Family("radixrt.model.families.gemma3:Gemma3ForCausalLM", own.read_gemma3),
     "Olmo2ForCausalLM": Family(_POST_NORM + "Olmo2ForCausalLM", own.read_olmo2),

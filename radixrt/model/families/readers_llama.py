@@ -176,9 +176,7 @@ def read_smollm3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
 
 def read_ernie4_5(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     bias = bool(r.value("use_bias", False))
-    f = {**f, "head_dim": int(r.value("head_dim", 128))}  # Ernie4_5Config's default
     return {
-        "head_dim": f["head_dim"],
         **rope_fields(r, f, 500000.0),
         **norm_and_tail(r, 1e-5, True, 131072),
         **biases(bias, bias, bias),
@@ -188,9 +186,7 @@ def read_ernie4_5(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_helium(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
-    f = {**f, "head_dim": int(r.value("head_dim", 128))}  # HeliumConfig's default
     return {
-        "head_dim": f["head_dim"],
         **rope_fields(r, f, 100000.0),
         **norm_and_tail(r, 1e-8, False, 4096),
         **biases(bool(r.value("attention_bias", False)), False, bool(r.value("mlp_bias", False))),
@@ -200,9 +196,7 @@ def read_helium(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_seed_oss(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
-    f = {**f, "head_dim": int(r.value("head_dim", 128))}  # SeedOssConfig's default
     return {
-        "head_dim": f["head_dim"],
         **rope_fields(r, f, 10000.0),
         **norm_and_tail(r, 1e-6, False, 524288),
         **biases(

@@ -24,6 +24,35 @@ from radixrt.model.families.config_reader import (
 )
 
 
+def _ropes_by_kind(
+    r: ConfigReader, theta: float, local_theta: float | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full and the sliding layers' rope parameters: `rope_parameters` per layer kind
+    (or one set for both), the v4 rope_scaling applying to the full layers only; the v4
+    rope_theta (`theta` where unset) for both, or `local_theta` for the sliding layers."""
+    params = dict(r.get("rope_parameters") or {})
+    if FULL_ATTENTION in params or SLIDING_ATTENTION in params:
+        full = dict(params.get(FULL_ATTENTION) or {"rope_type": "default"})
+        local = dict(params.get(SLIDING_ATTENTION) or {"rope_type": "default"})
+    else:
+        full, local = (
+            dict(params or {"rope_type": "default"}),
+            dict(params or {"rope_type": "default"}),
+        )
+    if r.get("rope_scaling"):
+        full.update(r.get("rope_scaling"))
+    full.setdefault("rope_theta", r.value("rope_theta", theta))
+    local.setdefault("rope_theta", full["rope_theta"] if local_theta is None else local_theta)
+    return full, local
+
+
+def _local_rope(full: dict[str, Any], local: dict[str, Any]) -> dict[str, Any]:
+    """The sliding layers' own rope, where it differs from the full layers'."""
+    if scaling_of(local) == scaling_of(full) and local["rope_theta"] == full["rope_theta"]:
+        return {}
+    return {"local_rope_theta": float(local["rope_theta"]), "local_rope_scaling": scaling_of(local)}
+
+
 def read_gemma(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     bias = bool(r.value("attention_bias", False))
     refuse_if(r, "use_bidirectional_attention", bool(r.get("use_bidirectional_attention")),
@@ -33,8 +62,7 @@ def read_gemma(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
         tail["hidden_act"] = "gelu_pytorch_tanh"
     r.get("hidden_activation")  # a leftover of those releases; transformers reads hidden_act
     return {
-        "head_dim": int(r.value("head_dim", 256)),  # GemmaConfig's default
-        **rope_fields(r, {**f, "head_dim": int(r.value("head_dim", 256))}, 10000.0),
+        **rope_fields(r, f, 10000.0),
         **tail,
         **biases(bias, bias),
         **window_all(r, f, None),
@@ -70,13 +98,7 @@ def read_gemma3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
                "bidirectional attention is not implemented")  # fmt: skip
     refuse_if(r, "attn_logit_softcapping", bool(r.get("attn_logit_softcapping")),
                "Gemma 3 has no attention softcap (transformers ignores it too)")  # fmt: skip
-    params = dict(r.get("rope_parameters") or {})
-    full = dict(params.get(FULL_ATTENTION) or {"rope_type": "default"})
-    local = dict(params.get(SLIDING_ATTENTION) or {"rope_type": "default"})
-    if r.get("rope_scaling"):
-        full.update(r.get("rope_scaling"))
-    full.setdefault("rope_theta", r.value("rope_theta", 1000000.0))
-    local.setdefault("rope_theta", r.value("rope_local_base_freq", 10000.0))
+    full, local = _ropes_by_kind(r, 1000000.0, r.value("rope_local_base_freq", 10000.0))
     pattern = int(r.get("sliding_window_pattern") or r.get("_sliding_window_pattern") or 6)
     r.get("hidden_act")  # transformers reads hidden_activation; hidden_act is a leftover
     return {
@@ -94,8 +116,7 @@ def read_gemma3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
             attn_logit_softcapping=0.0,
             final_logit_softcapping=float(r.get("final_logit_softcapping") or 0.0),
         ),
-        "local_rope_theta": float(local["rope_theta"]),
-        "local_rope_scaling": scaling_of(local),
+        **_local_rope(full, local),
     }
 
 
@@ -180,36 +201,9 @@ def read_olmo3(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ropes_by_kind(r: ConfigReader, theta: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The full and the sliding layers' rope parameters: `rope_parameters` per layer kind
-    (or one set for both), the v4 rope_scaling applying to the full layers only."""
-    params = dict(r.get("rope_parameters") or {})
-    if FULL_ATTENTION in params or SLIDING_ATTENTION in params:
-        full = dict(params.get(FULL_ATTENTION) or {"rope_type": "default"})
-        local = dict(params.get(SLIDING_ATTENTION) or {"rope_type": "default"})
-    else:
-        full, local = (
-            dict(params or {"rope_type": "default"}),
-            dict(params or {"rope_type": "default"}),
-        )
-    if r.get("rope_scaling"):
-        full.update(r.get("rope_scaling"))
-    full.setdefault("rope_theta", r.value("rope_theta", theta))
-    local.setdefault("rope_theta", r.value("rope_theta", theta))
-    return full, local
-
-
-def _local_rope(full: dict[str, Any], local: dict[str, Any]) -> dict[str, Any]:
-    """The sliding layers' own rope, where it differs from the full layers'."""
-    if scaling_of(local) == scaling_of(full) and local["rope_theta"] == full["rope_theta"]:
-        return {}
-    return {"local_rope_theta": float(local["rope_theta"]), "local_rope_scaling": scaling_of(local)}
-
-
 def read_exaone4(r: ConfigReader, f: dict[str, Any]) -> dict[str, Any]:
     window = r.get("sliding_window", 4096)
     pattern = r.value("sliding_window_pattern", 4)
-    r.get("sliding_window_pattern")
 
     def kind(i: int) -> str:
         if not window:

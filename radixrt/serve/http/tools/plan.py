@@ -79,8 +79,7 @@ class ToolPlan:
         tokenizer: Any,
         shown: bool = True,
         budget: int | None = None,
-        must_cap: bool = True,
-        asked_by: str = "thinking_token_budget",
+        asked_by: str | None = "thinking_token_budget",
     ) -> ToolPlan:
         """The plan reading reasoning as `parser` (reasoning.REASONING_PARSERS) does, for the
         prompt `prompt_text` (its end: whether it opens the reasoning) and the request's
@@ -92,12 +91,12 @@ class ToolPlan:
         gate lets the reasoning come first and a grammar (a forced call, a response format, a
         regex) hold the answer after it, and caps the reasoning at `budget`. Where they are
         text only, an output a grammar holds from its first token has no reasoning, and a
-        budget cannot be kept: a 400 where the request asked for the cap itself (`must_cap`,
-        vLLM's thinking_token_budget, or an effort level: the 400 names the field `asked_by`),
-        taken and not kept where the dialect makes every thinking request carry one
+        budget cannot be kept: a 400 naming the field `asked_by` where the request asked for
+        the cap itself (vLLM's thinking_token_budget, an effort level), taken and not kept
+        where `asked_by` is None: a dialect whose every thinking request carries one
         (Anthropic's budget_tokens, Gemini's thinkingBudget)."""
         if parser == "none":
-            if budget is not None and must_cap:
+            if budget is not None and asked_by is not None:
                 raise BadRequestError(
                     f"{asked_by}: a thinking budget needs a server that reads reasoning "
                     "(start it with --reasoning-parser)"
@@ -105,7 +104,7 @@ class ToolPlan:
             return self
         tokens = reasoning_tokens(tokenizer)
         if tokens is None:
-            if budget is not None and must_cap:
+            if budget is not None and asked_by is not None:
                 raise BadRequestError(
                     f"{asked_by}: a thinking budget needs a model whose <think> and </think> "
                     "are tokens of its own; this model writes them as text"

@@ -48,7 +48,7 @@ EFFORTS_GEMINI = ("minimal", "low", "medium", "high")
 def effort_budget(level: str, field: str, levels: tuple[str, ...]) -> int | None:
     """The thinking budget of effort `level` (one of the dialect's `levels`, any case), None
     for no cap; 400 naming `field` for another level."""
-    key = level.lower() if isinstance(level, str) else level
+    key = level.lower()
     if key not in levels:
         raise BadRequestError(f"{field}: {level!r} is not one of {', '.join(levels)}")
     return EFFORT_BUDGETS[key]

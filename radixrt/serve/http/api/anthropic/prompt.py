@@ -77,7 +77,7 @@ def prepare_messages(
         return prompt
     d = sampling_dict(req)
     thinks, budget = _thinking(req, reasoning)
-    plan = plan.with_reasoning(reasoning, prompt.text, d, tokenizer, thinks, budget, False)
+    plan = plan.with_reasoning(reasoning, prompt.text, d, tokenizer, thinks, budget, None)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = fit_to_context(prompt.input_ids, to_sampling_params(d), limits, True)
     return RenderedPrompt(prompt.input_ids, prompt.breakpoints, plan, sp, prompt.text)

@@ -289,7 +289,7 @@ def prepare_content(
     d = sampling_dict(config, reasoning != "none")
     thoughts = wants_thoughts(config.thinking_config)  # (checked by sampling_dict)
     budget = thinking_budget(config.thinking_config)
-    plan = plan.with_reasoning(reasoning, text, d, tokenizer, thoughts, budget, False)
+    plan = plan.with_reasoning(reasoning, text, d, tokenizer, thoughts, budget, None)
     d.update(plan.sampling_dict(tokenizer, d))
     sp = to_sampling_params(d)
     if not explicit_max:
